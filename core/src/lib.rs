@@ -1,0 +1,49 @@
+//! `dsh-core`: the sans-IO core of dsh, a Rust implementation of the DeepSeek
+//! Harness agent runtime.
+//!
+//! The crate is `#![no_std]` with `alloc`. It never reads a clock, a socket, a
+//! file or a random number: time and ids come in as arguments, so the same
+//! inputs give byte-identical outputs.
+//!
+//! - The LLM vocabulary of `spec/streaming.md`: [`ContentBlock`], [`Message`],
+//!   [`MessageSource`], [`StreamChunk`], [`FinishReason`], [`TokenUsage`],
+//!   [`LlmFailure`], [`GenerateOptions`], [`LlmCallConfig`], [`ToolSchema`].
+//! - [`BlockAssembler`]: the fold from a chunk stream to blocks and a message.
+//! - [`StreamValidator`]: the stream grammar and adapter contract as a checker,
+//!   for people writing and fuzzing adapters.
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+mod assembler;
+mod chunk;
+mod content;
+mod ids;
+pub mod json;
+mod message;
+mod object;
+mod options;
+mod validator;
+
+pub use assembler::{ASSEMBLER_SOURCE_PLUGIN, AssembleError, BlockAssembler};
+pub use chunk::{
+    CHUNK_TYPES, FinishReason, InvalidFailure, LlmError, LlmFailure, ReplayEnvelope, StreamChunk,
+    TokenUsage,
+};
+pub use content::{ContentBlock, ImageAttachment};
+pub use ids::{
+    AttachmentId, CallId, MessageId, ProviderRequestId, ReasoningEffortId, RetryId, SessionId,
+};
+pub use message::{
+    ContextForm, MODEL_KEY_ORDER, Message, MessageKey, MessageKeyOrder, MessageSource, Role,
+    SPEC_KEY_ORDER, Section, TOOL_KEY_ORDER, USER_KEY_ORDER, cap_summary,
+};
+pub use options::{
+    AdapterDefaults, DEEPSEEK_EFFORTS, GenerateOptions, LlmCallConfig, Purpose,
+    ReasoningEffortInfo, ToolSchema,
+};
+pub use serde_json;
+pub use validator::{Rule, StreamValidator, Violation, validate_stream};

@@ -1,0 +1,488 @@
+//! A checker for the well-formed stream grammar (streaming.md 2.5) and the
+//! adapter contract (3.1, 3.3).
+//!
+//! This is a product feature for people who write or fuzz adapters: push the
+//! chunks an adapter yields, call [`StreamValidator::end`] when the stream is
+//! over, and every violation comes back typed, with its rule id. The
+//! [`BlockAssembler`](crate::BlockAssembler) is lenient and accepts what this
+//! rejects; the two are meant to be used together (Q-14).
+//!
+//! ```
+//! use dsh_core::{StreamValidator, StreamChunk, Rule};
+//! let mut v = StreamValidator::new();
+//! let err = v.push(&StreamChunk::TextDelta { index: 0, text: "x".into() }).unwrap_err();
+//! assert_eq!(err.rule, Rule::G3);
+//! assert_eq!(err.rule.id(), "G-3");
+//! ```
+
+use alloc::string::String;
+use core::fmt;
+use hashbrown::HashMap;
+
+use crate::chunk::{FinishReason, StreamChunk};
+use crate::content::ContentBlock;
+use crate::json::MAX_SAFE_INTEGER;
+
+/// A rule of the stream grammar or adapter contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Rule {
+    /// G-1: an index is a non-negative integer no larger than 2^53−1.
+    G1,
+    /// G-2: `block-start` for an index that is open.
+    G2,
+    /// G-3: a delta must target an open block of the matching kind.
+    G3,
+    /// G-4: `block-end` must target an open block of the same type.
+    G4,
+    /// G-5: at most one `usage`.
+    G5,
+    /// G-6: nothing after `finish`.
+    G6,
+    /// G-7: a non-failure `finish` must not leave blocks open.
+    G7,
+    /// G-8: every stream ends with a `finish`.
+    G8,
+    /// AC-1: blocks first, then at most one usage, then the finish.
+    AC1,
+    /// AC-2: the `block-end` block agrees with the deltas it closes.
+    AC2,
+    /// AC-3: concatenated `argumentsDelta`s equal the final `arguments`.
+    AC3,
+    /// AC-9: a successful finish with no block is an `EMPTY_RESPONSE` error.
+    AC9,
+}
+
+impl Rule {
+    /// The stable rule id, e.g. `"G-3"`.
+    pub fn id(self) -> &'static str {
+        match self {
+            Rule::G1 => "G-1",
+            Rule::G2 => "G-2",
+            Rule::G3 => "G-3",
+            Rule::G4 => "G-4",
+            Rule::G5 => "G-5",
+            Rule::G6 => "G-6",
+            Rule::G7 => "G-7",
+            Rule::G8 => "G-8",
+            Rule::AC1 => "AC-1",
+            Rule::AC2 => "AC-2",
+            Rule::AC3 => "AC-3",
+            Rule::AC9 => "AC-9",
+        }
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.id())
+    }
+}
+
+/// One broken rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Zero-based position of the offending chunk in the stream (for
+    /// [`Rule::G8`], the number of chunks seen).
+    pub position: u64,
+    /// The rule broken.
+    pub rule: Rule,
+    /// What was wrong, for a person.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.rule.id(), self.message)
+    }
+}
+
+impl core::error::Error for Violation {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpenKind {
+    Text,
+    Reasoning,
+    ToolCall,
+    Other,
+}
+
+#[derive(Debug)]
+struct OpenBlock {
+    block_type: String,
+    kind: OpenKind,
+    /// Concatenated text or argument deltas, for AC-2 / AC-3.
+    content: String,
+    saw_delta: bool,
+}
+
+/// Checks one adapter stream, chunk by chunk (see the module docs).
+#[derive(Debug, Default)]
+pub struct StreamValidator {
+    open: HashMap<u64, OpenBlock>,
+    position: u64,
+    blocks_opened: u64,
+    saw_usage: bool,
+    finished: bool,
+}
+
+impl StreamValidator {
+    /// A validator for a new stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a `finish` has been seen.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Indexes of blocks that are open now, in no particular order.
+    pub fn open_indexes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.open.keys().copied()
+    }
+
+    /// Checks one chunk. On a violation the chunk is still applied as far as
+    /// it can be, so later chunks are judged against a sensible state.
+    pub fn push(&mut self, chunk: &StreamChunk) -> Result<(), Violation> {
+        let position = self.position;
+        self.position += 1;
+        let fail = |rule: Rule, message: String| {
+            Err(Violation {
+                position,
+                rule,
+                message,
+            })
+        };
+        if self.finished {
+            return fail(
+                Rule::G6,
+                alloc::format!("{} chunk after the terminal finish", chunk.chunk_type()),
+            );
+        }
+        if let Some(index) = chunk.index() {
+            if index > MAX_SAFE_INTEGER {
+                return fail(
+                    Rule::G1,
+                    alloc::format!("index {index} is larger than 2^53-1"),
+                );
+            }
+            if self.saw_usage {
+                return fail(
+                    Rule::AC1,
+                    alloc::format!("{} chunk after the usage chunk", chunk.chunk_type()),
+                );
+            }
+        }
+        match chunk {
+            StreamChunk::BlockStart { index, block_type } => {
+                if self.open.contains_key(index) {
+                    return fail(
+                        Rule::G2,
+                        alloc::format!("block-start for open index {index}"),
+                    );
+                }
+                let kind = match block_type.as_str() {
+                    "text" => OpenKind::Text,
+                    "reasoning" => OpenKind::Reasoning,
+                    "tool-call" => OpenKind::ToolCall,
+                    _ => OpenKind::Other,
+                };
+                self.blocks_opened += 1;
+                self.open.insert(
+                    *index,
+                    OpenBlock {
+                        block_type: block_type.clone(),
+                        kind,
+                        content: String::new(),
+                        saw_delta: false,
+                    },
+                );
+                Ok(())
+            }
+            StreamChunk::TextDelta { index, text } => {
+                self.delta(position, *index, OpenKind::Text, "text-delta", text)
+            }
+            StreamChunk::ReasoningDelta { index, text } => self.delta(
+                position,
+                *index,
+                OpenKind::Reasoning,
+                "reasoning-delta",
+                text,
+            ),
+            StreamChunk::ToolCallDelta {
+                index,
+                arguments_delta,
+                ..
+            } => self.delta(
+                position,
+                *index,
+                OpenKind::ToolCall,
+                "tool-call-delta",
+                arguments_delta,
+            ),
+            StreamChunk::BlockEnd { index, block } => {
+                let Some(open) = self.open.remove(index) else {
+                    return fail(
+                        Rule::G4,
+                        alloc::format!("block-end for index {index}, which is not open"),
+                    );
+                };
+                if block.block_type() != open.block_type {
+                    return fail(
+                        Rule::G4,
+                        alloc::format!(
+                            "block-end for index {index} carries a \"{}\" block but the block was started as \"{}\"",
+                            block.block_type(),
+                            open.block_type
+                        ),
+                    );
+                }
+                if open.saw_delta {
+                    match block {
+                        ContentBlock::Text { text } | ContentBlock::Reasoning { text }
+                            if *text != open.content =>
+                        {
+                            return fail(
+                                Rule::AC2,
+                                alloc::format!(
+                                    "block-end text for index {index} differs from its concatenated deltas"
+                                ),
+                            );
+                        }
+                        ContentBlock::ToolCall { arguments, .. } if *arguments != open.content => {
+                            return fail(
+                                Rule::AC3,
+                                alloc::format!(
+                                    "block-end arguments for index {index} differ from the concatenated argumentsDelta fragments"
+                                ),
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            StreamChunk::Usage { .. } => {
+                if self.saw_usage {
+                    return fail(Rule::G5, String::from("a second usage chunk"));
+                }
+                self.saw_usage = true;
+                Ok(())
+            }
+            StreamChunk::Finish { reason, .. } => {
+                self.finished = true;
+                if !reason.is_failure() && !self.open.is_empty() {
+                    let mut open: alloc::vec::Vec<u64> = self.open.keys().copied().collect();
+                    open.sort_unstable();
+                    return fail(
+                        Rule::G7,
+                        alloc::format!(
+                            "\"{}\" finish leaves blocks open: {:?}",
+                            reason.kind(),
+                            open
+                        ),
+                    );
+                }
+                if matches!(reason, FinishReason::Stop) && self.blocks_opened == 0 {
+                    return fail(
+                        Rule::AC9,
+                        String::from(
+                            "successful finish with no content block; an empty completion must end with an EMPTY_RESPONSE error",
+                        ),
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn delta(
+        &mut self,
+        position: u64,
+        index: u64,
+        kind: OpenKind,
+        name: &str,
+        fragment: &str,
+    ) -> Result<(), Violation> {
+        match self.open.get_mut(&index) {
+            Some(open) if open.kind == kind => {
+                open.content.push_str(fragment);
+                open.saw_delta = true;
+                Ok(())
+            }
+            Some(open) => Err(Violation {
+                position,
+                rule: Rule::G3,
+                message: alloc::format!(
+                    "{name} for index {index}, which is an open \"{}\" block",
+                    open.block_type
+                ),
+            }),
+            None => Err(Violation {
+                position,
+                rule: Rule::G3,
+                message: alloc::format!("{name} for index {index}, which is not open"),
+            }),
+        }
+    }
+
+    /// Declares the stream over; reports G-8 when no `finish` arrived.
+    pub fn end(&mut self) -> Result<(), Violation> {
+        if self.finished {
+            Ok(())
+        } else {
+            Err(Violation {
+                position: self.position,
+                rule: Rule::G8,
+                message: String::from("the stream ended without a finish chunk"),
+            })
+        }
+    }
+}
+
+/// Checks a whole stream, returning every violation in order.
+pub fn validate_stream<'a>(
+    chunks: impl IntoIterator<Item = &'a StreamChunk>,
+) -> alloc::vec::Vec<Violation> {
+    let mut validator = StreamValidator::new();
+    let mut out: alloc::vec::Vec<Violation> = chunks
+        .into_iter()
+        .filter_map(|c| validator.push(c).err())
+        .collect();
+    if let Err(v) = validator.end() {
+        out.push(v);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    fn rules(lines: &str) -> Vec<(u64, &'static str)> {
+        let chunks: Vec<StreamChunk> = lines
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        validate_stream(&chunks)
+            .into_iter()
+            .map(|v| (v.position, v.rule.id()))
+            .collect()
+    }
+
+    #[test]
+    fn a_well_formed_stream_passes() {
+        assert_eq!(
+            rules(
+                r#"{"type":"block-start","index":0,"blockType":"reasoning"}
+                {"type":"reasoning-delta","index":0,"text":"r"}
+                {"type":"block-start","index":1,"blockType":"tool-call"}
+                {"type":"tool-call-delta","index":1,"id":"c","name":"f","argumentsDelta":"{\"a\""}
+                {"type":"tool-call-delta","index":1,"id":"c","argumentsDelta":":1}"}
+                {"type":"block-end","index":0,"block":{"type":"reasoning","text":"r"}}
+                {"type":"block-end","index":1,"block":{"type":"tool-call","id":"c","name":"f","arguments":"{\"a\":1}"}}
+                {"type":"usage","usage":{"inputTokens":1,"outputTokens":2}}
+                {"type":"finish","reason":{"kind":"tool-calls"}}"#
+            ),
+            []
+        );
+    }
+
+    #[test]
+    fn each_grammar_rule_is_reported() {
+        assert_eq!(
+            rules(
+                r#"{"type":"block-start","index":0,"blockType":"text"}
+                {"type":"block-start","index":0,"blockType":"text"}
+                {"type":"reasoning-delta","index":0,"text":"x"}
+                {"type":"text-delta","index":5,"text":"x"}
+                {"type":"block-end","index":0,"block":{"type":"reasoning","text":""}}
+                {"type":"block-end","index":3,"block":{"type":"text","text":""}}
+                {"type":"block-start","index":9007199254740992,"blockType":"text"}"#
+            ),
+            [
+                (1, "G-2"),
+                (2, "G-3"),
+                (3, "G-3"),
+                (4, "G-4"),
+                (5, "G-4"),
+                (6, "G-1"),
+                (7, "G-8")
+            ]
+        );
+        assert_eq!(
+            rules(
+                r#"{"type":"block-start","index":0,"blockType":"text"}
+                {"type":"usage","usage":{"inputTokens":1,"outputTokens":2}}
+                {"type":"usage","usage":{"inputTokens":1,"outputTokens":2}}
+                {"type":"finish","reason":{"kind":"stop"}}
+                {"type":"finish","reason":{"kind":"stop"}}"#
+            ),
+            [(2, "G-5"), (3, "G-7"), (4, "G-6")]
+        );
+    }
+
+    #[test]
+    fn failure_finishes_may_leave_blocks_open() {
+        assert_eq!(
+            rules(
+                r#"{"type":"block-start","index":0,"blockType":"text"}
+                {"type":"text-delta","index":0,"text":"half"}
+                {"type":"finish","reason":{"kind":"error","failure":{"message":"m","code":"TRANSPORT"}}}"#
+            ),
+            []
+        );
+    }
+
+    #[test]
+    fn adapter_contract_rules_are_reported() {
+        assert_eq!(
+            rules(
+                r#"{"type":"usage","usage":{"inputTokens":1,"outputTokens":2}}
+                {"type":"finish","reason":{"kind":"stop"}}"#
+            ),
+            [(1, "AC-9")]
+        );
+        assert_eq!(
+            rules(
+                r#"{"type":"block-start","index":0,"blockType":"text"}
+                {"type":"usage","usage":{"inputTokens":1,"outputTokens":2}}
+                {"type":"text-delta","index":0,"text":"x"}
+                {"type":"finish","reason":{"kind":"error","failure":{"message":"m","code":"X"}}}"#
+            ),
+            [(2, "AC-1")]
+        );
+        assert_eq!(
+            rules(
+                r#"{"type":"block-start","index":0,"blockType":"tool-call"}
+                {"type":"tool-call-delta","index":0,"id":"c","argumentsDelta":"{"}
+                {"type":"block-end","index":0,"block":{"type":"tool-call","id":"c","name":"f","arguments":"{}"}}
+                {"type":"block-start","index":1,"blockType":"text"}
+                {"type":"text-delta","index":1,"text":"a"}
+                {"type":"block-end","index":1,"block":{"type":"text","text":"b"}}
+                {"type":"finish","reason":{"kind":"stop"}}"#
+            ),
+            [(2, "AC-3"), (5, "AC-2")]
+        );
+    }
+
+    #[test]
+    fn an_index_may_be_reopened_after_end() {
+        // G-4 / Q-14: the checker allows it (the assembler ignores it).
+        assert_eq!(
+            rules(
+                r#"{"type":"block-start","index":0,"blockType":"text"}
+                {"type":"block-end","index":0,"block":{"type":"text","text":""}}
+                {"type":"block-start","index":0,"blockType":"text"}
+                {"type":"block-end","index":0,"block":{"type":"text","text":""}}
+                {"type":"finish","reason":{"kind":"stop"}}"#
+            ),
+            []
+        );
+    }
+}
