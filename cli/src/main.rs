@@ -1,0 +1,55 @@
+//! `dsh`: the DeepSeek Harness runtime in Rust.
+//!
+//! Exit codes for the inspection commands: 0 ok, 1 a check failed, 2 bad
+//! usage or unreadable input.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod input;
+mod stream;
+
+/// dsh: a sans-IO agent runtime for the DeepSeek Harness.
+#[derive(Parser)]
+#[command(name = "dsh", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect StreamChunk JSON lines: assemble or check a stream.
+    #[command(subcommand)]
+    Stream(stream::StreamCommand),
+}
+
+/// What a command ended with.
+pub enum Outcome {
+    /// Exit 0.
+    Ok,
+    /// Exit 1: a check failed.
+    CheckFailed,
+    /// Exit 2: bad usage or unreadable input (message already printed).
+    BadInput,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let outcome = match cli.command {
+        Command::Stream(cmd) => stream::run(cmd),
+    };
+    match outcome {
+        Outcome::Ok => ExitCode::SUCCESS,
+        Outcome::CheckFailed => ExitCode::from(1),
+        Outcome::BadInput => ExitCode::from(2),
+    }
+}
