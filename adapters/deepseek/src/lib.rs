@@ -1,0 +1,112 @@
+//! `dsh-deepseek`: the DeepSeek chat-completions adapter of dsh
+//! (streaming.md §5, with the adapter contract of §3).
+//!
+//! By default the crate is `#![no_std]` + `alloc` and does no I/O, so an
+//! embedded shell can use the codec with its own transport:
+//!
+//! - [`build_request_body`]: `GenerateOptions` → the exact JSON body (5.4–5.8);
+//! - [`SseFramer`]: incremental SSE framing of the response body (5.10);
+//! - [`Translator`]: SSE payloads → [`StreamChunk`]s (5.11–5.14);
+//! - [`StreamDecoder`]: the two chained, fed with body pieces of any size;
+//! - [`classify_http_error`]: a non-2xx response → the canonical
+//!   [`LlmError`] (5.9, 3.4, 3.5), with `Retry-After` and the request id;
+//! - [`error_finish`]: AC-6, an adapter error as the terminal `finish` chunk.
+//!
+//! Feature `std` adds the blocking [`DeepSeekClient`] on ureq 3 (streaming
+//! reads, idle watchdog, cancellation from any thread). Feature `mock` adds
+//! [`mock::MockServer`], a scripted DeepSeek server on 127.0.0.1.
+//!
+//! Every chunk sequence the translator emits, followed on failure by
+//! [`error_finish`], passes `dsh_core::StreamValidator` (tested, and fuzzed).
+//!
+//! # Judgement calls (§8) and other choices
+//!
+//! - **Q-1** Reasoning is passed back on every assistant turn that has any
+//!   (the newer source), not only on tool-call turns.
+//! - **Q-2** The image path (5.8) is implemented; the caller supplies the
+//!   attachment service as an [`AttachmentSource`]. An image block that did
+//!   not parse as a typed image (kept as `ContentBlock::Unknown`) is not
+//!   treated as an image: it is dropped like any unknown block.
+//! - **Q-4** In-band `{"error":…}` payloads are ignored, as in the reference
+//!   (E-1): an overflow reported that way ends as `EMPTY_RESPONSE`.
+//! - **Q-6** Assistant `content` is always a string, never `null`.
+//! - **Q-7** An empty `finish_reason` (`""`) is treated as absent, so no
+//!   failure with an empty code is ever produced.
+//! - **Q-8** Token counts are `i64`; a missing or non-numeric
+//!   `prompt_tokens`/`completion_tokens` counts as 0; `inputTokens` is not
+//!   clamped (it can be negative) but the subtraction saturates instead of
+//!   overflowing; a fractional count is truncated toward zero.
+//! - **Q-9** Every non-object payload, a `choices` or `tool_calls` that is
+//!   present but not an array of objects (`null` counts as absent), is
+//!   `MALFORMED_RESPONSE` (the reference crashes into `TRANSPORT` for some
+//!   of these). Fields of an unexpected type (`"content":5`, a non-object
+//!   `delta` or `function`) are ignored, like the reference's type checks.
+//! - **Q-10** Only SSE comments and emitted chunks re-arm the watchdog.
+//! - **Q-11** One trailing `/` is stripped from the base URL.
+//! - **Q-12** The request id falls back to `x-deepseek-request-id` when
+//!   `x-request-id` is absent **or empty**.
+//! - **Q-13** A `\r` at the very end of the body terminates its line.
+//! - **Q-16** Several choices are merged into the same blocks (reference).
+//! - **Q-17** `Retry-After` dates: IMF-fixdate, RFC 850 (two-digit years
+//!   below 50 are 20xx), asctime and RFC 3339; anything else gives no value.
+//! - **Q-20** The malformed-payload excerpt is the first 120 `char`s.
+//! - **Q-22** `purpose: "session-title"` skips effort validation (reference).
+//! - Duplicate JSON keys in a payload: the last one wins, as in `JSON.parse`.
+//!   Payloads serde_json rejects but `JSON.parse` accepts (a lone surrogate
+//!   escape such as `"\ud800"`, a number beyond `f64`, nesting deeper than
+//!   128) are `MALFORMED_RESPONSE`.
+//! - Tool-call wire `index` values are matched as JavaScript `Map` keys
+//!   (SameValueZero): `0` and `0.0` are one call, `"0"` another, a missing
+//!   index is a key of its own, and every object or array index opens a new
+//!   block.
+//! - The classifier `detail` only joins string `code`/`type`/`message`
+//!   values (a numeric `code` is skipped).
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod classify;
+pub mod codes;
+mod config;
+mod pattern;
+mod request;
+mod sse;
+mod translate;
+mod wire;
+
+#[cfg(feature = "std")]
+mod cancel;
+#[cfg(feature = "std")]
+mod client;
+#[cfg(feature = "mock")]
+pub mod mock;
+
+pub use classify::{
+    HttpErrorResponse, ProviderError, classify_http_error, http_error_code, is_context_overflow,
+    is_quota_exhausted, parse_http_date, parse_retry_after, request_id,
+};
+pub use config::{
+    BASE_URL_ENV, ConfigError, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT_MS,
+    DeepSeekConfig, Effort, Modality, ModelEntry, PROVIDER_ROUTE, Thinking, is_http_url,
+};
+pub use request::{
+    AttachmentSource, IMAGE_OMITTED, WireThinking, base64, build_request_body, has_images,
+    precheck_images, wire_thinking,
+};
+pub use sse::{DONE, SseEvent, SseFramer};
+pub use translate::{
+    PushOutcome, StreamDecoder, Translator, decode_body, decode_pieces, empty_response_finish,
+    error_finish, malformed, map_finish_reason,
+};
+
+#[cfg(feature = "std")]
+pub use cancel::CancelToken;
+#[cfg(feature = "std")]
+pub use client::{ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, user_agent};
+
+pub use dsh_core::{LlmError, StreamChunk};

@@ -1,0 +1,406 @@
+//! Payload → `StreamChunk` translation (5.11–5.14) and the body decoder that
+//! chains the SSE framer and the translator.
+
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+use dsh_core::{ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage};
+
+use crate::codes;
+use crate::sse::{DONE, SseEvent, SseFramer};
+use crate::wire::{self, List, Parsed, ToolKey, WireUsage};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Reasoning,
+    ToolCall,
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    index: u64,
+    kind: Kind,
+    /// Text, reasoning or tool arguments.
+    buf: String,
+    id: Option<String>,
+    name: Option<String>,
+}
+
+/// The payload translator (5.11): one per model call.
+///
+/// Feed it each dispatched SSE payload with [`Translator::push_payload`]; at
+/// `[DONE]` it emits every `block-end`, then the usage, then the finish.
+#[derive(Clone, Debug, Default)]
+pub struct Translator {
+    next_index: u64,
+    text: Option<usize>,
+    reasoning: Option<usize>,
+    tools: BTreeMap<ToolKey, usize>,
+    blocks: Vec<Block>,
+    pending_finish: Option<FinishReason>,
+    pending_usage: Option<TokenUsage>,
+    done: bool,
+}
+
+/// T-1: the `MALFORMED_RESPONSE` error for `payload`, quoting its first 120
+/// characters (Q-20: characters, never a split code point).
+pub fn malformed(payload: &str) -> LlmError {
+    let excerpt: String = payload.chars().take(120).collect();
+    let mut message = String::from("malformed SSE payload: ");
+    message.push_str(&excerpt);
+    LlmError::coded(codes::MALFORMED_RESPONSE, &message)
+}
+
+/// 5.12: a wire `finish_reason` as a [`FinishReason`].
+pub fn map_finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "tool_calls" => FinishReason::ToolCalls,
+        "length" => FinishReason::MaxTokens,
+        other => {
+            let mut message = String::from("model stopped: ");
+            message.push_str(other);
+            FinishReason::Error {
+                failure: LlmFailure::new(other.to_uppercase(), message),
+            }
+        }
+    }
+}
+
+fn map_usage(u: &WireUsage) -> TokenUsage {
+    // U-1: `cached_tokens` wins when present (even 0), else the hit count.
+    let cache_read = u.cached_tokens.0.or(u.prompt_cache_hit_tokens.0);
+    let prompt = u.prompt_tokens.0.unwrap_or(0);
+    TokenUsage {
+        // U-2 (no clamp, Q-8); saturating instead of overflowing.
+        input_tokens: prompt.saturating_sub(cache_read.unwrap_or(0)),
+        output_tokens: u.completion_tokens.0.unwrap_or(0),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: None,
+        reasoning_tokens: u.reasoning_tokens.0,
+    }
+}
+
+/// The EMPTY_RESPONSE finish of T-9 / AC-9.
+pub fn empty_response_finish() -> FinishReason {
+    FinishReason::Error {
+        failure: LlmFailure::new(
+            codes::EMPTY_RESPONSE,
+            "model returned a completed response with no content",
+        ),
+    }
+}
+
+impl Translator {
+    /// A translator for a new call.
+    pub fn new() -> Self {
+        Translator::default()
+    }
+
+    /// Whether `[DONE]` was translated.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn open(&mut self, kind: Kind, out: &mut Vec<StreamChunk>) -> usize {
+        let index = self.next_index;
+        self.next_index += 1;
+        out.push(StreamChunk::BlockStart {
+            index,
+            block_type: String::from(match kind {
+                Kind::Text => "text",
+                Kind::Reasoning => "reasoning",
+                Kind::ToolCall => "tool-call",
+            }),
+        });
+        self.blocks.push(Block {
+            index,
+            kind,
+            buf: String::new(),
+            id: None,
+            name: None,
+        });
+        self.blocks.len() - 1
+    }
+
+    /// Translates one payload, appending chunks to `out`. Returns whether it
+    /// was `[DONE]` (after which the call is over and further payloads are
+    /// ignored). On error nothing from this payload was emitted.
+    pub fn push_payload(
+        &mut self,
+        payload: &str,
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<bool, LlmError> {
+        if self.done {
+            return Ok(true);
+        }
+        if payload == DONE {
+            self.flush(out);
+            return Ok(true);
+        }
+        let parsed = match wire::parse(payload) {
+            Ok(Parsed::Object(p)) => p,
+            // Q-9 recommendation: any non-object payload, and any `choices`
+            // or `tool_calls` that is not an array of objects, is malformed.
+            Ok(Parsed::NotAnObject) | Err(_) => return Err(malformed(payload)),
+        };
+        let List::Items(choices) = parsed.choices else {
+            return Err(malformed(payload));
+        };
+        if choices
+            .iter()
+            .any(|c| matches!(c.delta.tool_calls, List::NotAnArray))
+        {
+            return Err(malformed(payload));
+        }
+        for choice in choices.into_iter() {
+            let delta = choice.delta;
+            // T-3
+            if let Some(text) = delta.reasoning_content.0.filter(|t| !t.is_empty()) {
+                let slot = match self.reasoning {
+                    Some(slot) => slot,
+                    None => {
+                        let slot = self.open(Kind::Reasoning, out);
+                        self.reasoning = Some(slot);
+                        slot
+                    }
+                };
+                if let Some(block) = self.blocks.get_mut(slot) {
+                    block.buf.push_str(&text);
+                    out.push(StreamChunk::ReasoningDelta {
+                        index: block.index,
+                        text: text.into_owned(),
+                    });
+                }
+            }
+            // T-4
+            if let Some(text) = delta.content.0.filter(|t| !t.is_empty()) {
+                let slot = match self.text {
+                    Some(slot) => slot,
+                    None => {
+                        let slot = self.open(Kind::Text, out);
+                        self.text = Some(slot);
+                        slot
+                    }
+                };
+                if let Some(block) = self.blocks.get_mut(slot) {
+                    block.buf.push_str(&text);
+                    out.push(StreamChunk::TextDelta {
+                        index: block.index,
+                        text: text.into_owned(),
+                    });
+                }
+            }
+            // T-5
+            if let List::Items(calls) = delta.tool_calls {
+                for call in calls.into_iter() {
+                    let slot = match call.key {
+                        ToolKey::Unique => self.open(Kind::ToolCall, out),
+                        key => match self.tools.get(&key) {
+                            Some(slot) => *slot,
+                            None => {
+                                let slot = self.open(Kind::ToolCall, out);
+                                self.tools.insert(key, slot);
+                                slot
+                            }
+                        },
+                    };
+                    let Some(block) = self.blocks.get_mut(slot) else {
+                        continue;
+                    };
+                    if let Some(id) = call.id.0 {
+                        block.id = Some(id.into_owned());
+                    }
+                    if let Some(name) = call.name.0 {
+                        block.name = Some(name.into_owned());
+                    }
+                    let fragment = call.arguments.0.unwrap_or_default();
+                    block.buf.push_str(&fragment);
+                    out.push(StreamChunk::ToolCallDelta {
+                        index: block.index,
+                        id: block.id.clone().unwrap_or_default(),
+                        name: block.name.clone(),
+                        arguments_delta: fragment.into_owned(),
+                    });
+                }
+            }
+            // T-6, with the Q-7 choice: an empty string is treated as absent.
+            if let Some(reason) = choice.finish_reason.0.filter(|r| !r.is_empty()) {
+                self.pending_finish = Some(map_finish_reason(&reason));
+            }
+        }
+        // T-7
+        if let Some(usage) = parsed.usage {
+            self.pending_usage = Some(map_usage(&usage));
+        }
+        Ok(false)
+    }
+
+    /// T-9: block-ends in opening order, usage, finish.
+    fn flush(&mut self, out: &mut Vec<StreamChunk>) {
+        self.done = true;
+        let opened = !self.blocks.is_empty();
+        for block in core::mem::take(&mut self.blocks) {
+            let content = match block.kind {
+                Kind::Text => ContentBlock::Text { text: block.buf },
+                Kind::Reasoning => ContentBlock::Reasoning { text: block.buf },
+                Kind::ToolCall => ContentBlock::tool_call(
+                    block.id.unwrap_or_default(),
+                    block.name.unwrap_or_default(),
+                    block.buf,
+                ),
+            };
+            out.push(StreamChunk::BlockEnd {
+                index: block.index,
+                block: content,
+            });
+        }
+        if let Some(usage) = self.pending_usage.take() {
+            out.push(StreamChunk::Usage { usage });
+        }
+        let reason = match self.pending_finish.take() {
+            None | Some(FinishReason::Stop) if !opened => empty_response_finish(),
+            Some(reason) => reason,
+            None => FinishReason::Stop,
+        };
+        out.push(StreamChunk::finish(reason));
+    }
+
+    /// T-10: the payload source ended; an error unless `[DONE]` was seen.
+    pub fn end(&self) -> Result<(), LlmError> {
+        if self.done {
+            Ok(())
+        } else {
+            Err(LlmError::coded(
+                codes::STREAM_CLOSED,
+                "SSE payload stream ended without [DONE]",
+            ))
+        }
+    }
+}
+
+/// What one [`StreamDecoder::push`] saw besides chunks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PushOutcome {
+    /// SSE comment lines seen (activity for the idle watchdog, WD-3).
+    pub comments: usize,
+    /// `[DONE]` was reached: the call is complete and the rest of the body
+    /// must not be read (SSE-6).
+    pub finished: bool,
+}
+
+/// The response body decoder: SSE framing plus translation.
+///
+/// ```
+/// use dsh_deepseek::StreamDecoder;
+/// let mut decoder = StreamDecoder::new();
+/// let mut chunks = Vec::new();
+/// let body = b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+/// for piece in body.chunks(7) {
+///     decoder.push(piece, &mut chunks).unwrap();
+/// }
+/// decoder.finish().unwrap();
+/// assert_eq!(chunks.len(), 4); // block-start, text-delta, block-end, finish
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct StreamDecoder {
+    framer: SseFramer,
+    translator: Translator,
+    failed: Option<LlmError>,
+}
+
+impl StreamDecoder {
+    /// A decoder for a new response body.
+    pub fn new() -> Self {
+        StreamDecoder::default()
+    }
+
+    /// Whether `[DONE]` was reached.
+    pub fn is_finished(&self) -> bool {
+        self.translator.is_done()
+    }
+
+    /// Feeds one piece of the body, appending the chunks it completes to
+    /// `out`.
+    ///
+    /// On error, `out` still holds every chunk of the payloads before the bad
+    /// one (deliver them, then the error); the decoder then stays failed and
+    /// returns the same error again.
+    pub fn push(
+        &mut self,
+        bytes: &[u8],
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<PushOutcome, LlmError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let mut outcome = PushOutcome::default();
+        let translator = &mut self.translator;
+        let result = self.framer.push(bytes, &mut |event| match event {
+            SseEvent::Comment(_) => {
+                outcome.comments += 1;
+                Ok(())
+            }
+            SseEvent::Data(payload) => translator.push_payload(payload, out).map(|_| ()),
+        });
+        if let Err(e) = result {
+            self.failed = Some(e.clone());
+            return Err(e);
+        }
+        outcome.finished = self.translator.is_done();
+        Ok(outcome)
+    }
+
+    /// The body ended (SSE-7): `STREAM_CLOSED` unless `[DONE]` was reached.
+    pub fn finish(&mut self) -> Result<(), LlmError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.translator.is_done() {
+            return Ok(());
+        }
+        let e = LlmError::coded(codes::STREAM_CLOSED, "SSE stream ended without [DONE]");
+        self.failed = Some(e.clone());
+        Err(e)
+    }
+}
+
+/// AC-6: the terminal `finish` chunk for an error raised by the adapter:
+/// `aborted` when the caller's signal is aborted or the code is `ABORTED`,
+/// otherwise `error`.
+pub fn error_finish(error: &LlmError, caller_cancelled: bool) -> StreamChunk {
+    let failure = error.failure().clone();
+    let reason = if caller_cancelled || failure.code == codes::ABORTED {
+        FinishReason::Aborted { failure }
+    } else {
+        FinishReason::Error { failure }
+    };
+    StreamChunk::finish(reason)
+}
+
+/// Decodes a whole body given in `pieces` (any split) and applies AC-6: the
+/// chunk sequence always ends in a `finish`, a failure included.
+pub fn decode_pieces<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> Vec<StreamChunk> {
+    let mut decoder = StreamDecoder::new();
+    let mut out = Vec::new();
+    for piece in pieces {
+        match decoder.push(piece, &mut out) {
+            Ok(o) if o.finished => return out,
+            Ok(_) => {}
+            Err(e) => {
+                out.push(error_finish(&e, false));
+                return out;
+            }
+        }
+    }
+    if let Err(e) = decoder.finish() {
+        out.push(error_finish(&e, false));
+    }
+    out
+}
+
+/// [`decode_pieces`] for a body in one piece.
+pub fn decode_body(body: &[u8]) -> Vec<StreamChunk> {
+    decode_pieces(core::iter::once(body))
+}

@@ -1,0 +1,515 @@
+//! The inbound SSE payload (`chat.completion.chunk`) as the translator reads
+//! it (5.11), deserialized leniently and without copying.
+//!
+//! Hand-written visitors rather than derives, for three reasons:
+//!
+//! - **leniency:** a field of an unexpected type is treated as absent, as the
+//!   reference's `typeof` checks do (a `content` of `5` is ignored, not an
+//!   error); only the structural cases of Q-9 are errors;
+//! - **duplicate keys:** the last one wins, as in `JSON.parse` (a derive
+//!   rejects duplicates);
+//! - **speed:** strings are borrowed from the payload when they contain no
+//!   escapes, unknown keys are skipped with `IgnoredAny`, and the usual single
+//!   choice / single tool call needs no `Vec` allocation.
+
+use alloc::borrow::Cow;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::marker::PhantomData;
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+/// A string field: `Some` only when the JSON value is a string.
+#[derive(Debug, Default)]
+pub(crate) struct Str<'a>(pub Option<Cow<'a, str>>);
+
+/// A number field: `Some` only when the JSON value is a number (Q-8: kept as
+/// `i64`, fractions truncated toward zero, saturating at the `i64` range).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Num(pub Option<i64>);
+
+/// Up to one element inline, the rest in a `Vec`.
+#[derive(Debug)]
+pub(crate) struct Few<T> {
+    pub first: Option<T>,
+    pub rest: Vec<T>,
+}
+
+impl<T> Default for Few<T> {
+    fn default() -> Self {
+        Few {
+            first: None,
+            rest: Vec::new(),
+        }
+    }
+}
+
+impl<T> Few<T> {
+    fn push(&mut self, v: T) {
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first = Some(v);
+        } else {
+            self.rest.push(v);
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.first.iter().chain(self.rest.iter())
+    }
+
+    pub fn into_iter(self) -> impl Iterator<Item = T> {
+        self.first.into_iter().chain(self.rest)
+    }
+}
+
+/// A list field: absent or `null` is empty; any other non-array value is the
+/// Q-9 structural error.
+#[derive(Debug)]
+pub(crate) enum List<T> {
+    Items(Few<T>),
+    NotAnArray,
+}
+
+impl<T> Default for List<T> {
+    fn default() -> Self {
+        List::Items(Few::default())
+    }
+}
+
+/// One payload.
+#[derive(Debug, Default)]
+pub(crate) struct Payload<'a> {
+    pub choices: List<Choice<'a>>,
+    pub usage: Option<WireUsage>,
+}
+
+/// One `choices[]` element. `None` delta when absent, `null` or not an object.
+#[derive(Debug, Default)]
+pub(crate) struct Choice<'a> {
+    pub delta: Delta<'a>,
+    pub finish_reason: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Delta<'a> {
+    pub content: Str<'a>,
+    pub reasoning_content: Str<'a>,
+    pub tool_calls: List<ToolCall<'a>>,
+}
+
+/// The identity of a wire tool-call `index`, compared as JavaScript's `Map`
+/// compares keys (SameValueZero): `1` and `1.0` are the same key, `"1"` is
+/// another, and every object or array is a fresh key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum ToolKey {
+    Absent,
+    Null,
+    Bool(bool),
+    Number(u64),
+    Str(String),
+    Unique,
+}
+
+#[derive(Debug)]
+pub(crate) struct ToolCall<'a> {
+    pub key: ToolKey,
+    pub id: Str<'a>,
+    pub name: Str<'a>,
+    pub arguments: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct Function<'a> {
+    name: Str<'a>,
+    arguments: Str<'a>,
+}
+
+/// The wire usage object (5.13).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct WireUsage {
+    pub prompt_tokens: Num,
+    pub completion_tokens: Num,
+    pub prompt_cache_hit_tokens: Num,
+    pub cached_tokens: Num,
+    pub reasoning_tokens: Num,
+}
+
+/// Skips any value.
+fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<IgnoredAny>().map(|_| ())
+}
+
+/// A key, borrowed when possible; compared against the known names.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(String::from(v))))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// One default `visit_*` method returning `$other` for that kind of value.
+macro_rules! default_visit {
+    (bool, $v:ty, $o:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<$v, E> {
+            Ok($o)
+        }
+    };
+    (unit, $v:ty, $o:expr) => {
+        fn visit_unit<E: de::Error>(self) -> Result<$v, E> {
+            Ok($o)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<$v, E> {
+            Ok($o)
+        }
+    };
+    (str, $v:ty, $o:expr) => {
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<$v, E> {
+            Ok($o)
+        }
+    };
+    (num, $v:ty, $o:expr) => {
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<$v, E> {
+            Ok($o)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<$v, E> {
+            Ok($o)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<$v, E> {
+            Ok($o)
+        }
+    };
+    (seq, $v:ty, $o:expr) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<$v, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok($o)
+        }
+    };
+    (map, $v:ty, $o:expr) => {
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$v, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok($o)
+        }
+    };
+}
+
+/// The default `visit_*` methods for the listed kinds, plus `expecting`.
+macro_rules! default_visits {
+    ($v:ty, $o:expr; $($kind:ident),*) => {
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        $( default_visit!($kind, $v, $o); )*
+    };
+}
+
+impl<'de> Deserialize<'de> for Str<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            default_visits!(Str<'de>, Str(None); bool, unit, num, seq, map);
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Some(Cow::Owned(String::from(v)))))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Str<'de>, E> {
+                Ok(Str(Some(Cow::Owned(v))))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Num;
+            default_visits!(Num, Num(None); bool, unit, str, seq, map);
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
+                Ok(Num(Some(i64::try_from(v).unwrap_or(i64::MAX))))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
+                Ok(Num(Some(v)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
+                // `as` truncates toward zero and saturates.
+                Ok(Num(Some(v as i64)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        fn number(v: f64) -> ToolKey {
+            // SameValueZero: -0 and +0 are one key.
+            ToolKey::Number(if v == 0.0 { 0 } else { v.to_bits() })
+        }
+        impl<'de> Visitor<'de> for V {
+            type Value = ToolKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<ToolKey, E> {
+                Ok(ToolKey::Bool(v))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ToolKey, E> {
+                Ok(ToolKey::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<ToolKey, E> {
+                Ok(ToolKey::Null)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ToolKey, E> {
+                Ok(number(v as f64))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ToolKey, E> {
+                Ok(number(v as f64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<ToolKey, E> {
+                Ok(number(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ToolKey, E> {
+                Ok(ToolKey::Str(String::from(v)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ToolKey, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ToolKey::Unique)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ToolKey, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(ToolKey::Unique)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A value that is an object of `T` (`Ok`), or any other kind of value (`Err`).
+struct ObjectOr<T>(Result<T, ()>);
+
+trait ObjectVisit<'de>: Sized + Default {
+    fn visit<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error>;
+}
+
+impl<'de, T: ObjectVisit<'de>> Deserialize<'de> for ObjectOr<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: ObjectVisit<'de>> Visitor<'de> for V<T> {
+            type Value = ObjectOr<T>;
+            default_visits!(ObjectOr<T>, ObjectOr(Err(())); bool, unit, str, num, seq);
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ObjectOr<T>, A::Error> {
+                T::visit(map).map(|v| ObjectOr(Ok(v)))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A list of objects: absent/`null` → empty; an array of objects → items;
+/// any other value, or an element that is not an object → `NotAnArray`.
+struct ListOf<T>(List<T>);
+
+impl<'de, T: ObjectVisit<'de>> Deserialize<'de> for ListOf<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: ObjectVisit<'de>> Visitor<'de> for V<T> {
+            type Value = ListOf<T>;
+            default_visits!(ListOf<T>, ListOf(List::NotAnArray); bool, str, num, map);
+            fn visit_unit<E: de::Error>(self) -> Result<ListOf<T>, E> {
+                Ok(ListOf(List::default()))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<ListOf<T>, E> {
+                Ok(ListOf(List::default()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ListOf<T>, A::Error> {
+                let mut few = Few::default();
+                let mut all_objects = true;
+                while let Some(item) = seq.next_element::<ObjectOr<T>>()? {
+                    match item.0 {
+                        Ok(v) => few.push(v),
+                        Err(()) => all_objects = false,
+                    }
+                }
+                Ok(ListOf(if all_objects {
+                    List::Items(few)
+                } else {
+                    List::NotAnArray
+                }))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+impl<'de> ObjectVisit<'de> for Payload<'de> {
+    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut p = Payload::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match &*key.0 {
+                "choices" => p.choices = map.next_value::<ListOf<Choice<'de>>>()?.0,
+                "usage" => p.usage = map.next_value::<ObjectOr<WireUsage>>()?.0.ok(),
+                _ => skip(&mut map)?,
+            }
+        }
+        Ok(p)
+    }
+}
+
+impl<'de> ObjectVisit<'de> for Choice<'de> {
+    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut c = Choice::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match &*key.0 {
+                "delta" => {
+                    c.delta = map
+                        .next_value::<ObjectOr<Delta<'de>>>()?
+                        .0
+                        .unwrap_or_default()
+                }
+                "finish_reason" => c.finish_reason = map.next_value()?,
+                _ => skip(&mut map)?,
+            }
+        }
+        Ok(c)
+    }
+}
+
+impl<'de> ObjectVisit<'de> for Delta<'de> {
+    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut d = Delta::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match &*key.0 {
+                "content" => d.content = map.next_value()?,
+                "reasoning_content" => d.reasoning_content = map.next_value()?,
+                "tool_calls" => d.tool_calls = map.next_value::<ListOf<ToolCall<'de>>>()?.0,
+                _ => skip(&mut map)?,
+            }
+        }
+        Ok(d)
+    }
+}
+
+impl Default for ToolCall<'_> {
+    fn default() -> Self {
+        ToolCall {
+            key: ToolKey::Absent,
+            id: Str(None),
+            name: Str(None),
+            arguments: Str(None),
+        }
+    }
+}
+
+impl<'de> ObjectVisit<'de> for ToolCall<'de> {
+    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut c = ToolCall::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match &*key.0 {
+                "index" => c.key = map.next_value()?,
+                "id" => c.id = map.next_value()?,
+                "function" => {
+                    let f = map
+                        .next_value::<ObjectOr<Function<'de>>>()?
+                        .0
+                        .unwrap_or_default();
+                    c.name = f.name;
+                    c.arguments = f.arguments;
+                }
+                _ => skip(&mut map)?,
+            }
+        }
+        Ok(c)
+    }
+}
+
+impl<'de> ObjectVisit<'de> for Function<'de> {
+    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut f = Function::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match &*key.0 {
+                "name" => f.name = map.next_value()?,
+                "arguments" => f.arguments = map.next_value()?,
+                _ => skip(&mut map)?,
+            }
+        }
+        Ok(f)
+    }
+}
+
+#[derive(Default)]
+struct Details {
+    cached_tokens: Num,
+    reasoning_tokens: Num,
+}
+
+impl<'de> ObjectVisit<'de> for Details {
+    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut d = Details::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match &*key.0 {
+                "cached_tokens" => d.cached_tokens = map.next_value()?,
+                "reasoning_tokens" => d.reasoning_tokens = map.next_value()?,
+                _ => skip(&mut map)?,
+            }
+        }
+        Ok(d)
+    }
+}
+
+impl<'de> ObjectVisit<'de> for WireUsage {
+    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut u = WireUsage::default();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match &*key.0 {
+                "prompt_tokens" => u.prompt_tokens = map.next_value()?,
+                "completion_tokens" => u.completion_tokens = map.next_value()?,
+                "prompt_cache_hit_tokens" => u.prompt_cache_hit_tokens = map.next_value()?,
+                "prompt_tokens_details" => {
+                    let d = map.next_value::<ObjectOr<Details>>()?.0.unwrap_or_default();
+                    u.cached_tokens = d.cached_tokens;
+                }
+                "completion_tokens_details" => {
+                    let d = map.next_value::<ObjectOr<Details>>()?.0.unwrap_or_default();
+                    u.reasoning_tokens = d.reasoning_tokens;
+                }
+                _ => skip(&mut map)?,
+            }
+        }
+        Ok(u)
+    }
+}
+
+/// The result of reading one payload: an object, or some other JSON value.
+#[allow(clippy::large_enum_variant)] // a short-lived by-value result
+pub(crate) enum Parsed<'a> {
+    Object(Payload<'a>),
+    NotAnObject,
+}
+
+/// Parses one payload. `Err` is a JSON syntax error.
+pub(crate) fn parse(payload: &str) -> Result<Parsed<'_>, serde_json::Error> {
+    let v: ObjectOr<Payload<'_>> = serde_json::from_str(payload)?;
+    Ok(match v.0 {
+        Ok(p) => Parsed::Object(p),
+        Err(()) => Parsed::NotAnObject,
+    })
+}
