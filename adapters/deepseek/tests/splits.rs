@@ -1,0 +1,129 @@
+//! Split invariance of the body decoder (SSE-2, SSE-1): any split of a body
+//! into pieces gives the same chunks, and they always pass the validator.
+//! Also the shared workload: `stream.sse` decodes to exactly `chunks.jsonl`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dsh_core::{StreamChunk, validate_stream};
+use dsh_deepseek::{decode_body, decode_pieces};
+use proptest::prelude::*;
+
+/// A realistic body: keep-alives, role delta, reasoning, multi-byte text,
+/// CRLF and bare-CR line ends, a tool call in fragments, usage, [DONE].
+fn sample_body() -> Vec<u8> {
+    let mut s = String::from("\u{FEFF}: keep-alive\r\n\r\n");
+    let events = [
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":""}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":"Let me think 🤔"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"你好, \"world\"\n"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"read","arguments":""}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\": \"é\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":""},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":30,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":16},"completion_tokens_details":{"reasoning_tokens":4}}}"#,
+    ];
+    for (i, e) in events.iter().enumerate() {
+        let nl = ["\n", "\r\n", "\r"][i % 3];
+        s.push_str(&format!("data: {e}{nl}{nl}"));
+        if i == 2 {
+            s.push_str(":ping\n\n");
+        }
+    }
+    s.push_str("data: [DONE]\r\r");
+    s.into_bytes()
+}
+
+fn pieces<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+    points.sort_unstable();
+    let mut out = Vec::new();
+    let mut last = 0;
+    for p in points {
+        out.push(&body[last..p]);
+        last = p;
+    }
+    out.push(&body[last..]);
+    out
+}
+
+#[test]
+fn sample_body_decodes_to_a_valid_stream() {
+    let chunks = decode_body(&sample_body());
+    assert!(validate_stream(&chunks).is_empty());
+    let last = serde_json::to_string(chunks.last().unwrap()).unwrap();
+    assert_eq!(last, r#"{"type":"finish","reason":{"kind":"tool-calls"}}"#);
+    assert_eq!(chunks.len(), 12);
+    // Byte-at-a-time gives the same.
+    let body = sample_body();
+    assert_eq!(decode_pieces(body.chunks(1)), chunks);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn any_split_gives_the_same_chunks(cuts in proptest::collection::vec(any::<usize>(), 0..40)) {
+        let body = sample_body();
+        let whole = decode_body(&body);
+        let split = decode_pieces(pieces(&body, &cuts));
+        prop_assert_eq!(&split, &whole);
+    }
+
+    #[test]
+    fn truncated_bodies_fail_cleanly_at_any_split(
+        len in 0usize..2000,
+        cuts in proptest::collection::vec(any::<usize>(), 0..10),
+    ) {
+        let body = sample_body();
+        let body = &body[..len.min(body.len())];
+        let whole = decode_body(body);
+        prop_assert!(validate_stream(&whole).is_empty(), "{:?}", validate_stream(&whole));
+        prop_assert_eq!(decode_pieces(pieces(body, &cuts)), whole);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_break_the_grammar(
+        body in proptest::collection::vec(any::<u8>(), 0..400),
+        cuts in proptest::collection::vec(any::<usize>(), 0..10),
+    ) {
+        let whole = decode_body(&body);
+        prop_assert!(validate_stream(&whole).is_empty());
+        let ends_in_finish = matches!(whole.last(), Some(StreamChunk::Finish { .. }));
+        prop_assert!(ends_in_finish);
+        prop_assert_eq!(decode_pieces(pieces(&body, &cuts)), whole);
+    }
+}
+
+fn shared_dir() -> PathBuf {
+    match std::env::var_os("DSH_SHARED_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+    }
+}
+
+/// The workload generator's note: `chunks.jsonl` is exactly what the
+/// reference adapter produces from `stream.sse`.
+#[test]
+fn workload_stream_decodes_to_the_reference_chunks() {
+    let dir = std::env::temp_dir().join(format!("dsh-deepseek-wl-{}", std::process::id()));
+    let status = Command::new("python3")
+        .arg(shared_dir().join("bench/gen_workloads.py"))
+        .arg("--out")
+        .arg(&dir)
+        .args(["--seed", "7", "--chunks", "3000", "--events", "50"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("python3 runs gen_workloads.py");
+    assert!(status.success());
+    let sse = std::fs::read(dir.join("stream.sse")).unwrap();
+    let expected = std::fs::read_to_string(dir.join("chunks.jsonl")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    for piece in [16 * 1024, 7, 1] {
+        let chunks = decode_pieces(sse.chunks(piece));
+        let got: String = chunks
+            .iter()
+            .map(|c| serde_json::to_string(c).unwrap() + "\n")
+            .collect();
+        assert_eq!(got, expected, "piece size {piece}");
+        assert!(validate_stream(&chunks).is_empty());
+    }
+}
