@@ -362,7 +362,7 @@ struct PendingRequest {
 
 enum State {
     Pending(Box<PendingRequest>),
-    Body(ureq::BodyReader<'static>, StreamDecoder),
+    Body(Box<(ureq::BodyReader<'static>, StreamDecoder)>),
     /// An error to yield once the queued chunks are delivered.
     Failed(LlmError),
     Done,
@@ -652,11 +652,14 @@ impl Iterator for DeepSeekStream {
                         Err(f) => return self.fail(f),
                     };
                     match self.open(response) {
-                        Ok(reader) => self.state = State::Body(reader, StreamDecoder::new()),
+                        Ok(reader) => {
+                            self.state = State::Body(Box::new((reader, StreamDecoder::new())))
+                        }
                         Err(f) => return self.fail(f),
                     }
                 }
-                State::Body(mut reader, mut decoder) => {
+                State::Body(mut body) => {
+                    let (reader, decoder) = &mut *body;
                     if !self.armed {
                         self.arm();
                     }
@@ -683,7 +686,7 @@ impl Iterator for DeepSeekStream {
                                 self.arm();
                             }
                             if !outcome.finished {
-                                self.state = State::Body(reader, decoder);
+                                self.state = State::Body(body);
                             }
                             // On [DONE] the reader is dropped: reading stops.
                         }
