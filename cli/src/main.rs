@@ -7,7 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod deepseek;
 mod input;
+mod mock_server;
+mod sse;
 mod stream;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
@@ -23,6 +26,14 @@ enum Command {
     /// Inspect StreamChunk JSON lines: assemble or check a stream.
     #[command(subcommand)]
     Stream(stream::StreamCommand),
+    /// Translate raw DeepSeek SSE bodies into StreamChunk JSON lines.
+    #[command(subcommand)]
+    Sse(sse::SseCommand),
+    /// DeepSeek adapter tools: print the request body for GenerateOptions.
+    #[command(subcommand)]
+    Deepseek(deepseek::DeepSeekCommand),
+    /// Run the scripted mock DeepSeek server on 127.0.0.1.
+    MockServer(mock_server::MockServerArgs),
 }
 
 /// What a command ended with.
@@ -46,6 +57,9 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Stream(cmd) => stream::run(cmd),
+        Command::Sse(cmd) => sse::run(cmd),
+        Command::Deepseek(cmd) => deepseek::run(cmd),
+        Command::MockServer(args) => mock_server::run(args),
     };
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,
