@@ -110,3 +110,14 @@ pub use cancel::CancelToken;
 pub use client::{ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, user_agent};
 
 pub use dsh_core::{LlmError, StreamChunk};
+
+/// Entry points for the criterion benches (not a stable API).
+#[doc(hidden)]
+pub mod bench_support {
+    /// Parses one SSE payload into the translator's typed, borrowing payload
+    /// struct and drops it: the bare JSON cost of the hot path. Returns
+    /// whether it parsed.
+    pub fn parse_payload(payload: &str) -> bool {
+        crate::wire::parse_into(payload, &mut crate::wire::Payload::default()).is_ok()
+    }
+}

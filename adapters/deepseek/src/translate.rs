@@ -8,7 +8,7 @@ use dsh_core::{ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, To
 
 use crate::codes;
 use crate::sse::{DONE, SseEvent, SseFramer};
-use crate::wire::{self, List, Parsed, ToolKey, WireUsage};
+use crate::wire::{self, List, ToolKey, WireUsage};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -139,12 +139,13 @@ impl Translator {
             self.flush(out);
             return Ok(true);
         }
-        let parsed = match wire::parse(payload) {
-            Ok(Parsed::Object(p)) => p,
+        let mut parsed = wire::Payload::default();
+        match wire::parse_into(payload, &mut parsed) {
+            Ok(true) => {}
             // Q-9 recommendation: any non-object payload, and any `choices`
             // or `tool_calls` that is not an array of objects, is malformed.
-            Ok(Parsed::NotAnObject) | Err(_) => return Err(malformed(payload)),
-        };
+            Ok(false) | Err(_) => return Err(malformed(payload)),
+        }
         let List::Items(choices) = parsed.choices else {
             return Err(malformed(payload));
         };
@@ -154,10 +155,15 @@ impl Translator {
         {
             return Err(malformed(payload));
         }
-        for choice in choices.into_iter() {
-            let delta = choice.delta;
+        for choice in choices.iter() {
+            let delta = &choice.delta;
             // T-3
-            if let Some(text) = delta.reasoning_content.0.filter(|t| !t.is_empty()) {
+            if let Some(text) = delta
+                .reasoning_content
+                .0
+                .as_deref()
+                .filter(|t| !t.is_empty())
+            {
                 let slot = match self.reasoning {
                     Some(slot) => slot,
                     None => {
@@ -167,15 +173,15 @@ impl Translator {
                     }
                 };
                 if let Some(block) = self.blocks.get_mut(slot) {
-                    block.buf.push_str(&text);
+                    block.buf.push_str(text);
                     out.push(StreamChunk::ReasoningDelta {
                         index: block.index,
-                        text: text.into_owned(),
+                        text: String::from(text),
                     });
                 }
             }
             // T-4
-            if let Some(text) = delta.content.0.filter(|t| !t.is_empty()) {
+            if let Some(text) = delta.content.0.as_deref().filter(|t| !t.is_empty()) {
                 let slot = match self.text {
                     Some(slot) => slot,
                     None => {
@@ -185,23 +191,23 @@ impl Translator {
                     }
                 };
                 if let Some(block) = self.blocks.get_mut(slot) {
-                    block.buf.push_str(&text);
+                    block.buf.push_str(text);
                     out.push(StreamChunk::TextDelta {
                         index: block.index,
-                        text: text.into_owned(),
+                        text: String::from(text),
                     });
                 }
             }
             // T-5
-            if let List::Items(calls) = delta.tool_calls {
-                for call in calls.into_iter() {
-                    let slot = match call.key {
+            if let List::Items(calls) = &delta.tool_calls {
+                for call in calls.iter() {
+                    let slot = match &call.key {
                         ToolKey::Unique => self.open(Kind::ToolCall, out),
-                        key => match self.tools.get(&key) {
+                        key => match self.tools.get(key) {
                             Some(slot) => *slot,
                             None => {
                                 let slot = self.open(Kind::ToolCall, out);
-                                self.tools.insert(key, slot);
+                                self.tools.insert(key.clone(), slot);
                                 slot
                             }
                         },
@@ -209,25 +215,30 @@ impl Translator {
                     let Some(block) = self.blocks.get_mut(slot) else {
                         continue;
                     };
-                    if let Some(id) = call.id.0 {
-                        block.id = Some(id.into_owned());
+                    // T-5: the latest id and name win.
+                    if let Some(id) = call.id.0.as_deref() {
+                        if block.id.as_deref() != Some(id) {
+                            block.id = Some(String::from(id));
+                        }
                     }
-                    if let Some(name) = call.name.0 {
-                        block.name = Some(name.into_owned());
+                    if let Some(name) = call.name.0.as_deref() {
+                        if block.name.as_deref() != Some(name) {
+                            block.name = Some(String::from(name));
+                        }
                     }
-                    let fragment = call.arguments.0.unwrap_or_default();
-                    block.buf.push_str(&fragment);
+                    let fragment = call.arguments.0.as_deref().unwrap_or_default();
+                    block.buf.push_str(fragment);
                     out.push(StreamChunk::ToolCallDelta {
                         index: block.index,
                         id: block.id.clone().unwrap_or_default(),
                         name: block.name.clone(),
-                        arguments_delta: fragment.into_owned(),
+                        arguments_delta: String::from(fragment),
                     });
                 }
             }
             // T-6, with the Q-7 choice: an empty string is treated as absent.
-            if let Some(reason) = choice.finish_reason.0.filter(|r| !r.is_empty()) {
-                self.pending_finish = Some(map_finish_reason(&reason));
+            if let Some(reason) = choice.finish_reason.0.as_deref().filter(|r| !r.is_empty()) {
+                self.pending_finish = Some(map_finish_reason(reason));
             }
         }
         // T-7

@@ -17,7 +17,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 use core::marker::PhantomData;
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 
 /// A string field: `Some` only when the JSON value is a string.
 #[derive(Debug, Default)]
@@ -45,20 +47,21 @@ impl<T> Default for Few<T> {
 }
 
 impl<T> Few<T> {
-    fn push(&mut self, v: T) {
-        if self.first.is_none() && self.rest.is_empty() {
-            self.first = Some(v);
-        } else {
-            self.rest.push(v);
-        }
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = &T> {
         self.first.iter().chain(self.rest.iter())
     }
 
-    pub fn into_iter(self) -> impl Iterator<Item = T> {
-        self.first.into_iter().chain(self.rest)
+    fn push_default(&mut self) -> &mut T
+    where
+        T: Default,
+    {
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first.insert(T::default())
+        } else {
+            let i = self.rest.len();
+            self.rest.push(T::default());
+            &mut self.rest[i]
+        }
     }
 }
 
@@ -303,108 +306,139 @@ impl<'de> Deserialize<'de> for ToolKey {
     }
 }
 
-/// A value that is an object of `T` (`Ok`), or any other kind of value (`Err`).
-struct ObjectOr<T>(Result<T, ()>);
-
-trait ObjectVisit<'de>: Sized + Default {
-    fn visit<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error>;
+/// A type filled in place from a JSON object.
+trait ObjectVisit<'de>: Default {
+    /// Reads the object's entries into `self` (which starts as default).
+    fn fill<A: MapAccess<'de>>(&mut self, map: A) -> Result<(), A::Error>;
 }
 
-impl<'de, T: ObjectVisit<'de>> Deserialize<'de> for ObjectOr<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: ObjectVisit<'de>> Visitor<'de> for V<T> {
-            type Value = ObjectOr<T>;
-            default_visits!(ObjectOr<T>, ObjectOr(Err(())); bool, unit, str, num, seq);
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ObjectOr<T>, A::Error> {
-                T::visit(map).map(|v| ObjectOr(Ok(v)))
-            }
-        }
-        d.deserialize_any(V(PhantomData))
+/// Fills `T` in place from any value: an object is read into it, any other
+/// kind of value leaves it default. The seed's value says whether it was an
+/// object. A later duplicate key replaces the whole value, as in `JSON.parse`.
+struct FillObject<'a, T>(&'a mut T);
+
+struct FillVisitor<'a, T>(&'a mut T);
+
+impl<'de, T: ObjectVisit<'de>> Visitor<'de> for FillVisitor<'_, T> {
+    type Value = bool;
+    default_visits!(bool, false; bool, unit, str, num, seq);
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        self.0.fill(map)?;
+        Ok(true)
     }
 }
 
-/// A list of objects: absent/`null` → empty; an array of objects → items;
-/// any other value, or an element that is not an object → `NotAnArray`.
-struct ListOf<T>(List<T>);
+impl<'de, T: ObjectVisit<'de>> DeserializeSeed<'de> for FillObject<'_, T> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        *self.0 = T::default();
+        d.deserialize_any(FillVisitor(self.0))
+    }
+}
 
-impl<'de, T: ObjectVisit<'de>> Deserialize<'de> for ListOf<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: ObjectVisit<'de>> Visitor<'de> for V<T> {
-            type Value = ListOf<T>;
-            default_visits!(ListOf<T>, ListOf(List::NotAnArray); bool, str, num, map);
-            fn visit_unit<E: de::Error>(self) -> Result<ListOf<T>, E> {
-                Ok(ListOf(List::default()))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<ListOf<T>, E> {
-                Ok(ListOf(List::default()))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ListOf<T>, A::Error> {
-                let mut few = Few::default();
-                let mut all_objects = true;
-                while let Some(item) = seq.next_element::<ObjectOr<T>>()? {
-                    match item.0 {
-                        Ok(v) => few.push(v),
-                        Err(()) => all_objects = false,
-                    }
-                }
-                Ok(ListOf(if all_objects {
-                    List::Items(few)
-                } else {
-                    List::NotAnArray
-                }))
-            }
+/// Appends one element, filled in place; clears `all_objects` when the
+/// element is not an object.
+struct PushObject<'a, T> {
+    few: &'a mut Few<T>,
+    all_objects: &'a mut bool,
+}
+
+impl<'de, T: ObjectVisit<'de>> DeserializeSeed<'de> for PushObject<'_, T> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        let slot = self.few.push_default();
+        if !d.deserialize_any(FillVisitor(slot))? {
+            *self.all_objects = false;
         }
-        d.deserialize_any(V(PhantomData))
+        Ok(())
+    }
+}
+
+/// Reads a list of objects: absent/`null` → empty; an array of objects →
+/// items; any other value, or an element that is not an object →
+/// `NotAnArray`.
+struct ListVisitor<T>(PhantomData<T>);
+
+impl<'de, T: ObjectVisit<'de>> Visitor<'de> for ListVisitor<T> {
+    type Value = List<T>;
+    default_visits!(List<T>, List::NotAnArray; bool, str, num, map);
+    fn visit_unit<E: de::Error>(self) -> Result<List<T>, E> {
+        Ok(List::default())
+    }
+    fn visit_none<E: de::Error>(self) -> Result<List<T>, E> {
+        Ok(List::default())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List<T>, A::Error> {
+        let mut few = Few::default();
+        let mut all_objects = true;
+        while seq
+            .next_element_seed(PushObject {
+                few: &mut few,
+                all_objects: &mut all_objects,
+            })?
+            .is_some()
+        {}
+        Ok(if all_objects {
+            List::Items(few)
+        } else {
+            List::NotAnArray
+        })
+    }
+}
+
+/// Replaces a list with the value read (the last duplicate key wins).
+struct FillList<'a, T>(&'a mut List<T>);
+
+impl<'de, T: ObjectVisit<'de>> DeserializeSeed<'de> for FillList<'_, T> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        *self.0 = d.deserialize_any(ListVisitor(PhantomData))?;
+        Ok(())
     }
 }
 
 impl<'de> ObjectVisit<'de> for Payload<'de> {
-    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut p = Payload::default();
+    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match &*key.0 {
-                "choices" => p.choices = map.next_value::<ListOf<Choice<'de>>>()?.0,
-                "usage" => p.usage = map.next_value::<ObjectOr<WireUsage>>()?.0.ok(),
+                "choices" => map.next_value_seed(FillList(&mut self.choices))?,
+                "usage" => {
+                    let mut u = WireUsage::default();
+                    self.usage = map.next_value_seed(FillObject(&mut u))?.then_some(u);
+                }
                 _ => skip(&mut map)?,
             }
         }
-        Ok(p)
+        Ok(())
     }
 }
 
 impl<'de> ObjectVisit<'de> for Choice<'de> {
-    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut c = Choice::default();
+    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match &*key.0 {
                 "delta" => {
-                    c.delta = map
-                        .next_value::<ObjectOr<Delta<'de>>>()?
-                        .0
-                        .unwrap_or_default()
+                    map.next_value_seed(FillObject(&mut self.delta))?;
                 }
-                "finish_reason" => c.finish_reason = map.next_value()?,
+                "finish_reason" => self.finish_reason = map.next_value()?,
                 _ => skip(&mut map)?,
             }
         }
-        Ok(c)
+        Ok(())
     }
 }
 
 impl<'de> ObjectVisit<'de> for Delta<'de> {
-    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut d = Delta::default();
+    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match &*key.0 {
-                "content" => d.content = map.next_value()?,
-                "reasoning_content" => d.reasoning_content = map.next_value()?,
-                "tool_calls" => d.tool_calls = map.next_value::<ListOf<ToolCall<'de>>>()?.0,
+                "content" => self.content = map.next_value()?,
+                "reasoning_content" => self.reasoning_content = map.next_value()?,
+                "tool_calls" => map.next_value_seed(FillList(&mut self.tool_calls))?,
                 _ => skip(&mut map)?,
             }
         }
-        Ok(d)
+        Ok(())
     }
 }
 
@@ -420,38 +454,34 @@ impl Default for ToolCall<'_> {
 }
 
 impl<'de> ObjectVisit<'de> for ToolCall<'de> {
-    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut c = ToolCall::default();
+    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match &*key.0 {
-                "index" => c.key = map.next_value()?,
-                "id" => c.id = map.next_value()?,
+                "index" => self.key = map.next_value()?,
+                "id" => self.id = map.next_value()?,
                 "function" => {
-                    let f = map
-                        .next_value::<ObjectOr<Function<'de>>>()?
-                        .0
-                        .unwrap_or_default();
-                    c.name = f.name;
-                    c.arguments = f.arguments;
+                    let mut f = Function::default();
+                    map.next_value_seed(FillObject(&mut f))?;
+                    self.name = f.name;
+                    self.arguments = f.arguments;
                 }
                 _ => skip(&mut map)?,
             }
         }
-        Ok(c)
+        Ok(())
     }
 }
 
 impl<'de> ObjectVisit<'de> for Function<'de> {
-    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut f = Function::default();
+    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match &*key.0 {
-                "name" => f.name = map.next_value()?,
-                "arguments" => f.arguments = map.next_value()?,
+                "name" => self.name = map.next_value()?,
+                "arguments" => self.arguments = map.next_value()?,
                 _ => skip(&mut map)?,
             }
         }
-        Ok(f)
+        Ok(())
     }
 }
 
@@ -462,54 +492,50 @@ struct Details {
 }
 
 impl<'de> ObjectVisit<'de> for Details {
-    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut d = Details::default();
+    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match &*key.0 {
-                "cached_tokens" => d.cached_tokens = map.next_value()?,
-                "reasoning_tokens" => d.reasoning_tokens = map.next_value()?,
+                "cached_tokens" => self.cached_tokens = map.next_value()?,
+                "reasoning_tokens" => self.reasoning_tokens = map.next_value()?,
                 _ => skip(&mut map)?,
             }
         }
-        Ok(d)
+        Ok(())
     }
 }
 
 impl<'de> ObjectVisit<'de> for WireUsage {
-    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut u = WireUsage::default();
+    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match &*key.0 {
-                "prompt_tokens" => u.prompt_tokens = map.next_value()?,
-                "completion_tokens" => u.completion_tokens = map.next_value()?,
-                "prompt_cache_hit_tokens" => u.prompt_cache_hit_tokens = map.next_value()?,
+                "prompt_tokens" => self.prompt_tokens = map.next_value()?,
+                "completion_tokens" => self.completion_tokens = map.next_value()?,
+                "prompt_cache_hit_tokens" => self.prompt_cache_hit_tokens = map.next_value()?,
                 "prompt_tokens_details" => {
-                    let d = map.next_value::<ObjectOr<Details>>()?.0.unwrap_or_default();
-                    u.cached_tokens = d.cached_tokens;
+                    let mut d = Details::default();
+                    map.next_value_seed(FillObject(&mut d))?;
+                    self.cached_tokens = d.cached_tokens;
                 }
                 "completion_tokens_details" => {
-                    let d = map.next_value::<ObjectOr<Details>>()?.0.unwrap_or_default();
-                    u.reasoning_tokens = d.reasoning_tokens;
+                    let mut d = Details::default();
+                    map.next_value_seed(FillObject(&mut d))?;
+                    self.reasoning_tokens = d.reasoning_tokens;
                 }
                 _ => skip(&mut map)?,
             }
         }
-        Ok(u)
+        Ok(())
     }
 }
 
-/// The result of reading one payload: an object, or some other JSON value.
-#[allow(clippy::large_enum_variant)] // a short-lived by-value result
-pub(crate) enum Parsed<'a> {
-    Object(Payload<'a>),
-    NotAnObject,
-}
-
-/// Parses one payload. `Err` is a JSON syntax error.
-pub(crate) fn parse(payload: &str) -> Result<Parsed<'_>, serde_json::Error> {
-    let v: ObjectOr<Payload<'_>> = serde_json::from_str(payload)?;
-    Ok(match v.0 {
-        Ok(p) => Parsed::Object(p),
-        Err(()) => Parsed::NotAnObject,
-    })
+/// Parses one payload into `out` (which must start as default). `Ok(false)`
+/// means valid JSON that is not an object; `Err` is a JSON syntax error.
+pub(crate) fn parse_into<'a>(
+    payload: &'a str,
+    out: &mut Payload<'a>,
+) -> Result<bool, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(payload);
+    let is_object = FillObject(out).deserialize(&mut de)?;
+    de.end()?;
+    Ok(is_object)
 }
