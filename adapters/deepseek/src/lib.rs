@@ -12,9 +12,9 @@
 //!   [`LlmError`] (5.9, 3.4, 3.5), with `Retry-After` and the request id;
 //! - [`error_finish`]: AC-6, an adapter error as the terminal `finish` chunk.
 //!
-//! Feature `std` adds the blocking [`DeepSeekClient`] on ureq 3 (streaming
+//! Feature `std` adds the blocking `DeepSeekClient` on ureq 3 (streaming
 //! reads, idle watchdog, cancellation from any thread). Feature `mock` adds
-//! [`mock::MockServer`], a scripted DeepSeek server on 127.0.0.1.
+//! `mock::MockServer`, a scripted DeepSeek server on 127.0.0.1.
 //!
 //! Every chunk sequence the translator emits, followed on failure by
 //! [`error_finish`], passes `dsh_core::StreamValidator` (tested, and fuzzed).
@@ -61,6 +61,14 @@
 //!   block.
 //! - The classifier `detail` only joins string `code`/`type`/`message`
 //!   values (a numeric `code` is skipped).
+//! - D-13: the transport does not follow redirects (the reference uses the
+//!   HTTP client's default). A 3xx is classified like any other status
+//!   (`HTTP_307`, …), so the key is never sent to another host and a POST is
+//!   never replayed; one call stays one provider attempt (AC-4).
+//! - H-1: a 2xx "without a body" is a 204 or 205; a 200 with an empty body
+//!   ends as `STREAM_CLOSED`.
+//! - D-10 step 4: the anonymous user id header is sent only when the shell
+//!   supplies one (`ClientOptions::user_id`); this crate has no harness home.
 
 #![no_std]
 #![forbid(unsafe_code)]
