@@ -13,10 +13,10 @@
 //!   choice / single tool call needs no `Vec` allocation.
 
 use alloc::borrow::Cow;
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
-use core::marker::PhantomData;
 use serde::de::{
     self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
 };
@@ -83,7 +83,7 @@ impl<T> Default for List<T> {
 #[derive(Debug, Default)]
 pub(crate) struct Payload<'a> {
     pub choices: List<Choice<'a>>,
-    pub usage: Option<WireUsage>,
+    pub usage: Option<Box<WireUsage>>,
 }
 
 /// One `choices[]` element. `None` delta when absent, `null` or not an object.
@@ -336,6 +336,16 @@ impl<'de, T: ObjectVisit<'de>> DeserializeSeed<'de> for FillObject<'_, T> {
     }
 }
 
+/// Fills an already-default `T` (the top-level payload).
+struct FillFresh<'a, T>(&'a mut T);
+
+impl<'de, T: ObjectVisit<'de>> DeserializeSeed<'de> for FillFresh<'_, T> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(FillVisitor(self.0))
+    }
+}
+
 /// Appends one element, filled in place; clears `all_objects` when the
 /// element is not an object.
 struct PushObject<'a, T> {
@@ -354,45 +364,50 @@ impl<'de, T: ObjectVisit<'de>> DeserializeSeed<'de> for PushObject<'_, T> {
     }
 }
 
-/// Reads a list of objects: absent/`null` → empty; an array of objects →
-/// items; any other value, or an element that is not an object →
-/// `NotAnArray`.
-struct ListVisitor<T>(PhantomData<T>);
+/// Fills a list of objects in place: absent/`null` → empty; an array of
+/// objects → items; any other value, or an element that is not an object →
+/// `NotAnArray`. The visitor's value says whether the value was `null` or an
+/// array; the last duplicate key wins.
+struct ListVisitor<'a, T>(&'a mut List<T>);
 
-impl<'de, T: ObjectVisit<'de>> Visitor<'de> for ListVisitor<T> {
-    type Value = List<T>;
-    default_visits!(List<T>, List::NotAnArray; bool, str, num, map);
-    fn visit_unit<E: de::Error>(self) -> Result<List<T>, E> {
-        Ok(List::default())
+impl<'de, T: ObjectVisit<'de>> Visitor<'de> for ListVisitor<'_, T> {
+    type Value = bool;
+    default_visits!(bool, false; bool, str, num, map);
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(true)
     }
-    fn visit_none<E: de::Error>(self) -> Result<List<T>, E> {
-        Ok(List::default())
+    fn visit_none<E: de::Error>(self) -> Result<bool, E> {
+        Ok(true)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List<T>, A::Error> {
-        let mut few = Few::default();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        let List::Items(few) = self.0 else {
+            return Ok(false);
+        };
         let mut all_objects = true;
         while seq
             .next_element_seed(PushObject {
-                few: &mut few,
+                few,
                 all_objects: &mut all_objects,
             })?
             .is_some()
         {}
-        Ok(if all_objects {
-            List::Items(few)
-        } else {
-            List::NotAnArray
-        })
+        if !all_objects {
+            *self.0 = List::NotAnArray;
+        }
+        Ok(true)
     }
 }
 
-/// Replaces a list with the value read (the last duplicate key wins).
+/// Replaces a list with the value read.
 struct FillList<'a, T>(&'a mut List<T>);
 
 impl<'de, T: ObjectVisit<'de>> DeserializeSeed<'de> for FillList<'_, T> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        *self.0 = d.deserialize_any(ListVisitor(PhantomData))?;
+        *self.0 = List::default();
+        if !d.deserialize_any(ListVisitor(&mut *self.0))? {
+            *self.0 = List::NotAnArray;
+        }
         Ok(())
     }
 }
@@ -403,8 +418,8 @@ impl<'de> ObjectVisit<'de> for Payload<'de> {
             match &*key.0 {
                 "choices" => map.next_value_seed(FillList(&mut self.choices))?,
                 "usage" => {
-                    let mut u = WireUsage::default();
-                    self.usage = map.next_value_seed(FillObject(&mut u))?.then_some(u);
+                    let mut u = Box::<WireUsage>::default();
+                    self.usage = map.next_value_seed(FillObject(&mut *u))?.then_some(u);
                 }
                 _ => skip(&mut map)?,
             }
@@ -535,7 +550,7 @@ pub(crate) fn parse_into<'a>(
     out: &mut Payload<'a>,
 ) -> Result<bool, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(payload);
-    let is_object = FillObject(out).deserialize(&mut de)?;
+    let is_object = FillFresh(out).deserialize(&mut de)?;
     de.end()?;
     Ok(is_object)
 }
