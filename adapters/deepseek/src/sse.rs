@@ -28,6 +28,15 @@ pub enum SseEvent<'a> {
     Comment(&'a str),
 }
 
+/// [`SseEvent`] before UTF-8 decoding (the decoder's fast path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RawEvent<'a> {
+    /// A dispatched event's data bytes.
+    Data(&'a [u8]),
+    /// A comment's bytes.
+    Comment(&'a [u8]),
+}
+
 /// The exact `[DONE]` marker (SSE-6).
 pub const DONE: &str = "[DONE]";
 
@@ -88,8 +97,20 @@ impl SseFramer {
     /// (the framer should then be dropped).
     pub fn push<E>(
         &mut self,
-        mut input: &[u8],
+        input: &[u8],
         on_event: &mut impl FnMut(SseEvent<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.push_raw(input, &mut |event| match event {
+            RawEvent::Data(d) => on_event(SseEvent::Data(&decode(d))),
+            RawEvent::Comment(c) => on_event(SseEvent::Comment(&decode(c))),
+        })
+    }
+
+    /// [`SseFramer::push`] without UTF-8 decoding.
+    pub(crate) fn push_raw<E>(
+        &mut self,
+        mut input: &[u8],
+        on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         if self.done {
             return Ok(());
@@ -129,7 +150,7 @@ impl SseFramer {
     fn lines<E>(
         &mut self,
         input: &[u8],
-        on_event: &mut impl FnMut(SseEvent<'_>) -> Result<(), E>,
+        on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut pos = 0;
         if self.skip_lf {
@@ -184,14 +205,14 @@ impl SseFramer {
         input: &[u8],
         start: usize,
         end: usize,
-        on_event: &mut impl FnMut(SseEvent<'_>) -> Result<(), E>,
+        on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         let line = &input[start..end];
         if line.is_empty() {
             return self.dispatch(input, on_event);
         }
         match field(line) {
-            Field::Comment(text) => on_event(SseEvent::Comment(&decode(text))),
+            Field::Comment(text) => on_event(RawEvent::Comment(text)),
             Field::Data(offset) => {
                 let (vs, ve) = (start + offset, end);
                 match self.pending {
@@ -219,13 +240,13 @@ impl SseFramer {
         &mut self,
         line: &[u8],
         input: &[u8],
-        on_event: &mut impl FnMut(SseEvent<'_>) -> Result<(), E>,
+        on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         if line.is_empty() {
             return self.dispatch(input, on_event);
         }
         match field(line) {
-            Field::Comment(text) => on_event(SseEvent::Comment(&decode(text))),
+            Field::Comment(text) => on_event(RawEvent::Comment(text)),
             Field::Data(offset) => {
                 let value = &line[offset..];
                 match self.pending {
@@ -255,7 +276,7 @@ impl SseFramer {
     fn dispatch<E>(
         &mut self,
         input: &[u8],
-        on_event: &mut impl FnMut(SseEvent<'_>) -> Result<(), E>,
+        on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         let pending = core::mem::replace(&mut self.pending, Pending::None);
         match pending {
@@ -274,12 +295,12 @@ impl SseFramer {
     fn emit<E>(
         &mut self,
         data: &[u8],
-        on_event: &mut impl FnMut(SseEvent<'_>) -> Result<(), E>,
+        on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         if data == DONE.as_bytes() {
             self.done = true;
         }
-        on_event(SseEvent::Data(&decode(data)))
+        on_event(RawEvent::Data(data))
     }
 }
 

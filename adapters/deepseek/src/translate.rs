@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use dsh_core::{ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage};
 
 use crate::codes;
-use crate::sse::{DONE, SseEvent, SseFramer};
+use crate::sse::{DONE, RawEvent as SseEvent, SseFramer};
 use crate::wire::{self, List, ToolKey, WireUsage};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,14 +146,49 @@ impl Translator {
             // or `tool_calls` that is not an array of objects, is malformed.
             Ok(false) | Err(_) => return Err(malformed(payload)),
         }
-        let List::Items(choices) = parsed.choices else {
+        if !self.apply(&parsed, out) {
             return Err(malformed(payload));
+        }
+        Ok(false)
+    }
+
+    /// [`Translator::push_payload`] for a payload still in bytes, as the
+    /// framer delivers it: parsed straight from the bytes when they are
+    /// valid (serde_json checks the UTF-8 of every string it reads), and
+    /// through the lossy UTF-8 decoding of SSE-1 only when they are not.
+    pub(crate) fn push_payload_bytes(
+        &mut self,
+        payload: &[u8],
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<bool, LlmError> {
+        if self.done || payload == DONE.as_bytes() {
+            return self.push_payload(DONE, out);
+        }
+        let mut parsed = wire::Payload::default();
+        if let Ok(true) = wire::parse_slice_into(payload, &mut parsed) {
+            if self.apply(&parsed, out) {
+                return Ok(false);
+            }
+        }
+        drop(parsed);
+        // Invalid UTF-8 outside ignored strings, or a malformed payload.
+        match core::str::from_utf8(payload) {
+            Ok(text) => self.push_payload(text, out),
+            Err(_) => self.push_payload(&String::from_utf8_lossy(payload), out),
+        }
+    }
+
+    /// T-2..T-7 for a parsed payload. Returns false, emitting nothing, for
+    /// the Q-9 structural errors.
+    fn apply(&mut self, parsed: &wire::Payload<'_>, out: &mut Vec<StreamChunk>) -> bool {
+        let List::Items(choices) = &parsed.choices else {
+            return false;
         };
         if choices
             .iter()
             .any(|c| matches!(c.delta.tool_calls, List::NotAnArray))
         {
-            return Err(malformed(payload));
+            return false;
         }
         for choice in choices.iter() {
             let delta = &choice.delta;
@@ -242,10 +277,10 @@ impl Translator {
             }
         }
         // T-7
-        if let Some(usage) = parsed.usage {
-            self.pending_usage = Some(map_usage(&usage));
+        if let Some(usage) = &parsed.usage {
+            self.pending_usage = Some(map_usage(usage));
         }
-        Ok(false)
+        true
     }
 
     /// T-9: block-ends in opening order, usage, finish.
@@ -348,12 +383,12 @@ impl StreamDecoder {
         }
         let mut outcome = PushOutcome::default();
         let translator = &mut self.translator;
-        let result = self.framer.push(bytes, &mut |event| match event {
+        let result = self.framer.push_raw(bytes, &mut |event| match event {
             SseEvent::Comment(_) => {
                 outcome.comments += 1;
                 Ok(())
             }
-            SseEvent::Data(payload) => translator.push_payload(payload, out).map(|_| ()),
+            SseEvent::Data(payload) => translator.push_payload_bytes(payload, out).map(|_| ()),
         });
         if let Err(e) = result {
             self.failed = Some(e.clone());

@@ -543,6 +543,18 @@ impl<'de> ObjectVisit<'de> for WireUsage {
     }
 }
 
+/// [`parse_into`] from bytes (serde_json validates the UTF-8 of each string
+/// it reads; ignored strings are only scanned).
+pub(crate) fn parse_slice_into<'a>(
+    payload: &'a [u8],
+    out: &mut Payload<'a>,
+) -> Result<bool, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(payload);
+    let is_object = FillFresh(out).deserialize(&mut de)?;
+    de.end()?;
+    Ok(is_object)
+}
+
 /// Parses one payload into `out` (which must start as default). `Ok(false)`
 /// means valid JSON that is not an object; `Err` is a JSON syntax error.
 pub(crate) fn parse_into<'a>(
