@@ -127,3 +127,33 @@ fn workload_stream_decodes_to_the_reference_chunks() {
         assert!(validate_stream(&chunks).is_empty());
     }
 }
+
+/// SSE-1: invalid UTF-8 becomes U+FFFD before the payload is parsed,
+/// whether it sits in a used string, an ignored one, or outside strings.
+#[test]
+fn invalid_utf8_in_payloads_is_replaced() {
+    let text = |body: &[u8]| {
+        decode_body(body)
+            .iter()
+            .map(|c| serde_json::to_string(c).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let out =
+        text(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\xFFb\"}}]}\n\ndata: [DONE]\n\n");
+    assert_eq!(
+        out[1],
+        "{\"type\":\"text-delta\",\"index\":0,\"text\":\"a\u{FFFD}b\"}"
+    );
+    let out = text(b"data: {\"id\":\"\xE4\xBD\",\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\ndata: [DONE]\n\n");
+    assert_eq!(out[1], r#"{"type":"text-delta","index":0,"text":"ok"}"#);
+    let out = text(b"data: {\"choices\":[{\"delta\":{\"c\xFFntent\":\"x\"}}]}\n\ndata: [DONE]\n\n");
+    assert!(
+        out[0].contains("EMPTY_RESPONSE"),
+        "an unknown (replaced) key is ignored"
+    );
+    let out = text(b"data: {\xFF\n\n");
+    assert_eq!(
+        out[0],
+        "{\"type\":\"finish\",\"reason\":{\"kind\":\"error\",\"failure\":{\"message\":\"malformed SSE payload: {\u{FFFD}\",\"code\":\"MALFORMED_RESPONSE\"}}}"
+    );
+}
