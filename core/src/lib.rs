@@ -18,6 +18,7 @@
 
 extern crate alloc;
 
+pub mod agent;
 mod assembler;
 mod chunk;
 mod content;

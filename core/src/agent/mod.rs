@@ -1,0 +1,6 @@
+//! The agent loop (loop.md) as a sans-IO state machine.
+
+pub mod inbox;
+pub mod retry;
+pub mod schema;
+pub mod tools;
