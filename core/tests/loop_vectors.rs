@@ -42,7 +42,16 @@ fn v01_plain_text_turn() {
             vec![header(5, "initial", "mock", ""), context(6, "mock")],
             chunk_events(7, 1, 1, &text("hello")),
             vec![
-                assistant(12, 1, 1, "A1", &text_content("hello"), "mock", Some(USAGE), 7..12),
+                assistant(
+                    12,
+                    1,
+                    1,
+                    "A1",
+                    &text_content("hello"),
+                    "mock",
+                    Some(USAGE),
+                    7..12,
+                ),
                 step_end(13, 1, 1),
                 turn_end(14, 1, COMPLETED),
             ],
@@ -62,7 +71,10 @@ fn v01_checkpoints() {
         .into_iter()
         .filter(|s| s.starts_with("flush"))
         .collect();
-    assert_eq!(flushes, ["flush PreStep", "flush BeforeModel", "flush AfterTurnEnd"]);
+    assert_eq!(
+        flushes,
+        ["flush PreStep", "flush BeforeModel", "flush AfterTurnEnd"]
+    );
 }
 
 #[test]
@@ -74,7 +86,12 @@ fn v02_tool_call_then_text() {
     assert_eq!(t.tools[0].arguments, serde_json::json!({"text":"ping"}));
     t.tool(echo_result("echo: ping"));
     assert_eq!(t.calls.len(), 2);
-    let ids: Vec<&str> = t.calls[1].request.messages.iter().map(|m| m.id.as_str()).collect();
+    let ids: Vec<&str> = t.calls[1]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(ids, ["m1", "A1", "R1"]);
     t.model(&text("done"));
     let tools = r#"[{"name":"echo","description":"Echo text","parameters":{"type":"object","properties":{"text":{"type":"string"}}}}]"#;
@@ -102,7 +119,16 @@ fn v02_tool_call_then_text() {
             ],
             chunk_events(17, 1, 2, &text("done")),
             vec![
-                assistant(22, 1, 2, "A2", &text_content("done"), "mock", Some(USAGE), 17..22),
+                assistant(
+                    22,
+                    1,
+                    2,
+                    "A2",
+                    &text_content("done"),
+                    "mock",
+                    Some(USAGE),
+                    17..22,
+                ),
                 step_end(23, 1, 2),
                 turn_end(24, 1, COMPLETED),
             ],
@@ -110,7 +136,12 @@ fn v02_tool_call_then_text() {
     );
     // No TurnStopping after step 1: a follow-up was owed.
     let seen = t.seen();
-    assert_eq!(seen.iter().filter(|s| s.starts_with("turn-stopping")).count(), 1);
+    assert_eq!(
+        seen.iter()
+            .filter(|s| s.starts_with("turn-stopping"))
+            .count(),
+        1
+    );
     assert!(seen.contains(&"pre-step 1/2 []".to_string()));
 }
 
@@ -118,18 +149,30 @@ fn v02_tool_call_then_text() {
 fn v03_two_calls_with_post_execute_contexts() {
     let mut t = T::with_tools(vec![echo()]);
     t.script().post_execute = Some(Box::new(|exec, _| {
-        let ctx = if exec.call_id.as_str() == "c1" { x1() } else { x2() };
+        let ctx = if exec.call_id.as_str() == "c1" {
+            x1()
+        } else {
+            x2()
+        };
         Ok(PostToolDecision::Accept {
             content: None,
             additional_contexts: vec![ctx],
         })
     }));
     t.followup(&m1());
-    let calls = two_calls(("c1", "echo", r#"{"text":"a"}"#), ("c2", "echo", r#"{"text":"b"}"#));
+    let calls = two_calls(
+        ("c1", "echo", r#"{"text":"a"}"#),
+        ("c2", "echo", r#"{"text":"b"}"#),
+    );
     t.model(&calls);
     t.tool(echo_result("echo: a"));
     t.tool(echo_result("echo: b"));
-    let ids: Vec<&str> = t.calls[1].request.messages.iter().map(|m| m.id.as_str()).collect();
+    let ids: Vec<&str> = t.calls[1]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(ids, ["m1", "A1", "R1", "R2", "x1", "x2"]);
     t.model(&text("done"));
     assert_lines(
@@ -140,7 +183,10 @@ fn v03_two_calls_with_post_execute_contexts() {
                 1,
                 1,
                 "A1",
-                &call_content(&[("c1", "echo", r#"{"text":"a"}"#), ("c2", "echo", r#"{"text":"b"}"#)]),
+                &call_content(&[
+                    ("c1", "echo", r#"{"text":"a"}"#),
+                    ("c2", "echo", r#"{"text":"b"}"#),
+                ]),
                 "mock",
                 Some(USAGE),
                 7..13,
@@ -161,7 +207,16 @@ fn v03_two_calls_with_post_execute_contexts() {
         .cloned()
         .chain(chunk_events(25, 1, 2, &text("done")))
         .chain([
-            assistant(30, 1, 2, "A2", &text_content("done"), "mock", Some(USAGE), 25..30),
+            assistant(
+                30,
+                1,
+                2,
+                "A2",
+                &text_content("done"),
+                "mock",
+                Some(USAGE),
+                25..30,
+            ),
             step_end(31, 1, 2),
             turn_end(32, 1, COMPLETED),
         ])
@@ -181,7 +236,12 @@ fn v04_steering_while_text_step_streams() {
     assert_eq!(t.take_trace(), ["inserted s1"], "no status event");
     t.chunks(&c[2..]);
     t.end();
-    let ids: Vec<&str> = t.calls[1].request.messages.iter().map(|m| m.id.as_str()).collect();
+    let ids: Vec<&str> = t.calls[1]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(ids, ["m1", "A1", "s1"]);
     t.model(&text("second"));
     assert_lines(
@@ -191,8 +251,17 @@ fn v04_steering_while_text_step_streams() {
             vec![insert(9, "next-step", 0, &s1())],
             chunk_events(10, 1, 1, &c[2..]),
             vec![
-                assistant(13, 1, 1, "A1", &text_content("first"), "mock", Some(USAGE), 7..9)
-                    .replace("src=[7,8]", "src=[7,8,10,11,12]"),
+                assistant(
+                    13,
+                    1,
+                    1,
+                    "A1",
+                    &text_content("first"),
+                    "mock",
+                    Some(USAGE),
+                    7..9,
+                )
+                .replace("src=[7,8]", "src=[7,8,10,11,12]"),
                 step_end(14, 1, 1),
                 claim(15, "next-step", 1),
                 step_start(16, 1, 2),
@@ -200,7 +269,16 @@ fn v04_steering_while_text_step_streams() {
             ],
             chunk_events(18, 1, 2, &text("second")),
             vec![
-                assistant(23, 1, 2, "A2", &text_content("second"), "mock", Some(USAGE), 18..23),
+                assistant(
+                    23,
+                    1,
+                    2,
+                    "A2",
+                    &text_content("second"),
+                    "mock",
+                    Some(USAGE),
+                    18..23,
+                ),
                 step_end(24, 1, 2),
                 turn_end(25, 1, COMPLETED),
             ],
@@ -208,7 +286,10 @@ fn v04_steering_while_text_step_streams() {
     );
     // The first step did not reach turn-stopping: next-step was non-empty.
     assert_eq!(
-        t.seen().iter().filter(|s| s.starts_with("turn-stopping")).count(),
+        t.seen()
+            .iter()
+            .filter(|s| s.starts_with("turn-stopping"))
+            .count(),
         1
     );
 }
@@ -220,7 +301,12 @@ fn v05_steering_during_a_tool_call() {
     t.model(&call("c1", "echo", r#"{"text":"ping"}"#));
     t.steer(&s1());
     t.tool(echo_result("echo: ping"));
-    let ids: Vec<&str> = t.calls[1].request.messages.iter().map(|m| m.id.as_str()).collect();
+    let ids: Vec<&str> = t.calls[1]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(ids, ["m1", "A1", "R1", "s1"]);
     t.model(&text("done"));
     assert_lines(
@@ -250,7 +336,12 @@ fn v06_followup_queued_while_running() {
     t.chunks(&a[2..]);
     t.end();
     // The second turn's request logs no header or context.
-    let ids: Vec<&str> = t.calls[1].request.messages.iter().map(|m| m.id.as_str()).collect();
+    let ids: Vec<&str> = t.calls[1]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(ids, ["m1", "A1", "m2"]);
     t.model(&text("b"));
     assert_lines(
@@ -259,8 +350,17 @@ fn v06_followup_queued_while_running() {
             vec![insert(9, "next-turn", 0, &m2())],
             chunk_events(10, 1, 1, &a[2..]),
             vec![
-                assistant(13, 1, 1, "A1", &text_content("a"), "mock", Some(USAGE), 7..9)
-                    .replace("src=[7,8]", "src=[7,8,10,11,12]"),
+                assistant(
+                    13,
+                    1,
+                    1,
+                    "A1",
+                    &text_content("a"),
+                    "mock",
+                    Some(USAGE),
+                    7..9,
+                )
+                .replace("src=[7,8]", "src=[7,8,10,11,12]"),
                 step_end(14, 1, 1),
                 turn_end(15, 1, COMPLETED),
                 turn_start(16, 2),
@@ -270,7 +370,16 @@ fn v06_followup_queued_while_running() {
             ],
             chunk_events(20, 2, 1, &text("b")),
             vec![
-                assistant(25, 2, 1, "A2", &text_content("b"), "mock", Some(USAGE), 20..25),
+                assistant(
+                    25,
+                    2,
+                    1,
+                    "A2",
+                    &text_content("b"),
+                    "mock",
+                    Some(USAGE),
+                    20..25,
+                ),
                 step_end(26, 2, 1),
                 turn_end(27, 2, COMPLETED),
             ],
@@ -278,7 +387,10 @@ fn v06_followup_queued_while_running() {
     );
     assert_eq!(
         t.statuses,
-        [dsh_core::agent::AgentStatus::Running, dsh_core::agent::AgentStatus::Idle]
+        [
+            dsh_core::agent::AgentStatus::Running,
+            dsh_core::agent::AgentStatus::Idle
+        ]
     );
     assert!(t.seen().contains(&"turn-stopping 1".to_string()));
 }
@@ -291,9 +403,19 @@ fn v07_inject_idle_then_followup() {
     t.followup(&m1());
     assert_eq!(
         t.take_trace()[..4],
-        ["inserted m1", "status running", "claimed x1@1", "claimed m1@1"]
+        [
+            "inserted m1",
+            "status running",
+            "claimed x1@1",
+            "claimed m1@1"
+        ]
     );
-    let ids: Vec<&str> = t.calls[0].request.messages.iter().map(|m| m.id.as_str()).collect();
+    let ids: Vec<&str> = t.calls[0]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(ids, ["x1", "m1"]);
     t.model(&text("ok"));
     assert_lines(
@@ -330,8 +452,17 @@ fn v08_inject_while_the_last_step_streams() {
             vec![insert(9, "next-step", 0, &x1())],
             chunk_events(10, 1, 1, &c[2..]),
             vec![
-                assistant(13, 1, 1, "A1", &text_content("hello"), "mock", Some(USAGE), 7..9)
-                    .replace("src=[7,8]", "src=[7,8,10,11,12]"),
+                assistant(
+                    13,
+                    1,
+                    1,
+                    "A1",
+                    &text_content("hello"),
+                    "mock",
+                    Some(USAGE),
+                    7..9,
+                )
+                .replace("src=[7,8]", "src=[7,8,10,11,12]"),
                 step_end(14, 1, 1),
                 claim(15, "next-step", 1),
                 step_start(16, 1, 2),
@@ -339,7 +470,16 @@ fn v08_inject_while_the_last_step_streams() {
             ],
             chunk_events(18, 1, 2, &text("again")),
             vec![
-                assistant(23, 1, 2, "A2", &text_content("again"), "mock", Some(USAGE), 18..23),
+                assistant(
+                    23,
+                    1,
+                    2,
+                    "A2",
+                    &text_content("again"),
+                    "mock",
+                    Some(USAGE),
+                    18..23,
+                ),
                 step_end(24, 1, 2),
                 turn_end(25, 1, COMPLETED),
             ],
@@ -375,7 +515,16 @@ fn v09_steer_idle_then_second_steer_before_step_one() {
     assert_lines(
         &log[13..18],
         &[
-            assistant(13, 1, 1, "A1", &text_content("first"), "mock", Some(USAGE), 8..13),
+            assistant(
+                13,
+                1,
+                1,
+                "A1",
+                &text_content("first"),
+                "mock",
+                Some(USAGE),
+                8..13,
+            ),
             step_end(14, 1, 1),
             claim(15, "next-step", 1),
             step_start(16, 1, 2),
@@ -414,7 +563,11 @@ fn v10_cancel_before_the_first_step() {
         ];
         if keep {
             want.push(turn_end(4, 1, ABORTED_USER));
-            assert_eq!(t.agent.inbox().list(InboxTarget::NextTurn).len(), 1, "m2 parked");
+            assert_eq!(
+                t.agent.inbox().list(InboxTarget::NextTurn).len(),
+                1,
+                "m2 parked"
+            );
         } else {
             want.push(canceled(4, "next-turn", 0, 1));
             want.push(turn_end(5, 1, ABORTED_USER));
@@ -477,7 +630,10 @@ fn v11_cancel_while_streaming() {
         .agent
         .handle_chunk(9999, t.attempt(), StreamChunk::finish(FinishReason::Stop))
         .unwrap_err();
-    assert!(matches!(err, dsh_core::agent::InputError::StaleAttempt { .. }));
+    assert!(matches!(
+        err,
+        dsh_core::agent::InputError::StaleAttempt { .. }
+    ));
     assert_eq!(t.agent.session().len(), len);
 }
 
@@ -516,7 +672,10 @@ fn v12_cancel_with_keep_inbox_then_later_wake() {
     );
     t.take_trace();
     t.followup(&m3());
-    assert_eq!(t.take_trace()[..3], ["inserted m3", "status running", "claimed m2@2"]);
+    assert_eq!(
+        t.take_trace()[..3],
+        ["inserted m3", "status running", "claimed m2@2"]
+    );
     t.model(&text("two"));
     t.model(&text("three"));
     let log = t.log();
@@ -530,7 +689,10 @@ fn v12_cancel_with_keep_inbox_then_later_wake() {
         ],
     );
     assert_eq!(log.iter().filter(|l| l.contains("turn/start")).count(), 3);
-    assert!(log.iter().any(|l| l.contains(&j(&m3())) && l.contains("user/message")));
+    assert!(
+        log.iter()
+            .any(|l| l.contains(&j(&m3())) && l.contains("user/message"))
+    );
     assert_eq!(t.take_trace().last().unwrap(), "status idle");
 }
 
@@ -549,9 +711,17 @@ fn v12_head_wake_latch() {
     assert_eq!(t.take_trace(), ["inserted m3"]);
     t.undefer("turn-stopping");
     t.answer(HookAnswer::TurnStopping(Ok(())));
-    assert_eq!(t.take_trace()[..3], ["status idle", "status running", "claimed m3@2"]);
+    assert_eq!(
+        t.take_trace()[..3],
+        ["status idle", "status running", "claimed m3@2"]
+    );
     t.model(&text("three"));
-    assert!(t.log().last().unwrap().contains(r#"{"turn":2,"reason":{"kind":"completed"}}"#));
+    assert!(
+        t.log()
+            .last()
+            .unwrap()
+            .contains(r#"{"turn":2,"reason":{"kind":"completed"}}"#)
+    );
 }
 
 #[test]
@@ -568,7 +738,17 @@ fn v13_cancel_during_the_first_of_two_tool_calls() {
         &t.log_from(14),
         &[
             tool_call(14, 1, 1, "c1", "slow", "{}"),
-            tool_result(15, 1, 1, "R1", "c1", "Error: tool call aborted", true, Some(("AbortError", "ABORTED")), 14),
+            tool_result(
+                15,
+                1,
+                1,
+                "R1",
+                "c1",
+                "Error: tool call aborted",
+                true,
+                Some(("AbortError", "ABORTED")),
+                14,
+            ),
             tool_call(16, 1, 1, "c2", "slow", "{}"),
             tool_result(
                 17,
@@ -609,7 +789,10 @@ fn v14_cancel_during_turn_stopping() {
     t.take_trace();
     t.cancel(false);
     t.answer(HookAnswer::TurnStopping(Ok(())));
-    assert_lines(&t.log_from(13), &[step_end(13, 1, 1), turn_end(14, 1, ABORTED_USER)]);
+    assert_lines(
+        &t.log_from(13),
+        &[step_end(13, 1, 1), turn_end(14, 1, ABORTED_USER)],
+    );
     assert_eq!(t.take_trace(), ["abort User", "status idle"]);
 }
 
@@ -623,7 +806,10 @@ fn v15_cancel_during_continuation_pre_step() {
     assert_eq!(t.pending.len(), 1);
     t.cancel(false);
     t.answer(HookAnswer::PreStep(Ok(PreStepDecision::Enter(vec![]))));
-    assert_lines(&t.log_from(15), &[step_end(15, 1, 1), turn_end(16, 1, ABORTED_USER)]);
+    assert_lines(
+        &t.log_from(15),
+        &[step_end(15, 1, 1), turn_end(16, 1, ABORTED_USER)],
+    );
     assert_eq!(t.derived(), ["m1", "A1", "R1"]);
 }
 
@@ -661,7 +847,16 @@ fn v16_max_tokens_drops_tool_calls() {
     assert_lines(
         &t.log_from(13),
         &[
-            assistant(13, 1, 1, "A1", &text_content("partial text"), "mock", None, 7..13),
+            assistant(
+                13,
+                1,
+                1,
+                "A1",
+                &text_content("partial text"),
+                "mock",
+                None,
+                7..13,
+            ),
             step_end(14, 1, 1),
             turn_end(15, 1, r#"{"kind":"max-tokens"}"#),
         ],
@@ -689,14 +884,28 @@ fn v17_sticky_max_tokens_across_forced_continuation() {
     t.steer(&s1());
     t.undefer("turn-stopping");
     t.answer(HookAnswer::TurnStopping(Ok(())));
-    let ids: Vec<&str> = t.calls[1].request.messages.iter().map(|m| m.id.as_str()).collect();
+    let ids: Vec<&str> = t.calls[1]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(ids, ["m1", "A1", "s1"]);
     t.model(&text("second half"));
     assert_lines(
         &t.log_from(12),
         &concat(vec![
             vec![
-                assistant(12, 1, 1, "A1", &text_content("first half"), "mock", Some(USAGE), 7..12),
+                assistant(
+                    12,
+                    1,
+                    1,
+                    "A1",
+                    &text_content("first half"),
+                    "mock",
+                    Some(USAGE),
+                    7..12,
+                ),
                 step_end(13, 1, 1),
                 insert(14, "next-step", 0, &s1()),
                 claim(15, "next-step", 1),
@@ -705,7 +914,16 @@ fn v17_sticky_max_tokens_across_forced_continuation() {
             ],
             chunk_events(18, 1, 2, &text("second half")),
             vec![
-                assistant(23, 1, 2, "A2", &text_content("second half"), "mock", Some(USAGE), 18..23),
+                assistant(
+                    23,
+                    1,
+                    2,
+                    "A2",
+                    &text_content("second half"),
+                    "mock",
+                    Some(USAGE),
+                    18..23,
+                ),
                 step_end(24, 1, 2),
                 turn_end(25, 1, r#"{"kind":"max-tokens"}"#),
             ],
@@ -736,7 +954,11 @@ fn v18_in_band_model_error_terminal() {
                 r#"{"turn":1,"step":1,"chunk":{"type":"finish","reason":{"kind":"error","failure":{"message":"boom","code":"SERVER"}}}}"#,
             ),
             step_end(8, 1, 1),
-            turn_end(9, 1, r#"{"kind":"error","error":{"message":"boom","code":"SERVER"}}"#),
+            turn_end(
+                9,
+                1,
+                r#"{"kind":"error","error":{"message":"boom","code":"SERVER"}}"#,
+            ),
         ],
     );
 }
@@ -748,8 +970,16 @@ fn v19_model_error_retried_in_the_same_step() {
     t.followup(&m1());
     t.model(&[error_finish("RATE_LIMIT", "busy")]);
     assert_eq!(t.calls.len(), 2);
-    assert!(t.calls[1].attempt > t.calls[0].attempt, "a fresh attempt id");
-    let ids: Vec<&str> = t.calls[1].request.messages.iter().map(|m| m.id.as_str()).collect();
+    assert!(
+        t.calls[1].attempt > t.calls[0].attempt,
+        "a fresh attempt id"
+    );
+    let ids: Vec<&str> = t.calls[1]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(ids, ["m1"]);
     t.model(&text("ok"));
     assert_lines(
@@ -762,13 +992,25 @@ fn v19_model_error_retried_in_the_same_step() {
             )],
             chunk_events(8, 1, 1, &text("ok")),
             vec![
-                assistant(13, 1, 1, "A1", &text_content("ok"), "mock", Some(USAGE), 8..13),
+                assistant(
+                    13,
+                    1,
+                    1,
+                    "A1",
+                    &text_content("ok"),
+                    "mock",
+                    Some(USAGE),
+                    8..13,
+                ),
                 step_end(14, 1, 1),
                 turn_end(15, 1, COMPLETED),
             ],
         ]),
     );
-    assert_eq!(t.log().iter().filter(|l| l.contains("step/start")).count(), 1);
+    assert_eq!(
+        t.log().iter().filter(|l| l.contains("step/start")).count(),
+        1
+    );
 }
 
 #[test]
@@ -801,7 +1043,11 @@ fn v19_with_the_retry_executor() {
                     r#"{{"retryId":"retry-1","turn":1,"step":1,"provider":"mock","mode":"normal","policyKey":"{key}","retry":1,"maxRetries":2,"delayMs":500,"failure":{{"message":"busy","code":"RATE_LIMIT"}}}}"#
                 ),
             ),
-            ev(9, "llm/retry-started", r#"{"retryId":"retry-1","turn":1,"step":1,"retry":1}"#),
+            ev(
+                9,
+                "llm/retry-started",
+                r#"{"retryId":"retry-1","turn":1,"step":1,"retry":1}"#,
+            ),
         ],
     );
     assert!(t.log()[15].contains("assistant/message"));
@@ -819,7 +1065,10 @@ fn v19_cancel_while_request_error_pending() {
     t.cancel(false);
     t.answer(HookAnswer::RequestError(Ok(Recovery::Retry)));
     assert_eq!(t.calls.len(), 1, "no second CallModel");
-    assert_lines(&t.log_from(8), &[step_end(8, 1, 1), turn_end(9, 1, ABORTED_USER)]);
+    assert_lines(
+        &t.log_from(8),
+        &[step_end(8, 1, 1), turn_end(9, 1, ABORTED_USER)],
+    );
 }
 
 #[test]
@@ -861,7 +1110,9 @@ fn v21_pre_step_throws_with_second_followup_queued() {
     t.followup(&m2());
     t.answer(HookAnswer::Assemble(Ok(assembly_f0())));
     t.take_trace();
-    t.answer(HookAnswer::PreStep(Err(HookError::msg("prompt hook broke"))));
+    t.answer(HookAnswer::PreStep(Err(HookError::msg(
+        "prompt hook broke",
+    ))));
     assert_eq!(
         t.take_trace(),
         ["error 1/0 UNKNOWN: prompt hook broke", "status idle"]
@@ -880,10 +1131,16 @@ fn v21_pre_step_throws_with_second_followup_queued() {
             ),
         ],
     );
-    assert_eq!(t.agent.inbox().list(InboxTarget::NextTurn)[0].id.as_str(), "m2");
+    assert_eq!(
+        t.agent.inbox().list(InboxTarget::NextTurn)[0].id.as_str(),
+        "m2"
+    );
     assert_eq!(
         t.statuses,
-        [dsh_core::agent::AgentStatus::Running, dsh_core::agent::AgentStatus::Idle]
+        [
+            dsh_core::agent::AgentStatus::Running,
+            dsh_core::agent::AgentStatus::Idle
+        ]
     );
 }
 
@@ -923,12 +1180,19 @@ fn v23_pre_step_reject_with_second_prompt_queued() {
     t.followup(&m2());
     t.undefer("assemble");
     t.script().pre_step = Some(Box::new(|p, d| {
-        Ok(if p.turn == 1 { PreStepDecision::Reject } else { d })
+        Ok(if p.turn == 1 {
+            PreStepDecision::Reject
+        } else {
+            d
+        })
     }));
     t.answer(HookAnswer::Assemble(Ok(assembly_f0())));
     assert_lines(
         &t.log_from(3),
-        &[insert(3, "next-turn", 0, &m2()), turn_end(4, 1, r#"{"kind":"blocked"}"#)],
+        &[
+            insert(3, "next-turn", 0, &m2()),
+            turn_end(4, 1, r#"{"kind":"blocked"}"#),
+        ],
     );
     let trace = t.take_trace();
     assert_eq!(trace.last().unwrap(), "status idle");
@@ -947,7 +1211,10 @@ fn v23_pre_step_reject_with_second_prompt_queued() {
             user_message(9, &m2()),
         ],
     );
-    assert!(log.iter().any(|l| l == &user_message(23, &m3())), "{log:#?}");
+    assert!(
+        log.iter().any(|l| l == &user_message(23, &m3())),
+        "{log:#?}"
+    );
 }
 
 #[test]
@@ -1034,7 +1301,9 @@ fn v26_invalid_json_arguments() {
     let mut t = T::with_tools(vec![strict]);
     t.followup(&m1());
     t.model(&call("c1", "echo", "{}"));
-    assert!(t.log()[14].contains(r#"Error: invalid arguments: missing required property \"text\""#));
+    assert!(
+        t.log()[14].contains(r#"Error: invalid arguments: missing required property \"text\""#)
+    );
 }
 
 #[test]
@@ -1050,7 +1319,17 @@ fn v27_pre_execute_deny() {
     assert!(t.tools.is_empty());
     assert_eq!(
         t.log()[14],
-        tool_result(14, 1, 1, "R1", "c1", "Error: blocked dangerous tool", true, None, 13)
+        tool_result(
+            14,
+            1,
+            1,
+            "R1",
+            "c1",
+            "Error: blocked dangerous tool",
+            true,
+            None,
+            13
+        )
     );
     assert!(t.seen().contains(&"post-execute c1".to_string()));
     assert!(t.log()[16].contains("step/start"));
@@ -1059,13 +1338,22 @@ fn v27_pre_execute_deny() {
 #[test]
 fn v27_approval_outcomes() {
     let cases = [
-        (Some(ApprovalOutcome::Rejected), "Error: the user rejected tool \"danger\""),
-        (Some(ApprovalOutcome::Cancelled), "Error: approval for tool \"danger\" was cancelled"),
+        (
+            Some(ApprovalOutcome::Rejected),
+            "Error: the user rejected tool \"danger\"",
+        ),
+        (
+            Some(ApprovalOutcome::Cancelled),
+            "Error: approval for tool \"danger\" was cancelled",
+        ),
         (
             Some(ApprovalOutcome::Unavailable),
             "Error: tool \"danger\" requires approval, but no approval channel is available",
         ),
-        (None, "Error: tool \"danger\" requires approval (not yet supported)"),
+        (
+            None,
+            "Error: tool \"danger\" requires approval (not yet supported)",
+        ),
     ];
     for (outcome, text) in cases {
         let mut t = T::with_tools(vec![plain_tool("danger")]);
@@ -1074,7 +1362,11 @@ fn v27_approval_outcomes() {
         t.followup(&m1());
         t.model(&call("c1", "danger", "{}"));
         let escaped = serde_json::to_string(text).unwrap();
-        assert!(t.log()[14].contains(escaped.trim_matches('"')), "{}", t.log()[14]);
+        assert!(
+            t.log()[14].contains(escaped.trim_matches('"')),
+            "{}",
+            t.log()[14]
+        );
         assert!(!t.log()[14].contains(r#""error""#));
     }
     // Allowed once: the body runs.
@@ -1116,7 +1408,12 @@ fn v28_tool_concludes_the_turn() {
     t.model(&call("c1", "finalize", "{}"));
     t.tool(echo_result("done").concluding().with_contexts(vec![x1()]));
     assert_eq!(t.calls.len(), 2);
-    let last: Vec<&str> = t.calls[1].request.messages.iter().map(|m| m.id.as_str()).collect();
+    let last: Vec<&str> = t.calls[1]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
     assert_eq!(last, ["m1", "A1", "R1", "x1"]);
 }
 
@@ -1147,7 +1444,10 @@ fn v29_model_switch_on_step_two() {
     assert!(t.log()[24].contains(r#""model":"other"},"id":"A2""#));
     // The next turn's seed comes from the folded header.
     t.followup(&m2());
-    assert!(t.seen().contains(&r#"request 2/1 {"provider":"mock","model":"other"}"#.to_string()));
+    assert!(
+        t.seen()
+            .contains(&r#"request 2/1 {"provider":"mock","model":"other"}"#.to_string())
+    );
 }
 
 #[test]
@@ -1163,12 +1463,18 @@ fn v30_resume_with_a_parked_prompt() {
     let session = Session::from_seed(SessionHeader::new("a1", 0), events, 5000).unwrap();
     let mut t = T::over(f0_config(vec![]), session);
     assert_eq!(t.agent.status(), dsh_core::agent::AgentStatus::Idle);
-    assert_eq!(t.agent.inbox().list(InboxTarget::NextTurn)[0].id.as_str(), "p");
+    assert_eq!(
+        t.agent.inbox().list(InboxTarget::NextTurn)[0].id.as_str(),
+        "p"
+    );
     assert!(t.agent.poll().is_none(), "no effects on construction");
     let m1b = user("m1b", "hi again");
     t.followup(&m1b);
     let k = stored + 1; // after session/end-seed
-    assert_eq!(t.take_trace()[..3], ["inserted m1b", "status running", "claimed p@2"]);
+    assert_eq!(
+        t.take_trace()[..3],
+        ["inserted m1b", "status running", "claimed p@2"]
+    );
     t.model(&text("two"));
     t.model(&text("three"));
     let log = t.log();
@@ -1185,8 +1491,15 @@ fn v30_resume_with_a_parked_prompt() {
         ],
     );
     assert!(!log[k as usize + 6].contains("request/context"));
-    assert_eq!(log.iter().filter(|l| l.contains("request/header")).count(), 2);
-    assert!(log.last().unwrap().contains(r#"{"turn":3,"reason":{"kind":"completed"}}"#));
+    assert_eq!(
+        log.iter().filter(|l| l.contains("request/header")).count(),
+        2
+    );
+    assert!(
+        log.last()
+            .unwrap()
+            .contains(r#"{"turn":3,"reason":{"kind":"completed"}}"#)
+    );
     assert_eq!(t.take_trace().last().unwrap(), "status idle");
 }
 
@@ -1208,7 +1521,11 @@ fn runner_failure_leaves_the_call_open() {
         &log[14..],
         &[
             step_end(14, 1, 1),
-            turn_end(15, 1, r#"{"kind":"error","error":{"message":"runner died","code":"UNKNOWN"}}"#),
+            turn_end(
+                15,
+                1,
+                r#"{"kind":"error","error":{"message":"runner died","code":"UNKNOWN"}}"#,
+            ),
         ],
     );
 }
@@ -1218,16 +1535,21 @@ fn impossible_inputs_are_refused_and_change_nothing() {
     use dsh_core::agent::InputError;
     let mut t = T::f0();
     assert_eq!(
-        t.agent.handle_chunk(1, 7, StreamChunk::finish(FinishReason::Stop)),
+        t.agent
+            .handle_chunk(1, 7, StreamChunk::finish(FinishReason::Stop)),
         Err(InputError::NoOpenStream)
     );
-    assert_eq!(t.agent.handle_stream_end(1, 7), Err(InputError::NoOpenStream));
+    assert_eq!(
+        t.agent.handle_stream_end(1, 7),
+        Err(InputError::NoOpenStream)
+    );
     assert_eq!(
         t.agent.handle_tool_result(1, 3, ToolOutcome::error("x")),
         Err(InputError::UnknownToolCall { token: 3 })
     );
     assert_eq!(
-        t.agent.complete_hook(1, 9, HookAnswer::TurnStopping(Ok(()))),
+        t.agent
+            .complete_hook(1, 9, HookAnswer::TurnStopping(Ok(()))),
         Err(InputError::UnknownHook { id: 9 })
     );
     assert_eq!(t.agent.handle_timeout(1), Err(InputError::NoTimer));
@@ -1245,13 +1567,18 @@ fn impossible_inputs_are_refused_and_change_nothing() {
     let (id, _) = t.pending[0].clone();
     let len = t.agent.session().len();
     assert!(matches!(
-        t.agent.complete_hook(3, id, HookAnswer::TurnStopping(Ok(()))),
+        t.agent
+            .complete_hook(3, id, HookAnswer::TurnStopping(Ok(()))),
         Err(InputError::HookMismatch { .. })
     ));
     assert_eq!(t.agent.session().len(), len);
     // Appending a loop-owned type is refused.
     assert!(matches!(
-        t.agent.append_event(4, dsh_core::session::EventData::plugin("turn/start", &serde_json::json!({"turn":9})), None),
+        t.agent.append_event(
+            4,
+            dsh_core::session::EventData::plugin("turn/start", &serde_json::json!({"turn":9})),
+            None
+        ),
         Err(InputError::LoopOwnedType(_))
     ));
     let _ = start_v01;

@@ -130,7 +130,9 @@ impl HookError {
                 name: Some(name),
                 code: Some(code),
             } => ToolOutcome::coded_error(message.clone(), name.clone(), code.clone()),
-            HookError::Llm(f) => ToolOutcome::coded_error(f.message.clone(), "LlmError", f.code.clone()),
+            HookError::Llm(f) => {
+                ToolOutcome::coded_error(f.message.clone(), "LlmError", f.code.clone())
+            }
             other => ToolOutcome::error(other.message().to_string()),
         }
     }
@@ -305,6 +307,7 @@ pub struct RequestErrorPayload {
 
 /// An action a hook asked for; applied right after the hook returns.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // rare; boxing would only add noise
 pub(crate) enum HookAction {
     Send {
         message: Message,
@@ -355,7 +358,11 @@ impl HookCx<'_> {
     }
 
     /// Appends a plugin event with JSON data (see [`append`](Self::append)).
-    pub fn append_plugin(&mut self, event_type: &str, data: &Value) -> Result<u64, super::InputError> {
+    pub fn append_plugin(
+        &mut self,
+        event_type: &str,
+        data: &Value,
+    ) -> Result<u64, super::InputError> {
         self.append(EventData::plugin(event_type, data), None)
     }
 
@@ -706,7 +713,11 @@ pub struct SeededJitter(pub u64);
 
 impl JitterSource for SeededJitter {
     fn sample(&mut self) -> f64 {
-        let mut x = if self.0 == 0 { 0x9E37_79B9_7F4A_7C15 } else { self.0 };
+        let mut x = if self.0 == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            self.0
+        };
         x ^= x >> 12;
         x ^= x << 25;
         x ^= x >> 27;

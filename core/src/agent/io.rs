@@ -91,6 +91,7 @@ pub struct ModelCall {
 /// A seam the shell answers with [`Agent::complete_hook`](super::Agent::complete_hook).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
+#[allow(clippy::large_enum_variant)] // answered once per seam, never stored in bulk
 pub enum HookCall {
     /// [`Hooks::assemble`](super::Hooks::assemble).
     Assemble {

@@ -14,10 +14,9 @@ use crate::ids::{CallId, SessionId};
 use crate::message::{Message, MessageSource, Role};
 use crate::options::{AdapterDefaults, GenerateOptions, LlmCallConfig, ToolSchema};
 use crate::session::{
-    AssistantChunk, AssistantMessage, EpochHeader, EventData, HeaderReason,
-    InboxSpliced, LlmRetry, LlmRetryStarted, RequestContext, RequestHeader, Session,
-    SessionEvent, Step, SurfaceIntent, ToolCall, ToolError, ToolResult, TurnEnd, TurnEndReason,
-    TurnStart,
+    AssistantChunk, AssistantMessage, EpochHeader, EventData, HeaderReason, InboxSpliced, LlmRetry,
+    LlmRetryStarted, RequestContext, RequestHeader, Session, SessionEvent, Step, SurfaceIntent,
+    ToolCall, ToolError, ToolResult, TurnEnd, TurnEndReason, TurnStart,
 };
 
 use super::hooks::{
@@ -30,8 +29,7 @@ use super::io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
 };
 use super::prompt::{
-    Assembly, PromptSection, RetainedContext, is_runtime_context_source,
-    runtime_context_candidate,
+    Assembly, PromptSection, RetainedContext, is_runtime_context_source, runtime_context_candidate,
 };
 use super::retry::{RetryPolicy, RetryRecord, RetrySchedule};
 use super::schema::validate_value;
@@ -98,12 +96,17 @@ impl core::fmt::Display for ResumeError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             ResumeError::OpenTurn { turn } => {
-                write!(f, "the log ends inside turn {turn}; repair it before resuming")
+                write!(
+                    f,
+                    "the log ends inside turn {turn}; repair it before resuming"
+                )
             }
             ResumeError::Inbox { seq, error } => {
                 write!(f, "inbox splice at seq {seq} cannot be replayed: {error}")
             }
-            ResumeError::MaxTokens => f.write_str("agent maxTokens must be a positive safe integer"),
+            ResumeError::MaxTokens => {
+                f.write_str("agent maxTokens must be a positive safe integer")
+            }
         }
     }
 }
@@ -344,7 +347,11 @@ impl Agent {
     /// `agent/inbox/spliced` events after `seedLength` (IB-8), and the
     /// status is idle with nothing emitted.
     pub fn new(config: AgentConfig, session: Session) -> Result<Agent, ResumeError> {
-        if config.options.max_tokens.is_some_and(|m| m == 0 || m > crate::json::MAX_SAFE_INTEGER) {
+        if config
+            .options
+            .max_tokens
+            .is_some_and(|m| m == 0 || m > crate::json::MAX_SAFE_INTEGER)
+        {
             return Err(ResumeError::MaxTokens);
         }
         let mut last_turn = 0;
@@ -512,7 +519,9 @@ impl Agent {
             target
         };
         let len = self.inbox.list(target).len() as i64;
-        let splice = self.inbox.plan(target, len, 0, alloc::vec![message], false)?;
+        let splice = self
+            .inbox
+            .plan(target, len, 0, alloc::vec![message], false)?;
         if let Some(splice) = splice {
             self.commit_splice(now, splice);
         }
@@ -561,16 +570,26 @@ impl Agent {
             }
             InboxEdit::Remove(id) => match self.inbox.find(&id) {
                 None => (None, false),
-                Some((target, i)) => (self.inbox.plan(target, i as i64, 1, Vec::new(), false)?, true),
+                Some((target, i)) => (
+                    self.inbox.plan(target, i as i64, 1, Vec::new(), false)?,
+                    true,
+                ),
             },
             InboxEdit::Append(target, message) => {
                 self.check_user_message(&message)?;
                 let len = self.inbox.list(target).len() as i64;
-                (self.inbox.plan(target, len, 0, alloc::vec![message], false)?, true)
+                (
+                    self.inbox
+                        .plan(target, len, 0, alloc::vec![message], false)?,
+                    true,
+                )
             }
             InboxEdit::Prepend(target, message) => {
                 self.check_user_message(&message)?;
-                (self.inbox.plan(target, 0, 0, alloc::vec![message], false)?, true)
+                (
+                    self.inbox.plan(target, 0, 0, alloc::vec![message], false)?,
+                    true,
+                )
             }
         };
         if let Some(s) = splice {
@@ -643,7 +662,10 @@ impl Agent {
         if let Some(Stage::Streaming(s)) = self.stage_mut() {
             s.assembler.push(&chunk);
         }
-        match self.session.append(AssistantChunk::new(turn, step, chunk), None, now) {
+        match self
+            .session
+            .append(AssistantChunk::new(turn, step, chunk), None, now)
+        {
             Ok(e) => {
                 let seq = e.seq();
                 if let Some(Stage::Streaming(s)) = self.stage_mut() {
@@ -834,7 +856,12 @@ impl Agent {
         self.announce();
     }
 
-    fn append(&mut self, now: i64, data: impl Into<EventData>, intent: Option<SurfaceIntent>) -> Option<u64> {
+    fn append(
+        &mut self,
+        now: i64,
+        data: impl Into<EventData>,
+        intent: Option<SurfaceIntent>,
+    ) -> Option<u64> {
         match self.session.append(data, intent, now) {
             Ok(e) => Some(e.seq()),
             Err(e) => {
@@ -910,7 +937,9 @@ impl Agent {
                 _ if attempt <= self.counter => Err(InputError::StaleAttempt { attempt }),
                 _ => Err(InputError::NoOpenStream),
             },
-            _ if attempt <= self.counter && attempt > 0 => Err(InputError::StaleAttempt { attempt }),
+            _ if attempt <= self.counter && attempt > 0 => {
+                Err(InputError::StaleAttempt { attempt })
+            }
             _ => Err(InputError::NoOpenStream),
         }
     }
@@ -988,7 +1017,9 @@ impl Agent {
                         self.faults.push(format!("a hook's send was refused: {e}"));
                     }
                 }
-                HookAction::Cancel { cause, keep_inbox } => self.cancel_inner(now, cause, keep_inbox),
+                HookAction::Cancel { cause, keep_inbox } => {
+                    self.cancel_inner(now, cause, keep_inbox)
+                }
             }
         }
     }
@@ -1007,7 +1038,10 @@ impl Agent {
             target
         };
         let len = self.inbox.list(target).len() as i64;
-        if let Some(splice) = self.inbox.plan(target, len, 0, alloc::vec![message], false)? {
+        if let Some(splice) = self
+            .inbox
+            .plan(target, len, 0, alloc::vec![message], false)?
+        {
             self.commit_splice(now, splice);
         }
         if wakeup {
@@ -1026,7 +1060,8 @@ impl Agent {
             start: splice.start as u64,
             removed_count: (!splice.removed.is_empty()).then_some(splice.removed.len() as u64),
             inserted: splice.inserted.iter().cloned().map(Arc::new).collect(),
-            outcome: (!splice.claim && !splice.removed.is_empty()).then(|| String::from("canceled")),
+            outcome: (!splice.claim && !splice.removed.is_empty())
+                .then(|| String::from("canceled")),
         };
         self.append(now, data, None);
         self.inbox.apply(&splice);
@@ -1044,12 +1079,17 @@ impl Agent {
         // The newest runtime-context message may have been appended or
         // shadowed since the last look (LC-12).
         let nodes = self.session.surface().nodes;
-        let newest = self.session.events().iter().rev().find_map(|e| match e.data() {
-            EventData::UserMessage(m) if is_runtime_context_source(&m.source) => {
-                Some((e.seq(), message_text(m)))
-            }
-            _ => None,
-        });
+        let newest = self
+            .session
+            .events()
+            .iter()
+            .rev()
+            .find_map(|e| match e.data() {
+                EventData::UserMessage(m) if is_runtime_context_source(&m.source) => {
+                    Some((e.seq(), message_text(m)))
+                }
+                _ => None,
+            });
         self.retained = match newest {
             None => RetainedContext::Never,
             Some((seq, text)) if nodes.contains(&seq) => RetainedContext::Retained { seq, text },
@@ -1125,7 +1165,11 @@ impl Agent {
         let mut data = AssistantMessage::new(turn, step, message);
         data.usage = s.assembler.usage().copied();
         data.interrupted = true;
-        self.append(now, data, Some(SurfaceIntent::append_citing(s.chunk_seqs.clone())));
+        self.append(
+            now,
+            data,
+            Some(SurfaceIntent::append_citing(s.chunk_seqs.clone())),
+        );
     }
 
     /// Closing as aborted (LC-34): `step/end` if a step is open, then
@@ -1233,7 +1277,9 @@ impl Agent {
                 // [HEAD Δ H-2] latch a wake that arrives while aborting;
                 // disposal never latches.
                 if self.config.wake_latch
-                    && r.abort.as_ref().is_some_and(|c| *c != CancelCause::Disposed)
+                    && r.abort
+                        .as_ref()
+                        .is_some_and(|c| *c != CancelCause::Disposed)
                 {
                     r.wake_requested = true;
                 }
@@ -1243,7 +1289,9 @@ impl Agent {
                 wake_requested,
                 ..
             } => {
-                if aborted.is_none() || (self.config.wake_latch && *aborted != Some(CancelCause::Disposed)) {
+                if aborted.is_none()
+                    || (self.config.wake_latch && *aborted != Some(CancelCause::Disposed))
+                {
                     *wake_requested = true;
                 }
             }
@@ -1273,12 +1321,18 @@ impl Agent {
         let (turn, proposed, target) = (r.turn, r.step + 1, r.target);
         let mut claimed: Vec<Message> = Vec::new();
         let step_len = self.inbox.list(InboxTarget::NextStep).len() as i64;
-        if let Ok(Some(s)) = self.inbox.plan(InboxTarget::NextStep, 0, step_len, Vec::new(), true) {
+        if let Ok(Some(s)) = self
+            .inbox
+            .plan(InboxTarget::NextStep, 0, step_len, Vec::new(), true)
+        {
             claimed.extend(s.removed.iter().cloned());
             self.commit_splice(now, s);
         }
         if target == InboxTarget::NextTurn {
-            if let Ok(Some(s)) = self.inbox.plan(InboxTarget::NextTurn, 0, 1, Vec::new(), true) {
+            if let Ok(Some(s)) = self
+                .inbox
+                .plan(InboxTarget::NextTurn, 0, 1, Vec::new(), true)
+            {
                 claimed.extend(s.removed.iter().cloned());
                 self.commit_splice(now, s);
             }
@@ -1297,8 +1351,7 @@ impl Agent {
             }
         };
         let hook = self.next_id();
-        let answer =
-            self.call_hook(now, |h, cx| h.assemble(cx, turn, proposed, default.clone()));
+        let answer = self.call_hook(now, |h, cx| h.assemble(cx, turn, proposed, default.clone()));
         match answer {
             Hook::Ready(r) => {
                 self.apply_actions(now);
@@ -1658,12 +1711,17 @@ impl Agent {
             model: prepared.config.model.clone(),
             context_window: prepared.context_window,
         };
-        if self.session.request_context().is_none_or(|c| **c != context) {
+        if self
+            .session
+            .request_context()
+            .is_none_or(|c| **c != context)
+        {
             self.append(now, context, None);
         }
         self.emit(Output::Flush(Checkpoint::BeforeModel));
         let config = prepared.config;
-        let mut request = GenerateOptions::new(config.provider.clone(), config.model.clone(), messages);
+        let mut request =
+            GenerateOptions::new(config.provider.clone(), config.model.clone(), messages);
         request.reasoning_effort = config.reasoning_effort.clone();
         request.temperature = config.temperature;
         request.max_tokens = config.max_tokens;
@@ -1741,7 +1799,11 @@ impl Agent {
             .collect();
         let mut data = AssistantMessage::new(turn, step, Message::model(id, content, source));
         data.usage = stream.assembler.usage().copied();
-        self.append(now, data, Some(SurfaceIntent::append_citing(stream.chunk_seqs)));
+        self.append(
+            now,
+            data,
+            Some(SurfaceIntent::append_citing(stream.chunk_seqs)),
+        );
         // LC-21.
         if matches!(finish, FinishReason::MaxTokens) {
             self.step_finished(now, Some(StepEnd::MaxTokens));
@@ -1842,17 +1904,22 @@ impl Agent {
         let policy = failed.policy.clone()?;
         let (turn, step) = self.coords();
         let key = policy.policy_key();
-        let previous = self.session.events().iter().rev().find_map(|e| match e.data() {
-            EventData::LlmRetry(r)
-                if r.turn == turn
-                    && r.step == step
-                    && r.provider == failed.provider
-                    && r.policy_key == key =>
-            {
-                Some((r.retry, r.retry_id.clone()))
-            }
-            _ => None,
-        });
+        let previous = self
+            .session
+            .events()
+            .iter()
+            .rev()
+            .find_map(|e| match e.data() {
+                EventData::LlmRetry(r)
+                    if r.turn == turn
+                        && r.step == step
+                        && r.provider == failed.provider
+                        && r.policy_key == key =>
+                {
+                    Some((r.retry, r.retry_id.clone()))
+                }
+                _ => None,
+            });
         let sample = self.jitter.sample();
         let previous_retry = previous.as_ref().map_or(0, |p| p.0);
         match policy.schedule(&failed.failure, previous_retry, sample) {
@@ -1983,14 +2050,23 @@ impl Agent {
         loop {
             let aborted = self.aborted();
             let (turn, step) = self.coords();
-            let Some(phase) = self.tool_phase() else { return };
+            let Some(phase) = self.tool_phase() else {
+                return;
+            };
             if phase.current.is_some() {
                 return;
             }
             if phase.cursor >= phase.calls.len() {
                 let concluded = phase.concluded;
                 self.take_stage();
-                self.step_finished(now, if concluded { Some(StepEnd::Completed) } else { None });
+                self.step_finished(
+                    now,
+                    if concluded {
+                        Some(StepEnd::Completed)
+                    } else {
+                        None
+                    },
+                );
                 return;
             }
             let i = phase.cursor;
@@ -2008,7 +2084,12 @@ impl Agent {
             let call_seq = self.append(now, call, None).unwrap_or(0);
             if aborted {
                 // LC-25: a synthetic pair for every call not yet started.
-                self.commit_result(now, &call_id, call_seq, ToolOutcome::aborted_before_dispatch());
+                self.commit_result(
+                    now,
+                    &call_id,
+                    call_seq,
+                    ToolOutcome::aborted_before_dispatch(),
+                );
                 if let Some(p) = self.tool_phase() {
                     p.cursor += 1;
                 }
@@ -2097,7 +2178,8 @@ impl Agent {
                         return false;
                     };
                     let hook = self.next_id();
-                    let answer = self.call_hook(now, |h, cx| h.tool_post_execute(cx, &exec, &outcome));
+                    let answer =
+                        self.call_hook(now, |h, cx| h.tool_post_execute(cx, &exec, &outcome));
                     match answer {
                         Hook::Ready(r) => {
                             self.apply_actions(now);
@@ -2146,7 +2228,8 @@ impl Agent {
                         self.set_call_stage(CallStage::Approval { hook });
                         if let Some(c) = self.tool_phase().and_then(|p| p.current.as_mut()) {
                             // Keep the ask's reason for the no-service text.
-                            c.outcome = Some(ToolOutcome::error(reason.clone().unwrap_or_default()));
+                            c.outcome =
+                                Some(ToolOutcome::error(reason.clone().unwrap_or_default()));
                         }
                         self.emit(Output::Hook {
                             id: hook,
@@ -2187,12 +2270,12 @@ impl Agent {
                 }
                 format!("approval for tool \"{name}\" was cancelled")
             }
-            ApprovalOutcome::Unavailable => format!(
-                "tool \"{name}\" requires approval, but no approval channel is available"
-            ),
-            ApprovalOutcome::NoService => {
-                reason.unwrap_or_else(|| format!("tool \"{name}\" requires approval (not yet supported)"))
+            ApprovalOutcome::Unavailable => {
+                format!("tool \"{name}\" requires approval, but no approval channel is available")
             }
+            ApprovalOutcome::NoService => reason.unwrap_or_else(|| {
+                format!("tool \"{name}\" requires approval (not yet supported)")
+            }),
         };
         Next::Post(ToolOutcome::error(denial))
     }
@@ -2237,12 +2320,16 @@ impl Agent {
         if !outcome.is_error() {
             if let (Some(value), Some(schema)) = (
                 outcome.value.as_ref(),
-                self.config.tools.get(&exec.name).and_then(|t| t.output_schema.as_ref()),
+                self.config
+                    .tools
+                    .get(&exec.name)
+                    .and_then(|t| t.output_schema.as_ref()),
             ) {
                 let violations = validate_value(schema, value, "value");
                 if !violations.is_empty() {
                     let contexts = core::mem::take(&mut outcome.additional_contexts);
-                    outcome = ToolOutcome::invalid_output(&exec.name, &violations).with_contexts(contexts);
+                    outcome = ToolOutcome::invalid_output(&exec.name, &violations)
+                        .with_contexts(contexts);
                 }
             }
         }
@@ -2316,7 +2403,12 @@ impl Agent {
             step,
             call_id,
         });
-        let message = Message::tool_result(id, call_id.clone(), outcome.content.clone(), outcome.is_error());
+        let message = Message::tool_result(
+            id,
+            call_id.clone(),
+            outcome.content.clone(),
+            outcome.is_error(),
+        );
         let mut data = ToolResult::new(turn, step, message);
         data.error = outcome
             .error
@@ -2327,7 +2419,11 @@ impl Agent {
             .meta
             .as_ref()
             .and_then(|m| serde_json::value::to_raw_value(m).ok());
-        self.append(now, data, Some(SurfaceIntent::append_citing(alloc::vec![call_seq])));
+        self.append(
+            now,
+            data,
+            Some(SurfaceIntent::append_citing(alloc::vec![call_seq])),
+        );
         if !outcome.is_error() && outcome.concludes_turn {
             if let Some(p) = self.tool_phase() {
                 p.concluded = true;

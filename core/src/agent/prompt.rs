@@ -76,8 +76,11 @@ impl Assembly {
 
     /// The runtime-context sections with non-empty text (LC-12), in `order`.
     pub fn context_sections(&self) -> Vec<Section> {
-        let mut contexts: Vec<&PromptSection> =
-            self.contexts.iter().filter(|c| !c.text.is_empty()).collect();
+        let mut contexts: Vec<&PromptSection> = self
+            .contexts
+            .iter()
+            .filter(|c| !c.text.is_empty())
+            .collect();
         contexts.sort_by_key(|c| c.order);
         contexts
             .into_iter()
@@ -214,11 +217,16 @@ mod tests {
     #[test]
     fn sp3_render() {
         let mut a = Assembly::default();
-        a.sections.push(PromptSection::new("b", 100, "tool {{model}}"));
-        a.sections.push(PromptSection::new("a", -100, HARNESS_IDENTITY));
+        a.sections
+            .push(PromptSection::new("b", 100, "tool {{model}}"));
+        a.sections
+            .push(PromptSection::new("a", -100, HARNESS_IDENTITY));
         a.sections.push(PromptSection::new("empty", 0, ""));
         a.variables.insert("model".into(), Some("mock".into()));
-        assert_eq!(a.render().unwrap(), alloc::format!("{HARNESS_IDENTITY}\n\ntool mock"));
+        assert_eq!(
+            a.render().unwrap(),
+            alloc::format!("{HARNESS_IDENTITY}\n\ntool mock")
+        );
         a.sections.push(PromptSection::new("p", 0, "{{cwd}}"));
         a.variables.insert("cwd".into(), None);
         assert_eq!(
@@ -239,7 +247,10 @@ mod tests {
             name: "env".into(),
             text: "cwd=/repo".into(),
         }];
-        assert_eq!(runtime_context_candidate(&RetainedContext::Never, &[]), None);
+        assert_eq!(
+            runtime_context_candidate(&RetainedContext::Never, &[]),
+            None
+        );
         let (text, source) = runtime_context_candidate(&RetainedContext::Never, &sections).unwrap();
         assert_eq!(text, alloc::format!("{RUNTIME_CONTEXT_HEADER}cwd=/repo"));
         assert!(is_runtime_context_source(&source));
@@ -249,7 +260,10 @@ mod tests {
         assert_eq!(cleared, RUNTIME_CONTEXT_CLEARED);
         assert_eq!(
             runtime_context_candidate(
-                &RetainedContext::Retained { seq: 9, text: RUNTIME_CONTEXT_CLEARED.into() },
+                &RetainedContext::Retained {
+                    seq: 9,
+                    text: RUNTIME_CONTEXT_CLEARED.into()
+                },
                 &[]
             ),
             None

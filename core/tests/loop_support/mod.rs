@@ -1,11 +1,12 @@
 //! Shared harness for the agent-loop tests: fixture F0 of loop.md §8, a
 //! scriptable `Hooks`, chunk macros and renderers for events and effects.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::too_many_arguments)]
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use dsh_core::agent::prompt::{Assembly, PromptSection};
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::agent::{
@@ -14,7 +15,6 @@ use dsh_core::agent::{
     PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery,
     RequestErrorPayload, ToolExecution,
 };
-use dsh_core::agent::prompt::{Assembly, PromptSection};
 use dsh_core::session::{InvariantChecker, Session, SessionHeader};
 use dsh_core::{
     ContentBlock, FinishReason, LlmCallConfig, LlmFailure, Message, MessageSource, StreamChunk,
@@ -82,7 +82,12 @@ impl Hooks for ScriptHooks {
         default: PreStepDecision,
     ) -> Hook<Result<PreStepDecision, HookError>> {
         let mut s = self.0.lock().unwrap();
-        s.seen.push(format!("pre-step {}/{} {}", p.turn, p.step, ids(&p.messages)));
+        s.seen.push(format!(
+            "pre-step {}/{} {}",
+            p.turn,
+            p.step,
+            ids(&p.messages)
+        ));
         if s.defer.contains("pre-step") {
             return Hook::Defer;
         }
@@ -130,7 +135,10 @@ impl Hooks for ScriptHooks {
         p: &RequestErrorPayload,
     ) -> Hook<Result<Recovery, HookError>> {
         let mut s = self.0.lock().unwrap();
-        s.seen.push(format!("request-error {}/{} {}", p.turn, p.step, p.failure.code));
+        s.seen.push(format!(
+            "request-error {}/{} {}",
+            p.turn, p.step, p.failure.code
+        ));
         if s.defer.contains("request-error") {
             return Hook::Defer;
         }
@@ -318,7 +326,11 @@ impl T {
                     self.statuses.push(s);
                     self.trace.push(format!(
                         "status {}",
-                        if s == AgentStatus::Running { "running" } else { "idle" }
+                        if s == AgentStatus::Running {
+                            "running"
+                        } else {
+                            "idle"
+                        }
                     ));
                 }
                 Output::Notify(n) => self.trace.push(match n {
@@ -351,7 +363,8 @@ impl T {
                     self.trace.push(format!("cancel-model {attempt}"))
                 }
                 Output::ExecuteTool(exec) => {
-                    self.trace.push(format!("execute {} {}", exec.call_id, exec.arguments));
+                    self.trace
+                        .push(format!("execute {} {}", exec.call_id, exec.arguments));
                     self.tools.push(exec);
                 }
                 Output::AbortTurn { cause } => self.trace.push(format!("abort {cause:?}")),
@@ -369,7 +382,11 @@ impl T {
             }
         }
         self.checked = events.len() as u64;
-        assert!(self.agent.faults().is_empty(), "faults: {:?}", self.agent.faults());
+        assert!(
+            self.agent.faults().is_empty(),
+            "faults: {:?}",
+            self.agent.faults()
+        );
     }
 
     pub fn take_trace(&mut self) -> Vec<String> {
@@ -644,7 +661,10 @@ pub fn insert(seq: u64, target: &str, start: u64, m: &Message) -> String {
     ev(
         seq,
         "agent/inbox/spliced",
-        &format!(r#"{{"target":"{target}","start":{start},"inserted":[{}]}}"#, j(m)),
+        &format!(
+            r#"{{"target":"{target}","start":{start},"inserted":[{}]}}"#,
+            j(m)
+        ),
     )
 }
 
@@ -671,15 +691,27 @@ pub fn turn_start(seq: u64, turn: u64) -> String {
 }
 
 pub fn step_start(seq: u64, turn: u64, step: u64) -> String {
-    ev(seq, "step/start", &format!(r#"{{"turn":{turn},"step":{step}}}"#))
+    ev(
+        seq,
+        "step/start",
+        &format!(r#"{{"turn":{turn},"step":{step}}}"#),
+    )
 }
 
 pub fn step_end(seq: u64, turn: u64, step: u64) -> String {
-    ev(seq, "step/end", &format!(r#"{{"turn":{turn},"step":{step}}}"#))
+    ev(
+        seq,
+        "step/end",
+        &format!(r#"{{"turn":{turn},"step":{step}}}"#),
+    )
 }
 
 pub fn turn_end(seq: u64, turn: u64, reason: &str) -> String {
-    ev(seq, "turn/end", &format!(r#"{{"turn":{turn},"reason":{reason}}}"#))
+    ev(
+        seq,
+        "turn/end",
+        &format!(r#"{{"turn":{turn},"reason":{reason}}}"#),
+    )
 }
 
 pub const COMPLETED: &str = r#"{"kind":"completed"}"#;
@@ -743,7 +775,9 @@ pub fn assistant(
     usage: Option<&str>,
     src: std::ops::Range<u64>,
 ) -> String {
-    let usage = usage.map(|u| format!(r#","usage":{u}"#)).unwrap_or_default();
+    let usage = usage
+        .map(|u| format!(r#","usage":{u}"#))
+        .unwrap_or_default();
     let src: Vec<String> = src.map(|s| s.to_string()).collect();
     format!(
         "{} src=[{}] op=\"append\"",
