@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod input;
 mod log;
+mod replay;
 mod stream;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
@@ -27,6 +28,8 @@ enum Command {
     /// Check, derive from or repair JSONL session logs.
     #[command(subcommand)]
     Log(log::LogCommand),
+    /// Replay a recorded session through the agent loop and compare.
+    Replay(replay::ReplayArgs),
 }
 
 /// What a command ended with.
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Stream(cmd) => stream::run(cmd),
         Command::Log(cmd) => log::run(cmd),
+        Command::Replay(args) => replay::run(args),
     };
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,

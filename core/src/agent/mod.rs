@@ -93,6 +93,7 @@ pub mod inbox;
 pub mod io;
 mod machine;
 pub mod prompt;
+pub mod replay;
 pub mod retry;
 pub mod schema;
 pub mod tools;
