@@ -1762,13 +1762,25 @@ impl Agent {
             self.request_failed(now, failed);
             return;
         }
-        let content = match stream.assembler.blocks() {
+        let mut content = match stream.assembler.blocks() {
             Ok(c) => c,
             Err(e) => {
                 self.turn_error(now, HookError::msg(format!("{e}")));
                 return;
             }
         };
+        // Judgement call: a provider may send an empty call id (C-4), but a
+        // tool/result must name a non-empty one (session.md M6, enforced at
+        // append). An empty id is treated like a missing one (BB-2) and
+        // replaced by `call-<position>` before the message is recorded, so
+        // the call and its result stay paired.
+        for (i, block) in content.iter_mut().enumerate() {
+            if let ContentBlock::ToolCall { id, .. } = block {
+                if id.0.is_empty() {
+                    *id = CallId(format!("call-{i}"));
+                }
+            }
+        }
         let replay_state = stream
             .assembler
             .replay_state()
