@@ -262,7 +262,10 @@ pub struct Agent {
     announced: u64,
     counter: u64,
     header_logged: bool,
-    retained: RetainedContext,
+    /// The newest runtime-context `user/message` seen (seq, text), and how
+    /// far the log has been scanned for one (LC-12).
+    newest_context: Option<(u64, String)>,
+    scanned: u64,
     actions: Vec<HookAction>,
     faults: Vec<String>,
 }
@@ -358,7 +361,6 @@ impl Agent {
         let mut open: Option<u64> = None;
         let mut inbox = Inbox::new();
         let seed_length = session.header().seed_length.unwrap_or(0);
-        let mut retained = RetainedContext::Never;
         for e in session.events() {
             match e.data() {
                 EventData::TurnStart(t) => {
@@ -373,12 +375,6 @@ impl Agent {
                         error,
                     })?;
                 }
-                EventData::UserMessage(m) if is_runtime_context_source(&m.source) => {
-                    retained = RetainedContext::Retained {
-                        seq: e.seq(),
-                        text: message_text(m),
-                    };
-                }
                 _ => {}
             }
         }
@@ -387,7 +383,7 @@ impl Agent {
         }
         let announced = session.len();
         let id = session.id().clone();
-        let mut agent = Agent {
+        let agent = Agent {
             id,
             config,
             session,
@@ -400,11 +396,11 @@ impl Agent {
             announced,
             counter: 0,
             header_logged: false,
-            retained,
+            newest_context: None,
+            scanned: 0,
             actions: Vec::new(),
             faults: Vec::new(),
         };
-        agent.refresh_retained();
         Ok(agent)
     }
 
@@ -608,7 +604,6 @@ impl Agent {
         intent: Option<SurfaceIntent>,
     ) -> Result<u64, InputError> {
         let seq = append_foreign(&mut self.session, now, data, intent)?;
-        self.refresh_retained();
         self.after_input();
         Ok(seq)
     }
@@ -999,7 +994,6 @@ impl Agent {
             f(&mut *self.hooks, &mut cx)
         };
         self.actions = actions;
-        self.refresh_retained();
         r
     }
 
@@ -1075,26 +1069,28 @@ impl Agent {
         }
     }
 
-    fn refresh_retained(&mut self) {
-        // The newest runtime-context message may have been appended or
-        // shadowed since the last look (LC-12).
-        let nodes = self.session.surface().nodes;
-        let newest = self
-            .session
-            .events()
-            .iter()
-            .rev()
-            .find_map(|e| match e.data() {
-                EventData::UserMessage(m) if is_runtime_context_source(&m.source) => {
-                    Some((e.seq(), message_text(m)))
+    /// The retained runtime-context snapshot (LC-12): the newest such
+    /// message, unless a surface replacement shadowed it. New events are
+    /// scanned once; the surface is checked once per proposed step.
+    fn retained_context(&mut self) -> RetainedContext {
+        for e in self.session.events_from(self.scanned) {
+            if let EventData::UserMessage(m) = e.data() {
+                if is_runtime_context_source(&m.source) {
+                    self.newest_context = Some((e.seq(), message_text(m)));
                 }
-                _ => None,
-            });
-        self.retained = match newest {
+            }
+        }
+        self.scanned = self.session.len();
+        match &self.newest_context {
             None => RetainedContext::Never,
-            Some((seq, text)) if nodes.contains(&seq) => RetainedContext::Retained { seq, text },
+            Some((seq, text)) if self.session.surface().nodes.contains(seq) => {
+                RetainedContext::Retained {
+                    seq: *seq,
+                    text: text.clone(),
+                }
+            }
             Some(_) => RetainedContext::Shadowed,
-        };
+        }
     }
 
     // ------------------------------------------------------------------
@@ -1421,7 +1417,7 @@ impl Agent {
         let turn = self.coords().0;
         let mut default = claimed.clone();
         if let Some((text, source)) =
-            runtime_context_candidate(&self.retained, &assembly.context_sections())
+            runtime_context_candidate(&self.retained_context(), &assembly.context_sections())
         {
             let id = self.ids.message_id(IdPurpose::RuntimeContext {
                 turn,
@@ -1517,7 +1513,6 @@ impl Agent {
         for m in messages {
             self.append(now, m, Some(SurfaceIntent::append()));
         }
-        self.refresh_retained();
         let system = match assembly.render() {
             Ok(s) => s,
             Err(e) => {
