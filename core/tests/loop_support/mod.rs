@@ -124,6 +124,9 @@ impl Hooks for ScriptHooks {
         config: LlmCallConfig,
     ) -> Hook<Result<PreparedCall, HookError>> {
         let s = self.0.lock().unwrap();
+        if s.defer.contains("prepare") {
+            return Hook::Defer;
+        }
         let mut p = PreparedCall::plain(config);
         p.retry_policy = Some(s.policy.clone().unwrap_or_else(f0_policy));
         Hook::Ready(Ok(p))
