@@ -504,3 +504,45 @@ fn ib5_invalid_messages_are_refused() {
     assert!(t.agent.session().is_empty() && t.agent.poll().is_none());
     let _ = (LlmCallConfig::new("a", "b"), ToolOutcome::error("x"));
 }
+
+#[test]
+fn empty_response_is_retried_by_the_default_policy() {
+    // AC-9 + R-5: production adapters turn an empty stop into
+    // EMPTY_RESPONSE, which the default policy retries in the same step.
+    let mut t = executor();
+    t.followup(&m1());
+    t.model(&[fail_with("EMPTY_RESPONSE", None)]);
+    assert_eq!(retry_records(&t).len(), 1);
+    wait(&mut t);
+    t.model(&text("Recovered."));
+    let log = t.log();
+    assert!(log[8].contains("llm/retry"));
+    assert!(log[9].contains("llm/retry-started"));
+    assert!(log.last().unwrap().contains("completed"));
+}
+
+#[test]
+fn h2_wake_latch_without_pending_work_starts_no_empty_turn() {
+    let mut config = f0_config(vec![]);
+    config.wake_latch = true;
+    let mut t = T::with(config);
+    t.defer("turn-stopping");
+    t.followup(&m1());
+    t.model(&text("one"));
+    t.cancel(true);
+    t.followup(&m2());
+    // The latched prompt is removed before the driver stops.
+    let now = t.tick();
+    assert!(
+        t.agent
+            .edit_inbox(now, InboxEdit::Remove("m2".into()))
+            .unwrap()
+    );
+    t.drain();
+    t.answer(HookAnswer::TurnStopping(Ok(())));
+    assert_eq!(t.agent.status(), AgentStatus::Idle);
+    assert_eq!(
+        t.log().iter().filter(|l| l.contains("turn/start")).count(),
+        1
+    );
+}
