@@ -11,6 +11,8 @@ mod deepseek;
 mod input;
 mod mock_server;
 mod sse;
+mod log;
+mod replay;
 mod stream;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
@@ -34,6 +36,11 @@ enum Command {
     Deepseek(deepseek::DeepSeekCommand),
     /// Run the scripted mock DeepSeek server on 127.0.0.1.
     MockServer(mock_server::MockServerArgs),
+    /// Check, derive from or repair JSONL session logs.
+    #[command(subcommand)]
+    Log(log::LogCommand),
+    /// Replay a recorded session through the agent loop and compare.
+    Replay(replay::ReplayArgs),
 }
 
 /// What a command ended with.
@@ -60,6 +67,8 @@ fn main() -> ExitCode {
         Command::Sse(cmd) => sse::run(cmd),
         Command::Deepseek(cmd) => deepseek::run(cmd),
         Command::MockServer(args) => mock_server::run(args),
+        Command::Log(cmd) => log::run(cmd),
+        Command::Replay(args) => replay::run(args),
     };
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,

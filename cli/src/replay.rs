@@ -1,0 +1,70 @@
+//! `dsh replay --check [--fixture-tokens] PATH`: drive the agent loop with a
+//! recorded session's inputs, model streams and tool results, and compare
+//! the core events it writes with the recorded ones.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use dsh_core::agent::replay::{ReplayOptions, replay_jsonl};
+
+use crate::Outcome;
+use crate::input::read_input;
+
+/// Arguments of `dsh replay`.
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// Compare the reproduced core events with the recording (the only mode).
+    #[arg(long)]
+    check: bool,
+    /// Apply the conformance fixture-token substitutions before reading, and
+    /// compare `request/header` events by their canonical header.
+    #[arg(long)]
+    fixture_tokens: bool,
+    /// The recorded JSONL session log (`-` or absent: standard input).
+    path: Option<PathBuf>,
+}
+
+/// Runs `dsh replay`.
+pub fn run(args: ReplayArgs) -> Outcome {
+    if !args.check {
+        eprintln!("dsh replay: only --check is supported");
+        return Outcome::BadInput;
+    }
+    let bytes = match read_input(args.path.as_deref()) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("dsh replay: {e}");
+            return Outcome::BadInput;
+        }
+    };
+    let options = ReplayOptions {
+        fixture_tokens: args.fixture_tokens,
+        ..ReplayOptions::default()
+    };
+    let report = match replay_jsonl(&bytes, options) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("dsh replay: cannot load the recording: {e}");
+            return Outcome::BadInput;
+        }
+    };
+    println!(
+        "reproduced {}/{} core events",
+        report.reproduced, report.total
+    );
+    if report.identical() {
+        return Outcome::Ok;
+    }
+    if let Some(d) = report.first_difference {
+        println!("first difference at seq {}: {}", d.seq, d.reason);
+        println!(
+            "  recorded: {}",
+            d.expected.as_deref().unwrap_or("(no event)")
+        );
+        println!(
+            "  produced: {}",
+            d.produced.as_deref().unwrap_or("(no event)")
+        );
+    }
+    Outcome::CheckFailed
+}

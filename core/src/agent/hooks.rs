@@ -1,0 +1,739 @@
+//! The interception seams (loop.md §4) as one trait, plus the injected
+//! sources of ids and jitter.
+//!
+//! Every seam is a method of [`Hooks`] with a default that reproduces the
+//! reference when no listener is installed. A method answers synchronously
+//! with [`Hook::Ready`], or returns [`Hook::Defer`] when the answer needs I/O
+//! (asking a human, a network round trip): the agent then emits
+//! [`Output::Hook`](super::Output::Hook) and waits for
+//! [`Agent::complete_hook`](super::Agent::complete_hook).
+//!
+//! Hooks see the session and may act on the agent through [`HookCx`]:
+//! append plugin events (immediately, so they land at this point of the
+//! log) and queue `send`/`cancel` calls, which the agent applies right after
+//! the hook returns (loop.md Q3: reentrant inputs are queued, not rejected).
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+use serde_json::Value;
+
+use crate::chunk::LlmFailure;
+use crate::content::ContentBlock;
+use crate::ids::{CallId, MessageId, RetryId, SessionId};
+use crate::message::Message;
+use crate::options::{AdapterDefaults, LlmCallConfig};
+use crate::session::{EventData, Session, SurfaceIntent};
+
+use super::inbox::InboxTarget;
+use super::prompt::Assembly;
+use super::retry::RetryPolicy;
+use super::tools::{ErrorInfo, ToolOutcome};
+
+/// A seam's answer: now, or later through an input.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Hook<T> {
+    /// The answer.
+    Ready(T),
+    /// Ask the shell: the agent emits [`Output::Hook`](super::Output::Hook)
+    /// and waits for [`Agent::complete_hook`](super::Agent::complete_hook).
+    Defer,
+}
+
+/// A failure raised by a hook, a listener, or the model stream's consumer.
+///
+/// A turn error records it as an `LlmFailure` (LC-36): an [`HookError::Llm`]
+/// verbatim, anything else as `{"message": <chain>, "code": "UNKNOWN"}`.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum HookError {
+    /// A typed LLM error (`LlmError`): its failure is recorded verbatim.
+    Llm(LlmFailure),
+    /// Any other error.
+    Error {
+        /// The error chain text (see [`HookError::chain`]).
+        message: String,
+        /// Error class name of a structured harness error.
+        name: Option<String>,
+        /// Machine code of a structured harness error.
+        code: Option<String>,
+    },
+}
+
+impl HookError {
+    /// A plain error with this message.
+    pub fn msg(message: impl Into<String>) -> Self {
+        HookError::Error {
+            message: message.into(),
+            name: None,
+            code: None,
+        }
+    }
+
+    /// A structured harness error (`name` and `code` become a tool result's
+    /// `error` info, TL-12).
+    pub fn coded(
+        message: impl Into<String>,
+        name: impl Into<String>,
+        code: impl Into<String>,
+    ) -> Self {
+        HookError::Error {
+            message: message.into(),
+            name: Some(name.into()),
+            code: Some(code.into()),
+        }
+    }
+
+    /// An LLM error with this code and message.
+    pub fn llm(code: impl Into<String>, message: impl Into<String>) -> Self {
+        HookError::Llm(LlmFailure::new(code, message))
+    }
+
+    /// `error_chain` (LC-36): each message joined with its causes by `": "`,
+    /// leaving out a cause whose text equals its wrapper's. `messages` runs
+    /// from the outermost error inwards; an empty message is replaced by the
+    /// error's name in the caller's hands.
+    pub fn chain<'a>(messages: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut out: Vec<&str> = Vec::new();
+        for m in messages {
+            if out.last() != Some(&m) {
+                out.push(m);
+            }
+        }
+        HookError::msg(out.join(": "))
+    }
+
+    /// The failure a turn error records (LC-36 step 3).
+    pub fn failure(&self) -> LlmFailure {
+        match self {
+            HookError::Llm(f) => f.clone(),
+            HookError::Error { message, .. } => LlmFailure::new("UNKNOWN", message.clone()),
+        }
+    }
+
+    /// The message text.
+    pub fn message(&self) -> &str {
+        match self {
+            HookError::Llm(f) => &f.message,
+            HookError::Error { message, .. } => message,
+        }
+    }
+
+    /// The error as a tool result (TL-12): `Error: <message>`, with info
+    /// only for structured errors.
+    pub fn tool_outcome(&self) -> ToolOutcome {
+        match self {
+            HookError::Error {
+                message,
+                name: Some(name),
+                code: Some(code),
+            } => ToolOutcome::coded_error(message.clone(), name.clone(), code.clone()),
+            HookError::Llm(f) => {
+                ToolOutcome::coded_error(f.message.clone(), "LlmError", f.code.clone())
+            }
+            other => ToolOutcome::error(other.message().to_string()),
+        }
+    }
+}
+
+impl fmt::Display for HookError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HookError::Llm(failure) => write!(f, "{}: {}", failure.code, failure.message),
+            HookError::Error { message, .. } => f.write_str(message),
+        }
+    }
+}
+
+impl core::error::Error for HookError {}
+
+/// The final value of the `agent/pre-step` waterfall (SM-3).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PreStepDecision {
+    /// Block the turn: it ends `blocked` (LC-11 case 3).
+    Reject,
+    /// Open the step with these messages, in order (may drop, rewrite, add).
+    Enter(Vec<Message>),
+}
+
+/// What `agent/request-error` decided (LC-26).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Recovery {
+    /// Retry the request inside the same step.
+    Retry,
+    /// The failure is terminal.
+    GiveUp,
+}
+
+/// The result of `llm.prepareCall` (LC-15).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreparedCall {
+    /// The effective config (the adapter may fill `maxTokens` and effort).
+    pub config: LlmCallConfig,
+    /// Which fields the adapter filled in.
+    pub adapter_defaults: AdapterDefaults,
+    /// The serving route's retry policy (R-6).
+    pub retry_policy: Option<RetryPolicy>,
+    /// The route's advertised context window.
+    pub context_window: Option<u64>,
+}
+
+impl PreparedCall {
+    /// The config unchanged, no defaults, the default retry policy, no
+    /// context window.
+    pub fn plain(config: LlmCallConfig) -> Self {
+        PreparedCall {
+            config,
+            adapter_defaults: AdapterDefaults::default(),
+            retry_policy: Some(RetryPolicy::default()),
+            context_window: None,
+        }
+    }
+}
+
+/// The final value of `tools/pre-execute` (TL-9 step 4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreToolDecision {
+    /// Run the tool.
+    Allow,
+    /// Do not run it; the model sees `Error: <reason>` (TL-10).
+    Deny {
+        /// Shown to the model.
+        reason: String,
+    },
+    /// Ask for approval ([`Hooks::tool_approval`]).
+    Ask {
+        /// Why, shown to the approver.
+        reason: Option<String>,
+    },
+}
+
+/// An approval outcome (TL-10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ApprovalOutcome {
+    /// Proceed once.
+    AllowedOnce,
+    /// The user rejected the call.
+    Rejected,
+    /// The approval was cancelled.
+    Cancelled,
+    /// No approval channel is available.
+    Unavailable,
+    /// No approval service exists at all (the default).
+    NoService,
+}
+
+/// The final value of `tools/post-execute` (TL-11).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PostToolDecision {
+    /// Keep the result, optionally replacing its content; contexts are added
+    /// after the existing ones.
+    Accept {
+        /// Replacement content.
+        content: Option<Vec<ContentBlock>>,
+        /// Extra next-step context.
+        additional_contexts: Vec<Message>,
+    },
+    /// Turn the result into an error showing `feedback`; only these contexts
+    /// survive.
+    Block {
+        /// What the model sees.
+        feedback: Vec<ContentBlock>,
+        /// The only contexts kept.
+        additional_contexts: Vec<Message>,
+    },
+}
+
+impl PostToolDecision {
+    /// `{"kind":"accept"}`.
+    pub fn accept() -> Self {
+        PostToolDecision::Accept {
+            content: None,
+            additional_contexts: Vec::new(),
+        }
+    }
+}
+
+/// One tool call going through the pipeline (TL-4).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolExecution {
+    /// Correlates [`Output::ExecuteTool`](super::Output::ExecuteTool) with
+    /// [`Agent::handle_tool_result`](super::Agent::handle_tool_result).
+    pub token: u64,
+    /// The turn.
+    pub turn: u64,
+    /// The step.
+    pub step: u64,
+    /// The provider's call id.
+    pub call_id: CallId,
+    /// The tool name (may be unknown or empty).
+    pub name: String,
+    /// Parsed arguments (LC-22).
+    pub arguments: Value,
+    /// The raw argument text logged on `tool/call`.
+    pub raw_arguments: String,
+}
+
+/// `agent/pre-step` payload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreStepPayload {
+    /// The turn.
+    pub turn: u64,
+    /// The proposed step.
+    pub step: u64,
+    /// The claimed batch (the runtime-context message is only in the
+    /// default decision).
+    pub messages: Vec<Message>,
+}
+
+/// `agent/request-error` payload (SM-4).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestErrorPayload {
+    /// The turn.
+    pub turn: u64,
+    /// The step.
+    pub step: u64,
+    /// Provider of the failed request.
+    pub provider: String,
+    /// The failure.
+    pub failure: LlmFailure,
+    /// The serving route's policy; `None` when the call was never prepared.
+    pub retry_policy: Option<RetryPolicy>,
+}
+
+/// An action a hook asked for; applied right after the hook returns.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // rare; boxing would only add noise
+pub(crate) enum HookAction {
+    Send {
+        message: Message,
+        target: InboxTarget,
+        wakeup: bool,
+    },
+    Cancel {
+        cause: CancelCause,
+        keep_inbox: bool,
+    },
+}
+
+/// What a hook can reach: the clock, the session (read, and plugin appends)
+/// and queued agent calls.
+pub struct HookCx<'a> {
+    pub(crate) now: i64,
+    pub(crate) agent: &'a SessionId,
+    pub(crate) session: &'a mut Session,
+    pub(crate) actions: &'a mut Vec<HookAction>,
+}
+
+impl HookCx<'_> {
+    /// The input's `now` (epoch ms).
+    pub fn now(&self) -> i64 {
+        self.now
+    }
+
+    /// The agent id (the session id).
+    pub fn agent_id(&self) -> &SessionId {
+        self.agent
+    }
+
+    /// The session, read-only.
+    pub fn session(&self) -> &Session {
+        self.session
+    }
+
+    /// Appends an event now, at this point of the log: a plugin event, a
+    /// tool-owned event such as `todo/write`, or a surface replacement
+    /// (compaction). Loop-owned types are refused (see
+    /// [`is_loop_owned`](super::is_loop_owned)). Returns the seq.
+    pub fn append(
+        &mut self,
+        data: EventData,
+        intent: Option<SurfaceIntent>,
+    ) -> Result<u64, super::InputError> {
+        super::append_foreign(self.session, self.now, data, intent)
+    }
+
+    /// Appends a plugin event with JSON data (see [`append`](Self::append)).
+    pub fn append_plugin(
+        &mut self,
+        event_type: &str,
+        data: &Value,
+    ) -> Result<u64, super::InputError> {
+        self.append(EventData::plugin(event_type, data), None)
+    }
+
+    /// Queues `send(message, target, wakeup)` (IB-6).
+    pub fn send(&mut self, message: Message, target: InboxTarget, wakeup: bool) {
+        self.actions.push(HookAction::Send {
+            message,
+            target,
+            wakeup,
+        });
+    }
+
+    /// Queues `steer(message)`.
+    pub fn steer(&mut self, message: Message) {
+        self.send(message, InboxTarget::NextStep, true);
+    }
+
+    /// Queues `inject(message)`.
+    pub fn inject(&mut self, message: Message) {
+        self.send(message, InboxTarget::NextStep, false);
+    }
+
+    /// Queues `followup(message)`.
+    pub fn followup(&mut self, message: Message) {
+        self.send(message, InboxTarget::NextTurn, true);
+    }
+
+    /// Queues `cancel(cause, keep_inbox)`.
+    pub fn cancel(&mut self, cause: CancelCause, keep_inbox: bool) {
+        self.actions.push(HookAction::Cancel { cause, keep_inbox });
+    }
+}
+
+/// Why a turn was cancelled (loop.md 1.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CancelCause {
+    /// `{"kind":"user"}`.
+    User,
+    /// `{"kind":"parent"}`.
+    Parent,
+    /// `{"kind":"hook","reason":…}`.
+    Hook {
+        /// The hook's reason.
+        reason: String,
+    },
+    /// `{"kind":"disposed"}` (LC-40).
+    Disposed,
+}
+
+impl CancelCause {
+    /// The session's abort cause for `turn/end`.
+    pub fn to_abort_cause(&self) -> crate::session::AbortCause {
+        use crate::session::AbortCause;
+        match self {
+            CancelCause::User => AbortCause::User,
+            CancelCause::Parent => AbortCause::Parent,
+            CancelCause::Hook { reason } => AbortCause::Hook {
+                reason: reason.clone(),
+            },
+            CancelCause::Disposed => AbortCause::Disposed,
+        }
+    }
+}
+
+/// The seams (loop.md §4.1). Every method has the reference's default.
+///
+/// ```
+/// use dsh_core::agent::{Hook, HookCx, Hooks, PreStepDecision, PreStepPayload, HookError};
+/// struct NoBash;
+/// impl Hooks for NoBash {
+///     fn pre_step(&mut self, _cx: &mut HookCx<'_>, p: &PreStepPayload, default: PreStepDecision)
+///         -> Hook<Result<PreStepDecision, HookError>> {
+///         if p.messages.iter().any(|m| m.content.is_empty()) {
+///             return Hook::Ready(Ok(PreStepDecision::Reject));
+///         }
+///         Hook::Ready(Ok(default))
+///     }
+/// }
+/// ```
+#[allow(unused_variables)]
+pub trait Hooks {
+    /// `system-prompt/assemble`, once per proposed step. Default: the
+    /// agent's configured assembly. A failure ends the turn before a step
+    /// opens.
+    fn assemble(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        turn: u64,
+        step: u64,
+        default: Assembly,
+    ) -> Hook<Result<Assembly, HookError>> {
+        Hook::Ready(Ok(default))
+    }
+
+    /// `agent/pre-step` (SM-3). Default: `default` (the claimed batch plus
+    /// the runtime-context message, if any).
+    fn pre_step(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        payload: &PreStepPayload,
+        default: PreStepDecision,
+    ) -> Hook<Result<PreStepDecision, HookError>> {
+        Hook::Ready(Ok(default))
+    }
+
+    /// `agent/request`, before every model attempt (LC-13). Default: the seed.
+    fn request(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        turn: u64,
+        step: u64,
+        seed: LlmCallConfig,
+    ) -> Hook<Result<LlmCallConfig, HookError>> {
+        Hook::Ready(Ok(seed))
+    }
+
+    /// `llm.prepareCall` (LC-15): resolve the config against the serving
+    /// adapter. An error with code `NO_ADAPTER` falls back to the proposed
+    /// config. Default: [`PreparedCall::plain`].
+    fn prepare(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        config: LlmCallConfig,
+    ) -> Hook<Result<PreparedCall, HookError>> {
+        Hook::Ready(Ok(PreparedCall::plain(config)))
+    }
+
+    /// `agent/request-error` (SM-4). Default: terminal. With the retry
+    /// executor enabled this runs after (normal mode) or before (always
+    /// mode) the executor's own decision (streaming.md R-8, R-9).
+    fn request_error(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        payload: &RequestErrorPayload,
+    ) -> Hook<Result<Recovery, HookError>> {
+        Hook::Ready(Ok(Recovery::GiveUp))
+    }
+
+    /// `agent/turn-stopping` (SM-5): acts only through `steer`/`inject`.
+    fn turn_stopping(&mut self, cx: &mut HookCx<'_>, turn: u64) -> Hook<Result<(), HookError>> {
+        Hook::Ready(Ok(()))
+    }
+
+    /// `tools/pre-execute` (TL-9 step 4). Default: allow.
+    fn tool_pre_execute(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+    ) -> Hook<Result<PreToolDecision, HookError>> {
+        Hook::Ready(Ok(PreToolDecision::Allow))
+    }
+
+    /// Tool guards (TL-9 step 7): the first denial reason wins.
+    fn tool_guard(&mut self, cx: &mut HookCx<'_>, exec: &ToolExecution) -> Option<String> {
+        None
+    }
+
+    /// The approval service for an `ask` (TL-10). Default: no service.
+    fn tool_approval(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+        reason: Option<&str>,
+    ) -> Hook<ApprovalOutcome> {
+        Hook::Ready(ApprovalOutcome::NoService)
+    }
+
+    /// `tools/post-execute` (TL-11). Default: accept.
+    fn tool_post_execute(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+        outcome: &ToolOutcome,
+    ) -> Hook<Result<PostToolDecision, HookError>> {
+        Hook::Ready(Ok(PostToolDecision::accept()))
+    }
+}
+
+/// Hooks with every default: the reference with no listener installed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DefaultHooks;
+
+impl Hooks for DefaultHooks {}
+
+impl<H: Hooks + ?Sized> Hooks for Box<H> {
+    fn assemble(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        turn: u64,
+        step: u64,
+        default: Assembly,
+    ) -> Hook<Result<Assembly, HookError>> {
+        (**self).assemble(cx, turn, step, default)
+    }
+    fn pre_step(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        payload: &PreStepPayload,
+        default: PreStepDecision,
+    ) -> Hook<Result<PreStepDecision, HookError>> {
+        (**self).pre_step(cx, payload, default)
+    }
+    fn request(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        turn: u64,
+        step: u64,
+        seed: LlmCallConfig,
+    ) -> Hook<Result<LlmCallConfig, HookError>> {
+        (**self).request(cx, turn, step, seed)
+    }
+    fn prepare(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        config: LlmCallConfig,
+    ) -> Hook<Result<PreparedCall, HookError>> {
+        (**self).prepare(cx, config)
+    }
+    fn request_error(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        payload: &RequestErrorPayload,
+    ) -> Hook<Result<Recovery, HookError>> {
+        (**self).request_error(cx, payload)
+    }
+    fn turn_stopping(&mut self, cx: &mut HookCx<'_>, turn: u64) -> Hook<Result<(), HookError>> {
+        (**self).turn_stopping(cx, turn)
+    }
+    fn tool_pre_execute(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+    ) -> Hook<Result<PreToolDecision, HookError>> {
+        (**self).tool_pre_execute(cx, exec)
+    }
+    fn tool_guard(&mut self, cx: &mut HookCx<'_>, exec: &ToolExecution) -> Option<String> {
+        (**self).tool_guard(cx, exec)
+    }
+    fn tool_approval(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+        reason: Option<&str>,
+    ) -> Hook<ApprovalOutcome> {
+        (**self).tool_approval(cx, exec, reason)
+    }
+    fn tool_post_execute(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+        outcome: &ToolOutcome,
+    ) -> Hook<Result<PostToolDecision, HookError>> {
+        (**self).tool_post_execute(cx, exec, outcome)
+    }
+}
+
+/// What an id is for, so an id source can mint meaningful ids (and a replay
+/// can hand back recorded ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdPurpose<'a> {
+    /// The `assistant/message` of a model call.
+    Assistant {
+        /// Turn.
+        turn: u64,
+        /// Step.
+        step: u64,
+    },
+    /// The message of a `tool/result`.
+    ToolResult {
+        /// Turn.
+        turn: u64,
+        /// Step.
+        step: u64,
+        /// The call answered.
+        call_id: &'a CallId,
+    },
+    /// A runtime-context message (LC-12).
+    RuntimeContext {
+        /// Turn.
+        turn: u64,
+        /// Proposed step.
+        step: u64,
+    },
+}
+
+/// Injected identity (loop.md Q12): the core never invents ids itself.
+pub trait IdSource {
+    /// A new message id.
+    fn message_id(&mut self, purpose: IdPurpose<'_>) -> MessageId;
+    /// A new retry-chain id (R-10).
+    fn retry_id(&mut self) -> RetryId;
+}
+
+/// Deterministic ids as the test vectors use them: assistant messages `A1`,
+/// `A2`, …; tool results `R1`, …; runtime contexts `X1`, …; retry chains
+/// `retry-1`, ….
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SequentialIds {
+    assistant: u64,
+    tool: u64,
+    context: u64,
+    retry: u64,
+}
+
+impl IdSource for SequentialIds {
+    fn message_id(&mut self, purpose: IdPurpose<'_>) -> MessageId {
+        let (prefix, n) = match purpose {
+            IdPurpose::Assistant { .. } => ("A", &mut self.assistant),
+            IdPurpose::ToolResult { .. } => ("R", &mut self.tool),
+            IdPurpose::RuntimeContext { .. } => ("X", &mut self.context),
+        };
+        *n += 1;
+        MessageId(format!("{prefix}{n}"))
+    }
+
+    fn retry_id(&mut self) -> RetryId {
+        self.retry += 1;
+        RetryId(format!("retry-{}", self.retry))
+    }
+}
+
+/// Injected randomness for retry jitter (R-13): samples in `[0, 1]`.
+pub trait JitterSource {
+    /// One sample.
+    fn sample(&mut self) -> f64;
+}
+
+/// A constant jitter sample (0.5 gives the R-13 table's middle column).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FixedJitter(pub f64);
+
+impl Default for FixedJitter {
+    fn default() -> Self {
+        FixedJitter(0.5)
+    }
+}
+
+impl JitterSource for FixedJitter {
+    fn sample(&mut self) -> f64 {
+        self.0
+    }
+}
+
+/// A small deterministic generator (xorshift64*) for shells without a
+/// randomness source of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeededJitter(pub u64);
+
+impl JitterSource for SeededJitter {
+    fn sample(&mut self) -> f64 {
+        let mut x = if self.0 == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            self.0
+        };
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Identity from an error's info, when it has one.
+pub fn error_info(e: &HookError) -> Option<ErrorInfo> {
+    match e {
+        HookError::Error {
+            name: Some(n),
+            code: Some(c),
+            ..
+        } => Some(ErrorInfo::new(n.clone(), c.clone())),
+        _ => None,
+    }
+}

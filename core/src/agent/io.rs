@@ -1,0 +1,319 @@
+//! What the agent asks of its shell ([`Output`]) and why an input can be
+//! refused ([`InputError`]).
+
+use alloc::string::String;
+use core::fmt;
+use core::ops::Range;
+
+use crate::ids::MessageId;
+use crate::message::Message;
+use crate::options::{GenerateOptions, LlmCallConfig};
+use crate::session::AppendError;
+
+use super::hooks::{
+    ApprovalOutcome, CancelCause, HookError, PostToolDecision, PreStepDecision, PreStepPayload,
+    PreToolDecision, PreparedCall, Recovery, RequestErrorPayload, ToolExecution,
+};
+use super::inbox::InboxError;
+use super::prompt::Assembly;
+use super::tools::ToolOutcome;
+
+/// Public activity status (SM-6, LC-3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum AgentStatus {
+    /// No driver runs (also during maintenance).
+    Idle,
+    /// A driver runs turns.
+    Running,
+}
+
+/// A durability barrier the shell may honour (SM-13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Checkpoint {
+    /// Before `agent/pre-step`: the previous step's results.
+    PreStep,
+    /// Before the model request is dispatched.
+    BeforeModel,
+    /// Before a top-level tool body runs (TL-9 step 9).
+    BeforeToolBody,
+    /// After `turn/end` (Q7).
+    AfterTurnEnd,
+}
+
+/// A live notification (never logged, SM-1 `emit` seams).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Notification {
+    /// `agent/inbox/inserted`.
+    Inserted {
+        /// The message.
+        message: Message,
+    },
+    /// `agent/inbox/claimed`.
+    Claimed {
+        /// The message.
+        message: Message,
+        /// The turn that claimed it.
+        turn: u64,
+    },
+    /// `agent/inbox/discarded`.
+    Discarded {
+        /// The message.
+        message: Message,
+    },
+    /// `agent/error`, before the `turn/end` of an errored turn (LC-36).
+    Error {
+        /// The turn.
+        turn: u64,
+        /// The last opened step, 0 if none.
+        step: u64,
+        /// The error.
+        error: HookError,
+    },
+}
+
+/// One model attempt to dispatch (LC-15).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelCall {
+    /// Identifies the attempt: pass it with every chunk and the stream end,
+    /// so chunks of an earlier (cancelled or failed) attempt are refused.
+    pub attempt: u64,
+    /// The turn.
+    pub turn: u64,
+    /// The step.
+    pub step: u64,
+    /// The frozen request.
+    pub request: GenerateOptions,
+}
+
+/// A seam the shell answers with [`Agent::complete_hook`](super::Agent::complete_hook).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+#[allow(clippy::large_enum_variant)] // answered once per seam, never stored in bulk
+pub enum HookCall {
+    /// [`Hooks::assemble`](super::Hooks::assemble).
+    Assemble {
+        /// The turn.
+        turn: u64,
+        /// The proposed step.
+        step: u64,
+        /// The configured assembly.
+        default: Assembly,
+    },
+    /// [`Hooks::pre_step`](super::Hooks::pre_step).
+    PreStep {
+        /// The payload.
+        payload: PreStepPayload,
+        /// The default decision.
+        default: PreStepDecision,
+    },
+    /// [`Hooks::request`](super::Hooks::request).
+    Request {
+        /// The turn.
+        turn: u64,
+        /// The step.
+        step: u64,
+        /// The frozen seed.
+        seed: LlmCallConfig,
+    },
+    /// [`Hooks::prepare`](super::Hooks::prepare).
+    Prepare {
+        /// The config to prepare.
+        config: LlmCallConfig,
+    },
+    /// [`Hooks::request_error`](super::Hooks::request_error).
+    RequestError {
+        /// The payload.
+        payload: RequestErrorPayload,
+    },
+    /// [`Hooks::turn_stopping`](super::Hooks::turn_stopping).
+    TurnStopping {
+        /// The turn.
+        turn: u64,
+    },
+    /// [`Hooks::tool_pre_execute`](super::Hooks::tool_pre_execute).
+    ToolPreExecute {
+        /// The call.
+        exec: ToolExecution,
+    },
+    /// [`Hooks::tool_approval`](super::Hooks::tool_approval).
+    ToolApproval {
+        /// The call.
+        exec: ToolExecution,
+        /// The ask's reason.
+        reason: Option<String>,
+    },
+    /// [`Hooks::tool_post_execute`](super::Hooks::tool_post_execute).
+    ToolPostExecute {
+        /// The call.
+        exec: ToolExecution,
+        /// The result so far.
+        outcome: ToolOutcome,
+    },
+}
+
+/// The answer to a [`HookCall`], variant for variant.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum HookAnswer {
+    /// Answers [`HookCall::Assemble`].
+    Assemble(Result<Assembly, HookError>),
+    /// Answers [`HookCall::PreStep`].
+    PreStep(Result<PreStepDecision, HookError>),
+    /// Answers [`HookCall::Request`].
+    Request(Result<LlmCallConfig, HookError>),
+    /// Answers [`HookCall::Prepare`].
+    Prepare(Result<PreparedCall, HookError>),
+    /// Answers [`HookCall::RequestError`].
+    RequestError(Result<Recovery, HookError>),
+    /// Answers [`HookCall::TurnStopping`].
+    TurnStopping(Result<(), HookError>),
+    /// Answers [`HookCall::ToolPreExecute`].
+    ToolPreExecute(Result<PreToolDecision, HookError>),
+    /// Answers [`HookCall::ToolApproval`].
+    ToolApproval(ApprovalOutcome),
+    /// Answers [`HookCall::ToolPostExecute`].
+    ToolPostExecute(Result<PostToolDecision, HookError>),
+}
+
+impl HookAnswer {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            HookAnswer::Assemble(_) => "assemble",
+            HookAnswer::PreStep(_) => "pre-step",
+            HookAnswer::Request(_) => "request",
+            HookAnswer::Prepare(_) => "prepare",
+            HookAnswer::RequestError(_) => "request-error",
+            HookAnswer::TurnStopping(_) => "turn-stopping",
+            HookAnswer::ToolPreExecute(_) => "tool pre-execute",
+            HookAnswer::ToolApproval(_) => "tool approval",
+            HookAnswer::ToolPostExecute(_) => "tool post-execute",
+        }
+    }
+}
+
+/// Something for the shell to do or know. Drain with
+/// [`Agent::poll`](super::Agent::poll) after every input.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Output {
+    /// Session events `range` (seqs) were appended; read them with
+    /// `agent.session().events()`. Consecutive appends are coalesced.
+    Appended(Range<u64>),
+    /// The public status changed (LC-3).
+    Status(AgentStatus),
+    /// A live notification.
+    Notify(Notification),
+    /// A durability barrier (SM-13); the shell may flush before its next
+    /// completion.
+    Flush(Checkpoint),
+    /// Start a model stream; feed it back with
+    /// [`Agent::handle_chunk`](super::Agent::handle_chunk) and
+    /// [`Agent::handle_stream_end`](super::Agent::handle_stream_end).
+    CallModel(ModelCall),
+    /// Stop the stream of this attempt; its later chunks are refused.
+    CancelModelCall {
+        /// The attempt.
+        attempt: u64,
+    },
+    /// Run a tool body; answer with
+    /// [`Agent::handle_tool_result`](super::Agent::handle_tool_result).
+    ExecuteTool(ToolExecution),
+    /// Abort the signal shared by in-flight hooks and tools (LC-33).
+    AbortTurn {
+        /// The first cause.
+        cause: CancelCause,
+    },
+    /// Answer this seam with
+    /// [`Agent::complete_hook`](super::Agent::complete_hook).
+    Hook {
+        /// Pass back with the answer.
+        id: u64,
+        /// What to answer.
+        call: HookCall,
+    },
+}
+
+/// Why an input was refused. The agent is unchanged when this is returned.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum InputError {
+    /// A chunk or stream end arrived while no model stream is open.
+    NoOpenStream,
+    /// A chunk or stream end names an attempt that is not the open one
+    /// (for example one that was cancelled).
+    StaleAttempt {
+        /// The attempt named.
+        attempt: u64,
+    },
+    /// A tool result names no running tool call.
+    UnknownToolCall {
+        /// The token named.
+        token: u64,
+    },
+    /// A hook answer names no pending hook.
+    UnknownHook {
+        /// The id named.
+        id: u64,
+    },
+    /// A hook answer of the wrong kind for the pending hook.
+    HookMismatch {
+        /// The pending hook's kind.
+        expected: &'static str,
+        /// The answer's kind.
+        got: &'static str,
+    },
+    /// A timeout arrived while no timer is armed.
+    NoTimer,
+    /// IB-1: the message id is already pending.
+    DuplicateMessage(MessageId),
+    /// IB-5: the message is not a valid user message.
+    InvalidMessage(String),
+    /// The session refused the event (the agent is unchanged).
+    Append(AppendError),
+    /// An appended event type belongs to the loop (turns, steps, chunks,
+    /// tool calls, inbox splices, request records).
+    LoopOwnedType(String),
+    /// `begin_maintenance` outside `Idle`, or `end_maintenance` outside
+    /// maintenance (LC-39).
+    NotAllowedNow(&'static str),
+}
+
+impl From<InboxError> for InputError {
+    fn from(e: InboxError) -> Self {
+        match e {
+            InboxError::Duplicate(id) => InputError::DuplicateMessage(id),
+            other => InputError::InvalidMessage(alloc::format!("{other}")),
+        }
+    }
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputError::NoOpenStream => f.write_str("no model stream is open"),
+            InputError::StaleAttempt { attempt } => {
+                write!(f, "model attempt {attempt} is not the open stream")
+            }
+            InputError::UnknownToolCall { token } => {
+                write!(f, "no running tool call has token {token}")
+            }
+            InputError::UnknownHook { id } => write!(f, "no pending hook has id {id}"),
+            InputError::HookMismatch { expected, got } => {
+                write!(f, "the pending hook is {expected}, not {got}")
+            }
+            InputError::NoTimer => f.write_str("no timer is armed"),
+            InputError::DuplicateMessage(id) => write!(f, "message \"{id}\" is already pending"),
+            InputError::InvalidMessage(why) => write!(f, "invalid message: {why}"),
+            InputError::Append(e) => write!(f, "the session refused the event: {e}"),
+            InputError::LoopOwnedType(t) => {
+                write!(f, "event type \"{t}\" is written only by the agent loop")
+            }
+            InputError::NotAllowedNow(why) => f.write_str(why),
+        }
+    }
+}
+
+impl core::error::Error for InputError {}

@@ -1,0 +1,112 @@
+//! The agent loop of `spec/loop.md` as a sans-IO state machine.
+//!
+//! An [`Agent`] owns a [`Session`](crate::session::Session) log and runs
+//! turns over it. It does no I/O: the shell feeds it **inputs** (method
+//! calls that take `now`, epoch milliseconds) and, after every input,
+//! drains its **outputs** with [`Agent::poll`] until `None`:
+//!
+//! | input | when |
+//! |---|---|
+//! | [`send`](Agent::send), [`followup`](Agent::followup), [`steer`](Agent::steer), [`inject`](Agent::inject) | user or plugin input (IB-6) |
+//! | [`cancel`](Agent::cancel) | stop the running turn (LC-33) |
+//! | [`handle_chunk`](Agent::handle_chunk), [`handle_stream_end`](Agent::handle_stream_end), [`handle_stream_error`](Agent::handle_stream_error) | the model stream of an [`Output::CallModel`] |
+//! | [`handle_tool_result`](Agent::handle_tool_result), [`handle_tool_failure`](Agent::handle_tool_failure) | the tool body of an [`Output::ExecuteTool`] |
+//! | [`complete_hook`](Agent::complete_hook) | the answer to an [`Output::Hook`] |
+//! | [`handle_timeout`](Agent::handle_timeout) | [`Agent::poll_timeout`] passed (retry delays) |
+//! | [`append_event`](Agent::append_event), [`edit_inbox`](Agent::edit_inbox), [`begin_maintenance`](Agent::begin_maintenance) / [`end_maintenance`](Agent::end_maintenance) | plugins |
+//!
+//! | output | the shell… |
+//! |---|---|
+//! | [`Output::Appended`] | persists / publishes the new session events |
+//! | [`Output::CallModel`] | starts the model stream (tagged with its attempt) |
+//! | [`Output::CancelModelCall`] | stops that stream |
+//! | [`Output::ExecuteTool`] | runs the tool body |
+//! | [`Output::AbortTurn`] | aborts in-flight hooks and tools |
+//! | [`Output::Hook`] | answers a deferred seam |
+//! | [`Output::Flush`] | may flush the store (durability barrier) |
+//! | [`Output::Status`], [`Output::Notify`] | tells observers |
+//!
+//! Seams are methods of [`Hooks`] (defaults reproduce the reference with no
+//! listener); one that needs I/O returns [`Hook::Defer`] and is answered
+//! through [`Agent::complete_hook`]. Ids come from an [`IdSource`], retry
+//! jitter from a [`JitterSource`], time from `now`: the same inputs give a
+//! byte-identical log, which is what replay relies on.
+//!
+//! An input that is impossible in the current state (a chunk when no stream
+//! is open, a result for an unknown tool call, a stale attempt) returns an
+//! [`InputError`] and changes nothing.
+//!
+//! # A driving loop
+//!
+//! ```
+//! use dsh_core::agent::{Agent, AgentConfig, AgentOptions, Output};
+//! use dsh_core::session::{Session, SessionHeader};
+//! use dsh_core::{ContentBlock, FinishReason, Message, StreamChunk};
+//!
+//! let config = AgentConfig {
+//!     options: AgentOptions {
+//!         provider: Some("mock".into()),
+//!         model: Some("mock".into()),
+//!         max_tokens: None,
+//!     },
+//!     ..AgentConfig::default()
+//! };
+//! let session = Session::new(SessionHeader::new("a1", 0));
+//! let mut agent = Agent::new(config, session).unwrap();
+//! let now = 1_000;
+//! agent
+//!     .followup(now, Message::user("m1", vec![ContentBlock::text("hi")]))
+//!     .unwrap();
+//! // Drain after every input; answer what the agent asks for.
+//! let mut turns_done = false;
+//! while !turns_done {
+//!     let Some(output) = agent.poll() else { break };
+//!     match output {
+//!         Output::CallModel(call) => {
+//!             // A real shell streams from the provider; here a canned reply.
+//!             for chunk in [
+//!                 StreamChunk::TextDelta { index: 0, text: "hello".into() },
+//!                 StreamChunk::finish(FinishReason::Stop),
+//!             ] {
+//!                 agent.handle_chunk(now, call.attempt, chunk).unwrap();
+//!             }
+//!             agent.handle_stream_end(now, call.attempt).unwrap();
+//!         }
+//!         Output::ExecuteTool(exec) => {
+//!             let outcome = dsh_core::agent::tools::ToolOutcome::error("no tools here");
+//!             agent.handle_tool_result(now, exec.token, outcome).unwrap();
+//!         }
+//!         Output::Appended(range) => {
+//!             for event in &agent.session().events()[range.start as usize..range.end as usize] {
+//!                 let _line = event.to_json(); // persist it
+//!             }
+//!         }
+//!         Output::Status(status) => turns_done = status == dsh_core::agent::AgentStatus::Idle,
+//!         _ => {}
+//!     }
+//! }
+//! assert_eq!(agent.session().derive_messages_uncached().len(), 2);
+//! ```
+
+pub mod hooks;
+pub mod inbox;
+pub mod io;
+mod machine;
+pub mod prompt;
+pub mod replay;
+pub mod retry;
+pub mod schema;
+pub mod tools;
+
+pub use hooks::{
+    ApprovalOutcome, CancelCause, DefaultHooks, FixedJitter, Hook, HookCx, HookError, Hooks,
+    IdPurpose, IdSource, JitterSource, PostToolDecision, PreStepDecision, PreStepPayload,
+    PreToolDecision, PreparedCall, Recovery, RequestErrorPayload, SeededJitter, SequentialIds,
+    ToolExecution,
+};
+pub use inbox::{Inbox, InboxTarget};
+pub use io::{
+    AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
+};
+pub(crate) use machine::append_foreign;
+pub use machine::{Agent, AgentConfig, AgentOptions, InboxEdit, ResumeError, is_loop_owned};

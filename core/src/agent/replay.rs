@@ -1,0 +1,1087 @@
+//! Replaying a recorded session through the [`Agent`] (a pure driver).
+//!
+//! The recorded log is split into what the outside world did and what the
+//! loop wrote:
+//!
+//! - **inputs**: inbox insertions (`send`), cancellations, plugin and
+//!   tool-owned events (appended at their positions), surface replacements
+//!   (compaction);
+//! - **the outside world's answers**: model streams (per attempt), tool
+//!   results (per call), and seam decisions that show in the log (the
+//!   messages a pre-step entered, the config of each request, whether a
+//!   failed request was retried, a rejection or an error);
+//! - **core events**: everything the loop writes (turns, steps, chunks,
+//!   messages, tool calls and results, request records, inbox splices).
+//!
+//! [`replay`] feeds the inputs and answers to a fresh agent over the
+//! recording's seed (the events up to its last `session/end-seed`) and
+//! compares every core event it produces with the recorded one (all fields
+//! but `time`, which recordings normalise). The first difference stops the
+//! replay and is reported with a reason.
+
+use alloc::collections::BTreeSet;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use serde_json::Value;
+
+use crate::chunk::LlmFailure;
+use crate::ids::{MessageId, RetryId};
+use crate::options::{AdapterDefaults, LlmCallConfig};
+use crate::session::{
+    AbortCause, EpochHeader, EventData, InboxSpliced, Session, SessionEvent, SessionHeader,
+    SurfaceIntent, SurfaceOp, TurnEndReason,
+};
+
+use super::hooks::{
+    CancelCause, Hook, HookCx, HookError, Hooks, IdPurpose, IdSource, PreStepDecision,
+    PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload, ToolExecution,
+};
+use super::inbox::InboxTarget;
+use super::io::Output;
+use super::machine::{Agent, AgentConfig, AgentOptions, is_loop_owned};
+use super::prompt::{Assembly, PromptSection};
+use super::tools::{ErrorInfo, ToolDefinition, ToolError, ToolOutcome, ToolRegistry};
+
+/// How to replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// [HEAD Δ H-1]: the recording keeps interrupted prefixes.
+    pub interrupted_prefix: bool,
+    /// [HEAD Δ H-2]: the recording latches wakes.
+    pub wake_latch: bool,
+    /// The recording went through the conformance fixture-token
+    /// substitution, which leaves `"tools":[]` where the scrubbed tool list
+    /// was: compare `request/header` events by their canonical header
+    /// (session.md 7.1) instead of their text.
+    pub fixture_tokens: bool,
+}
+
+impl Default for ReplayOptions {
+    /// The reference's newest behaviour (both HEAD deltas), which the
+    /// conformance recordings show.
+    fn default() -> Self {
+        ReplayOptions {
+            interrupted_prefix: true,
+            wake_latch: true,
+            fixture_tokens: false,
+        }
+    }
+}
+
+/// The first core event that differs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    /// The seq where the logs part.
+    pub seq: u64,
+    /// The recorded event (without `time`), if any.
+    pub expected: Option<String>,
+    /// The produced event (without `time`), if any.
+    pub produced: Option<String>,
+    /// Why they differ, in words.
+    pub reason: String,
+}
+
+/// The outcome of a replay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Core events reproduced identically, in order, before any difference.
+    pub reproduced: usize,
+    /// Core events in the replayed part of the recording.
+    pub total: usize,
+    /// Events of the recording's seed (not replayed).
+    pub seed: usize,
+    /// The first difference, if any.
+    pub first_difference: Option<Difference>,
+}
+
+impl ReplayReport {
+    /// Whether every core event was reproduced and nothing else produced.
+    pub fn identical(&self) -> bool {
+        self.first_difference.is_none() && self.reproduced == self.total
+    }
+}
+
+/// Whether a recorded event is written by the loop (a *core event*), as
+/// opposed to an input (plugin events, tool-owned events, surface
+/// replacements, the seed marker).
+pub fn is_core_event(e: &SessionEvent) -> bool {
+    match e.data() {
+        EventData::UserMessage(_) | EventData::ToolResult(_) => {
+            matches!(e.surface_op(), Some(SurfaceOp::Append))
+        }
+        EventData::EndSeed => false,
+        d => is_loop_owned(d.event_type()),
+    }
+}
+
+/// The comparable form of an event: its JSON line without `time`.
+pub fn comparable(e: &SessionEvent) -> String {
+    comparable_with(e, false)
+}
+
+/// [`comparable`], with `request/header` reduced to its canonical header
+/// when `canonical_headers` is set.
+fn comparable_with(e: &SessionEvent, canonical_headers: bool) -> String {
+    let line = e.to_json();
+    match serde_json::from_str::<Value>(&line) {
+        Ok(Value::Object(mut m)) => {
+            m.shift_remove("time");
+            if let (true, EventData::RequestHeader(h)) = (canonical_headers, e.data()) {
+                if let (Some(Value::Object(data)), Ok(header)) = (
+                    m.get_mut("data"),
+                    serde_json::to_value(h.header.canonical()),
+                ) {
+                    data.insert("header".into(), header);
+                }
+            }
+            Value::Object(m).to_string()
+        }
+        _ => line,
+    }
+}
+
+/// The recording and lookups over it, shared by the driver, the hooks and
+/// the id source.
+struct Recording {
+    events: Vec<SessionEvent>,
+}
+
+impl Recording {
+    fn get(&self, seq: u64) -> Option<&SessionEvent> {
+        usize::try_from(seq).ok().and_then(|i| self.events.get(i))
+    }
+
+    /// The first core event at or after `from`.
+    fn next_core(&self, from: u64) -> Option<&SessionEvent> {
+        self.events
+            .iter()
+            .skip(usize::try_from(from).unwrap_or(usize::MAX))
+            .find(|e| is_core_event(e))
+    }
+
+    /// The core events at or after `from`, in order.
+    fn cores_from(&self, from: u64) -> impl Iterator<Item = &SessionEvent> {
+        self.events
+            .iter()
+            .skip(usize::try_from(from).unwrap_or(usize::MAX))
+            .filter(|e| is_core_event(e))
+    }
+
+    /// Whether, from `from` on, the loop writes only what a cancellation
+    /// writes (canceled splices, an interrupted message, synthetic
+    /// not-dispatched tool pairs, `step/end`) before `turn/end aborted`.
+    fn cancels_at(&self, from: u64) -> Option<(CancelCause, bool)> {
+        let mut keep_inbox = true;
+        let mut first = true;
+        for e in self.cores_from(from) {
+            match e.data() {
+                EventData::InboxSpliced(s) if s.outcome.is_some() && s.inserted.is_empty() => {
+                    if first {
+                        keep_inbox = false;
+                    }
+                }
+                EventData::AssistantMessage(a) if a.interrupted => {}
+                EventData::StepEnd(_) => {}
+                EventData::ToolCall(_) => {}
+                EventData::ToolResult(r)
+                    if r.error
+                        .as_ref()
+                        .is_some_and(|e| e.code == "ABORTED_BEFORE_DISPATCH") => {}
+                EventData::TurnEnd(t) => {
+                    return match &t.reason {
+                        TurnEndReason::Aborted { cause } => Some((cancel_cause(cause), keep_inbox)),
+                        _ => None,
+                    };
+                }
+                _ => return None,
+            }
+            first = false;
+        }
+        None
+    }
+
+    /// The `request/header` in force for a request starting at `from`: one
+    /// logged before the next chunk or message of this attempt, else the
+    /// last one before `from`.
+    fn header_for(&self, from: u64) -> Option<EpochHeader> {
+        for e in self.cores_from(from) {
+            match e.data() {
+                EventData::RequestHeader(h) => return Some(h.header.canonical()),
+                EventData::RequestContext(_) => {}
+                _ => break,
+            }
+        }
+        let upto = usize::try_from(from)
+            .unwrap_or(usize::MAX)
+            .min(self.events.len());
+        self.events[..upto]
+            .iter()
+            .rev()
+            .find_map(|e| match e.data() {
+                EventData::RequestHeader(h) => Some(h.header.canonical()),
+                _ => None,
+            })
+    }
+
+    /// The `contextWindow` in force for a request starting at `from`.
+    fn context_window_for(&self, from: u64) -> Option<u64> {
+        for e in self.cores_from(from) {
+            match e.data() {
+                EventData::RequestContext(c) => return c.context_window,
+                EventData::RequestHeader(_) => {}
+                _ => break,
+            }
+        }
+        let upto = usize::try_from(from)
+            .unwrap_or(usize::MAX)
+            .min(self.events.len());
+        self.events[..upto]
+            .iter()
+            .rev()
+            .find_map(|e| match e.data() {
+                EventData::RequestContext(c) => Some(c.context_window),
+                _ => None,
+            })?
+    }
+
+    /// The recorded failure of a turn that ends in error at `from`.
+    fn error_at(&self, from: u64) -> Option<HookError> {
+        for e in self.cores_from(from) {
+            match e.data() {
+                EventData::StepEnd(_) => {}
+                EventData::TurnEnd(t) => {
+                    return match &t.reason {
+                        TurnEndReason::Error { error } => Some(hook_error(error)),
+                        _ => None,
+                    };
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+}
+
+fn cancel_cause(cause: &AbortCause) -> CancelCause {
+    match cause {
+        AbortCause::Parent => CancelCause::Parent,
+        AbortCause::Hook { reason } => CancelCause::Hook {
+            reason: reason.clone(),
+        },
+        AbortCause::Disposed => CancelCause::Disposed,
+        _ => CancelCause::User,
+    }
+}
+
+fn hook_error(f: &LlmFailure) -> HookError {
+    if f.code == "UNKNOWN" {
+        HookError::msg(f.message.clone())
+    } else {
+        HookError::Llm(f.clone())
+    }
+}
+
+/// Appends the recorded foreign events at the current position; returns
+/// how many.
+fn flush_foreign(rec: &Recording, cx: &mut HookCx<'_>) -> usize {
+    let mut n = 0;
+    loop {
+        let pos = cx.session().len();
+        let Some(e) = rec.get(pos) else { return n };
+        if is_core_event(e) {
+            return n;
+        }
+        if cx.append(e.data().clone(), intent_of(e)).is_err() {
+            return n;
+        }
+        n += 1;
+    }
+}
+
+fn intent_of(e: &SessionEvent) -> Option<SurfaceIntent> {
+    e.surface_op().map(|op| SurfaceIntent {
+        op,
+        sources: e.source_event_seqs().map(<[u64]>::to_vec),
+    })
+}
+
+/// Seam answers read from the recording.
+struct ReplayHooks {
+    rec: Arc<Recording>,
+}
+
+impl ReplayHooks {
+    /// Common prologue of every seam: foreign events, an insertion queued as
+    /// a send, a cancellation that lands here.
+    fn sync(&self, cx: &mut HookCx<'_>) {
+        flush_foreign(&self.rec, cx);
+        let pos = cx.session().len();
+        if let Some(e) = self.rec.get(pos) {
+            if let EventData::InboxSpliced(s) = e.data() {
+                if s.outcome.is_none() && s.removed_count.is_none() {
+                    for m in &s.inserted {
+                        let target = target_of(s);
+                        cx.send((**m).clone(), target, target == InboxTarget::NextStep);
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some((cause, keep)) = self.rec.cancels_at(pos) {
+            cx.cancel(cause, keep);
+        }
+    }
+}
+
+fn target_of(s: &InboxSpliced) -> InboxTarget {
+    match s.target {
+        crate::session::InboxTarget::NextStep => InboxTarget::NextStep,
+        _ => InboxTarget::NextTurn,
+    }
+}
+
+/// Template variables that make `text` render to itself.
+fn literal_assembly(system: &str, header: Option<&EpochHeader>) -> Assembly {
+    let mut a = Assembly::default();
+    let mut rest = system;
+    while let Some(open) = rest.find("{{") {
+        let after = &rest[open + 2..];
+        let Some(close) = after.find("}}") else { break };
+        let name = &after[..close];
+        a.variables
+            .insert(name.to_string(), Some(format!("{{{{{name}}}}}")));
+        rest = &after[close + 2..];
+    }
+    a.sections.push(PromptSection::new("recorded", 0, system));
+    a.tools = header.and_then(|h| h.tools.clone()).unwrap_or_default();
+    a
+}
+
+impl Hooks for ReplayHooks {
+    fn assemble(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        _turn: u64,
+        _step: u64,
+        _default: Assembly,
+    ) -> Hook<Result<Assembly, HookError>> {
+        self.sync(cx);
+        let pos = cx.session().len();
+        // The step's request header: the one logged after its messages.
+        let after_messages = self
+            .rec
+            .cores_from(pos)
+            .find(|e| {
+                !matches!(
+                    e.data(),
+                    EventData::StepStart(_)
+                        | EventData::UserMessage(_)
+                        | EventData::InboxSpliced(_)
+                )
+            })
+            .map_or(pos, SessionEvent::seq);
+        let header = self.rec.header_for(after_messages);
+        let system = header
+            .as_ref()
+            .and_then(|h| h.system.clone())
+            .unwrap_or_default();
+        Hook::Ready(Ok(literal_assembly(&system, header.as_ref())))
+    }
+
+    fn pre_step(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        _payload: &PreStepPayload,
+        default: PreStepDecision,
+    ) -> Hook<Result<PreStepDecision, HookError>> {
+        self.sync(cx);
+        let pos = cx.session().len();
+        let mut cores = self.rec.cores_from(pos);
+        let decision = match cores.next().map(SessionEvent::data) {
+            Some(EventData::StepStart(_)) => {
+                let entered = cores
+                    .map_while(|e| match e.data() {
+                        EventData::UserMessage(m) => Some((**m).clone()),
+                        _ => None,
+                    })
+                    .collect();
+                Ok(PreStepDecision::Enter(entered))
+            }
+            Some(EventData::TurnEnd(t)) => match &t.reason {
+                TurnEndReason::Blocked => Ok(PreStepDecision::Reject),
+                TurnEndReason::Error { error } => Err(hook_error(error)),
+                _ => Ok(PreStepDecision::Enter(Vec::new())),
+            },
+            _ => Ok(default),
+        };
+        Hook::Ready(decision)
+    }
+
+    fn request(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        _turn: u64,
+        _step: u64,
+        seed: LlmCallConfig,
+    ) -> Hook<Result<LlmCallConfig, HookError>> {
+        self.sync(cx);
+        let pos = cx.session().len();
+        if let Some(e) = self.rec.error_at(pos) {
+            return Hook::Ready(Err(e));
+        }
+        let Some(header) = self.rec.header_for(pos) else {
+            return Hook::Ready(Ok(seed));
+        };
+        let mut config = header.config.clone();
+        if let Some(d) = header.adapter_defaults {
+            if d.reasoning_effort == Some(true) {
+                config.reasoning_effort = None;
+            }
+            if d.max_tokens == Some(true) {
+                config.max_tokens = None;
+            }
+        }
+        Hook::Ready(Ok(config))
+    }
+
+    fn prepare(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        config: LlmCallConfig,
+    ) -> Hook<Result<PreparedCall, HookError>> {
+        let pos = cx.session().len();
+        let header = self.rec.header_for(pos);
+        let (config, adapter_defaults) = match header {
+            Some(h) if h.config.provider == config.provider && h.config.model == config.model => {
+                (h.config.clone(), h.adapter_defaults.unwrap_or_default())
+            }
+            _ => (config, AdapterDefaults::default()),
+        };
+        Hook::Ready(Ok(PreparedCall {
+            config,
+            adapter_defaults,
+            retry_policy: None,
+            context_window: self.rec.context_window_for(pos),
+        }))
+    }
+
+    fn request_error(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        _payload: &RequestErrorPayload,
+    ) -> Hook<Result<Recovery, HookError>> {
+        self.sync(cx);
+        let pos = cx.session().len();
+        let retried = !matches!(
+            self.rec.next_core(pos).map(SessionEvent::data),
+            Some(EventData::StepEnd(_) | EventData::TurnEnd(_)) | None
+        );
+        Hook::Ready(Ok(if retried {
+            Recovery::Retry
+        } else {
+            Recovery::GiveUp
+        }))
+    }
+
+    fn turn_stopping(&mut self, cx: &mut HookCx<'_>, _turn: u64) -> Hook<Result<(), HookError>> {
+        self.sync(cx);
+        let pos = cx.session().len();
+        match self.rec.error_at(pos) {
+            Some(e) => Hook::Ready(Err(e)),
+            None => Hook::Ready(Ok(())),
+        }
+    }
+
+    fn tool_pre_execute(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        _exec: &ToolExecution,
+    ) -> Hook<Result<PreToolDecision, HookError>> {
+        flush_foreign(&self.rec, cx);
+        Hook::Ready(Ok(PreToolDecision::Allow))
+    }
+}
+
+/// Recorded message ids, handed out in log order.
+struct ReplayIds {
+    assistant: Vec<MessageId>,
+    tool: Vec<MessageId>,
+    next_assistant: usize,
+    next_tool: usize,
+    fallback: u64,
+}
+
+impl IdSource for ReplayIds {
+    fn message_id(&mut self, purpose: IdPurpose<'_>) -> MessageId {
+        let (list, next) = match purpose {
+            IdPurpose::Assistant { .. } => (&self.assistant, &mut self.next_assistant),
+            IdPurpose::ToolResult { .. } => (&self.tool, &mut self.next_tool),
+            IdPurpose::RuntimeContext { .. } => {
+                self.fallback += 1;
+                return MessageId(format!("replay-{}", self.fallback));
+            }
+        };
+        let id = list.get(*next).cloned();
+        *next += 1;
+        id.unwrap_or_else(|| {
+            self.fallback += 1;
+            MessageId(format!("replay-{}", self.fallback))
+        })
+    }
+
+    fn retry_id(&mut self) -> RetryId {
+        self.fallback += 1;
+        RetryId(format!("replay-{}", self.fallback))
+    }
+}
+
+/// What the driver is waiting for.
+enum Waiting {
+    Nothing,
+    Model { attempt: u64 },
+    Tool { token: u64, call_id: String },
+}
+
+/// Reads a raw JSONL recording (persistence.md 6) and replays it. With
+/// `options.fixture_tokens` the conformance substitutions are applied first
+/// ([`fixture_tokens`](crate::jsonl::fixture_tokens)). Only the stored
+/// events are replayed (no crash-repair closers).
+pub fn replay_jsonl(
+    bytes: &[u8],
+    options: ReplayOptions,
+) -> Result<ReplayReport, crate::jsonl::LogError> {
+    let substituted;
+    let bytes = if options.fixture_tokens {
+        substituted = crate::jsonl::fixture_tokens(bytes);
+        &substituted[..]
+    } else {
+        bytes
+    };
+    let loaded = crate::jsonl::load_log(bytes, &[])?;
+    let header = loaded.session.header().clone();
+    let mut events = loaded.session.into_events();
+    events.truncate(loaded.stored);
+    Ok(replay(header, events, options))
+}
+
+/// Replays `events` (a whole recorded log) under `header`.
+pub fn replay(
+    header: SessionHeader,
+    events: Vec<SessionEvent>,
+    options: ReplayOptions,
+) -> ReplayReport {
+    // The seed: everything up to the last session/end-seed.
+    let seed_len = events
+        .iter()
+        .rposition(|e| matches!(e.data(), EventData::EndSeed))
+        .map_or(0, |i| i + 1);
+    let total = events[seed_len..]
+        .iter()
+        .filter(|e| is_core_event(e))
+        .count();
+    let mut report = ReplayReport {
+        reproduced: 0,
+        total,
+        seed: seed_len,
+        first_difference: None,
+    };
+    let session = match Session::restore(header, events[..seed_len].to_vec()) {
+        Ok(s) => s,
+        Err(e) => {
+            report.first_difference = Some(Difference {
+                seq: 0,
+                expected: None,
+                produced: None,
+                reason: format!("the recording's seed does not load: {e}"),
+            });
+            return report;
+        }
+    };
+    let live = &events[seed_len..];
+    let assistant = live
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::AssistantMessage(a) => Some(a.message.id.clone()),
+            _ => None,
+        })
+        .collect();
+    let tool = live
+        .iter()
+        .filter(|e| is_core_event(e))
+        .filter_map(|e| match e.data() {
+            EventData::ToolResult(r) => Some(r.message.id.clone()),
+            _ => None,
+        })
+        .collect();
+    let names: BTreeSet<String> = live
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::ToolCall(c) => Some(c.name.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut registry = ToolRegistry::new();
+    for name in names {
+        let _ = registry.register(ToolDefinition::untyped(
+            name,
+            "",
+            Value::Object(Default::default()),
+        ));
+    }
+    let first_header = live.iter().find_map(|e| match e.data() {
+        EventData::RequestHeader(h) => Some(h.header.config.clone()),
+        _ => None,
+    });
+    let config = AgentConfig {
+        options: AgentOptions {
+            provider: first_header.as_ref().map(|c| c.provider.clone()),
+            model: first_header.as_ref().map(|c| c.model.clone()),
+            max_tokens: None,
+        },
+        tools: registry,
+        interrupted_prefix: options.interrupted_prefix,
+        wake_latch: options.wake_latch,
+        ..AgentConfig::default()
+    };
+    let rec = Arc::new(Recording { events });
+    let mut agent = match Agent::new(config, session) {
+        Ok(a) => a,
+        Err(e) => {
+            report.first_difference = Some(Difference {
+                seq: seed_len as u64,
+                expected: None,
+                produced: None,
+                reason: format!("the recording cannot be resumed: {e}"),
+            });
+            return report;
+        }
+    };
+    agent = agent
+        .with_hooks(ReplayHooks { rec: rec.clone() })
+        .with_ids(ReplayIds {
+            assistant,
+            tool,
+            next_assistant: 0,
+            next_tool: 0,
+            fallback: 0,
+        });
+    let mut driver = Driver {
+        fixture_tokens: options.fixture_tokens,
+        agent,
+        rec,
+        waiting: Waiting::Nothing,
+        checked: seed_len as u64,
+        report,
+    };
+    driver.run();
+    driver.report
+}
+
+struct Driver {
+    fixture_tokens: bool,
+    agent: Agent,
+    rec: Arc<Recording>,
+    waiting: Waiting,
+    checked: u64,
+    report: ReplayReport,
+}
+
+impl Driver {
+    fn pos(&self) -> u64 {
+        self.agent.session().len()
+    }
+
+    fn now(&self) -> i64 {
+        self.rec.get(self.pos()).map_or(0, SessionEvent::time)
+    }
+
+    fn differ(&mut self, seq: u64, produced: Option<String>, reason: String) {
+        if self.report.first_difference.is_none() {
+            self.report.first_difference = Some(Difference {
+                seq,
+                expected: self.rec.get(seq).map(comparable),
+                produced,
+                reason,
+            });
+        }
+    }
+
+    /// Drains outputs and compares the events appended since the last
+    /// check. Returns false once a difference was found.
+    fn settle(&mut self) -> bool {
+        while let Some(o) = self.agent.poll() {
+            match o {
+                Output::CallModel(call) => {
+                    self.waiting = Waiting::Model {
+                        attempt: call.attempt,
+                    }
+                }
+                Output::ExecuteTool(exec) => {
+                    self.waiting = Waiting::Tool {
+                        token: exec.token,
+                        call_id: exec.call_id.0.clone(),
+                    }
+                }
+                Output::CancelModelCall { .. } => self.waiting = Waiting::Nothing,
+                _ => {}
+            }
+        }
+        if let Some(f) = self.agent.faults().first() {
+            let reason = format!("the agent refused an append: {f}");
+            self.differ(self.checked, None, reason);
+            return false;
+        }
+        while self.checked < self.pos() {
+            let seq = self.checked;
+            let produced = self.agent.session().event(seq).cloned();
+            let Some(produced) = produced else { break };
+            match self.rec.get(seq) {
+                None => {
+                    self.differ(
+                        seq,
+                        Some(comparable(&produced)),
+                        String::from("the agent wrote an event the recording does not have"),
+                    );
+                    return false;
+                }
+                Some(expected) => {
+                    let canonical = self.fixture_tokens;
+                    let (a, b) = (
+                        comparable_with(expected, canonical),
+                        comparable_with(&produced, canonical),
+                    );
+                    if a != b {
+                        let reason = explain(expected, &produced);
+                        self.differ(seq, Some(b), reason);
+                        return false;
+                    }
+                    if is_core_event(expected) {
+                        self.report.reproduced += 1;
+                    }
+                }
+            }
+            self.checked += 1;
+        }
+        true
+    }
+
+    fn run(&mut self) {
+        let mut guard = 0usize;
+        while self.settle() {
+            guard += 1;
+            if guard > self.rec.events.len() * 4 + 16 {
+                self.differ(
+                    self.pos(),
+                    None,
+                    String::from("the replay stopped making progress"),
+                );
+                return;
+            }
+            let pos = self.pos();
+            let Some(next) = self.rec.get(pos).cloned() else {
+                return;
+            };
+            if !self.step(&next) {
+                if matches!(self.waiting, Waiting::Tool { .. })
+                    && matches!(next.data(), EventData::ToolCall(_))
+                {
+                    let reason = String::from(
+                        "the recording starts this tool call while another one runs (a parallel tool group, LC-24); the core runs calls one at a time (LC-23)",
+                    );
+                    self.differ(pos, None, reason);
+                    return;
+                }
+                let reason = format!(
+                    "no input explains the recorded {} here (the agent is {})",
+                    next.event_type(),
+                    match self.waiting {
+                        Waiting::Nothing => "waiting for input",
+                        Waiting::Model { .. } => "streaming",
+                        Waiting::Tool { .. } => "running a tool",
+                    }
+                );
+                self.differ(pos, None, reason);
+                return;
+            }
+        }
+    }
+
+    /// Feeds the input that explains the recorded event `next`. Returns
+    /// false when none does.
+    fn step(&mut self, next: &SessionEvent) -> bool {
+        let now = self.now();
+        let pos = self.pos();
+        if !is_core_event(next) {
+            if let Waiting::Model { attempt } = self.waiting {
+                if self.stream_finished() {
+                    return self.end_stream(now, attempt, next);
+                }
+            }
+            return self
+                .agent
+                .append_event(now, next.data().clone(), intent_of(next))
+                .is_ok();
+        }
+        if let EventData::InboxSpliced(s) = next.data() {
+            if s.outcome.is_none() && s.removed_count.is_none() && !s.inserted.is_empty() {
+                return self.insert(now, s);
+            }
+            if s.outcome.is_some() && s.inserted.is_empty() {
+                // A cancellation (clearing the inbox), or a removal.
+                if let Some((cause, keep)) = self.rec.cancels_at(pos) {
+                    self.cancel(now, cause, keep);
+                    return true;
+                }
+                if !matches!(self.waiting, Waiting::Model { .. }) && self.agent.is_quiescent() {
+                    self.agent.cancel(now, CancelCause::User, false);
+                    return true;
+                }
+            }
+        }
+        if let Waiting::Model { attempt } = self.waiting {
+            // Nothing follows a finish chunk (AC-1): end the stream first.
+            if self.stream_finished() {
+                return self.end_stream(now, attempt, next);
+            }
+        }
+        match self.waiting {
+            Waiting::Model { attempt } => self.model(now, attempt, next),
+            Waiting::Tool { token, ref call_id } => {
+                let call_id = call_id.clone();
+                self.tool(now, token, &call_id, next)
+            }
+            Waiting::Nothing => false,
+        }
+    }
+
+    fn insert(&mut self, now: i64, s: &InboxSpliced) -> bool {
+        let target = target_of(s);
+        let idle = self.agent.is_quiescent();
+        // While idle, a send wakes only if a turn starts right after it.
+        let wake = if idle {
+            let after = self.pos() + 1;
+            matches!(
+                self.rec.next_core(after).map(SessionEvent::data),
+                Some(EventData::TurnStart(_))
+            )
+        } else {
+            target == InboxTarget::NextTurn
+        };
+        let mut ok = true;
+        for m in &s.inserted {
+            ok &= self.agent.send(now, (**m).clone(), target, wake).is_ok();
+        }
+        ok
+    }
+
+    fn cancel(&mut self, now: i64, cause: CancelCause, keep: bool) {
+        if matches!(self.waiting, Waiting::Model { .. }) {
+            self.waiting = Waiting::Nothing;
+        }
+        self.agent.cancel(now, cause, keep);
+    }
+
+    /// Whether the open attempt's last delivered chunk was its `finish`.
+    fn stream_finished(&self) -> bool {
+        self.agent
+            .session()
+            .events()
+            .last()
+            .is_some_and(|e| match e.data() {
+                EventData::AssistantChunk(c) => c.is_finish(),
+                _ => false,
+            })
+    }
+
+    fn model(&mut self, now: i64, attempt: u64, next: &SessionEvent) -> bool {
+        if let EventData::AssistantChunk(c) = next.data() {
+            return self.agent.handle_chunk(now, attempt, c.chunk()).is_ok();
+        }
+        let pos = self.pos();
+        if let Some((cause, keep)) = self.rec.cancels_at(pos) {
+            self.cancel(now, cause, keep);
+            return true;
+        }
+        self.end_stream(now, attempt, next)
+    }
+
+    fn end_stream(&mut self, now: i64, attempt: u64, next: &SessionEvent) -> bool {
+        let pos = self.pos();
+        // A stream that ends without a failure finish and is followed by a
+        // turn error threw (ModelThrew, LC-27).
+        let failed_finish = self
+            .agent
+            .session()
+            .events()
+            .last()
+            .is_some_and(|e| match e.data() {
+                EventData::AssistantChunk(c) => matches!(
+                    c.chunk(),
+                    crate::chunk::StreamChunk::Finish { reason, .. } if reason.is_failure()
+                ),
+                _ => false,
+            });
+        self.waiting = Waiting::Nothing;
+        if !failed_finish {
+            if let Some(e) = self.rec.error_at(pos) {
+                if matches!(next.data(), EventData::StepEnd(_)) {
+                    return self.agent.handle_stream_error(now, attempt, e).is_ok();
+                }
+            }
+        }
+        self.agent.handle_stream_end(now, attempt).is_ok()
+    }
+
+    fn tool(&mut self, now: i64, token: u64, call_id: &str, next: &SessionEvent) -> bool {
+        let EventData::ToolResult(r) = next.data() else {
+            return false;
+        };
+        if r.message.source.kind() != "tool" {
+            return false;
+        }
+        let pos = self.pos();
+        let mut outcome = outcome_of(r);
+        // Contexts staged right after the result came with it (LC-23.5).
+        let mut after = pos + 1;
+        while let Some(e) = self.rec.get(after) {
+            match e.data() {
+                EventData::InboxSpliced(s)
+                    if s.outcome.is_none()
+                        && s.removed_count.is_none()
+                        && target_of(s) == InboxTarget::NextStep =>
+                {
+                    outcome
+                        .additional_contexts
+                        .extend(s.inserted.iter().map(|m| (**m).clone()));
+                    after += 1;
+                }
+                _ if !is_core_event(e) => after += 1,
+                _ => break,
+            }
+        }
+        // A concluding result: the step ends and the turn with it.
+        let mut cores = self.rec.cores_from(after);
+        if !outcome.is_error()
+            && matches!(
+                cores.next().map(SessionEvent::data),
+                Some(EventData::StepEnd(_))
+            )
+            && matches!(
+                cores.next().map(SessionEvent::data),
+                Some(EventData::TurnEnd(t)) if !matches!(t.reason, TurnEndReason::Aborted { .. })
+            )
+        {
+            outcome.concludes_turn = true;
+        }
+        // A call aborted in flight: the cancel came first.
+        if r.error.as_ref().is_some_and(|e| e.code == "ABORTED") {
+            if let Some((cause, keep)) = self.rec.cancels_at(after) {
+                self.agent.cancel(now, cause, keep);
+            }
+        }
+        let _ = call_id;
+        self.waiting = Waiting::Nothing;
+        self.agent.handle_tool_result(now, token, outcome).is_ok()
+    }
+}
+
+/// A recorded `tool/result` as the body's outcome.
+fn outcome_of(r: &crate::session::ToolResult) -> ToolOutcome {
+    let (content, is_error) = match r.message.content.first() {
+        Some(crate::content::ContentBlock::ToolResult {
+            content, is_error, ..
+        }) => (content.clone(), is_error.unwrap_or(false)),
+        _ => (Vec::new(), false),
+    };
+    let mut outcome = ToolOutcome::success(content);
+    if is_error {
+        outcome.error = Some(ToolError {
+            message: String::new(),
+            info: r
+                .error
+                .as_ref()
+                .map(|e| ErrorInfo::new(e.name.clone(), e.code.clone())),
+        });
+    }
+    outcome.meta = r
+        .meta
+        .as_ref()
+        .and_then(|m| serde_json::from_str(m.get()).ok());
+    outcome
+}
+
+/// Why two events differ, in words.
+fn explain(expected: &SessionEvent, produced: &SessionEvent) -> String {
+    if expected.event_type() != produced.event_type() {
+        let what = match expected.event_type() {
+            "turn/start" if is_legacy_turn_start(expected) => {
+                " (a legacy turn/start with a trigger the core does not write)"
+            }
+            _ => "",
+        };
+        return format!(
+            "the recording has {} here{what}, the agent wrote {}",
+            expected.event_type(),
+            produced.event_type()
+        );
+    }
+    let a: Value = serde_json::from_str(&comparable(expected)).unwrap_or_default();
+    let b: Value = serde_json::from_str(&comparable(produced)).unwrap_or_default();
+    match first_json_difference(&a, &b, String::new()) {
+        Some(path) if a == b => format!(
+            "same values, different key order or number text at {}",
+            if path.is_empty() { "the top" } else { &path }
+        ),
+        Some(path) => format!(
+            "{} differs at {}",
+            expected.event_type(),
+            if path.is_empty() { "the top" } else { &path }
+        ),
+        None => format!(
+            "{} differs in key order or number text",
+            expected.event_type()
+        ),
+    }
+}
+
+fn is_legacy_turn_start(e: &SessionEvent) -> bool {
+    serde_json::from_str::<Value>(&e.to_json())
+        .ok()
+        .and_then(|v| v.get("data").and_then(|d| d.get("trigger")).cloned())
+        .is_some()
+}
+
+fn first_json_difference(a: &Value, b: &Value, path: String) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let kx: Vec<&String> = x.keys().collect();
+            let ky: Vec<&String> = y.keys().collect();
+            if kx != ky {
+                return Some(format!("{path} (keys {kx:?} vs {ky:?})"));
+            }
+            for (k, v) in x {
+                let sub = format!("{path}.{k}");
+                if let Some(p) = y
+                    .get(k)
+                    .and_then(|w| first_json_difference(v, w, sub.clone()))
+                {
+                    return Some(p);
+                }
+            }
+            None
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            if x.len() != y.len() {
+                return Some(format!("{path} (length {} vs {})", x.len(), y.len()));
+            }
+            x.iter()
+                .zip(y)
+                .enumerate()
+                .find_map(|(i, (v, w))| first_json_difference(v, w, format!("{path}[{i}]")))
+        }
+        _ if a == b => None,
+        _ => Some(path),
+    }
+}

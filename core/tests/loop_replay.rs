@@ -1,0 +1,177 @@
+//! Replay of the conformance recordings (`../shared/conformance/sessions`):
+//! each log's inputs, model streams and tool results drive the agent loop,
+//! and the core events it writes are compared with the recorded ones. The
+//! expected outcome of every file is pinned so regressions show; the table
+//! is printed (`cargo test --test loop_replay -- --nocapture`).
+
+use std::path::PathBuf;
+
+use dsh_core::agent::replay::{ReplayOptions, ReplayReport, replay_jsonl};
+
+fn shared_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("DSH_SHARED_DIR") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+fn replay_file(path: &std::path::Path) -> Result<ReplayReport, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    replay_jsonl(&bytes, options).map_err(|e| e.to_string())
+}
+
+/// What a file is expected to give.
+enum Expect {
+    /// Every core event reproduced: the count.
+    Identical(usize),
+    /// Reproduced `n` of `m`, first difference at `seq` with a reason
+    /// containing the text.
+    Differs(usize, usize, u64, &'static str),
+    /// The log is not loadable (legacy header, README): message part.
+    Unloadable(&'static str),
+}
+
+const LEGACY: &str = "first line is not a session header";
+
+fn expected(name: &str) -> Expect {
+    use Expect::*;
+    match name {
+        n if n.starts_with("apps-web__") => Unloadable(LEGACY),
+        n if n.starts_with("packages-test-support__") => Unloadable(LEGACY),
+        "examples-acp-agent__goal-snapshots__goal-round-driver__session.jsonl" => {
+            Unloadable(LEGACY)
+        }
+        "examples-acp-agent__bash-tool-turn__session.jsonl" => Identical(101),
+        "examples-acp-agent__cancel-tool-calls__session.jsonl" => Identical(23),
+        "examples-acp-agent__cancel__session.jsonl" => Identical(13),
+        "examples-acp-agent__empty-response-retry__session.jsonl" => Identical(18),
+        "examples-acp-agent__error-finish__session.jsonl" => Identical(11),
+        "examples-acp-agent__fs-edit__session.jsonl" => Identical(162),
+        "examples-acp-agent__fs-read__session.jsonl" => Identical(109),
+        "examples-acp-agent__fs-write__session.jsonl" => Identical(98),
+        "examples-acp-agent__goal-snapshots__goal-round-driver__session.expected.jsonl" => {
+            Identical(59)
+        }
+        "examples-acp-agent__handshake__session.jsonl" => Identical(0),
+        "examples-acp-agent__hook-cc-pretool-deny__session.jsonl" => Identical(121),
+        "examples-acp-agent__hook-cc-promptsubmit-block__session.jsonl" => Identical(0),
+        "examples-acp-agent__hook-cc-stop-continue__session.jsonl" => Identical(68),
+        "examples-acp-agent__max-tokens-continue__session.jsonl" => Identical(31),
+        "examples-acp-agent__multi-turn__session.jsonl" => Identical(70),
+        "examples-acp-agent__packed-chunks__session.jsonl" => Identical(121),
+        // The reference ran the two `read` calls as a parallel group
+        // (LC-24); the core runs tool calls sequentially (LC-23).
+        "examples-acp-agent__parallel-tool-calls__session.jsonl" => {
+            Differs(18, 31, 19, "parallel tool group, LC-24")
+        }
+        "examples-acp-agent__repeat-tool-reminder__session.jsonl" => Identical(72),
+        "examples-acp-agent__session-title-after-turn__session.jsonl" => Identical(16),
+        "examples-acp-agent__skill-load__session.jsonl" => Identical(33),
+        "examples-acp-agent__subagent-fork-in-process__session.1.jsonl" => Identical(54),
+        "examples-acp-agent__subagent-fork-in-process__session.jsonl" => Identical(199),
+        "examples-acp-agent__subagent-spawn-in-process__session.1.jsonl" => Identical(37),
+        "examples-acp-agent__subagent-spawn-in-process__session.jsonl" => Identical(163),
+        "examples-acp-agent__text-turn__session.jsonl" => Identical(39),
+        "examples-acp-agent__todo-write__session.jsonl" => Identical(113),
+        "examples-acp-agent__tool-call-turn__session.jsonl" => Identical(103),
+        "examples-headless-agent__compaction-recovery__session.jsonl" => Identical(26),
+        "examples-headless-agent__semantic-checkpoint-snapshots__tool-outcome-unknown__replay.jsonl" => {
+            Identical(0)
+        }
+        "examples-headless-agent__semantic-checkpoint-snapshots__tool-outcome-unknown__session.expected.jsonl" => {
+            Identical(14)
+        }
+        "examples-jsonrpc-agent__subagent-spawn-in-process__session.1.jsonl" => Identical(36),
+        "examples-jsonrpc-agent__subagent-spawn-in-process__session.jsonl" => Identical(141),
+        "examples-jsonrpc-agent__text-turn__session.jsonl" => Identical(39),
+        other => panic!("no expected outcome pinned for {other}"),
+    }
+}
+
+#[test]
+fn conformance_recordings_replay_as_pinned() {
+    let dir = shared_dir().join("conformance/sessions");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let mut failures = Vec::new();
+    println!("{:<100} {:>9}  outcome", "recording", "core");
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let got = replay_file(f);
+        let line = match &got {
+            Err(e) => format!("{:>9}  not loadable: {e}", "-"),
+            Ok(r) if r.identical() => {
+                format!("{:>9}  identical", format!("{}/{}", r.reproduced, r.total))
+            }
+            Ok(r) => {
+                let d = r.first_difference.as_ref().unwrap();
+                format!(
+                    "{:>9}  first difference at #{}: {}",
+                    format!("{}/{}", r.reproduced, r.total),
+                    d.seq,
+                    d.reason
+                )
+            }
+        };
+        println!("{name:<100} {line}");
+        let ok = match (expected(&name), &got) {
+            (Expect::Identical(n), Ok(r)) => r.identical() && r.total == n,
+            (Expect::Differs(n, m, seq, why), Ok(r)) => {
+                r.reproduced == n
+                    && r.total == m
+                    && r.first_difference
+                        .as_ref()
+                        .is_some_and(|d| d.seq == seq && d.reason.contains(why))
+            }
+            (Expect::Unloadable(why), Err(e)) => e.contains(why),
+            _ => false,
+        };
+        if !ok {
+            failures.push(name);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "unexpected replay outcomes: {failures:#?}"
+    );
+}
+
+#[test]
+fn a_changed_recording_is_caught() {
+    // Replay must fail, and say where, when the recording disagrees with
+    // what the loop writes: change one assistant message's text.
+    let path =
+        shared_dir().join("conformance/sessions/examples-acp-agent__text-turn__session.jsonl");
+    let bytes = std::fs::read(path).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    let changed = text.replacen(
+        r#""content":[{"type":"reasoning","#,
+        r#""content":[{"type":"text","text":"X"},{"type":"reasoning","#,
+        1,
+    );
+    assert_ne!(changed, text);
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    let r = replay_jsonl(changed.as_bytes(), options).unwrap();
+    assert!(!r.identical());
+    let d = r.first_difference.unwrap();
+    assert_eq!(d.seq, 37);
+    assert!(
+        d.reason
+            .contains("assistant/message differs at .data.message.content"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(r.reproduced, 36);
+}
