@@ -9,10 +9,10 @@ use clap::{Parser, Subcommand};
 
 mod deepseek;
 mod input;
-mod mock_server;
-mod sse;
 mod log;
+mod mock_server;
 mod replay;
+mod sse;
 mod stream;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
