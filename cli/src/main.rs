@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod input;
+mod log;
 mod stream;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
@@ -23,6 +24,9 @@ enum Command {
     /// Inspect StreamChunk JSON lines: assemble or check a stream.
     #[command(subcommand)]
     Stream(stream::StreamCommand),
+    /// Check, derive from or repair JSONL session logs.
+    #[command(subcommand)]
+    Log(log::LogCommand),
 }
 
 /// What a command ended with.
@@ -46,6 +50,7 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Stream(cmd) => stream::run(cmd),
+        Command::Log(cmd) => log::run(cmd),
     };
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,

@@ -11,6 +11,11 @@
 //! - [`BlockAssembler`]: the fold from a chunk stream to blocks and a message.
 //! - [`StreamValidator`]: the stream grammar and adapter contract as a checker,
 //!   for people writing and fuzzing adapters.
+//! - [`session`]: the event-sourced session log ([`Session`], [`SessionEvent`],
+//!   every core payload, the surface, derived history, request folds, fork,
+//!   invariants).
+//! - [`jsonl`]: the JSONL logical format as pure functions over bytes (header
+//!   and event lines, packed chunk rows, the line scanner, crash repair).
 
 #![no_std]
 #![forbid(unsafe_code)]
@@ -23,9 +28,11 @@ mod chunk;
 mod content;
 mod ids;
 pub mod json;
+pub mod jsonl;
 mod message;
 mod object;
 mod options;
+pub mod session;
 mod validator;
 
 pub use assembler::{ASSEMBLER_SOURCE_PLUGIN, AssembleError, BlockAssembler};
@@ -46,4 +53,7 @@ pub use options::{
     ReasoningEffortInfo, ToolSchema,
 };
 pub use serde_json;
+pub use session::{
+    AppendError, EventData, Session, SessionEvent, SessionHeader, SurfaceIntent, SurfaceOp,
+};
 pub use validator::{Rule, StreamValidator, Violation, validate_stream};

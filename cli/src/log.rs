@@ -1,0 +1,145 @@
+//! `dsh log check | derive | repair`: JSONL session logs.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+use dsh_core::jsonl::{self, LogError};
+
+use crate::Outcome;
+use crate::input::read_input;
+
+/// `dsh log ...`
+#[derive(Subcommand)]
+pub enum LogCommand {
+    /// Check logs: load and validate, byte-exact round trip, packed rows,
+    /// re-assembly of every model call, invariants. Prints `<path>: ok` or
+    /// `<path>: FAIL <reason>` per file.
+    Check {
+        /// Apply the conformance fixture-token substitutions before reading.
+        #[arg(long)]
+        fixture_tokens: bool,
+        /// Log files.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Print the derived message history, one Message JSON per line.
+    Derive {
+        /// Apply the conformance fixture-token substitutions before reading.
+        #[arg(long)]
+        fixture_tokens: bool,
+        /// Log file; stdin when `-`.
+        path: PathBuf,
+    },
+    /// Print the repaired log of a possibly torn file: the header line, then
+    /// one event per line (unpacked), the closers of an interrupted turn
+    /// included. Fails when the file is corrupt rather than torn.
+    Repair {
+        /// Log file; stdin when `-`.
+        path: PathBuf,
+    },
+}
+
+/// Runs one `log` subcommand.
+pub fn run(cmd: LogCommand) -> Outcome {
+    match cmd {
+        LogCommand::Check {
+            fixture_tokens,
+            paths,
+        } => check(&paths, fixture_tokens),
+        LogCommand::Derive {
+            fixture_tokens,
+            path,
+        } => derive(&path, fixture_tokens),
+        LogCommand::Repair { path } => repair(&path),
+    }
+}
+
+fn read(path: &Path, fixture_tokens: bool) -> Result<Vec<u8>, String> {
+    let bytes = read_input(Some(path))?;
+    Ok(if fixture_tokens {
+        jsonl::fixture_tokens(&bytes)
+    } else {
+        bytes
+    })
+}
+
+fn check(paths: &[PathBuf], fixture_tokens: bool) -> Outcome {
+    let mut out = io::stdout().lock();
+    let mut failed = false;
+    for path in paths {
+        let result = read(path, fixture_tokens).and_then(|b| jsonl::verify_log(&b));
+        let line = match result {
+            Ok(_) => format!("{}: ok", path.display()),
+            Err(why) => {
+                failed = true;
+                format!("{}: FAIL {why}", path.display())
+            }
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    if failed {
+        Outcome::CheckFailed
+    } else {
+        Outcome::Ok
+    }
+}
+
+fn derive(path: &Path, fixture_tokens: bool) -> Outcome {
+    let bytes = match read(path, fixture_tokens) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}");
+            return Outcome::BadInput;
+        }
+    };
+    let mut loaded = match jsonl::load_log(&bytes, &[]) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return Outcome::CheckFailed;
+        }
+    };
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    for m in loaded.session.derive_messages() {
+        match serde_json::to_string(&**m) {
+            Ok(s) => {
+                let _ = writeln!(out, "{s}");
+            }
+            Err(e) => {
+                eprintln!("cannot serialize a message: {e}");
+                return Outcome::CheckFailed;
+            }
+        }
+    }
+    Outcome::Ok
+}
+
+fn repair(path: &Path) -> Outcome {
+    let bytes = match read(path, false) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}");
+            return Outcome::BadInput;
+        }
+    };
+    let loaded = match jsonl::load_log(&bytes, &[]) {
+        Ok(l) => l,
+        Err(e) => {
+            let kind = match &e {
+                LogError::FormatUnsupported { .. } => "unsupported",
+                _ => "corrupt",
+            };
+            eprintln!("{}: {kind}: {e}", path.display());
+            return Outcome::CheckFailed;
+        }
+    };
+    let mut buf = Vec::with_capacity(bytes.len() + 1024);
+    jsonl::encode_header_line(loaded.session.header(), &mut buf);
+    jsonl::encode_batch(loaded.session.events(), false, &mut buf);
+    let mut out = io::stdout().lock();
+    if out.write_all(&buf).is_err() {
+        return Outcome::BadInput;
+    }
+    Outcome::Ok
+}

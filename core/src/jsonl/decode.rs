@@ -1,0 +1,888 @@
+//! Decoding one storage record (an event line or a packed row) with typed
+//! visitors, and the slow path that explains why a line is not an event.
+
+use alloc::borrow::ToOwned;
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::json::MAX_SAFE_INTEGER;
+use crate::message::Message;
+use crate::session::{
+    AppendError, AssistantMessage, ChunkDataSeed, EventData, Extra, InboxSpliced, LlmRetry,
+    LlmRetryStarted, PluginEvent, RequestContext, RequestHeader, SessionEvent, Step, SurfaceOp,
+    TodoWrite, ToolCall, ToolHead, ToolResult, TurnEnd, TurnStart, types,
+};
+
+use super::packed::{Row, RowKind};
+use super::write::write_event_json;
+
+/// A line that is not JSON, or a malformed packed row (SC1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unparsable {
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for Unparsable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// A JSON line that parses but is not a valid event of this format (its
+/// envelope or core payload breaks a rule). It still has a place in the
+/// scan: its `seq` and `type` take part in the contiguity and `turn/end`
+/// checks (SC2, SC3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidEvent {
+    /// The `seq`, when it is a non-negative safe integer.
+    pub seq: Option<u64>,
+    /// The `type`, when it is a string.
+    pub event_type: Option<String>,
+    /// The rule it breaks.
+    pub error: AppendError,
+}
+
+/// One decoded event of a record.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decoded {
+    /// A well-formed event.
+    Event(SessionEvent),
+    /// A parsed line that is not a valid event.
+    Invalid(InvalidEvent),
+}
+
+impl Decoded {
+    /// The seq, when known.
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            Decoded::Event(e) => Some(e.seq()),
+            Decoded::Invalid(i) => i.seq,
+        }
+    }
+
+    /// The type, when known.
+    pub fn event_type(&self) -> Option<&str> {
+        match self {
+            Decoded::Event(e) => Some(e.event_type()),
+            Decoded::Invalid(i) => i.event_type.as_deref(),
+        }
+    }
+}
+
+/// What one storage line decodes to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    /// An event line.
+    One(Decoded),
+    /// A packed row: the run of `assistant/chunk` events it stands for.
+    Run(Vec<SessionEvent>),
+}
+
+/// Decodes storage lines. It keeps a little state between lines (the tool
+/// head shared by consecutive tool-call deltas, a scratch buffer), so reuse
+/// one decoder for a whole log.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    last_head: Option<Arc<ToolHead>>,
+    scratch: Vec<u8>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    TurnStart,
+    TurnEnd,
+    StepStart,
+    StepEnd,
+    UserMessage,
+    AssistantChunk,
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    TodoWrite,
+    RequestHeader,
+    RequestContext,
+    EndSeed,
+    LlmRetry,
+    LlmRetryStarted,
+    InboxSpliced,
+    Row(RowKind),
+    Plugin,
+}
+
+fn classify(t: &str) -> Kind {
+    use types::*;
+    match t {
+        ASSISTANT_CHUNK => Kind::AssistantChunk,
+        TURN_START => Kind::TurnStart,
+        TURN_END => Kind::TurnEnd,
+        STEP_START => Kind::StepStart,
+        STEP_END => Kind::StepEnd,
+        USER_MESSAGE => Kind::UserMessage,
+        ASSISTANT_MESSAGE => Kind::AssistantMessage,
+        TOOL_CALL => Kind::ToolCall,
+        TOOL_RESULT => Kind::ToolResult,
+        TODO_WRITE => Kind::TodoWrite,
+        REQUEST_HEADER => Kind::RequestHeader,
+        REQUEST_CONTEXT => Kind::RequestContext,
+        END_SEED => Kind::EndSeed,
+        LLM_RETRY => Kind::LlmRetry,
+        LLM_RETRY_STARTED => Kind::LlmRetryStarted,
+        INBOX_SPLICED => Kind::InboxSpliced,
+        other => match RowKind::from_tag(other) {
+            Some(k) => Kind::Row(k),
+            None => Kind::Plugin,
+        },
+    }
+}
+
+impl Decoder {
+    /// A fresh decoder.
+    pub fn new() -> Self {
+        Decoder::default()
+    }
+
+    /// Decodes one storage line (without its `\n`): an event, an invalid
+    /// event, or a packed row's run; `Err` when the line is not JSON or is a
+    /// malformed row (CK14–CK16, SC1).
+    pub fn decode_line(&mut self, line: &[u8]) -> Result<Record, Unparsable> {
+        let fast = {
+            let mut de = serde_json::Deserializer::from_slice(line);
+            let r = de.deserialize_map(EnvelopeVisitor {
+                last: &mut self.last_head,
+            });
+            r.and_then(|p| de.end().map(|_| p))
+        };
+        let parsed = match fast {
+            Ok(p) => p,
+            Err(_) => return self.slow(line),
+        };
+        match parsed {
+            Parsed::Row(row) => Ok(Record::Run(row.expand(&mut self.last_head))),
+            Parsed::Event(mut e) => {
+                self.keep_text(&mut e, line);
+                Ok(Record::One(Decoded::Event(e)))
+            }
+        }
+    }
+
+    /// Keeps the source text when the canonical serialization differs.
+    fn keep_text(&mut self, e: &mut SessionEvent, line: &[u8]) {
+        self.scratch.clear();
+        write_event_json(e, &mut self.scratch);
+        if self.scratch.as_slice() != line {
+            if let Ok(raw) = core::str::from_utf8(line)
+                .map_err(|_| ())
+                .and_then(|s| RawValue::from_string(s.to_owned()).map_err(|_| ()))
+            {
+                e.set_verbatim(raw);
+            }
+        }
+    }
+
+    /// The slow path: parse generically and name the broken rule.
+    fn slow(&mut self, line: &[u8]) -> Result<Record, Unparsable> {
+        let value: Value = serde_json::from_slice(line).map_err(|e| Unparsable {
+            reason: format!("not valid JSON: {e}"),
+        })?;
+        let Value::Object(obj) = value else {
+            return Ok(Record::One(Decoded::Invalid(InvalidEvent {
+                seq: None,
+                event_type: None,
+                error: AppendError::InvalidEnvelope {
+                    detail: String::from("an event must be a JSON object"),
+                },
+            })));
+        };
+        let event_type = obj.get("type").and_then(Value::as_str).map(String::from);
+        if let Some(kind) = event_type.as_deref().and_then(RowKind::from_tag) {
+            let row = row_from_value(kind, obj)?;
+            return Ok(Record::Run(row.expand(&mut self.last_head)));
+        }
+        let seq = obj
+            .get("seq")
+            .and_then(Value::as_u64)
+            .filter(|n| *n <= MAX_SAFE_INTEGER);
+        match event_from_value(obj, &mut self.last_head) {
+            Ok(mut e) => {
+                self.keep_text(&mut e, line);
+                Ok(Record::One(Decoded::Event(e)))
+            }
+            Err(error) => Ok(Record::One(Decoded::Invalid(InvalidEvent {
+                seq,
+                event_type,
+                error,
+            }))),
+        }
+    }
+}
+
+fn envelope(detail: impl Into<String>) -> AppendError {
+    AppendError::InvalidEnvelope {
+        detail: detail.into(),
+    }
+}
+
+const ENVELOPE_KEYS: [&str; 7] = [
+    "type",
+    "seq",
+    "time",
+    "data",
+    "surfaceOp",
+    "sourceEventSeqs",
+    "ignorable",
+];
+
+/// Builds an event from a parsed JSON object, naming the first broken rule
+/// (V2, V3, S5, S6, then the payload shape).
+fn event_from_value(
+    mut obj: serde_json::Map<String, Value>,
+    last: &mut Option<Arc<ToolHead>>,
+) -> Result<SessionEvent, AppendError> {
+    if let Some(k) = obj.keys().find(|k| !ENVELOPE_KEYS.contains(&k.as_str())) {
+        return Err(envelope(format!("V2: unknown envelope key \"{k}\"")));
+    }
+    let event_type = match obj.get("type") {
+        Some(Value::String(s)) => s.clone(),
+        _ => return Err(envelope("\"type\" must be a string")),
+    };
+    let seq = obj
+        .get("seq")
+        .and_then(Value::as_u64)
+        .filter(|n| *n <= MAX_SAFE_INTEGER)
+        .ok_or_else(|| envelope("\"seq\" must be a non-negative safe integer"))?;
+    let time = obj
+        .get("time")
+        .and_then(Value::as_i64)
+        .filter(|n| n.unsigned_abs() <= MAX_SAFE_INTEGER)
+        .ok_or_else(|| envelope("\"time\" must be a safe integer"))?;
+    let data = obj
+        .remove("data")
+        .ok_or_else(|| envelope("\"data\" is required"))?;
+    let ignorable = match obj.get("ignorable") {
+        None => false,
+        Some(Value::Bool(true)) => true,
+        Some(_) => return Err(envelope("E7: \"ignorable\" must be true when present")),
+    };
+    let surface_op = match obj.get("surfaceOp") {
+        None => None,
+        Some(v) => Some(surface_op_from_value(v)?),
+    };
+    let sources = match obj.get("sourceEventSeqs") {
+        None => None,
+        Some(Value::Array(a)) => {
+            let mut out = Vec::with_capacity(a.len());
+            for v in a {
+                match v.as_u64().filter(|n| *n <= MAX_SAFE_INTEGER) {
+                    Some(n) => out.push(n),
+                    None => {
+                        return Err(AppendError::InvalidEnvelope {
+                            detail: format!(
+                                "S6: sourceEventSeqs element {v} is not a non-negative safe integer"
+                            ),
+                        });
+                    }
+                }
+            }
+            Some(out)
+        }
+        Some(_) => {
+            return Err(envelope("S6: sourceEventSeqs must be an array"));
+        }
+    };
+    let op_first = match (
+        obj.keys().position(|k| k == "surfaceOp"),
+        obj.keys().position(|k| k == "sourceEventSeqs"),
+    ) {
+        (Some(a), Some(b)) => a < b,
+        _ => false,
+    };
+    let data = data_from_value(&event_type, data, last)?;
+    let extra = (surface_op.is_some() || sources.is_some() || ignorable).then(|| {
+        Box::new(Extra {
+            surface_op,
+            sources,
+            ignorable,
+            op_first,
+            verbatim: None,
+        })
+    });
+    Ok(SessionEvent::from_parts(seq, time, data, extra))
+}
+
+fn surface_op_from_value(v: &Value) -> Result<SurfaceOp, AppendError> {
+    match v {
+        Value::String(s) if s == "append" => Ok(SurfaceOp::Append),
+        Value::Object(o) => {
+            let ok = o.len() == 3 && o.get("op").and_then(Value::as_str) == Some("replace");
+            let num = |k: &str| {
+                o.get(k)
+                    .and_then(Value::as_u64)
+                    .filter(|n| *n <= MAX_SAFE_INTEGER)
+            };
+            match (ok, num("start"), num("end")) {
+                (true, Some(start), Some(end)) => Ok(SurfaceOp::Replace { start, end }),
+                _ => Err(envelope("S5: invalid replace surfaceOp")),
+            }
+        }
+        _ => Err(envelope("S5: invalid surfaceOp")),
+    }
+}
+
+fn payload_err(event_type: &str, e: impl fmt::Display) -> AppendError {
+    let detail = format!("{e}");
+    let message_rule = |d: &str| {
+        if d.contains("\"id\"") {
+            "M1"
+        } else if d.contains("role") {
+            "M2"
+        } else if d.contains("source") {
+            "M3"
+        } else {
+            "M4"
+        }
+    };
+    match event_type {
+        types::USER_MESSAGE | types::ASSISTANT_MESSAGE | types::TOOL_RESULT
+            if detail.contains("message") =>
+        {
+            AppendError::InvalidMessage {
+                rule: message_rule(&detail),
+                detail: format!("{event_type}: {detail}"),
+            }
+        }
+        types::REQUEST_HEADER => AppendError::InvalidRequestHeader { detail },
+        _ => AppendError::InvalidPayload {
+            event_type: String::from(event_type),
+            detail,
+        },
+    }
+}
+
+fn data_from_value(
+    event_type: &str,
+    data: Value,
+    last: &mut Option<Arc<ToolHead>>,
+) -> Result<EventData, AppendError> {
+    fn typed<T: serde::de::DeserializeOwned>(t: &str, v: Value) -> Result<T, AppendError> {
+        serde_json::from_value(v).map_err(|e| payload_err(t, e))
+    }
+    let t = event_type;
+    Ok(match classify(t) {
+        Kind::TurnStart => EventData::TurnStart(typed::<TurnStart>(t, data)?),
+        Kind::TurnEnd => EventData::TurnEnd(Arc::new(typed::<TurnEnd>(t, data)?)),
+        Kind::StepStart => EventData::StepStart(typed::<Step>(t, data)?),
+        Kind::StepEnd => EventData::StepEnd(typed::<Step>(t, data)?),
+        Kind::UserMessage => EventData::UserMessage(Arc::new(
+            serde_json::from_value::<Message>(data)
+                .map_err(|e| payload_err(t, format!("message {e}")))?,
+        )),
+        Kind::AssistantChunk => EventData::AssistantChunk(
+            ChunkDataSeed { last }
+                .deserialize(data)
+                .map_err(|e| payload_err(t, e))?,
+        ),
+        Kind::AssistantMessage => {
+            EventData::AssistantMessage(Arc::new(typed::<AssistantMessage>(t, data)?))
+        }
+        Kind::ToolCall => EventData::ToolCall(Arc::new(typed::<ToolCall>(t, data)?)),
+        Kind::ToolResult => EventData::ToolResult(Arc::new(typed::<ToolResult>(t, data)?)),
+        Kind::TodoWrite => EventData::TodoWrite(Arc::new(typed::<TodoWrite>(t, data)?)),
+        Kind::RequestHeader => EventData::RequestHeader(Arc::new(typed::<RequestHeader>(t, data)?)),
+        Kind::RequestContext => {
+            EventData::RequestContext(Arc::new(typed::<RequestContext>(t, data)?))
+        }
+        Kind::EndSeed => match data {
+            Value::Object(o) if o.is_empty() => EventData::EndSeed,
+            _ => {
+                return Err(AppendError::InvalidPayload {
+                    event_type: String::from(t),
+                    detail: String::from("session/end-seed data must be {}"),
+                });
+            }
+        },
+        // Runtime types fall back to opaque when their shape is unexpected.
+        Kind::LlmRetry => match serde_json::from_value::<LlmRetry>(data.clone()) {
+            Ok(d) => EventData::LlmRetry(Arc::new(d)),
+            Err(_) => plugin_from_value(t, &data)?,
+        },
+        Kind::LlmRetryStarted => match serde_json::from_value::<LlmRetryStarted>(data.clone()) {
+            Ok(d) => EventData::LlmRetryStarted(Arc::new(d)),
+            Err(_) => plugin_from_value(t, &data)?,
+        },
+        Kind::InboxSpliced => match serde_json::from_value::<InboxSpliced>(data.clone()) {
+            Ok(d) => EventData::InboxSpliced(Arc::new(d)),
+            Err(_) => plugin_from_value(t, &data)?,
+        },
+        Kind::Row(_) | Kind::Plugin => plugin_from_value(t, &data)?,
+    })
+}
+
+fn plugin_from_value(t: &str, data: &Value) -> Result<EventData, AppendError> {
+    let raw = serde_json::value::to_raw_value(data).map_err(|e| AppendError::NotLosslessJson {
+        detail: format!("{e}"),
+    })?;
+    Ok(EventData::Plugin(Arc::new(PluginEvent {
+        event_type: String::from(t),
+        data: raw,
+    })))
+}
+
+fn row_err(kind: RowKind, why: &str) -> Unparsable {
+    Unparsable {
+        reason: format!("malformed {} storage row: {why}", kind.tag()),
+    }
+}
+
+/// CK15 on a generically parsed row.
+fn row_from_value(kind: RowKind, obj: serde_json::Map<String, Value>) -> Result<Row, Unparsable> {
+    let keys_are = |o: &serde_json::Map<String, Value>, want: &[&str]| {
+        o.len() == want.len() && want.iter().all(|k| o.contains_key(*k))
+    };
+    if !keys_are(&obj, &["type", "seq0", "time0", "data"]) {
+        return Err(row_err(
+            kind,
+            "keys must be exactly type, seq0, time0, data",
+        ));
+    }
+    let seq0 = obj
+        .get("seq0")
+        .and_then(Value::as_u64)
+        .filter(|n| *n <= MAX_SAFE_INTEGER)
+        .ok_or_else(|| row_err(kind, "seq0 must be a non-negative safe integer"))?;
+    let time0 = obj
+        .get("time0")
+        .and_then(Value::as_i64)
+        .filter(|n| n.unsigned_abs() <= MAX_SAFE_INTEGER)
+        .ok_or_else(|| row_err(kind, "time0 must be a safe integer"))?;
+    let Some(Value::Object(data)) = obj.get("data") else {
+        return Err(row_err(kind, "data must be an object"));
+    };
+    let (payload_key, ok) = match kind {
+        RowKind::ToolCall => (
+            "args",
+            keys_are(data, &["turn", "step", "index", "id", "dt", "args"])
+                || keys_are(data, &["turn", "step", "index", "id", "name", "dt", "args"]),
+        ),
+        _ => (
+            "texts",
+            keys_are(data, &["turn", "step", "index", "dt", "texts"]),
+        ),
+    };
+    if !ok {
+        return Err(row_err(kind, "unexpected data keys"));
+    }
+    let int = |k: &str| {
+        data.get(k)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| row_err(kind, "turn, step and index must be integers"))
+    };
+    let strings = |k: &str| -> Result<Vec<String>, Unparsable> {
+        match data.get(k) {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_str().map(String::from))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| row_err(kind, "payload list must hold strings")),
+            _ => Err(row_err(kind, "payload list must be an array")),
+        }
+    };
+    let dt = match data.get("dt") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(Value::as_i64)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| row_err(kind, "dt must hold safe integers"))?,
+        _ => return Err(row_err(kind, "dt must be an array")),
+    };
+    let (id, name) = if kind == RowKind::ToolCall {
+        let id = data
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| row_err(kind, "id must be a string"))?;
+        let name = match data.get("name") {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(row_err(kind, "name must be a string")),
+        };
+        (String::from(id), name)
+    } else {
+        (String::new(), None)
+    };
+    let row = Row {
+        kind,
+        seq0,
+        time0,
+        turn: int("turn")?,
+        step: int("step")?,
+        index: int("index")?,
+        dt,
+        id,
+        name,
+        payloads: strings(payload_key)?,
+    };
+    row.check().map_err(|reason| Unparsable { reason })?;
+    Ok(row)
+}
+
+// ---------------------------------------------------------------------------
+// Fast path: one typed pass over the line.
+
+enum Parsed {
+    Event(SessionEvent),
+    Row(Row),
+}
+
+struct EnvelopeVisitor<'s> {
+    last: &'s mut Option<Arc<ToolHead>>,
+}
+
+#[derive(Clone, Copy)]
+enum Key {
+    Type,
+    Seq,
+    Time,
+    Data,
+    SurfaceOp,
+    Sources,
+    Ignorable,
+    Seq0,
+    Time0,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an envelope key")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+                Ok(match v {
+                    "type" => Key::Type,
+                    "seq" => Key::Seq,
+                    "time" => Key::Time,
+                    "data" => Key::Data,
+                    "surfaceOp" => Key::SurfaceOp,
+                    "sourceEventSeqs" => Key::Sources,
+                    "ignorable" => Key::Ignorable,
+                    "seq0" => Key::Seq0,
+                    "time0" => Key::Time0,
+                    _ => return Err(E::custom("unknown envelope key")),
+                })
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+/// A type name, borrowed from the input when possible.
+struct TypeName(String);
+
+impl<'de> Deserialize<'de> for TypeName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(TypeName)
+    }
+}
+
+enum DataSlot<'de> {
+    None,
+    Typed(EventData),
+    Row(RowData),
+    Raw(&'de RawValue),
+}
+
+impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
+    type Value = Parsed;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a session event or storage row")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+        let mut kind: Option<(Kind, String)> = None;
+        let mut seq: Option<u64> = None;
+        let mut time: Option<i64> = None;
+        let mut seq0: Option<u64> = None;
+        let mut time0: Option<i64> = None;
+        let mut data = DataSlot::None;
+        let mut surface_op: Option<SurfaceOp> = None;
+        let mut sources: Option<Vec<u64>> = None;
+        let mut ignorable = false;
+        let mut op_first = false;
+        let mut seen = 0u16;
+        while let Some(key) = map.next_key::<Key>()? {
+            let bit = 1u16 << (key as u16);
+            if seen & bit != 0 {
+                return Err(de::Error::custom("duplicate key"));
+            }
+            seen |= bit;
+            match key {
+                Key::Type => {
+                    let name = map.next_value::<TypeName>()?.0;
+                    kind = Some((classify(&name), name));
+                }
+                Key::Seq => seq = Some(map.next_value()?),
+                Key::Time => time = Some(map.next_value()?),
+                Key::Seq0 => seq0 = Some(map.next_value()?),
+                Key::Time0 => time0 = Some(map.next_value()?),
+                Key::Data => {
+                    data = match &kind {
+                        None => DataSlot::Raw(map.next_value::<&'de RawValue>()?),
+                        Some((Kind::Row(k), _)) => {
+                            DataSlot::Row(map.next_value_seed(RowDataSeed(*k))?)
+                        }
+                        Some((k, name)) => DataSlot::Typed(map.next_value_seed(DataSeed {
+                            kind: *k,
+                            name,
+                            last: self.last,
+                        })?),
+                    }
+                }
+                Key::SurfaceOp => {
+                    surface_op = Some(map.next_value::<FastSurfaceOp>()?.0);
+                    op_first = sources.is_none();
+                }
+                Key::Sources => sources = Some(map.next_value()?),
+                Key::Ignorable => {
+                    if !map.next_value::<bool>()? {
+                        return Err(de::Error::custom("ignorable must be true"));
+                    }
+                    ignorable = true;
+                }
+            }
+        }
+        let Some((kind, name)) = kind else {
+            return Err(de::Error::custom("missing type"));
+        };
+        if let Kind::Row(rk) = kind {
+            let (Some(seq0), Some(time0), DataSlot::Row(d)) = (seq0, time0, data) else {
+                return Err(de::Error::custom("incomplete row"));
+            };
+            if seq.is_some()
+                || time.is_some()
+                || surface_op.is_some()
+                || sources.is_some()
+                || ignorable
+            {
+                return Err(de::Error::custom("row with event keys"));
+            }
+            let row = Row {
+                kind: rk,
+                seq0,
+                time0,
+                turn: d.turn,
+                step: d.step,
+                index: d.index,
+                dt: d.dt,
+                id: d.id.unwrap_or_default(),
+                name: d.name,
+                payloads: d.payloads,
+            };
+            if (rk == RowKind::ToolCall) != d.tool || row.check().is_err() {
+                return Err(de::Error::custom("malformed row"));
+            }
+            return Ok(Parsed::Row(row));
+        }
+        let (Some(seq), Some(time)) = (seq, time) else {
+            return Err(de::Error::custom("missing seq or time"));
+        };
+        if seq0.is_some()
+            || time0.is_some()
+            || seq > MAX_SAFE_INTEGER
+            || time.unsigned_abs() > MAX_SAFE_INTEGER
+        {
+            return Err(de::Error::custom("bad envelope"));
+        }
+        let data = match data {
+            DataSlot::Typed(d) => d,
+            DataSlot::Raw(raw) => {
+                let v: Value = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+                data_from_value(&name, v, self.last).map_err(de::Error::custom)?
+            }
+            DataSlot::None | DataSlot::Row(_) => return Err(de::Error::custom("missing data")),
+        };
+        let op_first = op_first && surface_op.is_some() && sources.is_some();
+        let extra = (surface_op.is_some() || sources.is_some() || ignorable).then(|| {
+            Box::new(Extra {
+                surface_op,
+                sources,
+                ignorable,
+                op_first,
+                verbatim: None,
+            })
+        });
+        Ok(Parsed::Event(SessionEvent::from_parts(
+            seq, time, data, extra,
+        )))
+    }
+}
+
+struct FastSurfaceOp(SurfaceOp);
+
+impl<'de> Deserialize<'de> for FastSurfaceOp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        surface_op_from_value(&v)
+            .map(FastSurfaceOp)
+            .map_err(de::Error::custom)
+    }
+}
+
+struct DataSeed<'a, 's> {
+    kind: Kind,
+    name: &'a str,
+    last: &'s mut Option<Arc<ToolHead>>,
+}
+
+impl<'de> DeserializeSeed<'de> for DataSeed<'_, '_> {
+    type Value = EventData;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<EventData, D::Error> {
+        Ok(match self.kind {
+            Kind::AssistantChunk => {
+                EventData::AssistantChunk(ChunkDataSeed { last: self.last }.deserialize(d)?)
+            }
+            Kind::TurnStart => EventData::TurnStart(TurnStart::deserialize(d)?),
+            Kind::TurnEnd => EventData::TurnEnd(Arc::new(TurnEnd::deserialize(d)?)),
+            Kind::StepStart => EventData::StepStart(Step::deserialize(d)?),
+            Kind::StepEnd => EventData::StepEnd(Step::deserialize(d)?),
+            Kind::UserMessage => EventData::UserMessage(Arc::new(Message::deserialize(d)?)),
+            Kind::AssistantMessage => {
+                EventData::AssistantMessage(Arc::new(AssistantMessage::deserialize(d)?))
+            }
+            Kind::ToolCall => EventData::ToolCall(Arc::new(ToolCall::deserialize(d)?)),
+            Kind::ToolResult => EventData::ToolResult(Arc::new(ToolResult::deserialize(d)?)),
+            Kind::TodoWrite => EventData::TodoWrite(Arc::new(TodoWrite::deserialize(d)?)),
+            Kind::RequestHeader => {
+                EventData::RequestHeader(Arc::new(RequestHeader::deserialize(d)?))
+            }
+            Kind::RequestContext => {
+                EventData::RequestContext(Arc::new(RequestContext::deserialize(d)?))
+            }
+            Kind::EndSeed => {
+                let m: serde_json::Map<String, Value> = Deserialize::deserialize(d)?;
+                if !m.is_empty() {
+                    return Err(de::Error::custom("session/end-seed data must be {}"));
+                }
+                EventData::EndSeed
+            }
+            Kind::LlmRetry
+            | Kind::LlmRetryStarted
+            | Kind::InboxSpliced
+            | Kind::Plugin
+            | Kind::Row(_) => {
+                let raw = <&RawValue>::deserialize(d)?;
+                runtime_or_plugin(self.kind, self.name, raw).map_err(de::Error::custom)?
+            }
+        })
+    }
+}
+
+fn runtime_or_plugin(kind: Kind, name: &str, raw: &RawValue) -> Result<EventData, String> {
+    let text = raw.get();
+    let typed = match kind {
+        Kind::LlmRetry => serde_json::from_str::<LlmRetry>(text)
+            .ok()
+            .map(|d| EventData::LlmRetry(Arc::new(d))),
+        Kind::LlmRetryStarted => serde_json::from_str::<LlmRetryStarted>(text)
+            .ok()
+            .map(|d| EventData::LlmRetryStarted(Arc::new(d))),
+        Kind::InboxSpliced => serde_json::from_str::<InboxSpliced>(text)
+            .ok()
+            .map(|d| EventData::InboxSpliced(Arc::new(d))),
+        _ => None,
+    };
+    Ok(typed.unwrap_or_else(|| {
+        EventData::Plugin(Arc::new(PluginEvent {
+            event_type: String::from(name),
+            data: raw.to_owned(),
+        }))
+    }))
+}
+
+struct RowData {
+    tool: bool,
+    turn: u64,
+    step: u64,
+    index: u64,
+    dt: Vec<i64>,
+    id: Option<String>,
+    name: Option<String>,
+    payloads: Vec<String>,
+}
+
+struct RowDataSeed(RowKind);
+
+impl<'de> DeserializeSeed<'de> for RowDataSeed {
+    type Value = RowData;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RowData, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RowDataSeed {
+    type Value = RowData;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("packed row data")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RowData, A::Error> {
+        let (mut turn, mut step, mut index, mut dt) = (None, None, None, None);
+        let (mut id, mut name, mut payloads) = (None, None, None);
+        let payload_key = if self.0 == RowKind::ToolCall {
+            "args"
+        } else {
+            "texts"
+        };
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "turn" if turn.is_none() => turn = Some(map.next_value::<u64>()?),
+                "step" if step.is_none() => step = Some(map.next_value::<u64>()?),
+                "index" if index.is_none() => index = Some(map.next_value::<u64>()?),
+                "dt" if dt.is_none() => dt = Some(map.next_value::<Vec<i64>>()?),
+                "id" if self.0 == RowKind::ToolCall && id.is_none() => {
+                    id = Some(map.next_value::<String>()?)
+                }
+                "name" if self.0 == RowKind::ToolCall && name.is_none() => {
+                    name = Some(map.next_value::<String>()?)
+                }
+                k if k == payload_key && payloads.is_none() => {
+                    payloads = Some(map.next_value::<Vec<String>>()?)
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    return Err(de::Error::custom("unexpected row key"));
+                }
+            }
+        }
+        match (turn, step, index, dt, payloads) {
+            (Some(turn), Some(step), Some(index), Some(dt), Some(payloads)) => {
+                if self.0 == RowKind::ToolCall && id.is_none() {
+                    return Err(de::Error::custom("row without id"));
+                }
+                Ok(RowData {
+                    tool: self.0 == RowKind::ToolCall,
+                    turn,
+                    step,
+                    index,
+                    dt,
+                    id,
+                    name,
+                    payloads,
+                })
+            }
+            _ => Err(de::Error::custom("incomplete row data")),
+        }
+    }
+}
