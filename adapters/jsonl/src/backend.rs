@@ -5,16 +5,16 @@ use std::path::{Path, PathBuf};
 
 use dsh_core::SessionId;
 use dsh_core::jsonl::{
-    LogError, ScanError, Scanner, decode_header_line, encode_batch, encode_header_line,
-    header_len, scan_log,
+    LogError, ScanError, Scanner, decode_header_line, encode_batch, encode_header_line, header_len,
+    scan_log,
 };
 use dsh_core::session::{SeedError, SessionEvent, SessionHeader};
-use dsh_store::{Backend, Location, Revision, Snapshot, Stored, StoreError};
+use dsh_store::{Backend, Location, Revision, Snapshot, StoreError, Stored};
 
+use crate::Compression;
 use crate::frames::{FrameWriter, decode_frame, decode_torn, scan_frames};
 use crate::fsio::{self, SessionLock, Stat};
 use crate::layout::{encode_id, project_key};
-use crate::Compression;
 
 /// The transcript name in raw mode.
 pub const RAW_NAME: &str = "session.jsonl";
@@ -88,7 +88,9 @@ fn parse_zstd(bytes: &[u8]) -> Result<Parsed, LogError> {
     let head = decode_frame(bytes.get(first.clone()).unwrap_or(&[]))
         .map_err(|e| zstd_corrupt(format!("frame 1 failed to decode: {e}")))?;
     if header_len(&head) != Some(head.len()) {
-        return Err(zstd_corrupt("the first frame is not exactly one header line"));
+        return Err(zstd_corrupt(
+            "the first frame is not exactly one header line",
+        ));
     }
     let header = decode_header_line(&head)?;
     let id = header.id.as_str().to_owned();
@@ -529,8 +531,8 @@ impl Backend for JsonlBackend {
                 .map_err(|e| StoreError::io(format!("list {}", project.display()), e))?;
             let mut sessions = Vec::new();
             for entry in entries {
-                let entry = entry
-                    .map_err(|e| StoreError::io(format!("list {}", project.display()), e))?;
+                let entry =
+                    entry.map_err(|e| StoreError::io(format!("list {}", project.display()), e))?;
                 let path = entry.path();
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {

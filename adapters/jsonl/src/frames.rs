@@ -192,7 +192,10 @@ mod tests {
         assert_eq!(scan.frames.len(), 3);
         assert_eq!(scan.torn, None);
         assert_eq!(scan.frames[2].end, bytes.len());
-        assert_eq!(decode_frame(&bytes[scan.frames[1].clone()]).unwrap(), b"bb\ncc\n");
+        assert_eq!(
+            decode_frame(&bytes[scan.frames[1].clone()]).unwrap(),
+            b"bb\ncc\n"
+        );
     }
 
     #[test]
@@ -228,7 +231,9 @@ mod tests {
 
     #[test]
     fn torn_frame_yields_a_prefix_of_its_plaintext() {
-        let text: Vec<u8> = (0..2000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+        let text: Vec<u8> = (0..2000)
+            .flat_map(|i| format!("line {i}\n").into_bytes())
+            .collect();
         let bytes = frames(&[&text]);
         let out = decode_torn(&bytes[..bytes.len() - 4]);
         assert!(text.starts_with(&out));

@@ -35,7 +35,12 @@ pub fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
     match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(StoreError::io(format!("create directory {}", dir.display()), e)),
+        Err(e) => {
+            return Err(StoreError::io(
+                format!("create directory {}", dir.display()),
+                e,
+            ));
+        }
     }
     if let Some(parent) = dir.parent() {
         sync_dir(parent)?;
@@ -90,7 +95,12 @@ pub fn publish(final_path: &Path, content: &[u8]) -> Result<bool, StoreError> {
     match linked {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-        Err(e) => return Err(StoreError::io(format!("publish {}", final_path.display()), e)),
+        Err(e) => {
+            return Err(StoreError::io(
+                format!("publish {}", final_path.display()),
+                e,
+            ));
+        }
     }
     sync_dir(dir)?;
     Ok(true)
@@ -110,7 +120,10 @@ pub fn append_durably(file: &mut File, path: &Path, bytes: &[u8]) -> Result<(), 
     };
     let rollback = file.set_len(before).and_then(|()| file.sync_all());
     match rollback {
-        Ok(()) => Err(StoreError::io(format!("append to {}", path.display()), error)),
+        Ok(()) => Err(StoreError::io(
+            format!("append to {}", path.display()),
+            error,
+        )),
         Err(second) => Err(StoreError::io(
             format!(
                 "append to {} (and rolling back to {before} bytes also failed: {second})",

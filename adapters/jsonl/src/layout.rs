@@ -100,7 +100,10 @@ mod tests {
     #[test]
     fn tp6_paths() {
         // persistence.md TP-6.
-        assert_eq!(project_key(Some("/home/u/my proj")), "--home-u-my~0020proj--");
+        assert_eq!(
+            project_key(Some("/home/u/my proj")),
+            "--home-u-my~0020proj--"
+        );
         assert_eq!(encode_id("a/b").unwrap(), "a~002Fb");
         assert_eq!(project_key(None), "_no-cwd");
         assert_eq!(encode_id("..").unwrap(), "~002E~002E");

@@ -10,7 +10,7 @@ use dsh_core::session::{Session, SessionEvent, SessionHeader, has_negative_zero,
 
 use crate::{
     Backend, Cancel, Inspection, Location, MAX_SAFE_INTEGER, Revision, SessionStore, Snapshot,
-    Stored, StoreError,
+    StoreError, Stored,
 };
 
 /// How many times a cold load re-reads a log that changed under it before
@@ -67,8 +67,10 @@ impl<W> Entry<W> {
 pub struct Coordinator<B: Backend> {
     backend: B,
     config: CoordinatorConfig,
-    entries: Mutex<HashMap<SessionId, Arc<Mutex<Entry<B::Writer>>>>>,
+    entries: Mutex<HashMap<SessionId, Slot<B::Writer>>>,
 }
+
+type Slot<W> = Arc<Mutex<Entry<W>>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a guard cannot leave the map inconsistent (every
@@ -137,10 +139,11 @@ pub fn validate_stored(
     let n_closers = closers.len();
     let mut all = events;
     all.extend(closers);
-    let session = Session::restore(header.clone(), all).map_err(|error| LogError::InvalidEvent {
-        session_id: id.to_owned(),
-        error,
-    })?;
+    let session =
+        Session::restore(header.clone(), all).map_err(|error| LogError::InvalidEvent {
+            session_id: id.to_owned(),
+            error,
+        })?;
     Ok((session.into_events(), n_closers))
 }
 
@@ -174,7 +177,7 @@ impl<B: Backend> Coordinator<B> {
         &self.backend
     }
 
-    fn entry(&self, id: &SessionId) -> Arc<Mutex<Entry<B::Writer>>> {
+    fn entry(&self, id: &SessionId) -> Slot<B::Writer> {
         lock(&self.entries)
             .entry(id.clone())
             .or_insert_with(|| Arc::new(Mutex::new(Entry::untracked())))
@@ -241,8 +244,13 @@ impl<B: Backend> Coordinator<B> {
             let Some(writer) = entry.writer.as_mut() else {
                 continue;
             };
-            self.backend
-                .commit_repair(writer, &stored.header, stored.torn, &closers, stored_len)?;
+            self.backend.commit_repair(
+                writer,
+                &stored.header,
+                stored.torn,
+                &closers,
+                stored_len,
+            )?;
         }
         Err(StoreError::corruption(
             id.as_str(),
@@ -419,7 +427,7 @@ impl<B: Backend> SessionStore for Coordinator<B> {
     }
 
     fn flush_all(&self) -> Result<(), StoreError> {
-        let all: Vec<(SessionId, Arc<Mutex<Entry<B::Writer>>>)> = lock(&self.entries)
+        let all: Vec<(SessionId, Slot<B::Writer>)> = lock(&self.entries)
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();

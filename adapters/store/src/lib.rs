@@ -29,8 +29,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use dsh_core::session::{SessionEvent, SessionHeader};
 use dsh_core::SessionId;
+use dsh_core::session::{SessionEvent, SessionHeader};
 
 pub use coordinator::{Coordinator, CoordinatorConfig, check_batch, validate_stored};
 pub use error::{ErrorKind, StoreError};
@@ -50,10 +50,10 @@ impl Cancel {
 
     /// Cancels with `reason`; the first reason wins.
     pub fn cancel(&self, reason: impl Into<String>) {
-        if let Ok(mut slot) = self.0.lock() {
-            if slot.is_none() {
-                *slot = Some(reason.into());
-            }
+        if let Ok(mut slot) = self.0.lock()
+            && slot.is_none()
+        {
+            *slot = Some(reason.into());
         }
     }
 
