@@ -154,27 +154,64 @@ impl Decoder {
     /// event, or a packed row's run; `Err` when the line is not JSON or is a
     /// malformed row (CK14–CK16, SC1).
     pub fn decode_line(&mut self, line: &[u8]) -> Result<Record, Unparsable> {
+        if let Some(e) = fast_chunk(line, &mut self.last_head) {
+            return Ok(Record::One(Decoded::Event(e)));
+        }
         let fast = {
             let mut de = serde_json::Deserializer::from_slice(line);
-            let r = de.deserialize_map(EnvelopeVisitor {
-                last: &mut self.last_head,
-            });
-            r.and_then(|p| de.end().map(|_| p))
+            self.fast(&mut de)
         };
-        let parsed = match fast {
-            Ok(p) => p,
-            Err(_) => return self.slow(line),
+        self.finish(fast, line)
+    }
+
+    /// [`decode_line`](Self::decode_line) for a line already known to be
+    /// UTF-8 (skips the per-string UTF-8 validation).
+    pub fn decode_line_str(&mut self, line: &str) -> Result<Record, Unparsable> {
+        if let Some(e) = fast_chunk(line.as_bytes(), &mut self.last_head) {
+            return Ok(Record::One(Decoded::Event(e)));
+        }
+        let fast = {
+            let mut de = serde_json::Deserializer::from_str(line);
+            self.fast(&mut de)
         };
-        match parsed {
-            Parsed::Row(row) => Ok(Record::Run(row.expand(&mut self.last_head))),
-            Parsed::Event(mut e) => {
-                self.keep_text(&mut e, line);
+        self.finish(fast, line.as_bytes())
+    }
+
+    fn fast<'de, R: serde_json::de::Read<'de>>(
+        &mut self,
+        de: &mut serde_json::Deserializer<R>,
+    ) -> Result<(Parsed, bool), serde_json::Error> {
+        let mut canonical = true;
+        let parsed = de.deserialize_map(EnvelopeVisitor {
+            last: &mut self.last_head,
+            canonical: &mut canonical,
+        })?;
+        de.end()?;
+        Ok((parsed, canonical))
+    }
+
+    fn finish(
+        &mut self,
+        fast: Result<(Parsed, bool), serde_json::Error>,
+        line: &[u8],
+    ) -> Result<Record, Unparsable> {
+        match fast {
+            Ok((Parsed::Row(row), _)) => Ok(Record::Run(row.expand(&mut self.last_head))),
+            Ok((Parsed::Event(mut e), canonical)) => {
+                // A canonical chunk line (E9 key order, integers, strings
+                // without escapes) writes back identically exactly when the
+                // lengths agree (whitespace is the only freedom left).
+                if !(canonical && canonical_chunk_len(&e) == Some(line.len())) {
+                    self.keep_text(&mut e, line);
+                }
                 Ok(Record::One(Decoded::Event(e)))
             }
+            Err(_) => self.slow(line),
         }
     }
 
-    /// Keeps the source text when the canonical serialization differs.
+    /// Keeps the source text when the canonical serialization differs (J7,
+    /// key orders), so the event writes back byte for byte.
     fn keep_text(&mut self, e: &mut SessionEvent, line: &[u8]) {
         self.scratch.clear();
         write_event_json(e, &mut self.scratch);
@@ -223,6 +260,168 @@ impl Decoder {
             }))),
         }
     }
+}
+
+/// A cursor over one line for the canonical-chunk template.
+struct Cursor<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn lit(&mut self, s: &[u8]) -> Option<()> {
+        if self.b.get(self.i..self.i + s.len())? == s {
+            self.i += s.len();
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    /// A canonical non-negative integer (no leading zero) within `max`.
+    fn uint(&mut self, max: u64) -> Option<u64> {
+        let start = self.i;
+        let mut n: u64 = 0;
+        while let Some(&c) = self.b.get(self.i) {
+            if !c.is_ascii_digit() {
+                break;
+            }
+            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            self.i += 1;
+        }
+        let len = self.i - start;
+        if len == 0 || (len > 1 && self.b[start] == b'0') || n > max {
+            return None;
+        }
+        Some(n)
+    }
+
+    /// A canonical safe integer; `-0` is left to the general path.
+    fn int(&mut self) -> Option<i64> {
+        if self.b.get(self.i) == Some(&b'-') {
+            self.i += 1;
+            let n = self.uint(MAX_SAFE_INTEGER)?;
+            if n == 0 {
+                return None;
+            }
+            return Some(-(n as i64));
+        }
+        self.uint(MAX_SAFE_INTEGER).map(|n| n as i64)
+    }
+
+    /// The body of a string without escapes or control characters, after
+    /// its opening quote; consumes the closing quote.
+    fn plain_str(&mut self) -> Option<&'a str> {
+        let start = self.i;
+        let rel = self
+            .b
+            .get(start..)?
+            .iter()
+            .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
+        let end = start + rel;
+        if self.b[end] != b'"' {
+            return None;
+        }
+        self.i = end + 1;
+        core::str::from_utf8(&self.b[start..end]).ok()
+    }
+}
+
+/// The canonical `assistant/chunk` delta line, read without serde: exactly
+/// the text `write_event_json` produces, with strings that need no escapes.
+/// Such a line writes back identically, so no source text is kept. Any other
+/// line returns `None` and takes the general path.
+fn fast_chunk(line: &[u8], last: &mut Option<Arc<ToolHead>>) -> Option<SessionEvent> {
+    let mut c = Cursor { b: line, i: 0 };
+    c.lit(b"{\"type\":\"assistant/chunk\",\"seq\":")?;
+    let seq = c.uint(MAX_SAFE_INTEGER)?;
+    c.lit(b",\"time\":")?;
+    let time = c.int()?;
+    c.lit(b",\"data\":{\"turn\":")?;
+    let turn = c.uint(MAX_SAFE_INTEGER)?;
+    c.lit(b",\"step\":")?;
+    let step = c.uint(MAX_SAFE_INTEGER)?;
+    c.lit(b",\"chunk\":{\"type\":\"")?;
+    let kind = if c.lit(b"text-delta\"").is_some() {
+        0
+    } else if c.lit(b"reasoning-delta\"").is_some() {
+        1
+    } else {
+        c.lit(b"tool-call-delta\"")?;
+        2
+    };
+    c.lit(b",\"index\":")?;
+    let index = u32::try_from(c.uint(u64::from(u32::MAX))?).ok()?;
+    let (mut id, mut name) = ("", None);
+    if kind == 2 {
+        c.lit(b",\"id\":\"")?;
+        id = c.plain_str()?;
+        if c.lit(b",\"name\":\"").is_some() {
+            name = Some(c.plain_str()?);
+        }
+        c.lit(b",\"argumentsDelta\":\"")?;
+    } else {
+        c.lit(b",\"text\":\"")?;
+    }
+    let payload = c.plain_str()?;
+    c.lit(b"}}}")?;
+    if c.i != line.len() {
+        return None;
+    }
+    let data =
+        crate::session::AssistantChunk::delta(turn, step, kind, index, id, name, payload, last);
+    Some(SessionEvent::new(seq, time, data))
+}
+
+fn digits(mut n: u64) -> usize {
+    let mut d = 1;
+    while n >= 10 {
+        n /= 10;
+        d += 1;
+    }
+    d
+}
+
+/// The length of the canonical line of a delta `assistant/chunk` event
+/// whose strings need no escapes (see `write::write_event_json`).
+fn canonical_chunk_len(e: &SessionEvent) -> Option<usize> {
+    let EventData::AssistantChunk(c) = e.data() else {
+        return None;
+    };
+    if e.extra().is_some() {
+        return None;
+    }
+    let time = digits(e.time().unsigned_abs()) + usize::from(e.time() < 0);
+    // {"type":"assistant/chunk","seq":S,"time":T,"data":{"turn":U,"step":V,"chunk":C}}
+    let envelope =
+        32 + digits(e.seq()) + 8 + time + 8 + 8 + digits(c.turn) + 8 + digits(c.step) + 9 + 2;
+    let chunk = match c.view() {
+        // {"type":"text-delta","index":I,"text":"X"}
+        crate::session::ChunkView::TextDelta { index, text } => {
+            30 + digits(index) + 8 + text.len() + 2
+        }
+        crate::session::ChunkView::ReasoningDelta { index, text } => {
+            35 + digits(index) + 8 + text.len() + 2
+        }
+        // {"type":"tool-call-delta","index":I,"id":"D"[,"name":"N"],"argumentsDelta":"A"}
+        crate::session::ChunkView::ToolCallDelta {
+            index,
+            id,
+            name,
+            arguments_delta,
+        } => {
+            35 + digits(index)
+                + 6
+                + id.len()
+                + 2
+                + name.map_or(0, |n| 8 + n.len() + 2)
+                + 18
+                + arguments_delta.len()
+                + 2
+        }
+        crate::session::ChunkView::Other(_) => return None,
+    };
+    Some(envelope + chunk)
 }
 
 fn envelope(detail: impl Into<String>) -> AppendError {
@@ -386,9 +585,12 @@ fn data_from_value(
                 .map_err(|e| payload_err(t, format!("message {e}")))?,
         )),
         Kind::AssistantChunk => EventData::AssistantChunk(
-            ChunkDataSeed { last }
-                .deserialize(data)
-                .map_err(|e| payload_err(t, e))?,
+            ChunkDataSeed {
+                last,
+                canonical: &mut false,
+            }
+            .deserialize(data)
+            .map_err(|e| payload_err(t, e))?,
         ),
         Kind::AssistantMessage => {
             EventData::AssistantMessage(Arc::new(typed::<AssistantMessage>(t, data)?))
@@ -543,6 +745,9 @@ enum Parsed {
 
 struct EnvelopeVisitor<'s> {
     last: &'s mut Option<Arc<ToolHead>>,
+    /// Cleared unless the line is provably in canonical form (an
+    /// `assistant/chunk` in E9 order whose strings needed no escapes).
+    canonical: &'s mut bool,
 }
 
 #[derive(Clone, Copy)]
@@ -585,12 +790,48 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
-/// A type name, borrowed from the input when possible.
-struct TypeName(String);
+/// An event type: its kind, and its name only when it is not a core type.
+struct TypeName(Kind, Option<String>);
 
 impl<'de> Deserialize<'de> for TypeName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(TypeName)
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = TypeName;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an event type string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<TypeName, E> {
+                let kind = classify(v);
+                let name = matches!(kind, Kind::Plugin).then(|| String::from(v));
+                Ok(TypeName(kind, name))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    use types::*;
+    match kind {
+        Kind::TurnStart => TURN_START,
+        Kind::TurnEnd => TURN_END,
+        Kind::StepStart => STEP_START,
+        Kind::StepEnd => STEP_END,
+        Kind::UserMessage => USER_MESSAGE,
+        Kind::AssistantChunk => ASSISTANT_CHUNK,
+        Kind::AssistantMessage => ASSISTANT_MESSAGE,
+        Kind::ToolCall => TOOL_CALL,
+        Kind::ToolResult => TOOL_RESULT,
+        Kind::TodoWrite => TODO_WRITE,
+        Kind::RequestHeader => REQUEST_HEADER,
+        Kind::RequestContext => REQUEST_CONTEXT,
+        Kind::EndSeed => END_SEED,
+        Kind::LlmRetry => LLM_RETRY,
+        Kind::LlmRetryStarted => LLM_RETRY_STARTED,
+        Kind::InboxSpliced => INBOX_SPLICED,
+        Kind::Row(k) => k.tag(),
+        Kind::Plugin => "",
     }
 }
 
@@ -609,7 +850,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
-        let mut kind: Option<(Kind, String)> = None;
+        let mut kind: Option<(Kind, Option<String>)> = None;
         let mut seq: Option<u64> = None;
         let mut time: Option<i64> = None;
         let mut seq0: Option<u64> = None;
@@ -620,16 +861,21 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
         let mut ignorable = false;
         let mut op_first = false;
         let mut seen = 0u16;
+        let mut position = 0u16;
         while let Some(key) = map.next_key::<Key>()? {
             let bit = 1u16 << (key as u16);
             if seen & bit != 0 {
                 return Err(de::Error::custom("duplicate key"));
             }
             seen |= bit;
+            if key as u16 != position {
+                *self.canonical = false;
+            }
+            position += 1;
             match key {
                 Key::Type => {
-                    let name = map.next_value::<TypeName>()?.0;
-                    kind = Some((classify(&name), name));
+                    let TypeName(k, name) = map.next_value::<TypeName>()?;
+                    kind = Some((k, name));
                 }
                 Key::Seq => seq = Some(map.next_value()?),
                 Key::Time => time = Some(map.next_value()?),
@@ -641,11 +887,17 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                         Some((Kind::Row(k), _)) => {
                             DataSlot::Row(map.next_value_seed(RowDataSeed(*k))?)
                         }
-                        Some((k, name)) => DataSlot::Typed(map.next_value_seed(DataSeed {
-                            kind: *k,
-                            name,
-                            last: self.last,
-                        })?),
+                        Some((k, name)) => {
+                            if *k != Kind::AssistantChunk {
+                                *self.canonical = false;
+                            }
+                            DataSlot::Typed(map.next_value_seed(DataSeed {
+                                kind: *k,
+                                name: name.as_deref().unwrap_or_else(|| kind_name(*k)),
+                                last: &mut *self.last,
+                                canonical: &mut *self.canonical,
+                            })?)
+                        }
                     }
                 }
                 Key::SurfaceOp => {
@@ -664,6 +916,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
         let Some((kind, name)) = kind else {
             return Err(de::Error::custom("missing type"));
         };
+        let name = name.as_deref().unwrap_or_else(|| kind_name(kind));
         if let Kind::Row(rk) = kind {
             let (Some(seq0), Some(time0), DataSlot::Row(d)) = (seq0, time0, data) else {
                 return Err(de::Error::custom("incomplete row"));
@@ -707,7 +960,8 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
             DataSlot::Typed(d) => d,
             DataSlot::Raw(raw) => {
                 let v: Value = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
-                data_from_value(&name, v, self.last).map_err(de::Error::custom)?
+                *self.canonical = false;
+                data_from_value(name, v, self.last).map_err(de::Error::custom)?
             }
             DataSlot::None | DataSlot::Row(_) => return Err(de::Error::custom("missing data")),
         };
@@ -742,6 +996,7 @@ struct DataSeed<'a, 's> {
     kind: Kind,
     name: &'a str,
     last: &'s mut Option<Arc<ToolHead>>,
+    canonical: &'s mut bool,
 }
 
 impl<'de> DeserializeSeed<'de> for DataSeed<'_, '_> {
@@ -749,9 +1004,13 @@ impl<'de> DeserializeSeed<'de> for DataSeed<'_, '_> {
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<EventData, D::Error> {
         Ok(match self.kind {
-            Kind::AssistantChunk => {
-                EventData::AssistantChunk(ChunkDataSeed { last: self.last }.deserialize(d)?)
-            }
+            Kind::AssistantChunk => EventData::AssistantChunk(
+                ChunkDataSeed {
+                    last: self.last,
+                    canonical: self.canonical,
+                }
+                .deserialize(d)?,
+            ),
             Kind::TurnStart => EventData::TurnStart(TurnStart::deserialize(d)?),
             Kind::TurnEnd => EventData::TurnEnd(Arc::new(TurnEnd::deserialize(d)?)),
             Kind::StepStart => EventData::StepStart(Step::deserialize(d)?),

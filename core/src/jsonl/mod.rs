@@ -106,10 +106,51 @@ impl fmt::Display for LogError {
 
 impl core::error::Error for LogError {}
 
+/// The position of the first `\n` in `bytes`, eight bytes at a time.
+pub fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const NL: u64 = LO * b'\n' as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word) ^ NL;
+        let found = x.wrapping_sub(LO) & !x & HI;
+        if found != 0 {
+            return Some(offset + (found.trailing_zeros() / 8) as usize);
+        }
+        offset += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|b| *b == b'\n')
+        .map(|i| offset + i)
+}
+
+/// How many `\n` bytes `bytes` holds (eight bytes at a time, exact).
+pub fn count_newlines(bytes: &[u8]) -> usize {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const NL: u64 = 0x0101_0101_0101_0101 * b'\n' as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut n = 0usize;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word) ^ NL;
+        // High bit of a byte set iff that byte of x is zero.
+        let zero = !(((x & LOW7) + LOW7) | x | LOW7);
+        n += zero.count_ones() as usize;
+    }
+    n + chunks.remainder().iter().filter(|b| **b == b'\n').count()
+}
+
 /// The byte length of the header record: up to and including the first
 /// `\n` (HL2.1).
 pub fn header_len(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|b| *b == b'\n').map(|i| i + 1)
+    find_newline(bytes).map(|i| i + 1)
 }
 
 /// Reads a header line (HL2.2–HL2.6; with or without its `\n`).
@@ -255,20 +296,34 @@ impl Scanner {
     /// ignored (SC5). Fails only on corruption (SC2, SC3) or a committed
     /// invalid event.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<(), ScanError> {
+        // One UTF-8 check for the whole buffer instead of one per string; a
+        // buffer with invalid UTF-8 is decoded line by line (those lines are
+        // then unparsable, Q5).
+        let text = core::str::from_utf8(bytes).ok();
         let mut start = 0;
-        while let Some(rel) = bytes[start..].iter().position(|b| *b == b'\n') {
+        while let Some(rel) = find_newline(&bytes[start..]) {
             let end = start + rel;
-            self.line_at(&bytes[start..end], self.consumed + end + 1)?;
+            let record = match text {
+                Some(t) => self
+                    .decoder
+                    .decode_line_str(t.get(start..end).unwrap_or("")),
+                None => self.decoder.decode_line(&bytes[start..end]),
+            };
+            self.record(record, self.consumed + end + 1)?;
             start = end + 1;
         }
         self.consumed += bytes.len();
         Ok(())
     }
 
-    fn line_at(&mut self, line: &[u8], end_offset: usize) -> Result<(), ScanError> {
+    fn record(
+        &mut self,
+        record: Result<Record, Unparsable>,
+        end_offset: usize,
+    ) -> Result<(), ScanError> {
         self.line += 1;
         let n = self.line;
-        let record = match self.decoder.decode_line(line) {
+        let record = match record {
             Ok(r) => r,
             Err(_) => {
                 if self.issue.is_none() {
@@ -279,13 +334,11 @@ impl Scanner {
                 return Ok(());
             }
         };
-        let decoded: Vec<Decoded> = match record {
-            Record::One(d) => alloc::vec![d],
-            Record::Run(events) => events.into_iter().map(Decoded::Event).collect(),
+        let turn_end = crate::session::types::TURN_END;
+        let has_turn_end = match &record {
+            Record::One(d) => d.event_type() == Some(turn_end),
+            Record::Run(_) => false,
         };
-        let has_turn_end = decoded
-            .iter()
-            .any(|d| d.event_type() == Some(crate::session::types::TURN_END));
         if let Some(issue) = &self.issue {
             if has_turn_end {
                 return Err(ScanError::Corrupt {
@@ -295,34 +348,37 @@ impl Scanner {
             return Ok(());
         }
         let expected = self.events.len() as u64;
-        for (k, d) in decoded.iter().enumerate() {
-            if d.seq() != Some(expected + k as u64) {
-                let got = match d.seq() {
-                    Some(s) => format!("{s}"),
-                    None => String::from("none"),
-                };
-                let issue = format!(
-                    "corrupt session log: seq gap in committed region at line {n} (expected {}, got {got})",
-                    expected + k as u64
-                );
-                if has_turn_end {
-                    return Err(ScanError::Corrupt { message: issue });
-                }
-                self.issue = Some(issue);
-                return Ok(());
+        let gap = match &record {
+            Record::One(d) => (d.seq() != Some(expected)).then(|| (expected, d.seq())),
+            Record::Run(events) => events
+                .iter()
+                .enumerate()
+                .find(|(k, e)| e.seq() != expected + *k as u64)
+                .map(|(k, e)| (expected + k as u64, Some(e.seq()))),
+        };
+        if let Some((want, got)) = gap {
+            let got = match got {
+                Some(s) => format!("{s}"),
+                None => String::from("none"),
+            };
+            let issue = format!(
+                "corrupt session log: seq gap in committed region at line {n} (expected {want}, got {got})"
+            );
+            if has_turn_end {
+                return Err(ScanError::Corrupt { message: issue });
             }
+            self.issue = Some(issue);
+            return Ok(());
         }
-        self.events.reserve(decoded.len());
-        for d in decoded {
-            match d {
-                Decoded::Event(e) => self.events.push(e),
-                Decoded::Invalid(i) => {
-                    return Err(ScanError::Invalid {
-                        index: self.events.len(),
-                        error: i.error,
-                    });
-                }
+        match record {
+            Record::One(Decoded::Event(e)) => self.events.push(e),
+            Record::One(Decoded::Invalid(i)) => {
+                return Err(ScanError::Invalid {
+                    index: self.events.len(),
+                    error: i.error,
+                });
             }
+            Record::Run(events) => self.events.extend(events),
         }
         self.committed = end_offset;
         Ok(())
@@ -380,7 +436,7 @@ pub fn scan_log(bytes: &[u8]) -> Result<ScannedLog, LogError> {
     let header = decode_header_line(&bytes[..hlen])?;
     let rest = &bytes[hlen..];
     let mut scanner = Scanner::new(hlen);
-    scanner.reserve(rest.iter().filter(|b| **b == b'\n').count());
+    scanner.reserve(count_newlines(rest));
     scanner.feed(rest).map_err(|e| match e {
         ScanError::Corrupt { message } => LogError::Corrupt { message },
         ScanError::Invalid { index, error } => LogError::InvalidEvent {

@@ -111,6 +111,37 @@ impl AssistantChunk {
         }
     }
 
+    /// A text (`kind` 0), reasoning (1) or tool-call (2) delta built from
+    /// borrowed parts; used by the line decoder's fast path.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn delta(
+        turn: u64,
+        step: u64,
+        kind: u8,
+        index: u32,
+        id: &str,
+        name: Option<&str>,
+        payload: &str,
+        last: &mut Option<Arc<ToolHead>>,
+    ) -> Self {
+        let repr = match kind {
+            0 => Repr::Text {
+                index,
+                text: Box::from(payload),
+            },
+            1 => Repr::Reasoning {
+                index,
+                text: Box::from(payload),
+            },
+            _ => Repr::ToolCall {
+                index,
+                head: intern(last, id, name),
+                args: Box::from(payload),
+            },
+        };
+        AssistantChunk { turn, step, repr }
+    }
+
     /// A borrowed view of the chunk.
     pub fn view(&self) -> ChunkView<'_> {
         match &self.repr {
@@ -269,8 +300,13 @@ impl Serialize for ViewSer<'_> {
 }
 
 /// Deserializes `assistant/chunk` data, sharing tool heads through `last`.
+///
+/// `canonical` is cleared when the input may not be the exact canonical
+/// text (keys out of order, escaped strings, unknown keys, non-delta
+/// chunks), so the caller knows whether to compare the re-serialization.
 pub(crate) struct ChunkDataSeed<'s> {
     pub(crate) last: &'s mut Option<Arc<ToolHead>>,
+    pub(crate) canonical: &'s mut bool,
 }
 
 impl<'de> DeserializeSeed<'de> for ChunkDataSeed<'_> {
@@ -291,16 +327,26 @@ impl<'de> Visitor<'de> for ChunkDataSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AssistantChunk, A::Error> {
         let mut turn = None;
         let mut step = None;
-        let mut chunk: Option<StreamChunk> = None;
+        let mut repr: Option<Repr> = None;
+        let mut position = 0u8;
         while let Some(key) = map.next_key::<DataKey>()? {
+            let expected = match key {
+                DataKey::Turn => 0,
+                DataKey::Step => 1,
+                DataKey::Chunk => 2,
+            };
+            if expected != position {
+                *self.canonical = false;
+            }
+            position += 1;
             match key {
                 DataKey::Turn => turn = Some(safe(map.next_value::<u64>(), "turn")?),
                 DataKey::Step => step = Some(safe(map.next_value::<u64>(), "step")?),
-                DataKey::Chunk => chunk = Some(map.next_value::<StreamChunk>()?),
-                DataKey::Other(k) => {
-                    return Err(de::Error::custom(alloc::format!(
-                        "assistant/chunk data has an unknown key \"{k}\""
-                    )));
+                DataKey::Chunk => {
+                    repr = Some(map.next_value_seed(ChunkSeed {
+                        last: &mut *self.last,
+                        canonical: &mut *self.canonical,
+                    })?)
                 }
             }
         }
@@ -308,9 +354,9 @@ impl<'de> Visitor<'de> for ChunkDataSeed<'_> {
             turn.ok_or_else(|| de::Error::custom("assistant/chunk data is missing \"turn\""))?;
         let step =
             step.ok_or_else(|| de::Error::custom("assistant/chunk data is missing \"step\""))?;
-        let chunk =
-            chunk.ok_or_else(|| de::Error::custom("assistant/chunk data is missing \"chunk\""))?;
-        Ok(AssistantChunk::new_interned(turn, step, chunk, self.last))
+        let repr =
+            repr.ok_or_else(|| de::Error::custom("assistant/chunk data is missing \"chunk\""))?;
+        Ok(AssistantChunk { turn, step, repr })
     }
 }
 
@@ -327,7 +373,6 @@ enum DataKey {
     Turn,
     Step,
     Chunk,
-    Other(String),
 }
 
 impl<'de> Deserialize<'de> for DataKey {
@@ -336,14 +381,18 @@ impl<'de> Deserialize<'de> for DataKey {
         impl Visitor<'_> for V {
             type Value = DataKey;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
+                f.write_str("turn, step or chunk")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<DataKey, E> {
                 Ok(match v {
                     "turn" => DataKey::Turn,
                     "step" => DataKey::Step,
                     "chunk" => DataKey::Chunk,
-                    other => DataKey::Other(String::from(other)),
+                    other => {
+                        return Err(E::custom(alloc::format!(
+                            "assistant/chunk data has an unknown key \"{other}\""
+                        )));
+                    }
                 })
             }
         }
@@ -351,9 +400,294 @@ impl<'de> Deserialize<'de> for DataKey {
     }
 }
 
+/// A string value, noting whether it was read without escapes.
+struct Text {
+    text: Box<str>,
+    borrowed: bool,
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text, E> {
+                Ok(Text {
+                    text: Box::from(v),
+                    borrowed: true,
+                })
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text {
+                    text: Box::from(v),
+                    borrowed: false,
+                })
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
+                Ok(Text {
+                    text: v.into_boxed_str(),
+                    borrowed: false,
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum ChunkKey {
+    Type,
+    Index,
+    Text,
+    Id,
+    Name,
+    ArgumentsDelta,
+    Other(String),
+}
+
+impl ChunkKey {
+    fn name(self) -> String {
+        String::from(match self {
+            ChunkKey::Type => "type",
+            ChunkKey::Index => "index",
+            ChunkKey::Text => "text",
+            ChunkKey::Id => "id",
+            ChunkKey::Name => "name",
+            ChunkKey::ArgumentsDelta => "argumentsDelta",
+            ChunkKey::Other(s) => return s,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ChunkKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ChunkKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a chunk key")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ChunkKey, E> {
+                Ok(match v {
+                    "type" => ChunkKey::Type,
+                    "index" => ChunkKey::Index,
+                    "text" => ChunkKey::Text,
+                    "id" => ChunkKey::Id,
+                    "name" => ChunkKey::Name,
+                    "argumentsDelta" => ChunkKey::ArgumentsDelta,
+                    other => ChunkKey::Other(String::from(other)),
+                })
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum DeltaType {
+    Text,
+    Reasoning,
+    ToolCall,
+    Other(serde_json::Value),
+}
+
+impl<'de> Deserialize<'de> for DeltaType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DeltaType;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a chunk type")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DeltaType, E> {
+                Ok(match v {
+                    "text-delta" => DeltaType::Text,
+                    "reasoning-delta" => DeltaType::Reasoning,
+                    "tool-call-delta" => DeltaType::ToolCall,
+                    other => DeltaType::Other(serde_json::Value::String(String::from(other))),
+                })
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DeltaType, E> {
+                Ok(DeltaType::Other(v.into()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<DeltaType, E> {
+                Ok(DeltaType::Other(v.into()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<DeltaType, E> {
+                Ok(DeltaType::Other(v.into()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<DeltaType, E> {
+                Ok(DeltaType::Other(v.into()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<DeltaType, E> {
+                Ok(DeltaType::Other(serde_json::Value::Null))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<DeltaType, A::Error> {
+                let v = serde_json::Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(DeltaType::Other(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DeltaType, A::Error> {
+                let v = serde_json::Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(DeltaType::Other(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Reads a chunk: the three delta kinds straight into the compact form when
+/// `type` comes first; anything else through [`StreamChunk`]'s own reader.
+struct ChunkSeed<'s> {
+    last: &'s mut Option<Arc<ToolHead>>,
+    canonical: &'s mut bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ChunkSeed<'_> {
+    type Value = Repr;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Repr, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+fn rest_as_chunk<'de, A: MapAccess<'de>>(
+    mut map: A,
+    mut fields: serde_json::Map<String, serde_json::Value>,
+) -> Result<StreamChunk, A::Error> {
+    while let Some(k) = map.next_key::<String>()? {
+        let v: serde_json::Value = map.next_value()?;
+        fields.insert(k, v);
+    }
+    StreamChunk::deserialize(serde_json::Value::Object(fields)).map_err(de::Error::custom)
+}
+
+impl<'de> Visitor<'de> for ChunkSeed<'_> {
+    type Value = Repr;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a stream chunk object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Repr, A::Error> {
+        let first = map.next_key::<ChunkKey>()?;
+        if first != Some(ChunkKey::Type) {
+            // Not the canonical layout: collect and read generically.
+            *self.canonical = false;
+            let mut fields = serde_json::Map::new();
+            if let Some(k) = first {
+                let v: serde_json::Value = map.next_value()?;
+                fields.insert(k.name(), v);
+            }
+            let chunk = rest_as_chunk(map, fields)?;
+            return Ok(Repr::from_chunk(chunk, self.last));
+        }
+        let kind = map.next_value::<DeltaType>()?;
+        if let DeltaType::Other(kind_value) = kind {
+            *self.canonical = false;
+            let mut fields = serde_json::Map::new();
+            fields.insert(String::from("type"), kind_value);
+            let chunk = rest_as_chunk(map, fields)?;
+            return Ok(Repr::from_chunk(chunk, self.last));
+        }
+        let (mut index, mut text, mut id, mut name, mut args) = (None, None, None, None, None);
+        let order: &[ChunkKey] = match kind {
+            DeltaType::ToolCall => &[
+                ChunkKey::Index,
+                ChunkKey::Id,
+                ChunkKey::Name,
+                ChunkKey::ArgumentsDelta,
+            ],
+            _ => &[ChunkKey::Index, ChunkKey::Text],
+        };
+        let mut pos = 0usize;
+        while let Some(key) = map.next_key::<ChunkKey>()? {
+            match order[pos.min(order.len())..].iter().position(|k| *k == key) {
+                Some(skip) => pos += skip + 1,
+                None => *self.canonical = false,
+            }
+            let mut take = |slot: &mut Option<Box<str>>, t: Text| {
+                if !t.borrowed {
+                    *self.canonical = false;
+                }
+                *slot = Some(t.text);
+            };
+            match key {
+                ChunkKey::Index => index = Some(map.next_value::<u64>()?),
+                ChunkKey::Text => take(&mut text, map.next_value::<Text>()?),
+                ChunkKey::Id => take(&mut id, map.next_value::<Text>()?),
+                ChunkKey::ArgumentsDelta => take(&mut args, map.next_value::<Text>()?),
+                ChunkKey::Name => match map.next_value::<Option<Text>>()? {
+                    Some(t) => take(&mut name, t),
+                    None => *self.canonical = false,
+                },
+                ChunkKey::Type | ChunkKey::Other(_) => {
+                    *self.canonical = false;
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        let kind_name = match kind {
+            DeltaType::Text => "text-delta",
+            DeltaType::Reasoning => "reasoning-delta",
+            _ => "tool-call-delta",
+        };
+        let need = |field: &str| {
+            de::Error::custom(alloc::format!("{kind_name} chunk is missing \"{field}\""))
+        };
+        let index = index.ok_or_else(|| need("index"))?;
+        let Ok(small) = u32::try_from(index) else {
+            *self.canonical = false;
+            let chunk = match kind {
+                DeltaType::Text => StreamChunk::TextDelta {
+                    index,
+                    text: String::from(text.ok_or_else(|| need("text"))?),
+                },
+                DeltaType::Reasoning => StreamChunk::ReasoningDelta {
+                    index,
+                    text: String::from(text.ok_or_else(|| need("text"))?),
+                },
+                _ => StreamChunk::ToolCallDelta {
+                    index,
+                    id: String::from(id.ok_or_else(|| need("id"))?),
+                    name: name.map(String::from),
+                    arguments_delta: String::from(args.ok_or_else(|| need("argumentsDelta"))?),
+                },
+            };
+            return Ok(Repr::Other(Box::new(chunk)));
+        };
+        Ok(match kind {
+            DeltaType::Text => Repr::Text {
+                index: small,
+                text: text.ok_or_else(|| need("text"))?,
+            },
+            DeltaType::Reasoning => Repr::Reasoning {
+                index: small,
+                text: text.ok_or_else(|| need("text"))?,
+            },
+            _ => {
+                let id = id.ok_or_else(|| need("id"))?;
+                let head = intern(self.last, &id, name.as_deref());
+                Repr::ToolCall {
+                    index: small,
+                    head,
+                    args: args.ok_or_else(|| need("argumentsDelta"))?,
+                }
+            }
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for AssistantChunk {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut last = None;
-        ChunkDataSeed { last: &mut last }.deserialize(d)
+        let mut canonical = true;
+        ChunkDataSeed {
+            last: &mut last,
+            canonical: &mut canonical,
+        }
+        .deserialize(d)
     }
 }

@@ -95,6 +95,7 @@ impl Session {
             Some(EventData::EndSeed)
         );
         if !ends_with_marker {
+            s.events.reserve_exact(1);
             let index = s.events.len();
             s.append(EventData::EndSeed, None, now)
                 .map_err(|error| SeedError { index, error })?;
@@ -107,11 +108,16 @@ impl Session {
     /// `first_live_seq` is the log length.
     pub fn restore(header: SessionHeader, events: Vec<SessionEvent>) -> Result<Self, SeedError> {
         let mut s = Session::new(header);
-        s.events.reserve_exact(events.len() + 1);
-        for (index, e) in events.into_iter().enumerate() {
-            s.push_checked(e)
+        // Validate in place and adopt the vector: no copy of the events.
+        for index in 0..events.len() {
+            let (before, rest) = events.split_at(index);
+            let Some(e) = rest.first() else { break };
+            let t = rules::check_event(e)
+                .and_then(|_| s.plan(before, e))
                 .map_err(|error| SeedError { index, error })?;
+            s.apply(e, t);
         }
+        s.events = events;
         s.first_live_seq = s.events.len() as u64;
         Ok(s)
     }
@@ -203,17 +209,20 @@ impl Session {
     /// dry run of 5.2 A1–A6).
     pub fn check(&self, event: &SessionEvent) -> Result<(), AppendError> {
         rules::check_event(event)?;
-        self.plan(event).map(|_| ())
+        self.plan(&self.events, event).map(|_| ())
     }
 
     fn push_checked(&mut self, event: SessionEvent) -> Result<&SessionEvent, AppendError> {
         rules::check_event(&event)?;
-        let t = self.plan(&event)?;
-        self.commit(event, t);
+        let t = self.plan(&self.events, &event)?;
+        self.apply(&event, t);
+        self.events.push(event);
         Ok(self.events.last().expect("just pushed"))
     }
 
-    fn commit(&mut self, event: SessionEvent, t: Transition) {
+    /// Applies an accepted event's surface transition and folds (S9, 7.3);
+    /// the caller stores the event.
+    fn apply(&mut self, event: &SessionEvent, t: Transition) {
         match t {
             Transition::None => {}
             Transition::Append => self.nodes.push(event.seq()),
@@ -229,12 +238,11 @@ impl Session {
             EventData::RequestContext(c) => self.request_context = Some(c.clone()),
             _ => {}
         }
-        self.events.push(event);
     }
 
-    /// The surface transition check (5.3, S1–S8).
-    fn plan(&self, e: &SessionEvent) -> Result<Transition, AppendError> {
-        let expected = self.len();
+    /// The surface transition check (5.3, S1–S8) of `e` after `before`.
+    fn plan(&self, before: &[SessionEvent], e: &SessionEvent) -> Result<Transition, AppendError> {
+        let expected = before.len() as u64;
         if e.seq() != expected {
             return Err(AppendError::SeqMismatch {
                 expected,
@@ -302,7 +310,7 @@ impl Session {
                 });
             }
             let target_seq = shadow[0];
-            let target = self.event(target_seq);
+            let target = usize::try_from(target_seq).ok().and_then(|i| before.get(i));
             let Some(EventData::ToolResult(old)) = target.map(SessionEvent::data) else {
                 return Err(AppendError::RewriteTargetNotToolResult { seq: target_seq });
             };

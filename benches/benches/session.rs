@@ -1,0 +1,139 @@
+//! Session log benches over `session.jsonl` of the shared workload generator
+//! (100k events, no packed rows):
+//!
+//! - `session/load_validate_derive`: bytes → header, scan, typed decode,
+//!   seed validation, derived history (target ≥ 2M events/s);
+//! - `session/append_derive/<n>`: one `user/message` append plus
+//!   `derive_messages` on a session of `n` events (target ≤ 1 µs, flat in n);
+//! - the heap held by the loaded 100k-event session, measured with a counting
+//!   global allocator and printed (target ≤ 1.2× the file's bytes).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use dsh_benches::Workloads;
+use dsh_core::jsonl;
+use dsh_core::session::{AssistantChunk, EventData, Step, TurnStart};
+use dsh_core::{ContentBlock, Message, Session, SessionHeader, StreamChunk, SurfaceIntent};
+
+/// Counts the bytes currently allocated through the global allocator.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn load(bytes: &[u8]) -> Session {
+    let mut loaded = jsonl::load_log(bytes, &[]).expect("the workload loads");
+    black_box(loaded.session.derive_messages().len());
+    loaded.session
+}
+
+/// A synthetic session of about `n` events: turns of a user message, a step
+/// of reasoning deltas and a step end.
+fn synthetic(n: u64) -> Session {
+    let mut s = Session::new(SessionHeader::new("bench", 0));
+    let mut turn = 0;
+    while s.len() + 8 < n {
+        turn += 1;
+        s.append(TurnStart { turn }, None, 1).unwrap();
+        let m = Message::user(format!("u{turn}"), vec![ContentBlock::text("hello")]);
+        s.append(m, Some(SurfaceIntent::append()), 1).unwrap();
+        s.append(EventData::StepStart(Step { turn, step: 1 }), None, 1)
+            .unwrap();
+        for _ in 0..64.min(n - s.len() - 4) {
+            let c = StreamChunk::ReasoningDelta {
+                index: 0,
+                text: "word".into(),
+            };
+            s.append(AssistantChunk::new(turn, 1, c), None, 1).unwrap();
+        }
+        s.append(EventData::StepEnd(Step { turn, step: 1 }), None, 1)
+            .unwrap();
+        s.append(
+            dsh_core::session::TurnEnd {
+                turn,
+                reason: dsh_core::session::TurnEndReason::Completed,
+            },
+            None,
+            1,
+        )
+        .unwrap();
+    }
+    s
+}
+
+fn benches(c: &mut Criterion) {
+    let workloads = Workloads::generate(1, 2000, 100_000);
+    let bytes = std::fs::read(workloads.session_jsonl()).expect("session.jsonl");
+
+    // Heap held by the loaded session (input bytes excluded).
+    let before = LIVE.load(Ordering::Relaxed);
+    let session = load(&bytes);
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    println!(
+        "heap held by the loaded {}-event session: {} bytes = {:.3} x the file's {} bytes",
+        session.len(),
+        held,
+        held as f64 / bytes.len() as f64,
+        bytes.len()
+    );
+    let events = session.len();
+    drop(session);
+
+    let mut g = c.benchmark_group("session");
+    g.throughput(Throughput::Elements(events));
+    g.bench_function("load_validate_derive", |b| {
+        b.iter_with_large_drop(|| load(black_box(&bytes)))
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("session/append_derive");
+    let msg = Arc::new(Message::user("m", vec![ContentBlock::text("more")]));
+    let mut sessions = [
+        ("1k", synthetic(1_000)),
+        ("100k-workload", load(&bytes)),
+        ("1M", synthetic(1_000_000)),
+    ];
+    for (name, s) in sessions.iter_mut() {
+        s.derive_messages();
+        g.bench_function(*name, |b| {
+            b.iter(|| {
+                let now = 5;
+                s.append(
+                    EventData::UserMessage(msg.clone()),
+                    Some(SurfaceIntent::append()),
+                    now,
+                )
+                .unwrap();
+                black_box(s.derive_messages().len())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(session_benches, benches);
+criterion_main!(session_benches);
