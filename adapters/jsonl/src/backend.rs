@@ -32,6 +32,17 @@ pub struct JsonlBackend {
     pack_chunks: bool,
 }
 
+/// A transcript's logical text (OP2).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawArtifact {
+    /// The header.
+    pub header: SessionHeader,
+    /// Always `session.jsonl`.
+    pub filename: &'static str,
+    /// The exact logical text written, without a torn final fragment.
+    pub content: String,
+}
+
 /// The torn-tail marker: where to truncate, and the events recovered from a
 /// torn zstd frame that must be written again (RZ6).
 #[derive(Debug)]
@@ -342,6 +353,67 @@ impl JsonlBackend {
                     .map_err(|e| StoreError::from_log(id, e, location))
             }
         }
+    }
+
+    /// OP2 `readRaw`: the logical text of `id`'s transcript (`filename` is
+    /// always `session.jsonl`): in zstd mode the decoded complete frames, in
+    /// raw mode the file; in both, a torn final fragment is omitted (the
+    /// normalization recommended by Q10). `None` when absent; a header that
+    /// is invalid or names another session is an error.
+    pub fn read_raw(&self, id: &SessionId) -> Result<Option<RawArtifact>, StoreError> {
+        let Some(path) = self.find(id)? else {
+            return Ok(None);
+        };
+        let Some((bytes, _)) = fsio::read_stable(&path)? else {
+            return Ok(None);
+        };
+        let location = Some(path.clone());
+        let logical = match self.compression {
+            Compression::None => {
+                let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+                bytes.get(..end).unwrap_or(&[]).to_vec()
+            }
+            Compression::Zstd => {
+                let scan = scan_frames(&bytes).map_err(|m| {
+                    StoreError::from_log(id.as_str(), zstd_corrupt(m), location.clone())
+                })?;
+                let mut out = Vec::with_capacity(bytes.len() * 4);
+                for (k, range) in scan.frames.iter().enumerate() {
+                    let plain =
+                        decode_frame(bytes.get(range.clone()).unwrap_or(&[])).map_err(|e| {
+                            StoreError::from_log(
+                                id.as_str(),
+                                zstd_corrupt(format!("frame {} failed to decode: {e}", k + 1)),
+                                location.clone(),
+                            )
+                        })?;
+                    out.extend_from_slice(&plain);
+                }
+                out
+            }
+        };
+        let Some(n) = header_len(&logical) else {
+            return Err(StoreError::from_log(
+                id.as_str(),
+                corrupt("corrupt session log: empty or header-less session log".into()),
+                location,
+            ));
+        };
+        let header = decode_header_line(logical.get(..n).unwrap_or(&[]))
+            .map_err(|e| StoreError::from_log(id.as_str(), e, location.clone()))?;
+        self.check_identity(id, &header, &path)?;
+        let content = String::from_utf8(logical).map_err(|_| {
+            StoreError::corruption(
+                id.as_str(),
+                "corrupt session log: the log is not valid UTF-8",
+                location,
+            )
+        })?;
+        Ok(Some(RawArtifact {
+            header,
+            filename: RAW_NAME,
+            content,
+        }))
     }
 
     fn write_batch(

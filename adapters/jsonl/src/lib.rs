@@ -33,7 +33,9 @@ use std::path::PathBuf;
 
 use dsh_store::{Coordinator, CoordinatorConfig, StoreError};
 
-pub use backend::{JsonlBackend, JsonlMarker, JsonlWriter, LOCK_NAME, RAW_NAME, ZSTD_NAME};
+pub use backend::{
+    JsonlBackend, JsonlMarker, JsonlWriter, LOCK_NAME, RAW_NAME, RawArtifact, ZSTD_NAME,
+};
 
 /// The physical encoding of transcripts (PE1, PE2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

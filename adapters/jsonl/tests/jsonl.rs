@@ -419,3 +419,48 @@ proptest! {
         prop_assert!(segment_is_safe(&key), "{:?} -> {:?}", cwd, key);
     }
 }
+
+/// OP2: the raw artifact is the logical text, identical in both encodings,
+/// without a torn fragment (Q10).
+#[test]
+fn op2_read_raw_returns_the_logical_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut texts = Vec::new();
+    for (name, compression) in [("z", Compression::Zstd), ("r", Compression::None)] {
+        let root = dir.path().join(name);
+        let s = store(&root, compression, true);
+        let h = header("s1");
+        s.create(h.clone()).unwrap();
+        s.append(&sid("s1"), &one_turn()[..3]).unwrap();
+        s.append(&sid("s1"), &one_turn()[3..]).unwrap();
+        let path = path_of(&s, &h);
+        drop(s);
+        let torn = match compression {
+            Compression::None => b"{\"type\":\"x".to_vec(),
+            Compression::Zstd => {
+                let mut out = Vec::new();
+                FrameWriter::new()
+                    .unwrap()
+                    .frame(b"{\"type\":\"x\"}\n", &mut out)
+                    .unwrap();
+                out.truncate(out.len() - 2);
+                out
+            }
+        };
+        let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, &torn).unwrap();
+        let s = store(&root, compression, true);
+        let raw = s.backend().read_raw(&sid("s1")).unwrap().unwrap();
+        assert_eq!(raw.filename, "session.jsonl");
+        assert_eq!(raw.header, h);
+        texts.push(raw.content);
+        assert!(s.backend().read_raw(&sid("absent")).unwrap().is_none());
+    }
+    let mut want = format!("{}\n", contract::header_line("s1", "0"));
+    for l in contract::one_turn_lines() {
+        want.push_str(&l);
+        want.push('\n');
+    }
+    assert_eq!(texts[0], want);
+    assert_eq!(texts[1], want);
+}
