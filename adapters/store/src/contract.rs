@@ -941,6 +941,38 @@ pub fn write_behind_flush(h: &impl Harness) {
     assert_eq!(s.read_from(&sid("s1"), 0, &none).unwrap().1.len(), 7);
 }
 
+/// W2, W3: with the write-behind timer running, a queue is written once
+/// its oldest event has waited the delay, without a flush.
+pub fn write_behind_timer<
+    B: crate::Backend + 'static,
+    H: Harness<Store = crate::Coordinator<B>>,
+>(
+    h: &H,
+) {
+    let s = std::sync::Arc::new(h.open());
+    let timer = s.start_write_behind(std::time::Duration::from_millis(20));
+    s.create(header("s1")).unwrap();
+    s.enqueue(&sid("s1"), &one_turn()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Ok((_, stored)) = s.read_from(&sid("s1"), 0, &Cancel::new()) {
+            assert_eq!(
+                stored,
+                one_turn(),
+                "the whole queue is written as one batch"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timer never wrote the queue"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(s);
+    timer.join().unwrap();
+}
+
 /// Hostile ids: separators, dot names, NUL, very long and exotic strings
 /// are all stored under distinct, loadable sessions.
 pub fn hostile_ids(h: &impl Harness) {
@@ -987,6 +1019,7 @@ macro_rules! contract_tests {
             cc5_header_fields, cc16_versions, cc19_torn_tail_open_turn, cc14_adopt_on_append,
             tp7_two_calls, tp8_bad_line_without_turn_end, tp9_corruption_is_rejected_untouched,
             tp10_gap_after_turn_end, tp14_read_from_torn, single_writer, write_behind_flush,
+            write_behind_timer,
             hostile_ids);
     };
     (@each $harness:expr; $($name:ident),* $(,)?) => {

@@ -2,7 +2,8 @@
 //! (persistence.md 3.2–3.4, OP3–OP10, 6.5).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use dsh_core::SessionId;
 use dsh_core::jsonl::{LogError, check_types, interrupted_turn_closers};
@@ -45,6 +46,12 @@ struct Entry<W> {
     cursor: u64,
     materialized: bool,
     pending: Vec<SessionEvent>,
+    /// When the queue last went from empty to non-empty (the W2 deadline
+    /// is this plus the delay; later events do not move it).
+    oldest: Option<Instant>,
+    /// A background write failed; automatic writing waits for the next
+    /// event (W5).
+    paused: bool,
     writer: Option<W>,
 }
 
@@ -56,6 +63,8 @@ impl<W> Entry<W> {
             cursor: 0,
             materialized: false,
             pending: Vec::new(),
+            oldest: None,
+            paused: false,
             writer: None,
         }
     }
@@ -309,13 +318,33 @@ impl<B: Backend> Coordinator<B> {
         }
         let pending = std::mem::take(&mut entry.pending);
         match self.write(id, entry, &pending) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                entry.oldest = None;
+                entry.paused = false;
+                Ok(())
+            }
             Err(e) => {
                 // W5: the batch goes back to the front of the queue.
                 let mut back = pending;
                 back.append(&mut entry.pending);
                 entry.pending = back;
                 Err(e)
+            }
+        }
+    }
+
+    /// W2/W3: writes every queue whose oldest event has waited at least
+    /// `delay`, except queues paused by a failed background write (W5).
+    fn write_due(&self, delay: Duration) {
+        let all: Vec<(SessionId, Slot<B::Writer>)> = lock(&self.entries)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (id, slot) in all {
+            let mut entry = lock(&slot);
+            let due = !entry.paused && entry.oldest.is_some_and(|t| t.elapsed() >= delay);
+            if due && self.write_pending(&id, &mut entry).is_err() {
+                entry.paused = true;
             }
         }
     }
@@ -330,6 +359,28 @@ impl<B: Backend> Coordinator<B> {
             header: stored.header,
             events: balanced,
             revision: stored.revision,
+        })
+    }
+}
+
+impl<B: Backend + 'static> Coordinator<B> {
+    /// Starts the write-behind timer (W2, W3; `writeBatchMaxDelayMs`, the
+    /// reference's default is 200 ms): a background thread writes each
+    /// session's queue once its oldest event has waited `delay`. A failed
+    /// background write leaves the events queued and pauses automatic
+    /// writing of that session until its next event (W5); `flush` reports
+    /// the error. The thread ends when the coordinator is dropped.
+    pub fn start_write_behind(self: &Arc<Self>, delay: Duration) -> std::thread::JoinHandle<()> {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let tick = (delay / 4).max(Duration::from_millis(1));
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(tick);
+                let Some(coordinator) = weak.upgrade() else {
+                    break;
+                };
+                coordinator.write_due(delay);
+            }
         })
     }
 }
@@ -410,6 +461,13 @@ impl<B: Backend> SessionStore for Coordinator<B> {
                 });
             }
         }
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        if entry.pending.is_empty() {
+            entry.oldest = Some(Instant::now());
+        }
+        entry.paused = false;
         entry.pending.extend(fresh.into_iter().cloned());
         if entry.pending.len() >= self.config.max_pending.max(1) {
             self.write_pending(id, &mut entry)?;
