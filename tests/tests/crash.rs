@@ -220,3 +220,63 @@ fn sigkill_at_random_moments_never_loses_flushed_events() {
         assert_eq!(o.kills, per);
     }
 }
+
+/// AP3: a failed append (here EFBIG from a file-size limit, with SIGXFSZ
+/// ignored) is rolled back to the previous length: the writer reports the
+/// error, the transcript holds no partial batch, and every flushed event
+/// is present.
+#[test]
+fn a_failed_append_is_rolled_back() {
+    for (kind, file) in [
+        ("jsonl-raw", "session.jsonl"),
+        ("jsonl", "session.jsonl.zstd"),
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("root");
+        let script = format!(
+            "trap '' XFSZ; ulimit -f 16; exec \"$0\" {kind} '{}' limited 1",
+            root.display()
+        );
+        let out = Command::new("sh")
+            .args(["-c", &script, WRITER])
+            .output()
+            .expect("run the writer under a file-size limit");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{kind}: {stderr}");
+        assert!(stderr.contains("append to"), "{kind}: {stderr}");
+        let flushed = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("F ").and_then(|s| s.parse::<u64>().ok()))
+            .max()
+            .expect("some flushes succeeded");
+        let path = root.join("--crash--").join("limited").join(file);
+        let bytes = std::fs::read(&path).expect("transcript");
+        assert!(bytes.len() <= 16 * 512, "{kind}: the limit held");
+        let store = open_store(kind, &root).expect("open");
+        let sid = SessionId::from("limited");
+        let rev = store.revision(&sid).expect("revision");
+        let (_, stored) = store.read_from(&sid, 0, &Cancel::new()).expect("read");
+        assert_eq!(
+            stored.len() as u64,
+            flushed + 1,
+            "{kind}: exactly the flushed events"
+        );
+        // No torn tail: only closers (if a turn is open) are written by load.
+        let loaded = store.load(&sid).expect("load");
+        let closers = interrupted_turn_closers(&stored);
+        assert_eq!(loaded.events.len(), stored.len() + closers.len());
+        if closers.is_empty() {
+            assert_eq!(
+                store.revision(&sid).expect("revision"),
+                rev,
+                "{kind}: nothing to repair"
+            );
+        }
+        if kind == "jsonl-raw" {
+            assert!(bytes.ends_with(b"\n"), "no partial line was left");
+        } else {
+            let scan = dsh_jsonl::frames::scan_frames(&bytes).expect("frames");
+            assert_eq!(scan.torn, None, "no partial frame was left");
+        }
+    }
+}
