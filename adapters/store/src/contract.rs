@@ -10,7 +10,7 @@
 
 use dsh_core::SessionId;
 use dsh_core::jsonl::{Decoded, Decoder, Record};
-use dsh_core::session::{EventData, Session, SessionEvent, SessionHeader};
+use dsh_core::session::{EventData, Session, SessionEvent, SessionHeader, SurfaceOp};
 
 use crate::{Cancel, ErrorKind, MAX_SAFE_INTEGER, SessionStore, StoreError};
 
@@ -531,6 +531,36 @@ pub fn op4_retired_vocabulary(h: &impl Harness) {
     assert!(s.list(&Cancel::new()).unwrap().is_empty());
 }
 
+/// Q2 (dsh validates appends): an event breaking a seed rule (here S6, a
+/// source that is not earlier) is refused by `append` and `enqueue`;
+/// nothing is written and the log continues normally.
+pub fn q2_invalid_appends_are_refused(h: &impl Harness) {
+    let s = h.open();
+    let none = Cancel::new();
+    s.create(header("s1")).unwrap();
+    s.append(&sid("s1"), &events(&[turn_start(0, 1, 1)]))
+        .unwrap();
+    let bad = ev(&user(1, "x", 2)).with_surface(SurfaceOp::Append, Some(vec![7]));
+    let good = ev(&user(2, "y", 3));
+    expect_kind(
+        s.append(&sid("s1"), &[bad.clone(), good]),
+        ErrorKind::Invalid,
+        "event seq 1 cannot be appended to session \"s1\"",
+    );
+    expect_kind(
+        s.enqueue(&sid("s1"), &[bad]),
+        ErrorKind::Invalid,
+        "cannot be appended",
+    );
+    s.flush(&sid("s1")).unwrap();
+    assert_eq!(s.read_from(&sid("s1"), 0, &none).unwrap().1.len(), 1);
+    s.append(&sid("s1"), &events(&[user(1, "x", 2), turn_end(2, 1, 3)]))
+        .unwrap();
+    drop(s);
+    let s = h.open();
+    assert_eq!(s.load(&sid("s1")).unwrap().events.len(), 3);
+}
+
 /// TP-13 / CC17: an unknown type without `ignorable` is FormatUnsupported;
 /// with `ignorable: true` it loads unchanged.
 pub fn tp13_unknown_type(h: &impl Harness) {
@@ -1015,7 +1045,7 @@ macro_rules! contract_tests {
             ct1_round_trip, ct2_created_at, ct3_open_turn, ct4_tool_not_started,
             ct5_outcome_unknown, ct6_list_excludes_unmaterialized, ct7_cancellation,
             ct8_read_from, ct9_revisions, ct10_ct11_tp12_append_rules, ct12_lossless,
-            op4_retired_vocabulary, tp13_unknown_type, cc15_missing_and_existing,
+            op4_retired_vocabulary, q2_invalid_appends_are_refused, tp13_unknown_type, cc15_missing_and_existing,
             cc5_header_fields, cc16_versions, cc19_torn_tail_open_turn, cc14_adopt_on_append,
             tp7_two_calls, tp8_bad_line_without_turn_end, tp9_corruption_is_rejected_untouched,
             tp10_gap_after_turn_end, tp14_read_from_torn, single_writer, write_behind_flush,

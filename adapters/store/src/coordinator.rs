@@ -27,6 +27,12 @@ pub struct CoordinatorConfig {
     /// Event types this runtime knows beyond the core list (session.md Q5):
     /// a stored event of such a type loads without `ignorable: true`.
     pub extra_known_types: Vec<String>,
+    /// Validate every appended or enqueued event against the session's
+    /// state (the seed rules V1–V9 with M1–M6 and S1–S9, session.md 5.4),
+    /// so a bad append is refused instead of producing a log that later
+    /// fails to load (persistence.md Q2). The reference does not; dsh does
+    /// by default. Costs one in-memory copy of each tracked log.
+    pub validate_appends: bool,
 }
 
 impl Default for CoordinatorConfig {
@@ -34,6 +40,7 @@ impl Default for CoordinatorConfig {
         CoordinatorConfig {
             max_pending: 4096,
             extra_known_types: Vec::new(),
+            validate_appends: true,
         }
     }
 }
@@ -52,6 +59,9 @@ struct Entry<W> {
     /// A background write failed; automatic writing waits for the next
     /// event (W5).
     paused: bool,
+    /// The validation state: stored events plus the queue (Q2), when
+    /// `validate_appends` is on.
+    session: Option<Session>,
     writer: Option<W>,
 }
 
@@ -65,6 +75,7 @@ impl<W> Entry<W> {
             pending: Vec::new(),
             oldest: None,
             paused: false,
+            session: None,
             writer: None,
         }
     }
@@ -131,13 +142,13 @@ pub fn check_batch(events: &[SessionEvent]) -> Result<(), StoreError> {
 
 /// The checks of a cold read after the scan (6.5 steps 3–7): header rules,
 /// known types, closers of an interrupted turn, full seed validation of
-/// `prefix ++ closers`. Returns the balanced events and how many of them
-/// are closers.
+/// `prefix ++ closers`. Returns the balanced session (no end-seed marker)
+/// and how many of its events are closers.
 pub fn validate_stored(
     header: &SessionHeader,
     events: Vec<SessionEvent>,
     extra_known: &[&str],
-) -> Result<(Vec<SessionEvent>, usize), LogError> {
+) -> Result<(Session, usize), LogError> {
     let id = header.id.as_str();
     header.validate().map_err(|error| LogError::InvalidHeader {
         session_id: id.to_owned(),
@@ -153,7 +164,7 @@ pub fn validate_stored(
             session_id: id.to_owned(),
             error,
         })?;
-    Ok((session.into_events(), n_closers))
+    Ok((session, n_closers))
 }
 
 fn check_contiguous(id: &SessionId, next: u64, events: &[SessionEvent]) -> Result<(), StoreError> {
@@ -205,7 +216,7 @@ impl<B: Backend> Coordinator<B> {
         &self,
         stored: &Stored<B::Marker>,
         events: Vec<SessionEvent>,
-    ) -> Result<(Vec<SessionEvent>, usize), StoreError> {
+    ) -> Result<(Session, usize), StoreError> {
         let extra = self.extra_known();
         validate_stored(&stored.header, events, &extra).map_err(|e| {
             StoreError::from_log(stored.header.id.as_str(), e, stored.location.clone())
@@ -229,17 +240,19 @@ impl<B: Backend> Coordinator<B> {
             entry.writer = Some(self.backend.open_writer(&header)?);
         }
         for _ in 0..MAX_LOAD_PASSES {
-            let Some(stored) = self.backend.load_stored(id)? else {
+            let Some(mut stored) = self.backend.load_stored(id)? else {
                 return Err(StoreError::NotFound { id: id.to_string() });
             };
-            let events = stored.events.clone();
+            let events = std::mem::take(&mut stored.events);
             let stored_len = events.len() as u64;
-            let (balanced, n_closers) = self.validate(&stored, events)?;
+            let (session, n_closers) = self.validate(&stored, events)?;
             if stored.torn.is_none() && n_closers == 0 {
+                let balanced = session.events().to_vec();
                 entry.tracked = true;
                 entry.cursor = stored_len;
                 entry.materialized = true;
                 entry.header = Some(stored.header.clone());
+                entry.session = self.config.validate_appends.then_some(session);
                 return Ok(Inspection {
                     header: stored.header,
                     events: balanced,
@@ -249,7 +262,11 @@ impl<B: Backend> Coordinator<B> {
             if self.backend.read_revision(id)?.as_ref() != Some(&stored.revision) {
                 continue;
             }
-            let closers = balanced.get(stored_len as usize..).unwrap_or(&[]).to_vec();
+            let closers = session
+                .events()
+                .get(stored_len as usize..)
+                .unwrap_or(&[])
+                .to_vec();
             let Some(writer) = entry.writer.as_mut() else {
                 continue;
             };
@@ -268,6 +285,52 @@ impl<B: Backend> Coordinator<B> {
             ),
             None,
         ))
+    }
+
+    /// Q2: validates `events` as the next events of the session (they
+    /// continue stored + queued) and adds them to the validation state. On
+    /// a rule failure the state is restored and nothing is queued/written.
+    fn validate_next(
+        &self,
+        id: &SessionId,
+        entry: &mut Entry<B::Writer>,
+        events: &[SessionEvent],
+    ) -> Result<(), StoreError> {
+        let Some(session) = entry.session.as_mut() else {
+            return Ok(());
+        };
+        let keep = session.events().len();
+        for e in events {
+            if let Err(error) = session.append_event(e.clone()) {
+                Self::truncate_session(entry, keep);
+                return Err(StoreError::Invalid {
+                    message: format!(
+                        "event seq {} cannot be appended to session \"{id}\": {error}",
+                        e.seq()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops validation-state events from `keep` on (a refused batch, or a
+    /// batch whose write failed). Rebuilding costs O(log); it only runs on
+    /// failures.
+    fn truncate_session(entry: &mut Entry<B::Writer>, keep: usize) {
+        let Some(session) = entry.session.take() else {
+            return;
+        };
+        if session.events().len() == keep {
+            entry.session = Some(session);
+            return;
+        }
+        let header = session.header().clone();
+        let mut events = session.into_events();
+        events.truncate(keep);
+        // A prefix of a valid log is valid; if not, validation is off for
+        // this id rather than wrong.
+        entry.session = Session::restore(header, events).ok();
     }
 
     /// Makes the entry tracked: adopts a stored log (OP4.6) if needed.
@@ -350,14 +413,14 @@ impl<B: Backend> Coordinator<B> {
     }
 
     fn inspect_cold(&self, id: &SessionId) -> Result<Inspection, StoreError> {
-        let Some(stored) = self.backend.load_stored(id)? else {
+        let Some(mut stored) = self.backend.load_stored(id)? else {
             return Err(StoreError::NotFound { id: id.to_string() });
         };
-        let events = stored.events.clone();
-        let (balanced, _) = self.validate(&stored, events)?;
+        let events = std::mem::take(&mut stored.events);
+        let (session, _) = self.validate(&stored, events)?;
         Ok(Inspection {
             header: stored.header,
-            events: balanced,
+            events: session.into_events(),
             revision: stored.revision,
         })
     }
@@ -419,6 +482,10 @@ impl<B: Backend> SessionStore for Coordinator<B> {
             });
         }
         entry.tracked = true;
+        entry.session = self
+            .config
+            .validate_appends
+            .then(|| Session::new(header.clone()));
         entry.header = Some(header);
         entry.cursor = 0;
         entry.materialized = false;
@@ -436,7 +503,13 @@ impl<B: Backend> SessionStore for Coordinator<B> {
         self.ensure_tracked(id, &mut entry)?;
         self.write_pending(id, &mut entry)?;
         check_contiguous(id, entry.cursor, events)?;
-        self.write(id, &mut entry, events)
+        let keep = entry.cursor as usize;
+        self.validate_next(id, &mut entry, events)?;
+        let written = self.write(id, &mut entry, events);
+        if written.is_err() {
+            Self::truncate_session(&mut entry, keep);
+        }
+        written
     }
 
     fn enqueue(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), StoreError> {
@@ -464,11 +537,13 @@ impl<B: Backend> SessionStore for Coordinator<B> {
         if fresh.is_empty() {
             return Ok(());
         }
+        let fresh_events: Vec<SessionEvent> = fresh.iter().map(|e| (*e).clone()).collect();
+        self.validate_next(id, &mut entry, &fresh_events)?;
         if entry.pending.is_empty() {
             entry.oldest = Some(Instant::now());
         }
         entry.paused = false;
-        entry.pending.extend(fresh.into_iter().cloned());
+        entry.pending.extend(fresh_events);
         if entry.pending.len() >= self.config.max_pending.max(1) {
             self.write_pending(id, &mut entry)?;
         }
