@@ -3,8 +3,8 @@
 //! repaired file loads clean with the same events and round-trips.
 #![no_main]
 
-use dsh_core::jsonl::{self, Decoded, Decoder, Record};
 use dsh_core::Session;
+use dsh_core::jsonl::{self, Decoded, Decoder, Record};
 use libfuzzer_sys::fuzz_target;
 
 const HEADER: &[u8] =
@@ -42,7 +42,10 @@ fuzz_target!(|data: &[u8]| {
     for pack in [false, true] {
         let repaired = loaded.repaired_bytes(input, pack);
         let again = jsonl::load_log(&repaired, &[]).expect("the repaired log loads");
-        assert!(!again.needs_repair(), "the repaired log is balanced and whole");
+        assert!(
+            !again.needs_repair(),
+            "the repaired log is balanced and whole"
+        );
         assert_eq!(again.session.events(), &events[..]);
         // Writing the events out again gives the same text.
         let mut a = Vec::new();

@@ -60,16 +60,26 @@ fn data(ev: Ev) -> EventData {
             reason: TurnEndReason::Completed,
         }
         .into(),
-        Ev::StepStart(t, s) => EventData::StepStart(Step { turn: n(t), step: n(s) }),
-        Ev::StepEnd(t, s) => EventData::StepEnd(Step { turn: n(t), step: n(s) }),
+        Ev::StepStart(t, s) => EventData::StepStart(Step {
+            turn: n(t),
+            step: n(s),
+        }),
+        Ev::StepEnd(t, s) => EventData::StepEnd(Step {
+            turn: n(t),
+            step: n(s),
+        }),
         Ev::User(id, text) => Message::user(id, vec![ContentBlock::text(text)]).into(),
         Ev::Assistant(t, s, id, text, call) => {
             let mut content: Vec<ContentBlock> = text.into_iter().map(ContentBlock::text).collect();
             if call {
                 content.push(ContentBlock::tool_call("c1", "bash", "{}"));
             }
-            AssistantMessage::new(n(t), n(s), Message::model(id, content, MessageSource::model("p", "m")))
-                .into()
+            AssistantMessage::new(
+                n(t),
+                n(s),
+                Message::model(id, content, MessageSource::model("p", "m")),
+            )
+            .into()
         }
         Ev::ToolCall(t, s, call) => ToolCall {
             turn: n(t),
@@ -90,12 +100,9 @@ fn data(ev: Ev) -> EventData {
             }
             r.into()
         }
-        Ev::Chunk(t, s, i, text) => AssistantChunk::new(
-            n(t),
-            n(s),
-            StreamChunk::TextDelta { index: n(i), text },
-        )
-        .into(),
+        Ev::Chunk(t, s, i, text) => {
+            AssistantChunk::new(n(t), n(s), StreamChunk::TextDelta { index: n(i), text }).into()
+        }
         Ev::Plugin(kind, num, neg_zero) => {
             let v = if neg_zero {
                 serde_json::json!({"v": -0.0})
@@ -125,7 +132,10 @@ fuzz_target!(|steps: Vec<Input>| {
             Marker::Append => e.with_surface(SurfaceOp::Append, None),
             Marker::AppendCiting(v) => e.with_surface(SurfaceOp::Append, Some(seqs(&v))),
             Marker::Replace(a, b, v) => e.with_surface(
-                SurfaceOp::Replace { start: u64::from(a), end: u64::from(b) },
+                SurfaceOp::Replace {
+                    start: u64::from(a),
+                    end: u64::from(b),
+                },
                 Some(seqs(&v)),
             ),
             Marker::SourcesOnly(v) => e.with_sources(seqs(&v)),
