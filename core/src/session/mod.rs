@@ -31,4 +31,6 @@ pub use payload::{
     TodoWrite, ToolCall, ToolError, ToolResult, TurnEnd, TurnEndReason, TurnStart,
 };
 pub use rules::has_negative_zero;
-pub use session::{Session, SurfaceView};
+pub use session::{
+    Replacement, Session, SurfaceFold, SurfaceView, fold_request_header, fold_surface,
+};
