@@ -868,3 +868,20 @@ fn decode_errors_name_their_rules() {
     let err = decode(r#"{"type":"turn/start","seq":0,"time":1}"#).unwrap_err();
     assert!(err.to_string().contains("\"data\" is required"), "{err}");
 }
+
+#[test]
+fn restore_then_mark_end_seed_resumes() {
+    let src = tv11_source();
+    let mut s = Session::restore(src.header().clone(), src.events()[..4].to_vec()).unwrap();
+    assert_eq!(s.first_live_seq(), 4);
+    s.mark_end_seed(50).unwrap();
+    assert_eq!(
+        s.last_event().unwrap().to_json(),
+        r#"{"type":"session/end-seed","seq":4,"time":50,"data":{}}"#
+    );
+    s.mark_end_seed(60).unwrap();
+    assert_eq!(s.len(), 5, "ES3: not marked twice");
+    assert_eq!(s.first_live_seq(), 4);
+    // New live events follow the marker.
+    assert_eq!(s.append(TurnStart { turn: 2 }, None, 61).unwrap().seq(), 5);
+}

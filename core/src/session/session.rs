@@ -90,17 +90,27 @@ impl Session {
         now: i64,
     ) -> Result<Self, SeedError> {
         let mut s = Session::restore(header, seed)?;
+        let index = s.events.len();
+        s.mark_end_seed(now)
+            .map_err(|error| SeedError { index, error })?;
+        Ok(s)
+    }
+
+    /// Turns a [`restore`](Self::restore)d session into a resumed one
+    /// (8.1, ES3): appends `session/end-seed` with `time = now` unless the
+    /// log already ends with one. `first_live_seq` stays the seed length.
+    /// This is what [`from_seed`](Self::from_seed) does after validating,
+    /// without validating the whole log again.
+    pub fn mark_end_seed(&mut self, now: i64) -> Result<(), AppendError> {
         let ends_with_marker = matches!(
-            s.events.last().map(SessionEvent::data),
+            self.events.last().map(SessionEvent::data),
             Some(EventData::EndSeed)
         );
         if !ends_with_marker {
-            s.events.reserve_exact(1);
-            let index = s.events.len();
-            s.append(EventData::EndSeed, None, now)
-                .map_err(|error| SeedError { index, error })?;
+            self.events.reserve_exact(1);
+            self.append(EventData::EndSeed, None, now)?;
         }
-        Ok(s)
+        Ok(())
     }
 
     /// A session holding exactly `events`, validated like a seed (V1–V9) but
