@@ -885,3 +885,15 @@ fn restore_then_mark_end_seed_resumes() {
     // New live events follow the marker.
     assert_eq!(s.append(TurnStart { turn: 2 }, None, 61).unwrap().seq(), 5);
 }
+
+#[test]
+fn j6_plugin_values_are_written_like_json_stringify() {
+    let p = PluginEvent::new(
+        "x/y",
+        &json!({"int": 1.0, "big": 1e21, "small": 1e-7, "frac": 0.000001, "s": "é\u{1}/", "n": -3}),
+    );
+    assert_eq!(
+        p.data.get(),
+        r#"{"int":1,"big":1e+21,"small":1e-7,"frac":0.000001,"s":"é\u0001/","n":-3}"#
+    );
+}
