@@ -9,25 +9,12 @@ pub const MAX_SEGMENT: usize = 255;
 /// The project directory of sessions without a cwd.
 pub const NO_CWD: &str = "_no-cwd";
 
-fn kept(unit: u16) -> bool {
-    matches!(unit, 0x30..=0x39 | 0x41..=0x5A | 0x61..=0x7A | 0x2E | 0x5F | 0x2D)
-}
-
-fn push_escaped(out: &mut String, unit: u16) {
-    if kept(unit) {
-        // A kept unit is ASCII.
-        out.push(char::from(unit as u8));
-    } else {
-        out.push('~');
-        out.push_str(&format!("{unit:04X}"));
-    }
-}
-
-/// The session directory name of `id` (L2): `.` → `~002E`, `..` →
-/// `~002E~002E`; otherwise each UTF-16 code unit outside `A–Z a–z 0–9 . _ -`
-/// (including `~`, `/`, NUL) becomes `~` and four uppercase hex digits.
-/// Injective, and the result is one safe path segment (never `.` or `..`,
-/// no separator, no NUL). `None` for the empty id.
+/// The session directory name of `id` (L2, the core's
+/// [`session_id_segment`](dsh_core::jsonl::session_id_segment)): `.` →
+/// `~002E`, `..` → `~002E~002E`; otherwise each UTF-16 code unit outside
+/// `A–Z a–z 0–9 . _ -` (including `~`, `/`, NUL) becomes `~` and four
+/// uppercase hex digits. Injective, and the result is one safe path segment
+/// (never `.` or `..`, no separator, no NUL). `None` for the empty id.
 ///
 /// Extension (not in the reference): a segment that would be longer than
 /// [`MAX_SEGMENT`] bytes (where the reference fails with ENAMETOOLONG) is
@@ -35,19 +22,7 @@ fn push_escaped(out: &mut String, unit: u16) {
 /// plain segment never holds `~L` (every `~` there is followed by four hex
 /// digits), so the two forms never collide.
 pub fn encode_id(id: &str) -> Option<String> {
-    if id.is_empty() {
-        return None;
-    }
-    if id == "." {
-        return Some("~002E".into());
-    }
-    if id == ".." {
-        return Some("~002E~002E".into());
-    }
-    let mut out = String::with_capacity(id.len());
-    for unit in id.encode_utf16() {
-        push_escaped(&mut out, unit);
-    }
+    let out = dsh_core::jsonl::session_id_segment(id)?;
     if out.len() <= MAX_SEGMENT {
         return Some(out);
     }
@@ -62,35 +37,13 @@ pub fn encode_id(id: &str) -> Option<String> {
     Some(long)
 }
 
-/// The project directory name of `cwd` (L3): `/`, `\` and `:` become `-`
-/// (a run of them one `-`), `A–Z a–z 0–9 . _ -` are kept, other UTF-16
-/// units are escaped as in [`encode_id`]; leading `-` are stripped, an empty
-/// result is `root`, at most 251 characters are kept, and the result is
-/// wrapped as `--<slug>--`. No cwd (or an empty one) → `_no-cwd`. Lossy by
-/// design: different cwds may share a directory; the id still separates
-/// sessions.
+/// The project directory name of `cwd` (L3, the core's function): `/`,
+/// `\` and `:` become `-` (a run of them one `-`), `A–Z a–z 0–9 . _ -` are
+/// kept, other UTF-16 units are escaped as in [`encode_id`]; leading `-` are
+/// stripped, an empty result is `root`, at most 251 characters are kept, and
+/// the result is wrapped as `--<slug>--`. No cwd → `_no-cwd`.
 pub fn project_key(cwd: Option<&str>) -> String {
-    let Some(cwd) = cwd.filter(|c| !c.is_empty()) else {
-        return NO_CWD.into();
-    };
-    let mut slug = String::with_capacity(cwd.len());
-    let mut in_separators = false;
-    for unit in cwd.encode_utf16() {
-        if matches!(unit, 0x2F | 0x5C | 0x3A) {
-            if !in_separators {
-                slug.push('-');
-            }
-            in_separators = true;
-            continue;
-        }
-        in_separators = false;
-        push_escaped(&mut slug, unit);
-    }
-    let trimmed = slug.trim_start_matches('-');
-    let trimmed = if trimmed.is_empty() { "root" } else { trimmed };
-    // Every character of the slug is ASCII, so bytes are characters.
-    let cut = trimmed.get(..251.min(trimmed.len())).unwrap_or(trimmed);
-    format!("--{cut}--")
+    dsh_core::jsonl::project_key(cwd)
 }
 
 #[cfg(test)]
