@@ -21,6 +21,10 @@ pub fn conformance_logs() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no conformance logs in {}", dir.display());
+    assert!(
+        !files.is_empty(),
+        "no conformance logs in {}",
+        dir.display()
+    );
     files
 }
