@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,9 @@ pub struct BashConfig {
     pub max_output_bytes: usize,
     /// The shell binary (`bash`).
     pub shell: PathBuf,
+    /// How long to wait for the pipes to close after the process group was
+    /// killed (a process that escaped the group may hold them); 1 s.
+    pub drain_grace: Duration,
 }
 
 impl Default for BashConfig {
@@ -41,6 +45,7 @@ impl Default for BashConfig {
             max_timeout_ms: 600_000.0,
             max_output_bytes: 64_000,
             shell: PathBuf::from("bash"),
+            drain_grace: Duration::from_secs(1),
         }
     }
 }
@@ -124,10 +129,11 @@ impl Collected {
     }
 }
 
-/// Reads `src` to the end keeping the last `cap` bytes; with a spill
-/// path, everything is also written there once the cap is first exceeded.
-fn collect(mut src: impl Read, cap: usize, spill_path: Option<PathBuf>) -> Collected {
-    let mut out = Collected::default();
+/// Reads `src` to the end into `out`, keeping the last `cap` bytes; with
+/// a spill path, everything is also written there once the cap is first
+/// exceeded. `out` is shared so the caller can take what was read even if
+/// an escaped process keeps the pipe open.
+fn collect(mut src: impl Read, cap: usize, spill_path: Option<PathBuf>, out: &Mutex<Collected>) {
     let mut spill: Option<File> = None;
     let mut buf = [0u8; 8192];
     loop {
@@ -141,6 +147,7 @@ fn collect(mut src: impl Read, cap: usize, spill_path: Option<PathBuf>) -> Colle
         if let Some(f) = spill.as_mut() {
             let _ = f.write_all(chunk);
         }
+        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
         out.tail.extend_from_slice(chunk);
         if out.tail.len() > cap {
             if !out.truncated {
@@ -159,7 +166,34 @@ fn collect(mut src: impl Read, cap: usize, spill_path: Option<PathBuf>) -> Colle
             out.tail.drain(..excess);
         }
     }
-    out
+}
+
+/// A stream being collected on its own thread.
+struct Reader {
+    state: Arc<Mutex<Collected>>,
+    done: mpsc::Receiver<()>,
+}
+
+impl Reader {
+    fn spawn(src: impl Read + Send + 'static, cap: usize, spill: Option<PathBuf>) -> Reader {
+        let state = Arc::new(Mutex::new(Collected::default()));
+        let (tx, done) = mpsc::channel();
+        let shared = Arc::clone(&state);
+        thread::spawn(move || {
+            collect(src, cap, spill, &shared);
+            let _ = tx.send(());
+        });
+        Reader { state, done }
+    }
+
+    /// Waits for end of stream until `deadline`, then takes what was read.
+    /// A process that left the group (`setsid`) may hold the pipe open;
+    /// its reader thread is then left behind rather than blocking the call.
+    fn finish(self, deadline: Instant) -> Collected {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let _ = self.done.recv_timeout(wait);
+        core::mem::take(&mut *self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// The signal's name, e.g. `SIGKILL`.
@@ -183,6 +217,15 @@ fn signal_name(sig: i32) -> String {
         _ => return format!("SIG{sig}"),
     };
     name.to_string()
+}
+
+/// A number as JavaScript would hold it: integral values as integers.
+fn json_number(v: f64) -> Value {
+    if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        Value::from(v as i64)
+    } else {
+        Value::from(v)
+    }
 }
 
 /// `SIGKILL` to the whole process group `pgid`.
@@ -287,16 +330,14 @@ impl BashTool {
                 .as_ref()
                 .map(|d| d.join(format!("bash-{}-{stream}.txt", sanitize(&call.call_id))))
         };
-        let readers = (
-            child.stdout.take().map(|s| {
-                let p = spill("stdout");
-                thread::spawn(move || collect(s, cap, p))
-            }),
-            child.stderr.take().map(|s| {
-                let p = spill("stderr");
-                thread::spawn(move || collect(s, cap, p))
-            }),
-        );
+        let stdout_reader = child
+            .stdout
+            .take()
+            .map(|s| Reader::spawn(s, cap, spill("stdout")));
+        let stderr_reader = child
+            .stderr
+            .take()
+            .map(|s| Reader::spawn(s, cap, spill("stderr")));
         let deadline = Instant::now() + Duration::from_secs_f64(timeout_ms / 1000.0);
         let mut timed_out = false;
         let mut aborted = false;
@@ -322,8 +363,9 @@ impl BashTool {
         // Whatever the command left running in its group goes too, so the
         // pipes close and nothing outlives the call.
         kill_group(pgid);
-        let stdout = readers.0.and_then(|h| h.join().ok()).unwrap_or_default();
-        let stderr = readers.1.and_then(|h| h.join().ok()).unwrap_or_default();
+        let drain = Instant::now() + self.config.drain_grace;
+        let stdout = stdout_reader.map(|r| r.finish(drain)).unwrap_or_default();
+        let stderr = stderr_reader.map(|r| r.finish(drain)).unwrap_or_default();
         if aborted {
             return Err(ToolOutcome::aborted());
         }
@@ -363,7 +405,7 @@ impl BashTool {
             "signal": signal,
             "timedOut": timed_out,
             "aborted": false,
-            "timeoutMs": timeout_ms,
+            "timeoutMs": json_number(timeout_ms),
             "stdout": stdout.value(),
             "stderr": stderr.value(),
         });

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use serde_json::{Map, Value, json};
 
-use crate::path::{Resolved, is_symlink_refusal, open_nofollow};
+use crate::path::{Resolved, Workspace, is_symlink_refusal, open_nofollow};
 use crate::{Tool, ToolCallRequest, ToolContext, fs_error, prop, text};
 
 /// `read` limits (the reference's `readLimit`, `readMaxLineLength`,
@@ -117,8 +117,8 @@ fn not_text(verb: &str, r: &Resolved) -> ToolOutcome {
 }
 
 /// Reads a whole regular file as UTF-8 without following a final symlink.
-fn read_text(verb: &str, r: &Resolved) -> Result<String, ToolOutcome> {
-    let file = open_nofollow(&r.path).map_err(|e| io_outcome(&e, verb, r))?;
+fn read_text(ws: &Workspace, verb: &str, r: &Resolved) -> Result<String, ToolOutcome> {
+    let file = open_checked(ws, verb, r)?;
     let meta = file.metadata().map_err(|e| io_outcome(&e, verb, r))?;
     if !meta.is_file() {
         return Err(not_regular(verb, r));
@@ -128,12 +128,31 @@ fn read_text(verb: &str, r: &Resolved) -> Result<String, ToolOutcome> {
     String::from_utf8(bytes).map_err(|_| not_text(verb, r))
 }
 
+fn moved(verb: &str, r: &Resolved) -> ToolOutcome {
+    fs_error(
+        format!(
+            "cannot {verb} \"{}\": the path changed to leave the workspace while it was used",
+            r.display
+        ),
+        "FS_SANDBOX_DENIED",
+    )
+}
+
+/// Opens `r` for reading (no final symlink) and checks where it landed.
+fn open_checked(ws: &Workspace, verb: &str, r: &Resolved) -> Result<fs::File, ToolOutcome> {
+    let file = open_nofollow(&r.path).map_err(|e| io_outcome(&e, verb, r))?;
+    if !ws.check_opened(&file) {
+        return Err(moved(verb, r));
+    }
+    Ok(file)
+}
+
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Replaces (or creates) `path` atomically: a fresh temp file beside it
 /// (`O_EXCL`, so never a pre-planted symlink), then `rename`, which replaces
 /// a symlink rather than following it. Existing permissions are kept.
-fn atomic_write(path: &Path, content: &str) -> io::Result<()> {
+fn atomic_write(ws: &Workspace, path: &Path, content: &str) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path
         .file_name()
@@ -152,6 +171,9 @@ fn atomic_write(path: &Path, content: &str) -> io::Result<()> {
             .mode(0o644)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
+        if !ws.check_opened(&f) {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
         f.write_all(content.as_bytes())?;
         if let Some(p) = perms {
             f.set_permissions(p)?;
@@ -209,7 +231,7 @@ impl ReadTool {
             )));
         }
         let r = ctx.workspace.resolve_for(raw, "read")?;
-        let file = open_nofollow(&r.path).map_err(|e| io_outcome(&e, "read", &r))?;
+        let file = open_checked(&ctx.workspace, "read", &r)?;
         let meta = file.metadata().map_err(|e| io_outcome(&e, "read", &r))?;
         if !meta.is_file() {
             return Err(not_regular("read", &r));
@@ -328,7 +350,7 @@ fn write_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, T
     };
     let r = ctx.workspace.resolve_for(raw, "write")?;
     let before = match fs::symlink_metadata(&r.path) {
-        Ok(m) if m.is_file() => Some(read_text("write", &r)?),
+        Ok(m) if m.is_file() => Some(read_text(&ctx.workspace, "write", &r)?),
         Ok(_) => return Err(not_regular("write", &r)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_outcome(&e, "write", &r)),
@@ -338,8 +360,11 @@ fn write_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, T
     }
     if let Some(parent) = r.path.parent() {
         fs::create_dir_all(parent).map_err(|e| io_outcome(&e, "write", &r))?;
+        if !ctx.workspace.check_dir(parent) {
+            return Err(moved("write", &r));
+        }
     }
-    atomic_write(&r.path, content).map_err(|e| io_outcome(&e, "write", &r))?;
+    atomic_write(&ctx.workspace, &r.path, content).map_err(|e| io_outcome(&e, "write", &r))?;
     let verb = if before.is_some() {
         "Updated file"
     } else {
@@ -413,7 +438,7 @@ fn edit_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, To
     }
     let replace_all = args.get("replace_all").and_then(Value::as_bool) == Some(true);
     let r = ctx.workspace.resolve_for(raw, "edit")?;
-    let before = read_text("edit", &r)?;
+    let before = read_text(&ctx.workspace, "edit", &r)?;
     let matches = before.matches(old).count();
     if matches == 0 {
         return Err(fs_error(
@@ -438,7 +463,7 @@ fn edit_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, To
     if ctx.cancel.is_cancelled() {
         return Err(ToolOutcome::aborted());
     }
-    atomic_write(&r.path, &after).map_err(|e| io_outcome(&e, "edit", &r))?;
+    atomic_write(&ctx.workspace, &r.path, &after).map_err(|e| io_outcome(&e, "edit", &r))?;
     let message = if replace_all {
         format!(
             "The file {} has been updated. All occurrences were successfully replaced.",

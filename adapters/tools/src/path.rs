@@ -170,6 +170,26 @@ impl Workspace {
     }
 }
 
+impl Workspace {
+    /// Re-checks, after opening, that `file` really lies in the workspace
+    /// (through `/proc/self/fd`), closing the window in which a directory on
+    /// the resolved path is swapped for a symlink. Where `/proc` is not
+    /// available the check passes.
+    pub fn check_opened(&self, file: &File) -> bool {
+        use std::os::fd::AsRawFd;
+        match fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            Ok(p) => p.starts_with(&self.canonical),
+            Err(_) => true,
+        }
+    }
+
+    /// Whether the existing directory `dir` still canonicalizes to itself
+    /// inside the workspace.
+    pub fn check_dir(&self, dir: &Path) -> bool {
+        fs::canonicalize(dir).is_ok_and(|c| c == dir && c.starts_with(&self.canonical))
+    }
+}
+
 /// Splits `path` into its deepest existing ancestor (canonicalized) and the
 /// components after it.
 fn deepest_existing(path: &Path) -> (PathBuf, Vec<Component<'_>>) {
@@ -259,5 +279,25 @@ mod tests {
             Err(PathError::Outside { .. })
         ));
         assert_eq!(ws.resolve("dangling"), Err(PathError::DanglingSymlink));
+    }
+
+    #[test]
+    fn opened_files_and_dirs_are_rechecked() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let root = ws.canonical_root().to_path_buf();
+        fs::write(root.join("in.txt"), "").unwrap();
+        fs::write(outside.path().join("out.txt"), "").unwrap();
+        symlink(outside.path(), root.join("link")).unwrap();
+        assert!(ws.check_opened(&open_nofollow(&root.join("in.txt")).unwrap()));
+        // What a swapped-in directory symlink would make the open land on.
+        assert!(!ws.check_opened(&open_nofollow(&root.join("link/out.txt")).unwrap()));
+        assert!(ws.check_dir(&root));
+        assert!(!ws.check_dir(&root.join("link")));
+        assert!(!ws.check_dir(outside.path()));
+        assert!(is_symlink_refusal(
+            &open_nofollow(&root.join("link")).unwrap_err()
+        ));
     }
 }

@@ -878,3 +878,37 @@ fn content_blocks_are_text() {
     assert!(matches!(&o.content[0], b if b.block_type() == "text"));
     let _: &ContentBlock = &o.content[0];
 }
+
+#[test]
+fn a_process_that_leaves_the_group_does_not_hang_the_call() {
+    let env = Env::new();
+    let mut set = ToolSet::new();
+    set.insert(Box::new(dsh_tools::BashTool {
+        config: dsh_tools::BashConfig {
+            drain_grace: Duration::from_millis(200),
+            ..Default::default()
+        },
+    }));
+    let start = Instant::now();
+    // `setsid` puts the sleep in a new session (so the group kill misses
+    // it) while it still holds stdout open.
+    let o = set.execute_request(
+        &ToolCallRequest {
+            name: "bash".into(),
+            call_id: "c".into(),
+            arguments: json!({"command": "setsid sleep 5 & echo $!", "description": "d"}),
+        },
+        &env.ctx(),
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    let pids = pids_in(&text_of(&o));
+    assert_eq!(pids.len(), 1, "{o:?}");
+    // SAFETY: cleaning up the escaped test process.
+    unsafe {
+        libc::kill(pids[0], libc::SIGKILL);
+    }
+}
