@@ -7,8 +7,13 @@
 //! core's [`ApprovalOutcome`] (and remembers `AllowAlways`).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-use dsh_core::agent::{ApprovalOutcome, PreToolDecision};
+use dsh_core::agent::tools::ToolOutcome;
+use dsh_core::agent::{
+    ApprovalOutcome, Hook, HookCx, HookError, Hooks, PostToolDecision, PreToolDecision,
+    ToolExecution,
+};
 
 /// What the policy does with a call before it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +134,53 @@ impl ApprovalPolicy {
             Some(ApprovalDecision::Deny) => ApprovalOutcome::Rejected,
             None => ApprovalOutcome::Cancelled,
         }
+    }
+}
+
+/// [`Hooks`] that apply a shared [`ApprovalPolicy`] at `tools/pre-execute`
+/// and defer every `ask` to the shell: the agent emits
+/// `Output::Hook { call: HookCall::ToolApproval { .. } }`, the shell asks a
+/// front end and answers with `HookAnswer::ToolApproval(policy.resolve(..))`.
+/// Every other seam keeps the reference default.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyHooks {
+    /// The policy, shared with the shell (which records `AllowAlways`).
+    pub policy: Arc<Mutex<ApprovalPolicy>>,
+}
+
+impl PolicyHooks {
+    /// Hooks over `policy`.
+    pub fn new(policy: Arc<Mutex<ApprovalPolicy>>) -> Self {
+        PolicyHooks { policy }
+    }
+}
+
+impl Hooks for PolicyHooks {
+    fn tool_pre_execute(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+    ) -> Hook<Result<PreToolDecision, HookError>> {
+        let policy = self.policy.lock().unwrap_or_else(|e| e.into_inner());
+        Hook::Ready(Ok(policy.pre_execute(&exec.name)))
+    }
+
+    fn tool_approval(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _exec: &ToolExecution,
+        _reason: Option<&str>,
+    ) -> Hook<ApprovalOutcome> {
+        Hook::Defer
+    }
+
+    fn tool_post_execute(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _exec: &ToolExecution,
+        _outcome: &ToolOutcome,
+    ) -> Hook<Result<PostToolDecision, HookError>> {
+        Hook::Ready(Ok(PostToolDecision::accept()))
     }
 }
 

@@ -34,7 +34,7 @@ pub mod fs;
 pub mod path;
 pub mod todo;
 
-pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy};
+pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy, PolicyHooks};
 pub use bash::{BashConfig, BashTool};
 pub use fs::{EditTool, ReadConfig, ReadTool, WriteTool};
 pub use path::{PathError, Resolved, Workspace};
