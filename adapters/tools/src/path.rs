@@ -204,11 +204,13 @@ fn deepest_existing(path: &Path) -> (PathBuf, Vec<Component<'_>>) {
 }
 
 /// Opens an existing file for reading without following a symlink in the
-/// final component (`ELOOP` instead).
+/// final component (`ELOOP` instead). `O_NONBLOCK` keeps a FIFO from
+/// blocking the open (it has no effect on regular files); callers refuse
+/// anything that is not a regular file afterwards.
 pub fn open_nofollow(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
 }
 

@@ -334,6 +334,20 @@ fn read_error_cases() {
             env.shown("d")
         )
     );
+    // A FIFO is refused without blocking on the open.
+    let fifo = std::ffi::CString::new(env.p("fifo").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    for (tool, args) in [
+        ("read", json!({"file_path": "fifo"})),
+        ("write", json!({"file_path": "fifo", "content": "x"})),
+        (
+            "edit",
+            json!({"file_path": "fifo", "old_string": "a", "new_string": "b"}),
+        ),
+    ] {
+        assert_fs_error(&env.call(tool, args), "FS_NOT_REGULAR_FILE");
+    }
     fs::write(env.p("bin"), [0xff, 0xfe, b'\n']).unwrap();
     assert_fs_error(
         &env.call("read", json!({"file_path": "bin"})),
