@@ -17,7 +17,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::cell::UnsafeCell;
 use core::convert::Infallible;
 use core::panic::PanicInfo;
-use core::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use dsh_embedded::{Shell, ShellConfig, Tool, ToolError, ToolOutput};
 
@@ -120,10 +120,12 @@ impl embedded_io::Write for Discard {
     }
 }
 
-static TICKS: AtomicI64 = AtomicI64::new(1_785_000_000_000);
+/// Milliseconds since boot (a timer interrupt would advance it).
+static TICKS: AtomicU32 = AtomicU32::new(0);
 
+/// Epoch ms: a boot time (from an RTC or the network) plus the ticks.
 fn clock() -> i64 {
-    TICKS.fetch_add(1, Ordering::Relaxed)
+    1_785_000_000_000 + i64::from(TICKS.fetch_add(1, Ordering::Relaxed))
 }
 
 fn led(args: &str, out: &mut ToolOutput) -> Result<(), ToolError> {
