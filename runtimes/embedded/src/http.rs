@@ -570,7 +570,10 @@ mod tests {
                 (b"hello, world".to_vec(), true)
             );
         }
-        assert_eq!(dechunk(b"A\nabcdefghij\n0\n\n", 3).unwrap().1, true);
+        assert_eq!(
+            dechunk(b"A\nabcdefghij\n0\n\n", 3).unwrap(),
+            (b"abcdefghij".to_vec(), true)
+        );
     }
 
     #[test]

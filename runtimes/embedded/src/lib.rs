@@ -383,11 +383,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             }
             break;
         }
-        if self.sink_error.is_none() {
-            if let Err(e) = self.sink.flush() {
-                self.sink_error = Some(e.kind());
-            }
-        }
+        self.flush_sink();
         if let Some(kind) = self.sink_error {
             return Err(ShellError::Sink(kind));
         }
@@ -409,19 +405,22 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                     self.work
                         .retain(|w| !matches!(w, Work::Model(c) if c.attempt == attempt));
                 }
-                Output::Flush(_) => {
-                    if self.sink_error.is_none() {
-                        if let Err(e) = self.sink.flush() {
-                            self.sink_error = Some(e.kind());
-                        }
-                    }
-                }
+                Output::Flush(_) => self.flush_sink(),
                 Output::Status(_status) => {
                     log_debug!("dsh: status {}", _status);
                 }
                 // Tools run synchronously, so nothing is in flight to abort;
                 // hooks are the defaults, so none is deferred.
                 _ => {}
+            }
+        }
+    }
+
+    /// A durability barrier: flushes the sink unless it already failed.
+    fn flush_sink(&mut self) {
+        if self.sink_error.is_none() {
+            if let Err(e) = self.sink.flush() {
+                self.sink_error = Some(e.kind());
             }
         }
     }
