@@ -17,7 +17,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_embedded::{Shell, ShellConfig};
-use support::{Counting, TEMPERATURE, TWO_STEP_SCRIPT, TcpLink, clock, heap_high_water};
+use support::{
+    Counting, LOG_CAPACITY, TEMPERATURE, TWO_STEP_SCRIPT, TcpLink, clock, heap_high_water,
+};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -45,13 +47,14 @@ fn main() -> Result<(), String> {
     };
     let mut config = ShellConfig::new(host, "host-example");
     config.api_key = std::env::var("DEEPSEEK_API_KEY").ok();
-    let (result, peak) = heap_high_water(|| {
+    let sink = Vec::with_capacity(LOG_CAPACITY);
+    let (result, heap) = heap_high_water(|| {
         let mut shell = Shell::new(
             config,
             &[TEMPERATURE],
             clock,
             move || TcpLink::connect(addr),
-            Vec::new(),
+            sink,
         )
         .map_err(|e| e.to_string())?;
         shell
@@ -65,6 +68,9 @@ fn main() -> Result<(), String> {
         "wrote {} lines to {log_path}",
         log.iter().filter(|b| **b == b'\n').count()
     );
-    println!("heap high-water mark of the turn: {peak} bytes");
+    println!(
+        "heap high-water mark of the turn: {} bytes (log sink excluded)",
+        heap.peak
+    );
     Ok(())
 }

@@ -11,7 +11,10 @@ use dsh_core::{ContentBlock, Role};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_embedded::{Shell, ShellConfig};
 use serde_json::Value;
-use support::{Counting, TEMPERATURE, TWO_STEP_SCRIPT, TcpLink, clock, heap_high_water};
+use support::{
+    Counting, HeapFigures, LOG_CAPACITY, TEMPERATURE, TWO_STEP_SCRIPT, TcpLink, clock,
+    heap_high_water, live_now,
+};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -19,25 +22,58 @@ static ALLOC: Counting = Counting;
 /// The budget the issue sets for the two-step tool turn.
 const HEAP_BUDGET: i64 = 64 * 1024;
 
-fn run_two_step() -> (Vec<u8>, MockServer, i64) {
+fn run_two_step() -> (Vec<u8>, MockServer, HeapFigures) {
     let server = MockServer::start(Script::from_json(TWO_STEP_SCRIPT).unwrap()).unwrap();
     let addr = server.addr();
     let mut config = ShellConfig::new(addr.to_string(), "device-1");
     config.api_key = Some("sk-test".into());
-    let (log, peak) = heap_high_water(|| {
+    // The sink stands for a flash region: its bytes are not the shell's heap.
+    let sink = Vec::with_capacity(LOG_CAPACITY);
+    let (log, heap) = heap_high_water(|| {
         let mut shell = Shell::new(
             config,
             &[TEMPERATURE],
             clock,
             move || TcpLink::connect(addr),
-            Vec::new(),
+            sink,
         )
         .unwrap();
         shell.prompt("How warm is the board?").unwrap();
-        let (_agent, log) = shell.into_parts();
+        let (agent, log) = shell.into_parts();
+        println!(
+            "heap kept by the agent after the turn (session of {} events): {} bytes",
+            agent.session().len(),
+            live_now()
+        );
+        drop(agent);
         log
     });
-    (log, server, peak)
+    assert!(log.len() < LOG_CAPACITY, "the sink never reallocated");
+    (log, server, heap)
+}
+
+#[test]
+fn a_fresh_shell_is_small() {
+    let addr = "127.0.0.1:9".parse().unwrap();
+    let config = ShellConfig::new("127.0.0.1:9", "device-1");
+    let sink = Vec::with_capacity(LOG_CAPACITY);
+    let (shell, heap) = heap_high_water(|| {
+        Shell::new(
+            config,
+            &[TEMPERATURE],
+            clock,
+            move || TcpLink::connect(addr),
+            sink,
+        )
+        .unwrap()
+    });
+    println!(
+        "heap of a fresh shell (agent, tool registry, configs): {} bytes, peak {}",
+        heap.retained, heap.peak
+    );
+    assert!(heap.retained < 8 * 1024, "{heap:?}");
+    // Only the header line was written.
+    assert_eq!(shell.sink().iter().filter(|b| **b == b'\n').count(), 1);
 }
 
 fn lines(log: &[u8]) -> Vec<Value> {
@@ -49,8 +85,12 @@ fn lines(log: &[u8]) -> Vec<Value> {
 
 #[test]
 fn two_step_tool_turn_over_tcp_passes_log_check_and_replay() {
-    let (log, server, peak) = run_two_step();
+    let (log, server, heap) = run_two_step();
+    let peak = heap.peak;
     println!("heap high-water mark of the two-step tool turn: {peak} bytes");
+    // Nothing the shell allocated outlives it (the config it was given was
+    // allocated before the measurement and freed inside, hence <= 0).
+    assert!(heap.retained <= 0, "{heap:?}");
 
     // The wire: two POSTs with Content-Length and Connection: close; the
     // second carries the tool call and its result (W-rules of 5.7).

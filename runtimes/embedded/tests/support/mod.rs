@@ -113,16 +113,38 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-/// Runs `f` counting this thread's heap; returns its value and the
-/// high-water mark in bytes above the level at the start.
-pub fn heap_high_water<T>(f: impl FnOnce() -> T) -> (T, i64) {
+/// Heap figures of one measured run, in bytes above the level at its start.
+#[derive(Clone, Copy, Debug)]
+pub struct HeapFigures {
+    /// The high-water mark.
+    pub peak: i64,
+    /// Still allocated when the run returned (what its value keeps).
+    pub retained: i64,
+}
+
+/// Runs `f` counting this thread's heap; returns its value and the figures.
+pub fn heap_high_water<T>(f: impl FnOnce() -> T) -> (T, HeapFigures) {
     LIVE.with(|l| l.set(0));
     PEAK.with(|p| p.set(0));
     ON.with(|on| on.set(true));
     let value = f();
     ON.with(|on| on.set(false));
-    (value, PEAK.with(Cell::get))
+    let figures = HeapFigures {
+        peak: PEAK.with(Cell::get),
+        retained: LIVE.with(Cell::get),
+    };
+    (value, figures)
 }
+
+/// Bytes live now on this thread, relative to the start of the measured run.
+pub fn live_now() -> i64 {
+    LIVE.with(Cell::get)
+}
+
+/// Capacity reserved for an in-memory log sink before a measured run, so
+/// the figures count the shell and not the test's stand-in for a flash
+/// region or UART.
+pub const LOG_CAPACITY: usize = 64 * 1024;
 
 /// The two-step tool turn of the host test and example: the model calls
 /// `temperature`, then answers with text.
