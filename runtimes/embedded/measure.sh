@@ -11,7 +11,7 @@ root="$(cd "$here/../.." && pwd)"
 cd "$root"
 
 echo "== heap high-water mark (cargo test -p dsh-embedded --test host -- --nocapture)"
-cargo test -q -p dsh-embedded --test host -- --nocapture --test-threads 1 2>/dev/null | grep -E '^(test .* \.\.\. )?heap'
+cargo test -q -p dsh-embedded --test host -- --nocapture --test-threads 1 2>/dev/null | grep -o 'heap.*'
 
 echo "== firmware .text (cargo build --release --target thumbv7em-none-eabihf, examples/firmware)"
 cargo build -q --release --target thumbv7em-none-eabihf \

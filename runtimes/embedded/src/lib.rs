@@ -31,7 +31,9 @@
 //!   check it on a host with `dsh log check` and `dsh replay --check`.
 //!
 //! Time comes from a caller-supplied clock (`fn() -> i64`, epoch ms), ids
-//! from an [`IdSource`] (default: the deterministic [`SequentialIds`]).
+//! from an [`IdSource`] (default: the deterministic
+//! [`SequentialIds`](dsh_core::agent::SequentialIds) counter; [`IdFn`] wraps
+//! a plain function).
 //! With feature `defmt` the shell logs through `defmt`.
 //!
 //! ```no_run
@@ -77,12 +79,12 @@ use core::ops::Range;
 
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry, ToolRegistryError};
 use dsh_core::agent::{
-    Agent, AgentConfig, AgentOptions, AgentStatus, IdSource, InputError, ModelCall, Output,
-    ResumeError, SequentialIds, ToolExecution,
+    Agent, AgentConfig, AgentOptions, AgentStatus, IdPurpose, IdSource, InputError, ModelCall,
+    Output, ResumeError, ToolExecution,
 };
 use dsh_core::jsonl::{encode_event_line, encode_header_line};
 use dsh_core::session::{Session, SessionHeader};
-use dsh_core::{ContentBlock, LlmError, Message, Purpose, StreamChunk};
+use dsh_core::{ContentBlock, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk};
 use dsh_deepseek::{
     DeepSeekConfig, HttpErrorResponse, PROVIDER_ROUTE, StreamDecoder, classify_http_error, codes,
     error_finish,
@@ -316,7 +318,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         Ok(shell)
     }
 
-    /// Uses `ids` for assistant and tool-result message ids.
+    /// Uses `ids` for assistant and tool-result message ids (for example an
+    /// [`IdFn`]).
     pub fn with_ids(mut self, ids: impl IdSource + Send + 'static) -> Self {
         self.agent = self.agent.with_ids(ids);
         self
@@ -685,5 +688,33 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     }
 }
 
-/// The default id source re-exported for convenience.
-pub type DefaultIds = SequentialIds;
+/// Message ids from a plain function, retry-chain ids from a counter
+/// (`retry-1`, `retry-2`, …): for [`Shell::with_ids`] when a device mints
+/// ids from its own source (a serial number and a counter in flash, a
+/// hardware RNG).
+#[derive(Clone, Copy, Debug)]
+pub struct IdFn {
+    message: fn(IdPurpose<'_>) -> MessageId,
+    retries: u64,
+}
+
+impl IdFn {
+    /// Ids from `message`; it must not repeat an id within a session.
+    pub fn new(message: fn(IdPurpose<'_>) -> MessageId) -> Self {
+        IdFn {
+            message,
+            retries: 0,
+        }
+    }
+}
+
+impl IdSource for IdFn {
+    fn message_id(&mut self, purpose: IdPurpose<'_>) -> MessageId {
+        (self.message)(purpose)
+    }
+
+    fn retry_id(&mut self) -> RetryId {
+        self.retries += 1;
+        RetryId(format!("retry-{}", self.retries))
+    }
+}

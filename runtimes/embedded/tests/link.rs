@@ -7,9 +7,11 @@ mod support;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use dsh_core::MessageId;
+use dsh_core::agent::IdPurpose;
 use dsh_core::agent::replay::{ReplayOptions, replay_jsonl};
 use dsh_core::jsonl::verify_log;
-use dsh_embedded::{Shell, ShellConfig};
+use dsh_embedded::{IdFn, Shell, ShellConfig};
 use proptest::prelude::*;
 use serde_json::Value;
 use support::{TEMPERATURE, clock};
@@ -293,6 +295,41 @@ fn a_tool_error_reaches_the_model_as_error_text() {
     assert!(text.contains("Error: unsupported unit"), "{text}");
     assert_eq!(turn_end(&r.log)["kind"], "completed");
     checks(&r.log);
+}
+
+fn device_ids(purpose: IdPurpose<'_>) -> MessageId {
+    match purpose {
+        IdPurpose::Assistant { turn, step } => MessageId(format!("dev-a{turn}.{step}")),
+        IdPurpose::ToolResult { call_id, .. } => MessageId(format!("dev-r-{}", call_id.as_str())),
+        IdPurpose::RuntimeContext { turn, step } => MessageId(format!("dev-x{turn}.{step}")),
+    }
+}
+
+#[test]
+fn ids_come_from_the_caller_function() {
+    let config = ShellConfig::new("model.local", "ids-1");
+    let response = chunked(SSE, 32);
+    let opener = move || {
+        Ok(MemLink {
+            response: response.clone(),
+            at: 0,
+            piece: 64,
+            fail_at_end: false,
+            written: Rc::new(RefCell::new(Vec::new())),
+        })
+    };
+    let mut shell = Shell::new(config, &[], clock, opener, Vec::new())
+        .unwrap()
+        .with_ids(IdFn::new(device_ids));
+    shell.prompt("hi").unwrap();
+    let log = shell.into_parts().1;
+    let records = records(&log);
+    let msg = records
+        .iter()
+        .find(|r| r["type"] == "assistant/message")
+        .unwrap();
+    assert_eq!(msg["data"]["message"]["id"], "dev-a1.1");
+    checks(&log);
 }
 
 proptest! {
