@@ -297,6 +297,62 @@ fn a_tool_error_reaches_the_model_as_error_text() {
     checks(&r.log);
 }
 
+/// A log sink that accepts `room` bytes, then fails.
+struct FullFlash {
+    kept: Vec<u8>,
+    room: usize,
+}
+
+impl embedded_io::ErrorType for FullFlash {
+    type Error = embedded_io::ErrorKind;
+}
+
+impl embedded_io::Write for FullFlash {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, embedded_io::ErrorKind> {
+        if self.kept.len() >= self.room {
+            return Err(embedded_io::ErrorKind::OutOfMemory);
+        }
+        let n = buf.len().min(self.room - self.kept.len());
+        self.kept.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> Result<(), embedded_io::ErrorKind> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_log_sink_is_reported_and_the_turn_still_ends() {
+    let response = chunked(SSE, 32);
+    let opener = move || {
+        Ok(MemLink {
+            response: response.clone(),
+            at: 0,
+            piece: 64,
+            fail_at_end: false,
+            written: Rc::new(RefCell::new(Vec::new())),
+        })
+    };
+    let sink = FullFlash {
+        kept: Vec::new(),
+        room: 600,
+    };
+    let mut shell = Shell::new(ShellConfig::new("m", "full-1"), &[], clock, opener, sink).unwrap();
+    assert_eq!(
+        shell.prompt("hi"),
+        Err(dsh_embedded::ShellError::Sink(
+            embedded_io::ErrorKind::OutOfMemory
+        ))
+    );
+    assert_eq!(shell.agent().status(), dsh_core::agent::AgentStatus::Idle);
+    let (agent, sink) = shell.into_parts();
+    assert!(matches!(
+        agent.session().events().last().map(|e| e.event_type()),
+        Some("turn/end")
+    ));
+    assert_eq!(sink.kept.len(), 600);
+}
+
 fn device_ids(purpose: IdPurpose<'_>) -> MessageId {
     match purpose {
         IdPurpose::Assistant { turn, step } => MessageId(format!("dev-a{turn}.{step}")),
