@@ -2,6 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod packed;
+
+pub use packed::{Log, LogEvent, read_log};
+
 /// The shared directory beside the repository (`DSH_SHARED_DIR` overrides).
 pub fn shared_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("DSH_SHARED_DIR") {
@@ -19,6 +23,10 @@ pub fn conformance_logs() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no conformance logs in {}", dir.display());
+    assert!(
+        !files.is_empty(),
+        "no conformance logs in {}",
+        dir.display()
+    );
     files
 }
