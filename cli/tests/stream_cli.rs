@@ -510,3 +510,21 @@ fn check_reports_contract_rules_and_a_missing_finish() {
         "",
     );
 }
+
+#[test]
+fn the_shipped_example_assembles_as_the_readme_shows() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/streams/tool-call.jsonl"
+    );
+    let expected = concat!(
+        r#"{"blocks":[{"type":"reasoning","text":"The user wants the README."},"#,
+        r#"{"type":"tool-call","id":"call_00_R","name":"read_file","arguments":"{\"path\": \"README.md\"}"}],"#,
+        r#""finish":{"kind":"tool-calls"},"#,
+        r#""usage":{"inputTokens":27,"outputTokens":69,"cacheReadTokens":256,"reasoningTokens":24},"#,
+        r#""replayState":null}"#,
+        "\n"
+    );
+    assert_output(&run(&["stream", "assemble", example], b""), 0, expected, "");
+    assert_output(&run(&["stream", "check", example], b""), 0, "ok\n", "");
+}
