@@ -8,10 +8,11 @@
 //!
 //! - `assembler/push_then_blocks`: the figure. Push every chunk into a new
 //!   `BlockAssembler`, then `blocks()`.
-//! - `floor/*`: what no fold over a `[StreamChunk]` can beat, for reading the
-//!   figure. `read_chunks` loads each chunk's tag and fragment length;
-//!   `read_chunks_and_text` also loads the first byte of each fragment;
-//!   `copy_fragments` appends every delta fragment to a per-index buffer and
+//! - `baseline/*`: reference points for reading the figure. `read_chunks`
+//!   only loads each chunk's tag and fragment length, and `read_chunks_and_text`
+//!   also loads the first byte of each fragment: no fold over a
+//!   `[StreamChunk]` of this size can beat them. `copy_fragments` is a naive
+//!   fold that appends every delta fragment to a per-index buffer and does
 //!   nothing else (no kinds, ids, names, ends or finish).
 //!
 //! ```sh
@@ -95,7 +96,7 @@ fn assembler(c: &mut Criterion) {
     });
     group.finish();
 
-    let mut group = c.benchmark_group("floor");
+    let mut group = c.benchmark_group("baseline");
     group.throughput(Throughput::Elements(CHUNKS));
     group.bench_function("read_chunks", |b| {
         b.iter(|| {
