@@ -42,7 +42,8 @@ fn parse_chunks(path: Option<PathBuf>) -> Result<Vec<(usize, StreamChunk)>, Outc
     let mut chunks = Vec::new();
     for (line_no, line) in numbered_lines(&bytes) {
         let parsed = line.and_then(|l| {
-            serde_json::from_str::<StreamChunk>(l).map_err(|e| format!("not a valid chunk: {e}"))
+            serde_json::from_str::<StreamChunk>(l)
+                .map_err(|e| format!("not a valid chunk: {}", describe(&e)))
         });
         match parsed {
             Ok(chunk) => chunks.push((line_no, chunk)),
@@ -53,6 +54,17 @@ fn parse_chunks(path: Option<PathBuf>) -> Result<Vec<(usize, StreamChunk)>, Outc
         }
     }
     Ok(chunks)
+}
+
+/// A serde_json error without its "at line 1 column C" suffix (each input
+/// line is parsed alone, so the line is always 1): `<why> (column C)`.
+fn describe(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match full.strip_suffix(&suffix) {
+        Some(why) => format!("{why} (column {})", e.column()),
+        None => full,
+    }
 }
 
 fn assemble(path: Option<PathBuf>) -> Outcome {

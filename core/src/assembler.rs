@@ -5,11 +5,17 @@
 //! It is deliberately lenient: streams that break the grammar of 2.5 are
 //! folded by the BA rules instead of being rejected (use
 //! [`StreamValidator`](crate::StreamValidator) to check a stream). Memory is
-//! bounded by the input: chunks aimed at a closed block are dropped (BA-7).
+//! bounded by the input: chunks aimed at a closed block are dropped (BA-7),
+//! and so are delta fields that the partial's kind never reads (BA-4, BA-5).
+//!
+//! Performance: consecutive deltas almost always target the block the
+//! previous delta targeted, so `push` keeps that block "hot" and appends to it
+//! without a map lookup; everything else takes an out-of-line path.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
+use core::mem;
 use hashbrown::HashMap;
 
 use crate::chunk::{FinishReason, ReplayEnvelope, StreamChunk, TokenUsage};
@@ -61,30 +67,140 @@ impl Kind {
             other => Kind::Other(String::from(other)),
         }
     }
+
+    /// What an open partial of this kind takes on the fast path.
+    fn hot(&self) -> Hot {
+        match self {
+            Kind::Text | Kind::Reasoning => Hot::Text,
+            Kind::ToolCall => Hot::Tool,
+            Kind::Other(_) => Hot::None,
+        }
+    }
+}
+
+/// Which deltas the hot partial absorbs without a lookup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Hot {
+    /// No hot partial.
+    #[default]
+    None,
+    /// An open text or reasoning partial: text and reasoning deltas.
+    Text,
+    /// An open tool-call partial: tool-call deltas.
+    Tool,
+}
+
+/// The JS `String.prototype.trim` whitespace set (WhiteSpace and
+/// LineTerminator), which IB-3 uses; it differs from Unicode `White_Space`
+/// in U+FEFF (JS only) and U+0085 (Unicode only).
+fn is_js_whitespace(c: char) -> bool {
+    matches!(
+        c,
+        '\u{9}'..='\u{d}'
+            | ' '
+            | '\u{a0}'
+            | '\u{1680}'
+            | '\u{2000}'..='\u{200a}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{202f}'
+            | '\u{205f}'
+            | '\u{3000}'
+            | '\u{feff}'
+    )
+}
+
+/// IB-3: whether a kept block is dropped as blank (its `text` is empty or
+/// only whitespace, or it has no string `text` at all).
+fn is_blank(block: &ContentBlock) -> bool {
+    let text = match block {
+        ContentBlock::Text { text } | ContentBlock::Reasoning { text } => Some(text.as_str()),
+        ContentBlock::Unknown(map) => map.get("text").and_then(serde_json::Value::as_str),
+        _ => None,
+    };
+    text.is_none_or(|t| t.chars().all(is_js_whitespace))
+}
+
+/// Whether a produced block has `type` `tool-call` (BB-3 decides by type, so
+/// an irregular tool-call kept as [`ContentBlock::Unknown`] counts too).
+fn is_tool_call(block: &ContentBlock) -> bool {
+    matches!(block, ContentBlock::ToolCall { .. }) || block.block_type() == "tool-call"
 }
 
 /// One block being assembled (BS-1).
+///
+/// Text and reasoning deltas append to `buf` only for a text or reasoning
+/// kind, and tool-call deltas touch `buf`, `tool_call_id` and
+/// `tool_call_name` only for a tool-call kind: BB-2 never reads those fields
+/// for another kind, so keeping them would only grow memory.
 #[derive(Clone, Debug)]
 struct Partial {
-    index: u64,
-    kind: Kind,
-    text: String,
+    /// The text (text, reasoning) or the arguments (tool-call).
+    buf: String,
     tool_call_id: Option<String>,
     tool_call_name: Option<String>,
-    args: String,
     closed: Option<ContentBlock>,
+    kind: Kind,
+    index: u64,
 }
 
 impl Partial {
     fn new(index: u64, kind: Kind) -> Self {
         Partial {
-            index,
-            kind,
-            text: String::new(),
+            buf: String::new(),
             tool_call_id: None,
             tool_call_name: None,
-            args: String::new(),
             closed: None,
+            kind,
+            index,
+        }
+    }
+
+    /// What this partial takes on the fast path now.
+    fn hot(&self) -> Hot {
+        if self.closed.is_some() {
+            Hot::None
+        } else {
+            self.kind.hot()
+        }
+    }
+
+    /// BA-5 on an open tool-call partial.
+    #[inline]
+    fn tool_delta(&mut self, id: &str, name: Option<&str>, arguments_delta: &str) {
+        // The latest id wins, "" included.
+        match &mut self.tool_call_id {
+            Some(current) => {
+                if current != id {
+                    current.clear();
+                    current.push_str(id);
+                }
+            }
+            None => self.tool_call_id = Some(String::from(id)),
+        }
+        // A non-empty name replaces; an empty or absent one never clears.
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            match &mut self.tool_call_name {
+                Some(current) => {
+                    if current != name {
+                        current.clear();
+                        current.push_str(name);
+                    }
+                }
+                None => self.tool_call_name = Some(String::from(name)),
+            }
+        }
+        self.buf.push_str(arguments_delta);
+    }
+
+    /// The `type` of the block this partial produces (BB-2), or the BB-4
+    /// error, without building the block.
+    fn produced_is_tool_call(&self) -> Result<bool, AssembleError> {
+        match (&self.closed, &self.kind) {
+            (Some(block), _) => Ok(is_tool_call(block)),
+            (None, Kind::ToolCall) => Ok(true),
+            (None, Kind::Text | Kind::Reasoning) => Ok(false),
+            (None, Kind::Other(kind)) => Err(AssembleError::IncompleteBlock { kind: kind.clone() }),
         }
     }
 
@@ -95,10 +211,10 @@ impl Partial {
         }
         match &self.kind {
             Kind::Text => Ok(ContentBlock::Text {
-                text: self.text.clone(),
+                text: self.buf.clone(),
             }),
             Kind::Reasoning => Ok(ContentBlock::Reasoning {
-                text: self.text.clone(),
+                text: self.buf.clone(),
             }),
             Kind::ToolCall => Ok(ContentBlock::ToolCall {
                 id: CallId(match &self.tool_call_id {
@@ -106,21 +222,73 @@ impl Partial {
                     None => alloc::format!("call-{}", self.index),
                 }),
                 name: self.tool_call_name.clone().unwrap_or_default(),
-                arguments: self.args.clone(),
+                arguments: self.buf.clone(),
             }),
             Kind::Other(kind) => Err(AssembleError::IncompleteBlock { kind: kind.clone() }),
         }
     }
 
-    /// IB-1: the closed block's type, else the partial's kind.
-    fn effective_is_textual(&self) -> bool {
-        match &self.closed {
-            Some(block) => matches!(
-                block,
-                ContentBlock::Text { .. } | ContentBlock::Reasoning { .. }
-            ),
-            None => matches!(self.kind, Kind::Text | Kind::Reasoning),
+    /// BB-2 by value: moves the buffers instead of copying them.
+    fn into_block(self) -> Result<ContentBlock, AssembleError> {
+        if let Some(block) = self.closed {
+            return Ok(block);
         }
+        match self.kind {
+            Kind::Text => Ok(ContentBlock::Text { text: self.buf }),
+            Kind::Reasoning => Ok(ContentBlock::Reasoning { text: self.buf }),
+            Kind::ToolCall => Ok(ContentBlock::ToolCall {
+                id: CallId(
+                    self.tool_call_id
+                        .unwrap_or_else(|| alloc::format!("call-{}", self.index)),
+                ),
+                name: self.tool_call_name.unwrap_or_default(),
+                arguments: self.buf,
+            }),
+            Kind::Other(kind) => Err(AssembleError::IncompleteBlock { kind }),
+        }
+    }
+
+    /// BA-6: closes an open partial with `block`. When `block` is exactly what
+    /// the deltas built (the usual case, AC-2), the buffers become the closed
+    /// block instead of a copy of it being made.
+    fn close(&mut self, block: &ContentBlock) {
+        let closed = match (&self.kind, block) {
+            (Kind::Text, ContentBlock::Text { text }) if *text == self.buf => ContentBlock::Text {
+                text: mem::take(&mut self.buf),
+            },
+            (Kind::Reasoning, ContentBlock::Reasoning { text }) if *text == self.buf => {
+                ContentBlock::Reasoning {
+                    text: mem::take(&mut self.buf),
+                }
+            }
+            (
+                Kind::ToolCall,
+                ContentBlock::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                },
+            ) if *arguments == self.buf
+                && self.tool_call_id.as_deref() == Some(id.0.as_str())
+                && self.tool_call_name.as_deref().unwrap_or("") == name =>
+            {
+                ContentBlock::ToolCall {
+                    id: CallId(self.tool_call_id.take().unwrap_or_default()),
+                    name: self.tool_call_name.take().unwrap_or_default(),
+                    arguments: mem::take(&mut self.buf),
+                }
+            }
+            _ => block.clone(),
+        };
+        self.closed = Some(closed);
+        self.release();
+    }
+
+    /// Frees the delta buffers, dead once the partial is closed (BA-7).
+    fn release(&mut self) {
+        self.buf = String::new();
+        self.tool_call_id = None;
+        self.tool_call_name = None;
     }
 }
 
@@ -134,13 +302,15 @@ impl Partial {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct BlockAssembler {
-    /// Partials in first-seen order (BS-2).
+    /// Partials in first-seen order (BS-1, BS-2).
     partials: Vec<Partial>,
-    /// Index → position in `partials` (BS-1).
+    /// Index → position in `partials`.
     positions: HashMap<u64, usize>,
-    /// The last index looked up, and its position: consecutive deltas almost
-    /// always target the same block.
-    last: Option<(u64, usize)>,
+    /// What the hot partial (`partials[hot_pos]`, block `hot_index`) takes on
+    /// the fast path; [`Hot::None`] when there is none.
+    hot: Hot,
+    hot_index: u64,
+    hot_pos: usize,
     usage: Option<TokenUsage>,
     finish: Option<FinishReason>,
     replay: Option<ReplayEnvelope>,
@@ -153,49 +323,45 @@ impl BlockAssembler {
     }
 
     /// Position of the partial for `index`, created with `kind` if new (BA-1).
-    #[inline]
-    fn slot(&mut self, index: u64, kind: impl FnOnce() -> Kind) -> (usize, bool) {
-        if let Some((last_index, pos)) = self.last {
-            if last_index == index {
-                return (pos, false);
-            }
+    fn slot(&mut self, index: u64, kind: impl FnOnce() -> Kind) -> usize {
+        if self.hot != Hot::None && self.hot_index == index {
+            return self.hot_pos;
         }
-        let (pos, created) = match self.positions.get(&index) {
-            Some(&pos) => (pos, false),
+        match self.positions.get(&index) {
+            Some(&pos) => pos,
             None => {
                 let pos = self.partials.len();
                 self.partials.push(Partial::new(index, kind()));
                 self.positions.insert(index, pos);
-                (pos, true)
+                pos
             }
-        };
-        self.last = Some((index, pos));
-        (pos, created)
+        }
+    }
+
+    /// Makes `partials[pos]` the hot partial.
+    fn heat(&mut self, index: u64, pos: usize) {
+        if let Some(partial) = self.partials.get(pos) {
+            self.hot = partial.hot();
+            self.hot_index = index;
+            self.hot_pos = pos;
+        }
     }
 
     /// Applies one chunk (BA-1..BA-10). Nothing is rejected for bad ordering;
     /// the chunk set is closed in Rust, so BA-11 cannot arise here.
+    #[inline]
     pub fn push(&mut self, chunk: &StreamChunk) {
         match chunk {
-            StreamChunk::BlockStart { index, block_type } => {
-                // BA-3: a start for a known index is ignored entirely.
-                self.slot(*index, || Kind::from_type(block_type));
-            }
             StreamChunk::TextDelta { index, text }
             | StreamChunk::ReasoningDelta { index, text } => {
-                let is_text = matches!(chunk, StreamChunk::TextDelta { .. });
-                let (pos, _) =
-                    self.slot(
-                        *index,
-                        || {
-                            if is_text { Kind::Text } else { Kind::Reasoning }
-                        },
-                    );
-                let partial = &mut self.partials[pos];
-                // BA-4: both delta kinds share the text buffer; closed ignores.
-                if partial.closed.is_none() {
-                    partial.text.push_str(text);
+                if self.hot == Hot::Text && self.hot_index == *index {
+                    if let Some(partial) = self.partials.get_mut(self.hot_pos) {
+                        partial.buf.push_str(text);
+                        return;
+                    }
                 }
+                let is_text = matches!(chunk, StreamChunk::TextDelta { .. });
+                self.text_delta(*index, text, is_text);
             }
             StreamChunk::ToolCallDelta {
                 index,
@@ -203,33 +369,55 @@ impl BlockAssembler {
                 name,
                 arguments_delta,
             } => {
-                let (pos, _) = self.slot(*index, || Kind::ToolCall);
-                let partial = &mut self.partials[pos];
-                if partial.closed.is_none() {
-                    // BA-5: the latest id wins, "" included.
-                    match &mut partial.tool_call_id {
-                        Some(current) if current == id => {}
-                        slot => *slot = Some(id.clone()),
+                if self.hot == Hot::Tool && self.hot_index == *index {
+                    if let Some(partial) = self.partials.get_mut(self.hot_pos) {
+                        partial.tool_delta(id, name.as_deref(), arguments_delta);
+                        return;
                     }
-                    if let Some(name) = name.as_deref().filter(|n| !n.is_empty()) {
-                        if partial.tool_call_name.as_deref() != Some(name) {
-                            partial.tool_call_name = Some(String::from(name));
-                        }
-                    }
-                    partial.args.push_str(arguments_delta);
                 }
+                self.tool_call_delta(*index, id, name.as_deref(), arguments_delta);
             }
-            StreamChunk::BlockEnd { index, block } => {
-                let (pos, _) = self.slot(*index, || Kind::from_type(block.block_type()));
-                let partial = &mut self.partials[pos];
-                // BA-6: the first close wins and overrides the deltas.
-                if partial.closed.is_none() {
-                    partial.closed = Some(block.clone());
-                    // The buffers are dead from here on (BA-7); free them.
-                    partial.text = String::new();
-                    partial.args = String::new();
-                }
+            _ => self.push_other(chunk),
+        }
+    }
+
+    /// BA-4 off the fast path: a text or reasoning delta for a new, closed,
+    /// other-kind or not-hot block.
+    #[inline(never)]
+    fn text_delta(&mut self, index: u64, text: &str, is_text: bool) {
+        let pos = self.slot(index, || if is_text { Kind::Text } else { Kind::Reasoning });
+        let Some(partial) = self.partials.get_mut(pos) else {
+            return;
+        };
+        // Both delta kinds share the text buffer; a closed partial ignores.
+        if partial.hot() == Hot::Text {
+            partial.buf.push_str(text);
+            self.heat(index, pos);
+        }
+    }
+
+    /// BA-5 off the fast path.
+    #[inline(never)]
+    fn tool_call_delta(&mut self, index: u64, id: &str, name: Option<&str>, arguments_delta: &str) {
+        let pos = self.slot(index, || Kind::ToolCall);
+        let Some(partial) = self.partials.get_mut(pos) else {
+            return;
+        };
+        if partial.hot() == Hot::Tool {
+            partial.tool_delta(id, name, arguments_delta);
+            self.heat(index, pos);
+        }
+    }
+
+    /// `block-start`, `block-end`, `usage` and `finish`.
+    #[inline(never)]
+    fn push_other(&mut self, chunk: &StreamChunk) {
+        match chunk {
+            StreamChunk::BlockStart { index, block_type } => {
+                // BA-3: a start for a known index is ignored entirely.
+                self.slot(*index, || Kind::from_type(block_type));
             }
+            StreamChunk::BlockEnd { index, block } => self.block_end(*index, block),
             StreamChunk::Usage { usage } => self.usage = Some(*usage),
             StreamChunk::Finish {
                 reason,
@@ -239,6 +427,50 @@ impl BlockAssembler {
                 self.finish = Some(reason.clone());
                 self.replay = replay_state.clone();
             }
+            // Deltas take the paths in `push`.
+            StreamChunk::TextDelta { .. }
+            | StreamChunk::ReasoningDelta { .. }
+            | StreamChunk::ToolCallDelta { .. } => self.push(chunk),
+        }
+    }
+
+    /// BA-6: the first close wins and overrides the deltas.
+    fn block_end(&mut self, index: u64, block: &ContentBlock) {
+        let pos = self.slot(index, || Kind::from_type(block.block_type()));
+        if let Some(partial) = self.partials.get_mut(pos) {
+            if partial.closed.is_none() {
+                partial.close(block);
+            }
+        }
+        if self.hot_pos == pos {
+            self.hot = Hot::None;
+        }
+    }
+
+    /// [`push`](Self::push) taking the chunk by value: a `block-end` block
+    /// and a `finish` reason are moved in instead of copied.
+    pub fn push_owned(&mut self, chunk: StreamChunk) {
+        match chunk {
+            StreamChunk::BlockEnd { index, block } => {
+                let pos = self.slot(index, || Kind::from_type(block.block_type()));
+                if let Some(partial) = self.partials.get_mut(pos) {
+                    if partial.closed.is_none() {
+                        partial.closed = Some(block);
+                        partial.release();
+                    }
+                }
+                if self.hot_pos == pos {
+                    self.hot = Hot::None;
+                }
+            }
+            StreamChunk::Finish {
+                reason,
+                replay_state,
+            } => {
+                self.finish = Some(reason);
+                self.replay = replay_state;
+            }
+            other => self.push(&other),
         }
     }
 
@@ -259,9 +491,12 @@ impl BlockAssembler {
         self.finish.clone().unwrap_or(FinishReason::Stop)
     }
 
-    /// Whether the stored finish (or the default) is `max-tokens`.
+    /// BB-3: whether the finish kind is `max-tokens` (an irregular
+    /// `max-tokens` reason kept verbatim counts too).
     fn truncated(&self) -> bool {
-        matches!(self.finish, Some(FinishReason::MaxTokens))
+        self.finish
+            .as_ref()
+            .is_some_and(|f| matches!(f, FinishReason::MaxTokens) || f.kind() == "max-tokens")
     }
 
     /// Whether any chunk has mentioned a block index.
@@ -269,45 +504,62 @@ impl BlockAssembler {
         !self.partials.is_empty()
     }
 
-    /// All produced blocks before the BB-3 filter (BB-4: errors come first).
-    fn produce_all(&self) -> Result<Vec<ContentBlock>, AssembleError> {
-        self.partials.iter().map(Partial::produce).collect()
-    }
-
     /// The assembled blocks in first-seen order (BB-1..BB-7). Idempotent and
     /// free of side effects; may be called mid-stream.
     pub fn blocks(&self) -> Result<Vec<ContentBlock>, AssembleError> {
-        let mut all = self.produce_all()?;
-        if self.truncated() {
-            // BB-3: drop by produced type.
-            all.retain(|b| !matches!(b, ContentBlock::ToolCall { .. }));
+        let truncated = self.truncated();
+        // BB-4: any incomplete block fails, before the BB-3 filter.
+        let mut out = Vec::with_capacity(self.partials.len());
+        for partial in &self.partials {
+            if partial.produced_is_tool_call()? && truncated {
+                continue;
+            }
+            out.push(partial.produce()?);
         }
-        Ok(all)
+        Ok(out)
+    }
+
+    /// [`blocks`](Self::blocks) by value: the buffers and closed blocks are
+    /// moved out instead of copied.
+    pub fn into_blocks(self) -> Result<Vec<ContentBlock>, AssembleError> {
+        let truncated = self.truncated();
+        for partial in &self.partials {
+            partial.produced_is_tool_call()?;
+        }
+        let mut out = Vec::with_capacity(self.partials.len());
+        for partial in self.partials {
+            let block = partial.into_block()?;
+            if !(truncated && is_tool_call(&block)) {
+                out.push(block);
+            }
+        }
+        Ok(out)
     }
 
     /// The pruned replay envelope (RS-1).
     pub fn replay_state(&self) -> Result<Option<ReplayEnvelope>, AssembleError> {
-        let all = self.produce_all()?;
+        // BB-4 applies here too; `all` is one entry per partial.
+        let tool_calls = self
+            .partials
+            .iter()
+            .map(Partial::produced_is_tool_call)
+            .collect::<Result<Vec<bool>, _>>()?;
         let Some(envelope) = &self.replay else {
             return Ok(None);
         };
         let Some(entries) = &envelope.blocks else {
             return Ok(Some(envelope.clone()));
         };
-        if entries.len() != all.len() {
+        if entries.len() != tool_calls.len() {
             return Ok(None);
         }
-        if !self.truncated()
-            || !all
-                .iter()
-                .any(|b| matches!(b, ContentBlock::ToolCall { .. }))
-        {
+        if !self.truncated() || !tool_calls.contains(&true) {
             return Ok(Some(envelope.clone()));
         }
-        let kept = all
+        let kept = tool_calls
             .iter()
             .zip(entries)
-            .filter(|(b, _)| !matches!(b, ContentBlock::ToolCall { .. }))
+            .filter(|(is_call, _)| !**is_call)
             .map(|(_, e)| e.clone())
             .collect();
         Ok(Some(ReplayEnvelope {
@@ -334,9 +586,21 @@ impl BlockAssembler {
     pub fn interrupted_blocks(&self) -> Vec<ContentBlock> {
         self.partials
             .iter()
-            .filter(|p| p.effective_is_textual())
+            .filter(|p| {
+                // IB-1: the closed block's type, else the kind; IB-2: keep
+                // text and reasoning only.
+                let effective = match &p.closed {
+                    Some(block) => block.block_type(),
+                    None => match p.kind {
+                        Kind::Text => "text",
+                        Kind::Reasoning => "reasoning",
+                        _ => "",
+                    },
+                };
+                matches!(effective, "text" | "reasoning")
+            })
             .filter_map(|p| p.produce().ok())
-            .filter(|b| b.as_text().is_some_and(|t| !t.trim().is_empty()))
+            .filter(|b| !is_blank(b))
             .collect()
     }
 }
@@ -732,6 +996,144 @@ mod tests {
             text: "b".into(),
         });
         assert_eq!(a.blocks().unwrap(), vec![ContentBlock::text("ab")]);
+    }
+
+    #[test]
+    fn bb3_drops_by_produced_type_even_for_irregular_blocks() {
+        // A tool-call block with an extra key is kept verbatim (C-7) but its
+        // `type` is still `tool-call`; an irregular max-tokens reason (FR-2)
+        // still has kind `max-tokens`.
+        let a = assemble(
+            r#"{"type":"block-end","index":0,"block":{"type":"tool-call","id":"c","name":"f","arguments":"{}","extra":true}}
+            {"type":"text-delta","index":1,"text":"t"}
+            {"type":"finish","reason":{"kind":"max-tokens","note":"cut"},"replayState":{"response":0,"blocks":["a","b"]}}"#,
+        );
+        assert_eq!(blocks_json(&a), json!([{"type":"text","text":"t"}]));
+        assert_eq!(
+            serde_json::to_value(a.replay_state().unwrap()).unwrap(),
+            json!({"response":0,"blocks":["b"]})
+        );
+        assert_eq!(finish_json(&a), json!({"kind":"max-tokens","note":"cut"}));
+    }
+
+    #[test]
+    fn ib3_blank_means_js_trim_whitespace() {
+        // JS `trim` strips U+FEFF but not U+0085 (NEL); Rust's `trim` is the
+        // other way round.
+        let a = assemble(
+            r#"{"type":"text-delta","index":0,"text":"\ufeff \u3000"}
+            {"type":"text-delta","index":1,"text":"\u0085"}
+            {"type":"block-end","index":2,"block":{"type":"text","text":"\u2028"}}
+            {"type":"block-end","index":3,"block":{"type":"text","text":"kept","extra":1}}
+            {"type":"block-end","index":4,"block":{"type":"reasoning","text":"","extra":1}}"#,
+        );
+        assert_eq!(
+            serde_json::to_value(a.interrupted_blocks()).unwrap(),
+            json!([{"type":"text","text":"\u{85}"},{"type":"text","text":"kept","extra":1}])
+        );
+    }
+
+    #[test]
+    fn a_hot_block_follows_interleaving_and_closing() {
+        // Deltas alternate between blocks, a block is closed while hot, and a
+        // delta of the other family hits the hot block (BA-4, BA-5, BA-7).
+        let a = assemble(
+            r#"{"type":"text-delta","index":0,"text":"a"}
+            {"type":"text-delta","index":0,"text":"b"}
+            {"type":"tool-call-delta","index":0,"id":"x","name":"n","argumentsDelta":"{}"}
+            {"type":"tool-call-delta","index":1,"id":"c","name":"f","argumentsDelta":"{"}
+            {"type":"text-delta","index":1,"text":"lost"}
+            {"type":"reasoning-delta","index":0,"text":"c"}
+            {"type":"tool-call-delta","index":1,"id":"c","argumentsDelta":"}"}
+            {"type":"block-end","index":0,"block":{"type":"text","text":"abc"}}
+            {"type":"text-delta","index":0,"text":"late"}
+            {"type":"tool-call-delta","index":1,"id":"d","name":"","argumentsDelta":""}
+            {"type":"block-end","index":1,"block":{"type":"tool-call","id":"d","name":"f","arguments":"{}"}}
+            {"type":"tool-call-delta","index":1,"id":"e","argumentsDelta":"x"}"#,
+        );
+        assert_eq!(
+            blocks_json(&a),
+            json!([{"type":"text","text":"abc"},{"type":"tool-call","id":"d","name":"f","arguments":"{}"}])
+        );
+    }
+
+    #[test]
+    fn a_block_end_that_disagrees_with_the_deltas_wins() {
+        // BA-6 for every kind; the close must not reuse the delta buffers.
+        let a = assemble(
+            r#"{"type":"reasoning-delta","index":0,"text":"r"}
+            {"type":"block-end","index":0,"block":{"type":"reasoning","text":"R"}}
+            {"type":"tool-call-delta","index":1,"id":"c","name":"f","argumentsDelta":"{}"}
+            {"type":"block-end","index":1,"block":{"type":"tool-call","id":"c","name":"g","arguments":"{}"}}
+            {"type":"tool-call-delta","index":2,"id":"c","argumentsDelta":"{}"}
+            {"type":"block-end","index":2,"block":{"type":"tool-call","id":"c","name":"","arguments":"{}"}}
+            {"type":"text-delta","index":3,"text":"t"}
+            {"type":"block-end","index":3,"block":{"type":"reasoning","text":"t"}}"#,
+        );
+        assert_eq!(
+            blocks_json(&a),
+            json!([
+                {"type":"reasoning","text":"R"},
+                {"type":"tool-call","id":"c","name":"g","arguments":"{}"},
+                {"type":"tool-call","id":"c","name":"","arguments":"{}"},
+                {"type":"reasoning","text":"t"}
+            ])
+        );
+    }
+
+    #[test]
+    fn owned_variants_match_the_borrowed_ones() {
+        let lines = r#"{"type":"block-start","index":0,"blockType":"text"}
+            {"type":"text-delta","index":0,"text":"ab"}
+            {"type":"block-end","index":0,"block":{"type":"text","text":"ab"}}
+            {"type":"block-end","index":0,"block":{"type":"text","text":"second close"}}
+            {"type":"tool-call-delta","index":1,"id":"c","name":"f","argumentsDelta":"{"}
+            {"type":"reasoning-delta","index":2,"text":"r"}
+            {"type":"block-end","index":3,"block":{"type":"video","url":"u"}}
+            {"type":"block-start","index":4,"blockType":"tool-call"}
+            {"type":"usage","usage":{"inputTokens":1,"outputTokens":2}}
+            {"type":"finish","reason":{"kind":"stop"},"replayState":{"response":1}}"#;
+        let borrowed = assemble(lines);
+        let mut owned = BlockAssembler::new();
+        for line in lines.lines().map(str::trim) {
+            owned.push_owned(serde_json::from_str(line).unwrap());
+        }
+        let expected = json!([
+            {"type":"text","text":"ab"},
+            {"type":"tool-call","id":"c","name":"f","arguments":"{"},
+            {"type":"reasoning","text":"r"},
+            {"type":"video","url":"u"},
+            {"type":"tool-call","id":"call-4","name":"","arguments":""}
+        ]);
+        assert_eq!(blocks_json(&borrowed), expected);
+        assert_eq!(blocks_json(&owned), expected);
+        assert_eq!(owned.finish(), borrowed.finish());
+        assert_eq!(owned.usage(), borrowed.usage());
+        assert_eq!(owned.replay_state(), borrowed.replay_state());
+        assert_eq!(
+            serde_json::to_value(owned.into_blocks().unwrap()).unwrap(),
+            expected
+        );
+        // into_blocks applies BB-3 and BB-4 like blocks().
+        let mut truncated = borrowed.clone();
+        truncated.push(&StreamChunk::finish(FinishReason::MaxTokens));
+        let kept = json!([{"type":"text","text":"ab"},{"type":"reasoning","text":"r"},{"type":"video","url":"u"}]);
+        assert_eq!(blocks_json(&truncated), kept);
+        assert_eq!(
+            serde_json::to_value(truncated.into_blocks().unwrap()).unwrap(),
+            kept
+        );
+        let open = assemble(
+            r#"{"type":"text-delta","index":0,"text":"a"}
+            {"type":"block-start","index":1,"blockType":"image"}
+            {"type":"finish","reason":{"kind":"max-tokens"}}"#,
+        );
+        assert_eq!(
+            open.into_blocks().unwrap_err(),
+            AssembleError::IncompleteBlock {
+                kind: "image".into()
+            }
+        );
     }
 
     #[test]

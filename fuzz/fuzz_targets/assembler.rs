@@ -110,8 +110,19 @@ fuzz_target!(|input: Vec<FuzzChunk>| {
     let _ = validator.end();
     let first = assembler.blocks();
     assert_eq!(first, assembler.blocks(), "blocks() is idempotent");
-    let _ = assembler.replay_state();
+    let replay = assembler.replay_state();
     let _ = assembler.interrupted_blocks();
+    // The by-value variants agree with the borrowed ones.
+    let mut owned = BlockAssembler::new();
+    for c in chunks.iter().cloned() {
+        owned.push_owned(c);
+    }
+    assert_eq!(owned.blocks(), first, "push_owned matches push");
+    assert_eq!(owned.replay_state(), replay, "push_owned replay state");
+    assert_eq!(owned.finish(), assembler.finish());
+    assert_eq!(owned.usage(), assembler.usage());
+    assert_eq!(owned.interrupted_blocks(), assembler.interrupted_blocks());
+    assert_eq!(assembler.clone().into_blocks(), first, "into_blocks matches blocks");
     if let Ok(blocks) = first {
         let out: usize = blocks
             .iter()

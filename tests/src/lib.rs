@@ -4,6 +4,10 @@ pub mod crash;
 
 use std::path::{Path, PathBuf};
 
+pub mod packed;
+
+pub use packed::{Log, LogEvent, read_log};
+
 /// The shared directory beside the repository (`DSH_SHARED_DIR` overrides).
 pub fn shared_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("DSH_SHARED_DIR") {
