@@ -7,10 +7,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod data_dir;
 mod deepseek;
 mod input;
 mod log;
 mod mock_server;
+mod provider;
+mod render;
 mod replay;
 mod sse;
 mod stream;
