@@ -16,6 +16,7 @@ mod provider;
 mod render;
 mod replay;
 mod sse;
+mod store;
 mod stream;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
@@ -44,6 +45,8 @@ enum Command {
     Log(log::LogCommand),
     /// Replay a recorded session through the agent loop and compare.
     Replay(replay::ReplayArgs),
+    /// List stored sessions: id, cwd, created, last activity, first prompt.
+    Sessions(store::SessionsArgs),
 }
 
 /// What a command ended with.
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Command::MockServer(args) => mock_server::run(args),
         Command::Log(cmd) => log::run(cmd),
         Command::Replay(args) => replay::run(args),
+        Command::Sessions(args) => store::run_sessions(args),
     };
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,
