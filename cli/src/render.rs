@@ -317,14 +317,14 @@ pub fn summarize_arguments(arguments: &str, width: usize) -> String {
         Ok(serde_json::Value::Object(map)) => map
             .iter()
             .map(|(k, v)| match v {
-                serde_json::Value::String(s) => format!("{k}={:?}", s),
+                serde_json::Value::String(s) => format!("{k}=\"{s}\""),
                 other => format!("{k}={other}"),
             })
             .collect::<Vec<_>>()
             .join(" "),
         _ => arguments.to_string(),
     };
-    cut(&summary.replace("\\n", "⏎").replace('\n', "⏎"), width)
+    cut(&summary.replace('\n', "⏎"), width)
 }
 
 /// Cuts `s` to at most `width` characters, marking a cut with `…`.
