@@ -310,7 +310,9 @@ impl Tool for BashTool {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        // The group may hold the pipes open; kill it before joining readers.
+        // Stray members of the group may hold the pipes open; kill the
+        // group before joining the readers (the leader is already reaped,
+        // but its pid stays reserved as the group id while members live).
         kill_group(pid);
         let stdout = out_reader.and_then(|h| h.join().ok()).unwrap_or_default();
         let stderr = err_reader.and_then(|h| h.join().ok()).unwrap_or_default();
@@ -334,15 +336,17 @@ impl Tool for BashTool {
 }
 
 fn kill_group(pid: u32) {
+    // SIGKILL to the child's own process group (it was started with
+    // `process_group(0)`, so the group id is its pid). Never through the
+    // `kill` binary: some versions misparse a negative pid after a signal
+    // name.
     #[cfg(unix)]
+    if let Some(pgid) = i32::try_from(pid)
+        .ok()
+        .filter(|p| *p > 1)
+        .and_then(rustix::process::Pid::from_raw)
     {
-        // `kill -KILL -<pgid>`: no libc dependency for one signal.
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg(format!("-{pid}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
     }
     #[cfg(not(unix))]
     let _ = pid;
