@@ -4,10 +4,10 @@
 //! streamed answer, tool approval, Ctrl-C during a stream, exit).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use dsh_core::jsonl::load_log;
-use dsh_core::session::{EventData, InvariantChecker, SessionEvent, TurnEndReason};
+use dsh_core::session::{EventData, InvariantChecker, SessionEvent};
 use dsh_deepseek::mock::{MockServer, Script};
 
 fn bin() -> &'static str {
@@ -299,7 +299,6 @@ fn sessions_resume_after_a_crash_and_fork() {
     assert_eq!(logs.len(), 2, "{logs:?}");
     let child = logs.iter().find(|p| **p != log).unwrap();
     assert_eq!(header_of(child).parent_session.as_ref(), Some(&id));
-    let _ = TurnEndReason::Completed;
 }
 
 mod pty {
