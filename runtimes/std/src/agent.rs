@@ -8,11 +8,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dsh_core::agent::prompt::PromptSection;
-use dsh_core::agent::tools::{ToolOutcome, ToolRegistry};
+use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
     self as core_agent, AgentOptions, AgentStatus, ApprovalOutcome, CancelCause, Checkpoint,
-    FixedJitter, Hook, HookAnswer, HookCall, HookCx, Hooks, InboxTarget, InputError, Notification,
-    Output, PostToolDecision, PreToolDecision, PreparedCall, Recovery, SeededJitter, ToolExecution,
+    FixedJitter, HookAnswer, HookCall, InboxTarget, InputError, Notification, Output,
+    PostToolDecision, PreToolDecision, PreparedCall, Recovery, SeededJitter, ToolExecution,
 };
 use dsh_core::session::{EventData, Session, SessionEvent, SessionHeader, TurnEndReason};
 use dsh_core::{
@@ -23,7 +23,10 @@ use dsh_store::{SessionStore, StoreError};
 
 use crate::clock::{Clock, IdMode, ShellIds};
 use crate::provider::ModelProvider;
-use crate::tools::{Approval, ApprovalDecision, ApprovalPolicy, ToolCancel, ToolContext, ToolSet};
+use dsh_tools::{
+    ApprovalDecision, ApprovalPolicy, CancelToken as ToolCancel, CollectingSink, PolicyHooks,
+    ToolContext, ToolSet, Workspace,
+};
 
 /// Loop options of the core (HEAD deltas and the retry executor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +51,6 @@ impl Default for LoopOptions {
 }
 
 /// Everything needed to run an agent.
-#[derive(Clone)]
 pub struct AgentConfig {
     /// Where model calls go.
     pub provider: Arc<dyn ModelProvider>,
@@ -56,8 +58,10 @@ pub struct AgentConfig {
     pub call_config: LlmCallConfig,
     /// The system prompt (one section; `{{var}}` references are rendered).
     pub system_prompt: Option<String>,
-    /// The tools and the workspace root.
+    /// The tools.
     pub tools: ToolSet,
+    /// The workspace the file tools are confined to (`None`: `cwd`).
+    pub workspace: Option<PathBuf>,
     /// `ask | auto | deny` per tool.
     pub approval: ApprovalPolicy,
     /// Per-tool timeout when the tool's definition names none.
@@ -76,7 +80,7 @@ impl core::fmt::Debug for AgentConfig {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("AgentConfig")
             .field("call_config", &self.call_config)
-            .field("tools", &self.tools)
+            .field("tools", &self.tools.names())
             .field("approval", &self.approval)
             .field("cwd", &self.cwd)
             .finish_non_exhaustive()
@@ -84,8 +88,8 @@ impl core::fmt::Debug for AgentConfig {
 }
 
 impl AgentConfig {
-    /// A config with the built-in tools over `cwd`, policy `auto`, a 120 s
-    /// tool timeout, the system clock and UUID ids.
+    /// A config with the built-in tools confined to `cwd`, policy `auto`,
+    /// a 120 s tool timeout, the system clock and UUID ids.
     pub fn new(
         provider: Arc<dyn ModelProvider>,
         call_config: LlmCallConfig,
@@ -96,7 +100,8 @@ impl AgentConfig {
             provider,
             call_config,
             system_prompt: None,
-            tools: ToolSet::builtin(cwd.clone()),
+            tools: ToolSet::builtin(),
+            workspace: None,
             approval: ApprovalPolicy::default(),
             tool_timeout: Duration::from_secs(120),
             cwd,
@@ -106,15 +111,14 @@ impl AgentConfig {
         }
     }
 
-    /// The core's configuration derived from this one.
-    pub fn core_config(&self) -> core_agent::AgentConfig {
-        let mut tools = ToolRegistry::new();
-        for (_, tool) in self.tools.iter() {
-            // A duplicate or invalid definition is skipped; the model then
-            // sees no such tool and gets an unknown-tool result.
-            let _ = tools.register(tool.definition());
-        }
-        core_agent::AgentConfig {
+    /// The core's configuration derived from this one (fails on an invalid
+    /// tool definition).
+    pub fn core_config(&self) -> Result<core_agent::AgentConfig, ShellError> {
+        let tools = self
+            .tools
+            .registry()
+            .map_err(|e| ShellError::Config(format!("tool registry: {e}")))?;
+        Ok(core_agent::AgentConfig {
             options: AgentOptions {
                 provider: Some(self.call_config.provider.clone()),
                 model: Some(self.call_config.model.clone()),
@@ -130,7 +134,14 @@ impl AgentConfig {
             interrupted_prefix: self.loop_options.interrupted_prefix,
             wake_latch: self.loop_options.wake_latch,
             ..core_agent::AgentConfig::default()
-        }
+        })
+    }
+
+    /// The tools' workspace.
+    pub fn workspace(&self) -> Result<Workspace, ShellError> {
+        let root = self.workspace.as_ref().unwrap_or(&self.cwd);
+        Workspace::new(root)
+            .map_err(|e| ShellError::Config(format!("workspace {}: {e}", root.display())))
     }
 }
 
@@ -188,6 +199,8 @@ pub enum ShellError {
     Timeout,
     /// A thread could not be started.
     Spawn(String),
+    /// The configuration is unusable (workspace, tool definitions).
+    Config(String),
 }
 
 impl core::fmt::Display for ShellError {
@@ -200,6 +213,7 @@ impl core::fmt::Display for ShellError {
             ShellError::Disposed => f.write_str("the agent has been disposed"),
             ShellError::Timeout => f.write_str("timed out waiting for the agent to go idle"),
             ShellError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
+            ShellError::Config(e) => write!(f, "invalid agent config: {e}"),
         }
     }
 }
@@ -240,6 +254,7 @@ enum Msg {
     ToolDone {
         token: u64,
         outcome: ToolOutcome,
+        events: Vec<EventData>,
     },
     Dispose,
 }
@@ -330,17 +345,18 @@ impl Agent {
     }
 
     fn start(
-        config: AgentConfig,
+        mut config: AgentConfig,
         store: Arc<dyn SessionStore>,
         session: Session,
     ) -> Result<Agent, ShellError> {
-        let core = core_agent::Agent::new(config.core_config(), session)
+        let workspace = config.workspace()?;
+        let core = core_agent::Agent::new(config.core_config()?, session)
             .map_err(|e| ShellError::Resume(e.to_string()))?;
         let id = core.id().clone();
+        let policy = Arc::new(Mutex::new(config.approval.clone()));
+        let toolset = Arc::new(std::mem::take(&mut config.tools));
         let core = core
-            .with_hooks(ShellHooks {
-                policy: config.approval.clone(),
-            })
+            .with_hooks(PolicyHooks::new(policy.clone()))
             .with_ids(ShellIds::new(config.ids));
         // Retry jitter: random under UUID ids, the reference's fixed
         // middle sample under the deterministic test hook.
@@ -365,6 +381,9 @@ impl Agent {
         let driver = Driver {
             core,
             config,
+            toolset,
+            workspace,
+            policy,
             store,
             rx,
             tx: tx.clone(),
@@ -553,36 +572,9 @@ fn absolute(p: &std::path::Path) -> Option<String> {
     abs.to_str().map(String::from)
 }
 
-/// The seams the std shell installs: the approval policy at
-/// `tools/pre-execute`, approvals deferred to the user.
-struct ShellHooks {
-    policy: ApprovalPolicy,
-}
-
-impl Hooks for ShellHooks {
-    fn tool_pre_execute(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-    ) -> Hook<Result<PreToolDecision, dsh_core::agent::HookError>> {
-        Hook::Ready(Ok(match self.policy.rule(&exec.name) {
-            Approval::Auto => PreToolDecision::Allow,
-            Approval::Ask => PreToolDecision::Ask { reason: None },
-            Approval::Deny => PreToolDecision::Deny {
-                reason: format!("tool \"{}\" is denied by the approval policy", exec.name),
-            },
-        }))
-    }
-
-    fn tool_approval(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        _exec: &ToolExecution,
-        _reason: Option<&str>,
-    ) -> Hook<ApprovalOutcome> {
-        Hook::Defer
-    }
-}
+/// How long the driver waits past a tool's timeout before it answers the
+/// call itself.
+const TOOL_GRACE: Duration = Duration::from_secs(2);
 
 struct RunningTool {
     cancel: ToolCancel,
@@ -601,6 +593,9 @@ enum Deferred {
 struct Driver {
     core: core_agent::Agent,
     config: AgentConfig,
+    toolset: Arc<ToolSet>,
+    workspace: Workspace,
+    policy: Arc<Mutex<ApprovalPolicy>>,
     store: Arc<dyn SessionStore>,
     rx: Receiver<Msg>,
     tx: Sender<Msg>,
@@ -608,7 +603,8 @@ struct Driver {
     subscribers: Vec<Sender<AgentEvent>>,
     streams: BTreeMap<u64, CancelToken>,
     tools: BTreeMap<u64, RunningTool>,
-    approvals: BTreeMap<u64, ()>,
+    /// Pending approvals: hook id → tool name.
+    approvals: BTreeMap<u64, String>,
     deferred: VecDeque<Deferred>,
     /// A failed durability barrier: the next model call or tool body must
     /// not be dispatched (SM-14).
@@ -747,10 +743,11 @@ impl Driver {
             }
             Msg::Cancel { cause, keep_inbox } => self.core.cancel(now, cause, keep_inbox),
             Msg::Approval { id, decision } => {
-                if self.approvals.remove(&id).is_some() {
-                    let outcome = match decision {
-                        ApprovalDecision::Allow => ApprovalOutcome::AllowedOnce,
-                        ApprovalDecision::Deny => ApprovalOutcome::Rejected,
+                if let Some(tool) = self.approvals.remove(&id) {
+                    // TL-9 step 5; `AllowAlways` switches the tool to auto.
+                    let outcome = match self.policy.lock() {
+                        Ok(mut p) => p.resolve(&tool, Some(decision)),
+                        Err(_) => ApprovalOutcome::Cancelled,
                     };
                     let _ = self
                         .core
@@ -771,10 +768,21 @@ impl Driver {
                 self.streams.remove(&attempt);
                 let _ = self.core.handle_stream_end(now, attempt);
             }
-            Msg::ToolDone { token, outcome } => {
+            Msg::ToolDone {
+                token,
+                outcome,
+                events,
+            } => {
                 counted = false;
                 // A result after the timeout answered the call is dropped.
                 if self.tools.remove(&token).is_some() {
+                    // Tool-owned events (TL-24) land before the result.
+                    for data in events {
+                        if let Err(e) = self.core.append_event(now, data, None) {
+                            self.broadcast(AgentEvent::Error(format!("tool event refused: {e}")));
+                        }
+                    }
+                    self.drain();
                     let _ = self.core.handle_tool_result(now, token, outcome);
                 }
             }
@@ -936,7 +944,7 @@ impl Driver {
                 if self.disposing {
                     HookAnswer::ToolApproval(ApprovalOutcome::Cancelled)
                 } else {
-                    self.approvals.insert(id, ());
+                    self.approvals.insert(id, exec.name.clone());
                     self.broadcast(AgentEvent::ApprovalRequested {
                         id: ApprovalRequestId(id),
                         tool: exec.name,
@@ -1019,27 +1027,24 @@ impl Driver {
 
     fn start_tool(&mut self, exec: ToolExecution) {
         let token = exec.token;
-        let Some(tool) = self.config.tools.get(&exec.name).cloned() else {
-            self.deferred.push_back(Deferred::ToolResult {
-                token,
-                outcome: ToolOutcome::unknown_tool(&exec.name),
-            });
-            return;
-        };
-        let timeout = tool
-            .definition()
-            .timeout_ms
+        let declared = self
+            .core
+            .config()
+            .tools
+            .get(&exec.name)
+            .and_then(|d| d.timeout_ms)
             .filter(|ms| ms.is_finite() && *ms > 0.0)
-            .map(|ms| Duration::from_millis(ms as u64))
-            .unwrap_or(self.config.tool_timeout);
+            .map(|ms| Duration::from_millis(ms as u64));
+        let timeout = declared.unwrap_or(self.config.tool_timeout);
         let cancel = ToolCancel::new();
-        let deadline = Instant::now() + timeout;
-        let cx = ToolContext {
-            root: self.config.tools.root().to_path_buf(),
-            cwd: self.config.cwd.clone(),
-            cancel: cancel.clone(),
-            deadline,
-        };
+        // The body enforces `timeout` itself (bash kills its group); the
+        // driver answers for a body that overstays by the grace period.
+        let deadline = Instant::now() + timeout + TOOL_GRACE;
+        let sink = Arc::new(CollectingSink::new());
+        let mut cx = ToolContext::new(self.workspace.clone())
+            .with_cancel(cancel.clone())
+            .with_events(sink.clone());
+        cx.timeout = Some(timeout);
         self.tools.insert(
             token,
             RunningTool {
@@ -1050,11 +1055,17 @@ impl Driver {
             },
         );
         let tx = self.tx.clone();
+        let toolset = self.toolset.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("dsh-tool-{}", exec.name))
             .spawn(move || {
-                let outcome = tool.run(&exec.arguments, &cx);
-                let _ = tx.send(Msg::ToolDone { token, outcome });
+                let outcome = toolset.execute(&exec, &cx);
+                let events = sink.take();
+                let _ = tx.send(Msg::ToolDone {
+                    token,
+                    outcome,
+                    events,
+                });
             });
         match spawned {
             Ok(h) => self.push_thread(h),

@@ -7,9 +7,10 @@
 //!   (the DeepSeek client's iterator, or a [`ScriptedProvider`]); chunks
 //!   are tagged with the attempt id, so chunks of a cancelled or retried
 //!   attempt are refused by the core and dropped;
-//! - tool bodies ([`Tool`]) run on worker threads with cooperative
-//!   cancellation ([`ToolCancel`]) and a per-tool timeout;
-//! - tools whose [`ApprovalPolicy`] rule is `ask` become
+//! - tool bodies (`dsh_tools::ToolSet`) run on worker threads with
+//!   cooperative cancellation and a per-tool timeout; events a body logs
+//!   itself (`todo/write`) are appended before its result;
+//! - tools whose `dsh_tools::ApprovalPolicy` mode is `ask` become
 //!   [`AgentEvent::ApprovalRequested`], answered by
 //!   [`Agent::answer_approval`];
 //! - session events are handed to the [`SessionStore`](dsh_store::SessionStore)
@@ -42,16 +43,12 @@
 mod agent;
 mod clock;
 mod provider;
-pub mod tools;
 
 pub use agent::{
     Agent, AgentConfig, AgentEvent, ApprovalRequestId, LoopOptions, ShellError, TurnSummary,
 };
 pub use clock::{Clock, IdMode, Rng, new_session_id};
+pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, ToolSet};
 pub use provider::{ChunkStream, ModelProvider, ScriptedProvider, ScriptedReply};
-pub use tools::{
-    Approval, ApprovalDecision, ApprovalPolicy, BashTool, ReadTool, Tool, ToolCancel, ToolContext,
-    ToolSet,
-};
 
 pub use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget};

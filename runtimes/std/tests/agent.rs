@@ -13,15 +13,16 @@ use dsh_core::session::{
 use dsh_core::{ContentBlock, GenerateOptions, Message, SessionId, StreamChunk};
 use dsh_deepseek::CancelToken;
 use dsh_std::{
-    Agent, AgentEvent, AgentStatus, Approval, ApprovalDecision, ApprovalPolicy, CancelCause, Clock,
-    IdMode, InboxTarget, ScriptedProvider, ScriptedReply, ToolCancel, ToolContext,
+    Agent, AgentEvent, AgentStatus, ApprovalDecision, ApprovalMode, ApprovalPolicy, CancelCause,
+    Clock, IdMode, InboxTarget, ModelProvider, ScriptedProvider, ScriptedReply,
 };
+use dsh_tools::ToolContext;
 use support::*;
 
 const NOW: i64 = 1_785_000_000_000;
 
 const TOOL_TURN: &str = r#"{"responses":[
-  {"turn":{"reasoning":["Let me ","read it."],"toolCalls":[{"id":"call_1","name":"read","arguments":["{\"path\":","\"notes.txt\"}"]}],
+  {"turn":{"reasoning":["Let me ","read it."],"toolCalls":[{"id":"call_1","name":"read","arguments":["{\"file_path\":","\"notes.txt\"}"]}],
            "usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}},
   {"turn":{"text":["The note ","says ","hello."],"usage":{"prompt_tokens":20,"completion_tokens":4,"total_tokens":24}}}
 ]}"#;
@@ -52,7 +53,8 @@ fn drive_core(
 ) -> Vec<SessionEvent> {
     let mut header = SessionHeader::new(id, NOW as u64);
     header.cwd = Some(cfg.cwd.to_str().unwrap().to_string());
-    let mut agent = core_agent::Agent::new(cfg.core_config(), Session::new(header)).unwrap();
+    let mut agent =
+        core_agent::Agent::new(cfg.core_config().unwrap(), Session::new(header)).unwrap();
     let mut replies = replies.into_iter();
     agent.followup(NOW, prompt).unwrap();
     let mut pending: Vec<Output> = Vec::new();
@@ -72,14 +74,8 @@ fn drive_core(
                     agent.handle_stream_end(NOW, call.attempt).unwrap();
                 }
                 Output::ExecuteTool(exec) => {
-                    let tool = cfg.tools.get(&exec.name).expect("tool").clone();
-                    let cx = ToolContext {
-                        root: cfg.tools.root().to_path_buf(),
-                        cwd: cfg.cwd.clone(),
-                        cancel: ToolCancel::new(),
-                        deadline: std::time::Instant::now() + Duration::from_secs(10),
-                    };
-                    let outcome = tool.run(&exec.arguments, &cx);
+                    let cx = ToolContext::new(cfg.workspace().unwrap());
+                    let outcome = cfg.tools.execute(&exec, &cx);
                     agent.handle_tool_result(NOW, exec.token, outcome).unwrap();
                 }
                 _ => {}
@@ -106,9 +102,13 @@ fn tool_turn_log_is_byte_identical_to_the_core_driven_turn() {
     let server = mock(TOOL_TURN);
     let dir = tempfile::tempdir().unwrap();
     let store1 = store(dir.path());
-    let mut cfg = config(Arc::new(client_for(server.url())), &root);
-    deterministic(&mut cfg);
-    let agent = Agent::create(cfg.clone(), store1.clone(), SessionId::from("s1")).unwrap();
+    let det = |provider: Arc<dyn ModelProvider>| {
+        let mut cfg = config(provider, &root);
+        deterministic(&mut cfg);
+        cfg
+    };
+    let cfg = det(Arc::new(client_for(server.url())));
+    let agent = Agent::create(cfg, store1.clone(), SessionId::from("s1")).unwrap();
     agent
         .send_message(prompt.clone(), InboxTarget::NextTurn, true)
         .unwrap();
@@ -121,14 +121,18 @@ fn tool_turn_log_is_byte_identical_to_the_core_driven_turn() {
 
     // The core driven directly with the chunks the transport decodes.
     let replies = decoded_chunks(TOOL_TURN, 2);
-    let core_log = drive_core(&cfg, "s1", replies.clone(), prompt.clone());
+    let core_log = drive_core(
+        &det(Arc::new(ScriptedProvider::default())),
+        "s1",
+        replies.clone(),
+        prompt.clone(),
+    );
     assert_eq!(lines(&shell_log), lines(&core_log));
 
     // The shell over the scripted provider gives the same log too.
-    let mut cfg2 = cfg.clone();
-    cfg2.provider = Arc::new(ScriptedProvider::new(
+    let cfg2 = det(Arc::new(ScriptedProvider::new(
         replies.into_iter().map(ScriptedReply::Chunks),
-    ));
+    )));
     let dir2 = tempfile::tempdir().unwrap();
     let agent2 = Agent::create(cfg2, store(dir2.path()), SessionId::from("s1")).unwrap();
     agent2
@@ -254,7 +258,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn cancel_during_bash_kills_the_process() {
-    let script = r#"{"responses":[{"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo $$ > pid.txt; exec sleep 30\"}"]}]}}]}"#;
+    let script = r#"{"responses":[{"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo $$ > pid.txt; exec sleep 30\",\"description\":\"t\"}"]}]}}]}"#;
     let server = mock(script);
     let work = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -297,9 +301,12 @@ fn cancel_during_bash_kills_the_process() {
 }
 
 #[test]
-fn tool_timeout_kills_bash_and_reports_an_error() {
+fn tool_timeout_reaches_bash_which_kills_its_process() {
+    // The shell's per-tool timeout is handed to the body (TL-14); bash
+    // kills its group and reports the markers (a non-error result, as the
+    // reference's bash does).
     let script = r#"{"responses":[
-      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"sleep 30\"}"]}]}},
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"sleep 30\",\"description\":\"t\"}"]}]}},
       {"turn":{"text":["done"]}}]}"#;
     let server = mock(script);
     let work = tempfile::tempdir().unwrap();
@@ -307,15 +314,68 @@ fn tool_timeout_kills_bash_and_reports_an_error() {
     let mut cfg = config(Arc::new(client_for(server.url())), work.path());
     cfg.tool_timeout = Duration::from_millis(300);
     let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    let started = std::time::Instant::now();
     agent.send("sleep").unwrap();
     let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(summary.reason, Some(TurnEndReason::Completed));
     let results = tool_results(&agent.events().unwrap());
     assert_eq!(results.len(), 1);
     assert!(
-        results[0].1 && results[0].0.contains("timed out"),
+        results[0].0.contains("[timed out after 300ms]"),
         "{results:?}"
     );
+}
+
+/// A body that ignores cancellation and its timeout.
+struct Stubborn;
+
+impl dsh_tools::Tool for Stubborn {
+    fn definition(&self) -> dsh_core::agent::tools::ToolDefinition {
+        dsh_core::agent::tools::ToolDefinition::untyped(
+            "stubborn",
+            "never returns in time",
+            serde_json::json!({"type":"object"}),
+        )
+    }
+    fn execute(
+        &self,
+        _call: &dsh_tools::ToolCallRequest,
+        _ctx: &ToolContext,
+    ) -> dsh_core::agent::tools::ToolOutcome {
+        std::thread::sleep(Duration::from_secs(3));
+        dsh_core::agent::tools::ToolOutcome::success(vec![ContentBlock::text("late")])
+    }
+}
+
+#[test]
+fn a_body_that_overstays_its_timeout_is_answered_by_the_driver() {
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[{"id":"c1","name":"stubborn","arguments":["{}"]}]}},
+      {"turn":{"text":["done"]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(Arc::new(client_for(server.url())), work.path());
+    cfg.tools.insert(Box::new(Stubborn));
+    cfg.tool_timeout = Duration::from_millis(100);
+    let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    let started = std::time::Instant::now();
+    agent.send("go").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    // 100 ms timeout + the driver's 2 s grace, before the body's 3 s.
+    assert!(started.elapsed() < Duration::from_millis(2900));
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    let results = tool_results(&agent.events().unwrap());
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].1
+            && results[0]
+                .0
+                .contains("tool \\\"stubborn\\\" timed out after 100 ms"),
+        "{results:?}"
+    );
+    assert!(!results[0].0.contains("late"));
 }
 
 #[test]
@@ -353,9 +413,9 @@ fn rate_limit_then_success_is_retried_and_logged() {
 }
 
 const ASK_TWICE: &str = r#"{"responses":[
-  {"turn":{"toolCalls":[{"id":"c1","name":"read","arguments":["{\"path\":\"notes.txt\"}"]}]}},
+  {"turn":{"toolCalls":[{"id":"c1","name":"read","arguments":["{\"file_path\":\"notes.txt\"}"]}]}},
   {"turn":{"text":["denied, ok"]}},
-  {"turn":{"toolCalls":[{"id":"c2","name":"read","arguments":["{\"path\":\"notes.txt\"}"]}]}},
+  {"turn":{"toolCalls":[{"id":"c2","name":"read","arguments":["{\"file_path\":\"notes.txt\"}"]}]}},
   {"turn":{"text":["read it"]}}
 ]}"#;
 
@@ -366,7 +426,7 @@ fn approval_ask_then_deny_then_allow() {
     std::fs::write(work.path().join("notes.txt"), "secret-note").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(Arc::new(client_for(server.url())), work.path());
-    cfg.approval = ApprovalPolicy::all(Approval::Auto).with("read", Approval::Ask);
+    cfg.approval = ApprovalPolicy::new(ApprovalMode::Auto).with("read", ApprovalMode::Ask);
     let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
     let rx = agent.subscribe();
 
@@ -380,7 +440,7 @@ fn approval_ask_then_deny_then_allow() {
         unreachable!()
     };
     assert_eq!(tool, "read");
-    assert_eq!(arguments, r#"{"path":"notes.txt"}"#);
+    assert_eq!(arguments, r#"{"file_path":"notes.txt"}"#);
     assert_eq!(agent.status(), AgentStatus::Running);
     agent.answer_approval(id, ApprovalDecision::Deny);
     agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
@@ -410,31 +470,36 @@ fn approval_ask_then_deny_then_allow() {
 #[test]
 fn approval_policy_deny_never_runs_the_tool() {
     let script = r#"{"responses":[
-      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"touch ran.txt\"}"]}]}},
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"touch ran.txt\",\"description\":\"t\"}"]}]}},
       {"turn":{"text":["ok"]}}]}"#;
     let server = mock(script);
     let work = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(Arc::new(client_for(server.url())), work.path());
-    cfg.approval = ApprovalPolicy::all(Approval::Deny);
+    cfg.approval = ApprovalPolicy::new(ApprovalMode::Deny);
     let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
     agent.send("touch").unwrap();
     agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
     let results = tool_results(&agent.events().unwrap());
     assert_eq!(results.len(), 1);
-    assert!(results[0].1 && results[0].0.contains("denied by the approval policy"));
+    assert!(
+        results[0].1
+            && results[0]
+                .0
+                .contains("bash is disabled by policy in this session")
+    );
     assert!(!work.path().join("ran.txt").exists());
 }
 
 #[test]
 fn cancel_while_awaiting_approval_aborts_without_running_the_tool() {
     let script = r#"{"responses":[
-      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"touch ran.txt\"}"]}]}}]}"#;
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"touch ran.txt\",\"description\":\"t\"}"]}]}}]}"#;
     let server = mock(script);
     let work = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(Arc::new(client_for(server.url())), work.path());
-    cfg.approval = ApprovalPolicy::all(Approval::Ask);
+    cfg.approval = ApprovalPolicy::new(ApprovalMode::Ask);
     let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
     let rx = agent.subscribe();
     agent.send("touch").unwrap();
@@ -455,9 +520,9 @@ fn cancel_while_awaiting_approval_aborts_without_running_the_tool() {
 fn hostile_paths_are_tool_errors() {
     let script = r#"{"responses":[
       {"turn":{"toolCalls":[
-        {"id":"c1","name":"read","arguments":["{\"path\":\"/etc/passwd\"}"]},
-        {"id":"c2","name":"read","arguments":["{\"path\":\"../../../../etc/passwd\"}"]},
-        {"id":"c3","name":"read","arguments":["{\"path\":\"link/passwd\"}"]}]}},
+        {"id":"c1","name":"read","arguments":["{\"file_path\":\"/etc/passwd\"}"]},
+        {"id":"c2","name":"read","arguments":["{\"file_path\":\"../../../../etc/passwd\"}"]},
+        {"id":"c3","name":"read","arguments":["{\"file_path\":\"link/passwd\"}"]}]}},
       {"turn":{"text":["no luck"]}}]}"#;
     let server = mock(script);
     let work = tempfile::tempdir().unwrap();
@@ -487,7 +552,7 @@ fn steer_and_inject_reach_the_next_step() {
     // Step 1 calls a slow bash; the steer lands during it and is entered
     // at step 2 (IB-6, V05).
     let script = r#"{"responses":[
-      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"sleep 0.3\"}"]}]}},
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"sleep 0.3\",\"description\":\"t\"}"]}]}},
       {"turn":{"text":["steered"]}}]}"#;
     let server = mock(script);
     let work = tempfile::tempdir().unwrap();
@@ -581,15 +646,17 @@ fn fork_continues_from_a_boundary() {
     let work = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
-    let cfg = config(Arc::new(client_for(server.url())), work.path());
+    let client: Arc<dyn ModelProvider> = Arc::new(client_for(server.url()));
+    let cfg = config(client.clone(), work.path());
     let parent = SessionId::from("parent");
-    let agent = Agent::create(cfg.clone(), store.clone(), parent.clone()).unwrap();
+    let agent = Agent::create(cfg, store.clone(), parent.clone()).unwrap();
     agent.send("first").unwrap();
     agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
     let parent_log = agent.events().unwrap();
     drop(agent);
     let boundary = parent_log.last().unwrap().seq();
     let child = SessionId::from("child");
+    let cfg = config(client, work.path());
     let agent = Agent::fork(cfg, store.clone(), &parent, Some(boundary), child.clone()).unwrap();
     agent.send("second").unwrap();
     let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
