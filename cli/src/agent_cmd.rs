@@ -4,7 +4,7 @@
 //! Exit codes of `run`: 0 the turn completed; 1 it ended otherwise (error,
 //! cancel, max-tokens, blocked); 2 bad usage or setup failure.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -439,8 +439,7 @@ fn repl(
     let mut waiting = false;
     let mut steer = true;
     let mut armed = false;
-    let mut approvals: VecDeque<(ApprovalRequestId, String)> = VecDeque::new();
-    let mut always: HashSet<String> = HashSet::new();
+    let mut approvals: VecDeque<ApprovalRequestId> = VecDeque::new();
     prompt(&mut out, running);
     loop {
         let msg = match rx.recv_timeout(Duration::from_millis(120)) {
@@ -480,10 +479,6 @@ fn repl(
                 tool,
                 arguments,
             }) => {
-                if always.contains(&tool) {
-                    agent.answer_approval(id, dsh_std::ApprovalDecision::Allow);
-                    continue;
-                }
                 let _ = r.clear_status(&mut out);
                 let _ = write!(
                     out,
@@ -491,7 +486,7 @@ fn repl(
                     crate::render::summarize_arguments(&arguments, 80)
                 );
                 let _ = out.flush();
-                approvals.push_back((id, tool));
+                approvals.push_back(id);
             }
             Ui::Event(AgentEvent::Error(e)) => {
                 let _ = r.notice(&mut out, &format!("error: {e}"));
@@ -499,14 +494,11 @@ fn repl(
             Ui::Event(_) => {}
             Ui::Line(line) => {
                 armed = false;
-                if let Some((req, tool)) = approvals.pop_front() {
+                if let Some(req) = approvals.pop_front() {
                     let answer = line.trim().to_ascii_lowercase();
                     let decision = match answer.as_str() {
                         "y" | "yes" => dsh_std::ApprovalDecision::Allow,
-                        "a" | "always" => {
-                            always.insert(tool.clone());
-                            dsh_std::ApprovalDecision::Allow
-                        }
+                        "a" | "always" => dsh_std::ApprovalDecision::AllowAlways,
                         _ => dsh_std::ApprovalDecision::Deny,
                     };
                     agent.answer_approval(req, decision);

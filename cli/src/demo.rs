@@ -65,7 +65,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     };
     let workspace =
         std::fs::canonicalize(&workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
-    let text = if crate::shell::has_tool(&workspace, "write") {
+    let text = if crate::shell::has_tool("write") {
         DEMO_SCRIPT
     } else {
         DEMO_SCRIPT_BASH

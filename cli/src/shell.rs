@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use dsh_core::LlmCallConfig;
 use dsh_deepseek::{ClientOptions, DeepSeekClient, DeepSeekConfig, PROVIDER_ROUTE};
-use dsh_std::{AgentConfig, Approval, ApprovalPolicy, ToolSet};
+use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
 
 use crate::provider::Provider;
 
@@ -17,12 +17,12 @@ const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "ls"];
 /// answers; `run` without `--yes` denies).
 pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
     if approve_all {
-        return ApprovalPolicy::all(Approval::Auto);
+        return ApprovalPolicy::new(ApprovalMode::Auto);
     }
     READ_ONLY_TOOLS
         .iter()
-        .fold(ApprovalPolicy::all(Approval::Ask), |p, t| {
-            p.with(*t, Approval::Auto)
+        .fold(ApprovalPolicy::new(ApprovalMode::Ask), |p, t| {
+            p.with(*t, ApprovalMode::Auto)
         })
 }
 
@@ -48,14 +48,15 @@ pub fn agent_config(
         .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
     let call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
     let mut agent = AgentConfig::new(Arc::new(client), call, cwd.clone());
-    agent.tools = ToolSet::builtin(cwd);
+    agent.tools = ToolSet::builtin();
+    agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)
 }
 
 /// Whether the built-in tool set has a tool named `name`.
-pub fn has_tool(cwd: &std::path::Path, name: &str) -> bool {
-    ToolSet::builtin(cwd).get(name).is_some()
+pub fn has_tool(name: &str) -> bool {
+    ToolSet::builtin().names().contains(&name)
 }
 
 #[cfg(test)]
@@ -65,9 +66,10 @@ mod tests {
     #[test]
     fn policy_asks_for_writers_only() {
         let p = approval_policy(false);
-        assert_eq!(p.rule("read"), Approval::Auto);
-        assert_eq!(p.rule("bash"), Approval::Ask);
-        assert_eq!(p.rule("write"), Approval::Ask);
-        assert_eq!(approval_policy(true).rule("bash"), Approval::Auto);
+        assert_eq!(p.mode_for("read"), ApprovalMode::Auto);
+        assert_eq!(p.mode_for("bash"), ApprovalMode::Ask);
+        assert_eq!(p.mode_for("write"), ApprovalMode::Ask);
+        assert_eq!(p.mode_for("edit"), ApprovalMode::Ask);
+        assert_eq!(approval_policy(true).mode_for("bash"), ApprovalMode::Auto);
     }
 }
