@@ -212,6 +212,42 @@ fn run_renders_and_exit_codes_follow_the_turn_end() {
 }
 
 #[test]
+fn redb_store_holds_and_lists_sessions() {
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TEXT_TURN);
+    let o = dsh(data.path())
+        .args([
+            "run",
+            "--store",
+            "redb",
+            "--base-url",
+            &server.url(),
+            "kept in redb",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(data.path().join("dsh/sessions.redb").exists());
+    let o = dsh(data.path())
+        .args(["sessions", "--store", "redb"])
+        .output()
+        .unwrap();
+    let listing = text(&o.stdout);
+    assert_eq!(listing.lines().count(), 2, "{listing}");
+    assert!(
+        listing.lines().nth(1).unwrap().ends_with("kept in redb"),
+        "{listing}"
+    );
+    // The JSONL store of the same data dir is a different store: empty.
+    let o = dsh(data.path()).arg("sessions").output().unwrap();
+    assert!(
+        text(&o.stdout).starts_with("no sessions in "),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
 fn no_key_and_no_base_url_says_what_to_set() {
     let data = tempfile::tempdir().unwrap();
     for args in [&["run", "hi"][..], &["chat"][..]] {
@@ -363,6 +399,47 @@ mod pty {
             vec!["completed", "completed", "aborted"]
         );
         InvariantChecker::check_log(&events).unwrap();
+    }
+
+    #[test]
+    fn a_line_typed_during_a_turn_steers_it() {
+        let data = tempfile::tempdir().unwrap();
+        let server = mock(
+            r#"{"responses":[
+              {"turn":{"text":["one ","two ","three ","four ","five ","six"],"delayMs":250}},
+              {"turn":{"text":["Steered reply."]}}
+            ]}"#,
+        );
+        let mut cmd = Command::new(bin());
+        cmd.env("XDG_DATA_HOME", data.path())
+            .env_remove("DEEPSEEK_API_KEY")
+            .args(["chat", "--no-color", "--base-url", &server.url()]);
+        let mut p = spawn_command(cmd, Some(20_000)).unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_line("count slowly").unwrap();
+        p.exp_string("one ").unwrap();
+        p.send_line("and then stop").unwrap();
+        p.exp_string("(steering the running turn)").unwrap();
+        p.exp_string("Steered reply.").unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_control('d').unwrap();
+        p.exp_eof().unwrap();
+        // One turn, two model calls: the steering message entered the same
+        // turn as a user message before the second request.
+        let events = load(&transcripts(data.path())[0]);
+        assert_eq!(turn_end_kinds(&events), vec!["completed"]);
+        let users: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e.data() {
+                EventData::UserMessage(m) => m
+                    .content
+                    .first()
+                    .and_then(|b| b.as_text())
+                    .map(String::from),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(users, vec!["count slowly", "and then stop"]);
     }
 
     #[test]
