@@ -482,7 +482,7 @@ fn repl(
                 let _ = r.clear_status(&mut out);
                 let _ = write!(
                     out,
-                    "\nallow {tool} {}? [y]es / [n]o / [a]lways: ",
+                    "allow {tool} {}? [y]es / [n]o / [a]lways: ",
                     crate::render::summarize_arguments(&arguments, 80)
                 );
                 let _ = out.flush();

@@ -68,6 +68,8 @@ pub struct Renderer {
     options: RenderOptions,
     mode: Mode,
     usage: TokenUsage,
+    /// Whether any model call of the turn reported usage.
+    saw_usage: bool,
     /// A status line ("waiting for the model") is on screen.
     status_shown: bool,
     spinner: usize,
@@ -80,6 +82,7 @@ impl Renderer {
             options,
             mode: Mode::LineStart,
             usage: TokenUsage::default(),
+            saw_usage: false,
             status_shown: false,
             spinner: 0,
         }
@@ -146,6 +149,7 @@ impl Renderer {
         match event.data() {
             EventData::TurnStart(_) => {
                 self.usage = TokenUsage::default();
+                self.saw_usage = false;
             }
             EventData::AssistantChunk(chunk) => match chunk.view() {
                 ChunkView::TextDelta { text, .. } if !text.is_empty() => {
@@ -176,6 +180,7 @@ impl Renderer {
             },
             EventData::AssistantMessage(m) => {
                 if let Some(u) = &m.usage {
+                    self.saw_usage = true;
                     add_usage(&mut self.usage, u);
                 }
                 if m.interrupted {
@@ -258,13 +263,12 @@ impl Renderer {
                         self.style(RESET)
                     )?,
                 }
-                writeln!(
-                    out,
-                    "{}{}{}",
-                    self.style(DIM),
-                    usage_line(&self.usage),
-                    self.style(RESET)
-                )?;
+                let usage = if self.saw_usage {
+                    usage_line(&self.usage)
+                } else {
+                    "tokens: no usage reported".to_string()
+                };
+                writeln!(out, "{}{usage}{}", self.style(DIM), self.style(RESET))?;
                 ended = Some(TurnOutcome {
                     turn: end.turn,
                     reason,
