@@ -439,6 +439,8 @@ fn repl(
     let mut waiting = false;
     let mut steer = true;
     let mut armed = false;
+    // Piped input: at its end, let the running turn finish, then exit.
+    let mut quit_when_idle = false;
     let mut approvals: VecDeque<ApprovalRequestId> = VecDeque::new();
     prompt(&mut out, running);
     loop {
@@ -464,6 +466,9 @@ fn repl(
             }
             Ui::Event(AgentEvent::Status(status)) => {
                 let now_running = !matches!(status, AgentStatus::Idle);
+                if running && !now_running && quit_when_idle {
+                    break;
+                }
                 if running && !now_running {
                     waiting = false;
                     let _ = r.clear_status(&mut out);
@@ -571,7 +576,13 @@ fn repl(
                     prompt(&mut out, running);
                 }
             }
-            Ui::Eof => break,
+            Ui::Eof => {
+                if running && !io::stdin().is_terminal() {
+                    quit_when_idle = true;
+                } else {
+                    break;
+                }
+            }
         }
     }
     let _ = r.clear_status(&mut out);

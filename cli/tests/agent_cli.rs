@@ -212,6 +212,30 @@ fn run_renders_and_exit_codes_follow_the_turn_end() {
 }
 
 #[test]
+fn piped_chat_finishes_the_turn_before_exiting() {
+    use std::io::Write;
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TEXT_TURN);
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &server.url()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("Hello from the mock.\ntokens: input 100"),
+        "{out}"
+    );
+    assert!(out.contains("resume with: dsh chat --resume "), "{out}");
+    let events = load(&transcripts(data.path())[0]);
+    assert_eq!(turn_end_kinds(&events), vec!["completed"]);
+}
+
+#[test]
 fn redb_store_holds_and_lists_sessions() {
     let data = tempfile::tempdir().unwrap();
     let server = mock(TEXT_TURN);
