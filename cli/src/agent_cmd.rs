@@ -29,16 +29,18 @@ pub struct ViewArgs {
     /// Do not show the model's reasoning.
     #[arg(long)]
     pub hide_reasoning: bool,
-    /// No ANSI colors.
+    /// No ANSI colors (also when `NO_COLOR` is set).
     #[arg(long)]
     pub no_color: bool,
 }
 
 impl ViewArgs {
-    fn options(&self) -> RenderOptions {
+    pub fn options(&self) -> RenderOptions {
         RenderOptions {
             hide_reasoning: self.hide_reasoning,
-            color: !self.no_color && io::stdout().is_terminal(),
+            color: !self.no_color
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && io::stdout().is_terminal(),
             ..RenderOptions::default()
         }
     }

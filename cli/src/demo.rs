@@ -90,11 +90,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     println!("> {DEMO_PROMPT}");
     let agent = dsh_std::Agent::create(config, store.clone(), id.clone())
         .map_err(|e| format!("cannot start the agent: {e}"))?;
-    let render = crate::render::RenderOptions {
-        hide_reasoning: args.view.hide_reasoning,
-        color: !args.view.no_color && std::io::IsTerminal::is_terminal(&std::io::stdout()),
-        ..Default::default()
-    };
+    let render = args.view.options();
     let outcome = drive_one_turn(&agent, DEMO_PROMPT, render, false, true);
     agent.dispose();
     drop(server);

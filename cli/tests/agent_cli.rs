@@ -430,7 +430,7 @@ mod pty {
         let data = tempfile::tempdir().unwrap();
         let server = mock(
             r#"{"responses":[
-              {"turn":{"text":["one ","two ","three ","four ","five ","six"],"delayMs":250}},
+              {"turn":{"text":["one ","two ","three ","four ","five ","six"],"delayMs":400}},
               {"turn":{"text":["Steered reply."]}}
             ]}"#,
         );
