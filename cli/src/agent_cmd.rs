@@ -35,6 +35,7 @@ pub struct ViewArgs {
 }
 
 impl ViewArgs {
+    /// The render options these flags select.
     pub fn options(&self) -> RenderOptions {
         RenderOptions {
             hide_reasoning: self.hide_reasoning,
