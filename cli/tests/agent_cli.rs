@@ -236,6 +236,40 @@ fn piped_chat_finishes_the_turn_before_exiting() {
 }
 
 #[test]
+fn ctrl_c_cancels_a_run_and_exits_one() {
+    use std::io::Read;
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(
+        r#"{"responses":[{"fault":{"kind":"stall","turn":{"text":["Partial ","rest"]},"afterEvents":2}}]}"#,
+    );
+    let mut child = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "x"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first streamed text, then interrupt (SIGINT, as Ctrl-C).
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    while !text(&seen).contains("Partial") {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "no output: {}", text(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let st = Command::new("kill")
+        .args(["-s", "INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    stdout.read_to_end(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{}", text(&seen));
+    assert!(text(&seen).contains("[turn cancelled]"), "{}", text(&seen));
+    let events = load(&transcripts(data.path())[0]);
+    assert_eq!(turn_end_kinds(&events), vec!["aborted"]);
+}
+
+#[test]
 fn redb_store_holds_and_lists_sessions() {
     let data = tempfile::tempdir().unwrap();
     let server = mock(TEXT_TURN);
