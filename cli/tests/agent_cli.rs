@@ -403,6 +403,8 @@ mod pty {
       {"turn":{"text":["Hello"," there, human."]}},
       {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo approved-run\",","\"description\":\"echo\"}"]}]}},
       {"turn":{"text":["The command printed approved-run."]}},
+      {"turn":{"toolCalls":[{"id":"c2","name":"bash","arguments":["{\"command\":\"echo second-run\",\"description\":\"echo\"}"]}]}},
+      {"turn":{"text":["Ran it again."]}},
       {"fault":{"kind":"stall","turn":{"text":["Partial ","answer ","never ","finished"]},"afterEvents":3}}
     ]}"#;
 
@@ -432,9 +434,15 @@ mod pty {
         p.exp_string("allow bash command=\"echo approved-run\"")
             .unwrap();
         p.exp_string("[a]lways: ").unwrap();
-        p.send_line("y").unwrap();
+        // "always": this call runs, and later bash calls are not asked.
+        p.send_line("a").unwrap();
         p.exp_string("  approved-run").unwrap();
         p.exp_string("The command printed approved-run.").unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_line("again").unwrap();
+        let before = p.exp_string("Ran it again.").unwrap();
+        assert!(before.contains("  second-run"), "{before}");
+        assert!(!before.contains("allow bash"), "{before}");
         p.exp_string("> ").unwrap();
 
         // Ctrl-C during a stream cancels the turn; the REPL stays.
@@ -454,7 +462,7 @@ mod pty {
         let events = load(&logs[0]);
         assert_eq!(
             turn_end_kinds(&events),
-            vec!["completed", "completed", "aborted"]
+            vec!["completed", "completed", "completed", "aborted"]
         );
         InvariantChecker::check_log(&events).unwrap();
     }
