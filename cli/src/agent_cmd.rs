@@ -437,6 +437,11 @@ fn repl(
         id.as_str(),
         if resumed { " (resumed)" } else { "" }
     );
+    if resumed && let Ok(events) = agent.events() {
+        for line in crate::render::recap(&events, 4, render.width) {
+            let _ = r.notice(&mut out, &line);
+        }
+    }
     let spinner = io::stdout().is_terminal();
     let mut running = false;
     let mut waiting = false;

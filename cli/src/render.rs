@@ -481,3 +481,69 @@ mod tests {
         assert_eq!(cut("abcdef", 4), "abc…");
     }
 }
+
+/// A short recap of a resumed session: the last `max` user prompts and
+/// assistant answers (text only, one line each, cut to `width`).
+pub fn recap(events: &[SessionEvent], max: usize, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = events
+        .iter()
+        .filter_map(|e| {
+            let (prefix, message) = match e.data() {
+                EventData::UserMessage(m) if matches!(m.source, dsh_core::MessageSource::User) => {
+                    ("> ", m)
+                }
+                EventData::AssistantMessage(a) => ("", &a.message),
+                _ => return None,
+            };
+            let text: Vec<&str> = message
+                .content
+                .iter()
+                .filter(|b| matches!(b, ContentBlock::Text { .. }))
+                .filter_map(ContentBlock::as_text)
+                .collect();
+            let text = text.join(" ");
+            (!text.trim().is_empty())
+                .then(|| cut(&format!("{prefix}{}", text.replace('\n', " ")), width))
+        })
+        .collect();
+    let skip = lines.len().saturating_sub(max);
+    lines.drain(..skip);
+    lines
+}
+
+#[cfg(test)]
+mod recap_tests {
+    use super::*;
+    use dsh_core::session::AssistantMessage;
+    use dsh_core::{Message, MessageSource, Role};
+
+    #[test]
+    fn recap_keeps_the_last_prompts_and_answers() {
+        let user = |seq, t: &str| {
+            SessionEvent::new(
+                seq,
+                0,
+                Message::user(format!("u{seq}"), vec![ContentBlock::text(t)]),
+            )
+        };
+        let mut answer = Message::user(
+            "a",
+            vec![
+                ContentBlock::reasoning("hidden"),
+                ContentBlock::text("four\nlines"),
+            ],
+        );
+        answer.role = Role::Assistant;
+        answer.source = MessageSource::model("p", "m");
+        let events = vec![
+            user(0, "first"),
+            user(1, "two plus two"),
+            SessionEvent::new(2, 0, AssistantMessage::new(1, 1, answer)),
+        ];
+        assert_eq!(recap(&events, 2, 80), vec!["> two plus two", "four lines"]);
+        assert_eq!(
+            recap(&events, 5, 8),
+            vec!["> first", "> two p…", "four li…"]
+        );
+    }
+}

@@ -364,6 +364,12 @@ fn sessions_resume_after_a_crash_and_fork() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("(resumed)"), "{}", text(&o.stdout));
+    // A recap of the session so far.
+    assert!(
+        text(&o.stdout).contains("\n> first prompt here\n"),
+        "{}",
+        text(&o.stdout)
+    );
     let repaired = load(&log);
     assert_eq!(turn_end_kinds(&repaired), vec!["interrupted"]);
     InvariantChecker::check_log(&repaired).unwrap();
