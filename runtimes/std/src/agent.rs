@@ -398,6 +398,7 @@ impl Agent {
             disposing: false,
             summary_usage: None,
             retry_timer: None,
+            handled: 0,
         };
         let handle = std::thread::Builder::new()
             .name(format!("dsh-agent-{id}"))
@@ -614,6 +615,8 @@ struct Driver {
     summary_usage: Option<TokenUsage>,
     /// The armed retry deadline (core clock) and when it passes (monotonic).
     retry_timer: Option<(i64, Instant)>,
+    /// Handle calls handled so far.
+    handled: u64,
 }
 
 impl Driver {
@@ -627,7 +630,7 @@ impl Driver {
                 self.apply_deferred(d);
                 self.drain();
             }
-            self.publish_state(false);
+            self.publish_state();
             if self.disposing && self.core.is_quiescent() && self.tools.is_empty() {
                 break;
             }
@@ -794,8 +797,10 @@ impl Driver {
                 }
             }
         }
-        if counted && let Ok(mut s) = self.shared.state.lock() {
-            s.processed += 1;
+        if counted {
+            // Published with the quiescence flag in `publish_state`, so a
+            // waiter never sees the count without the state it produced.
+            self.handled += 1;
         }
     }
 
@@ -1084,10 +1089,11 @@ impl Driver {
         self.threads.push(h);
     }
 
-    fn publish_state(&mut self, _force: bool) {
+    fn publish_state(&mut self) {
         let quiescent =
             self.core.is_quiescent() && self.deferred.is_empty() && self.tools.is_empty();
         if let Ok(mut s) = self.shared.state.lock() {
+            s.processed = self.handled;
             s.quiescent = quiescent;
             s.status = Some(self.core.status());
         }

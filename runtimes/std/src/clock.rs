@@ -159,3 +159,50 @@ impl IdSource for ShellIds {
 pub fn new_session_id() -> dsh_core::SessionId {
     dsh_core::SessionId::from(Rng::from_os().uuid_v4())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_v4_has_the_version_and_variant_bits() {
+        let mut rng = Rng(42);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..100 {
+            let u = rng.uuid_v4();
+            let b = u.as_bytes();
+            assert_eq!(u.len(), 36);
+            assert_eq!((b[8], b[13], b[18], b[23]), (b'-', b'-', b'-', b'-'));
+            assert_eq!(b[14], b'4', "{u}");
+            assert!(matches!(b[19], b'8' | b'9' | b'a' | b'b'), "{u}");
+            assert!(
+                u.bytes()
+                    .all(|c| c == b'-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+            );
+            seen.insert(u);
+        }
+        assert_eq!(seen.len(), 100);
+    }
+
+    #[test]
+    fn sequential_ids_follow_the_test_vector_names() {
+        let mut ids = ShellIds::new(IdMode::Sequential);
+        assert_eq!(ids.user_message_id().as_str(), "U1");
+        assert_eq!(ids.user_message_id().as_str(), "U2");
+        let a = ids.message_id(IdPurpose::Assistant { turn: 1, step: 1 });
+        assert_eq!(a.as_str(), "A1");
+        assert_eq!(ids.retry_id().as_str(), "retry-1");
+    }
+
+    #[test]
+    fn clocks() {
+        assert_eq!(Clock::Fixed(7).now_ms(), 7);
+        let t = Arc::new(AtomicI64::new(5));
+        let c = Clock::Manual(t.clone());
+        t.store(9, Ordering::Relaxed);
+        assert_eq!(c.now_ms(), 9);
+        // 2020-01-01 < now < 2100-01-01.
+        let now = Clock::System.now_ms();
+        assert!(now > 1_577_836_800_000 && now < 4_102_444_800_000);
+    }
+}
