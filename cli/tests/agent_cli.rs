@@ -515,6 +515,36 @@ mod pty {
     }
 
     #[test]
+    fn followup_mode_queues_a_line_as_the_next_turn() {
+        let data = tempfile::tempdir().unwrap();
+        let server = mock(
+            r#"{"responses":[
+              {"turn":{"text":["one ","two ","three ","four ","five ","six"],"delayMs":400}},
+              {"turn":{"text":["Follow-up answered."]}}
+            ]}"#,
+        );
+        let mut cmd = Command::new(bin());
+        cmd.env("XDG_DATA_HOME", data.path())
+            .env_remove("DEEPSEEK_API_KEY")
+            .args(["chat", "--no-color", "--base-url", &server.url()]);
+        let mut p = spawn_command(cmd, Some(20_000)).unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_line("/followup").unwrap();
+        p.exp_string("now queue as follow-ups").unwrap();
+        p.send_line("count slowly").unwrap();
+        p.exp_string("one ").unwrap();
+        p.send_line("then say more").unwrap();
+        p.exp_string("(queued as a follow-up)").unwrap();
+        p.exp_string("Follow-up answered.").unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_control('d').unwrap();
+        p.exp_eof().unwrap();
+        // Two turns: the follow-up waited for the first to end (IB-6).
+        let events = load(&transcripts(data.path())[0]);
+        assert_eq!(turn_end_kinds(&events), vec!["completed", "completed"]);
+    }
+
+    #[test]
     fn ctrl_d_exits_the_repl() {
         let data = tempfile::tempdir().unwrap();
         let server = mock(TEXT_TURN);
