@@ -1,0 +1,720 @@
+//! `dsh-embedded`: the dsh agent where there is no operating system.
+//!
+//! A `#![no_std]` + `alloc` shell that drives the core's sans-IO
+//! [`Agent`] over a **model link** given as
+//! [`embedded_io::Read`] + [`embedded_io::Write`] (a UART, a socket of an
+//! embedded TCP stack, a TLS session, anything), speaking HTTP/1.1 to a
+//! DeepSeek-compatible endpoint (directly, or through a plain-TCP or
+//! TLS-terminating proxy):
+//!
+//! - each [`Output::CallModel`] opens a fresh link through the
+//!   [`LinkOpener`], writes `POST /chat/completions` with the body of
+//!   [`dsh_deepseek::build_request_body`], `Content-Length` and
+//!   `Connection: close`;
+//! - the response head is parsed in a fixed-capacity `heapless` buffer
+//!   ([`http::HeadParser`], [`http::MAX_HEAD`] bytes), the body is read
+//!   through a [`READ_BUF`]-byte buffer and unframed (chunked,
+//!   `Content-Length` or close-delimited, [`http::Body`]), then fed to the
+//!   SSE framer and translator ([`dsh_deepseek::StreamDecoder`]) and chunk
+//!   by chunk to the agent;
+//! - a non-2xx response is classified by
+//!   [`dsh_deepseek::classify_http_error`] from its first
+//!   [`MAX_ERROR_BODY`] bytes; every transport failure (the link fails to
+//!   open, read or write; garbage HTTP; a truncated body) becomes a typed
+//!   `LlmError` delivered as the stream's terminal `finish` chunk (AC-6), so
+//!   the core logs the turn's error. Nothing on the link can panic the shell;
+//! - [`Output::ExecuteTool`] runs a [`Tool`]: a plain function pointer
+//!   taking the arguments as JSON text;
+//! - every appended session event is written to the log sink (any
+//!   `embedded_io::Write`) in the JSONL format of the core's codec: the
+//!   header line first, then one event per line. Pull it off the device and
+//!   check it on a host with `dsh log check` and `dsh replay --check`.
+//!
+//! Time comes from a caller-supplied clock (`fn() -> i64`, epoch ms), ids
+//! from an [`IdSource`] (default: the deterministic
+//! [`SequentialIds`](dsh_core::agent::SequentialIds) counter; [`IdFn`] wraps
+//! a plain function).
+//! With feature `defmt` the shell logs through `defmt`.
+//!
+//! ```no_run
+//! # use dsh_embedded::{Shell, ShellConfig, Tool, ToolError, ToolOutput};
+//! # fn clock() -> i64 { 0 }
+//! # fn open_uart() -> Result<MyLink, core::convert::Infallible> { unimplemented!() }
+//! # struct MyLink;
+//! # impl embedded_io::ErrorType for MyLink { type Error = core::convert::Infallible; }
+//! # impl embedded_io::Read for MyLink { fn read(&mut self, _: &mut [u8]) -> Result<usize, Self::Error> { Ok(0) } }
+//! # impl embedded_io::Write for MyLink { fn write(&mut self, b: &[u8]) -> Result<usize, Self::Error> { Ok(b.len()) } fn flush(&mut self) -> Result<(), Self::Error> { Ok(()) } }
+//! fn temperature(_args: &str, out: &mut ToolOutput) -> Result<(), ToolError> {
+//!     out.push_str("21.5 C");
+//!     Ok(())
+//! }
+//! let tools = [Tool {
+//!     name: "temperature",
+//!     description: "Read the board temperature",
+//!     parameters: r#"{"type":"object","properties":{}}"#,
+//!     run: temperature,
+//! }];
+//! let log: Vec<u8> = Vec::new(); // a flash region, a UART, ...
+//! let config = ShellConfig::new("api.example", "device-1");
+//! let mut shell = Shell::new(config, &tools, clock, open_uart, log).unwrap();
+//! shell.prompt("How warm is it?").unwrap();
+//! ```
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+pub mod http;
+mod tools;
+
+use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::Range;
+
+use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry, ToolRegistryError};
+use dsh_core::agent::{
+    Agent, AgentConfig, AgentOptions, AgentStatus, IdPurpose, IdSource, InputError, ModelCall,
+    Output, ResumeError, ToolExecution,
+};
+use dsh_core::jsonl::{encode_event_line, encode_header_line};
+use dsh_core::session::{Session, SessionHeader};
+use dsh_core::{ContentBlock, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk};
+use dsh_deepseek::{
+    DeepSeekConfig, HttpErrorResponse, PROVIDER_ROUTE, StreamDecoder, classify_http_error, codes,
+    error_finish,
+};
+use embedded_io::{Error as _, ErrorKind, ErrorType, Read, Write};
+use heapless::Vec as HVec;
+
+pub use http::HttpError;
+pub use tools::{Tool, ToolError, ToolFn, ToolOutput};
+
+/// Bytes read from the link at a time (a stack buffer during a model call).
+pub const READ_BUF: usize = 512;
+
+/// Bytes of a non-2xx response body kept for classification.
+pub const MAX_ERROR_BODY: usize = 1024;
+
+macro_rules! log_debug {
+    ($($arg:tt)*) => {
+        #[cfg(feature = "defmt")]
+        defmt::debug!($($arg)*);
+    };
+}
+
+macro_rules! log_warn {
+    ($($arg:tt)*) => {
+        #[cfg(feature = "defmt")]
+        defmt::warn!($($arg)*);
+    };
+}
+
+/// Gives a fresh model link per model call.
+///
+/// Implemented by every `FnMut() -> Result<L, L::Error>` closure.
+pub trait LinkOpener {
+    /// The link: one HTTP exchange, closed (dropped) after it.
+    type Link: Read + Write;
+    /// Opens a link to the endpoint (or its proxy).
+    fn open(&mut self) -> Result<Self::Link, <Self::Link as ErrorType>::Error>;
+}
+
+impl<F, L> LinkOpener for F
+where
+    F: FnMut() -> Result<L, L::Error>,
+    L: Read + Write,
+{
+    type Link = L;
+    fn open(&mut self) -> Result<L, L::Error> {
+        self()
+    }
+}
+
+/// What the shell needs to know besides its tools and I/O.
+#[derive(Clone, Debug)]
+pub struct ShellConfig {
+    /// The `Host` header, e.g. `api.deepseek.com` or `127.0.0.1:8080`.
+    pub host: String,
+    /// The request path (default `/chat/completions`).
+    pub path: String,
+    /// Sent as `Authorization: Bearer …` when set. A TLS-terminating proxy
+    /// may add it instead.
+    pub api_key: Option<String>,
+    /// The `User-Agent` header.
+    pub user_agent: String,
+    /// The model of the first request (default `deepseek-v4-flash`).
+    pub model: String,
+    /// The session id (header `id`).
+    pub session_id: String,
+    /// The adapter configuration the request body is built with.
+    pub deepseek: DeepSeekConfig,
+}
+
+impl ShellConfig {
+    /// The defaults for `host` and `session_id`.
+    pub fn new(host: impl Into<String>, session_id: impl Into<String>) -> Self {
+        ShellConfig {
+            host: host.into(),
+            path: String::from("/chat/completions"),
+            api_key: None,
+            user_agent: String::from(concat!("dsh-embedded/", env!("CARGO_PKG_VERSION"))),
+            model: String::from("deepseek-v4-flash"),
+            session_id: session_id.into(),
+            deepseek: DeepSeekConfig::default(),
+        }
+    }
+}
+
+/// Why the shell stopped or could not start.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ShellError {
+    /// A tool's `parameters` is not valid JSON.
+    ToolSchema {
+        /// The tool.
+        name: &'static str,
+    },
+    /// The core refused a tool (duplicate name, unsupported schema).
+    Tool(ToolRegistryError),
+    /// The agent could not be created over the session.
+    Resume(ResumeError),
+    /// The agent refused an input (for example an invalid user message).
+    Input(InputError),
+    /// The log sink failed with this kind; events after the failure were
+    /// not written (the turn itself ran to its end).
+    Sink(ErrorKind),
+    /// The agent is running but waits for an answer the shell cannot give
+    /// (a deferred hook).
+    Stalled,
+}
+
+impl fmt::Display for ShellError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShellError::ToolSchema { name } => {
+                write!(f, "tool \"{name}\": parameters is not valid JSON")
+            }
+            ShellError::Tool(e) => write!(f, "{e}"),
+            ShellError::Resume(e) => write!(f, "{e}"),
+            ShellError::Input(e) => write!(f, "{e}"),
+            ShellError::Sink(kind) => write!(f, "the session log sink failed: {kind:?}"),
+            ShellError::Stalled => {
+                f.write_str("the agent waits for an answer the shell cannot give")
+            }
+        }
+    }
+}
+
+impl core::error::Error for ShellError {}
+
+impl From<InputError> for ShellError {
+    fn from(e: InputError) -> Self {
+        ShellError::Input(e)
+    }
+}
+
+enum Work {
+    Model(ModelCall),
+    Tool(ToolExecution),
+}
+
+/// How one model call ended.
+enum StreamEnd {
+    /// The stream completed: close it.
+    Complete,
+    /// The agent no longer wants it (cancelled or stale).
+    Dropped,
+}
+
+/// The embedded shell: an [`Agent`], its model link opener, its tools and
+/// its log sink (see the crate docs).
+pub struct Shell<O, S> {
+    agent: Agent,
+    opener: O,
+    sink: S,
+    config: ShellConfig,
+    tools: Vec<Tool>,
+    clock: fn() -> i64,
+    wait: Option<fn(i64)>,
+    work: VecDeque<Work>,
+    cancelled: Option<u64>,
+    scratch: Vec<u8>,
+    chunks: Vec<StreamChunk>,
+    sink_error: Option<ErrorKind>,
+    user_messages: u64,
+}
+
+impl<O, S> fmt::Debug for Shell<O, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shell")
+            .field("session", &self.config.session_id)
+            .field("host", &self.config.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<O: LinkOpener, S: Write> Shell<O, S> {
+    /// A shell over a new session: registers `tools`, writes the session
+    /// header line to `sink`.
+    pub fn new(
+        config: ShellConfig,
+        tools: &[Tool],
+        clock: fn() -> i64,
+        opener: O,
+        sink: S,
+    ) -> Result<Self, ShellError> {
+        let mut registry = ToolRegistry::new();
+        for tool in tools {
+            let parameters = serde_json::from_str(tool.parameters)
+                .map_err(|_| ShellError::ToolSchema { name: tool.name })?;
+            registry
+                .register(ToolDefinition::typed(
+                    tool.name,
+                    tool.description,
+                    parameters,
+                ))
+                .map_err(ShellError::Tool)?;
+        }
+        let created_at = u64::try_from(clock()).unwrap_or(0);
+        let header = SessionHeader::new(config.session_id.as_str(), created_at);
+        let agent_config = AgentConfig {
+            options: AgentOptions {
+                provider: Some(String::from(PROVIDER_ROUTE)),
+                model: Some(config.model.clone()),
+                max_tokens: None,
+            },
+            tools: registry,
+            ..AgentConfig::default()
+        };
+        let agent =
+            Agent::new(agent_config, Session::new(header.clone())).map_err(ShellError::Resume)?;
+        let mut shell = Shell {
+            agent,
+            opener,
+            sink,
+            config,
+            tools: tools.to_vec(),
+            clock,
+            wait: None,
+            work: VecDeque::new(),
+            cancelled: None,
+            scratch: Vec::new(),
+            chunks: Vec::new(),
+            sink_error: None,
+            user_messages: 0,
+        };
+        encode_header_line(&header, &mut shell.scratch);
+        shell
+            .sink
+            .write_all(&shell.scratch)
+            .map_err(|e| ShellError::Sink(e.kind()))?;
+        shell.drain();
+        Ok(shell)
+    }
+
+    /// Uses `ids` for assistant and tool-result message ids (for example an
+    /// [`IdFn`]).
+    pub fn with_ids(mut self, ids: impl IdSource + Send + 'static) -> Self {
+        self.agent = self.agent.with_ids(ids);
+        self
+    }
+
+    /// Called with the deadline (epoch ms) while a retry timer runs, until
+    /// the clock reaches it (default: spin on the clock).
+    pub fn with_wait(mut self, wait: fn(i64)) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The agent (its session, status, turn).
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    /// The log sink.
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
+    /// Takes the shell apart: the agent and the log sink.
+    pub fn into_parts(self) -> (Agent, S) {
+        (self.agent, self.sink)
+    }
+
+    /// Sends a user text (message id `u1`, `u2`, …) and runs until the agent
+    /// is idle.
+    pub fn prompt(&mut self, text: &str) -> Result<(), ShellError> {
+        self.user_messages += 1;
+        let id = format!("u{}", self.user_messages);
+        self.send(Message::user(id, vec![ContentBlock::text(text)]))
+    }
+
+    /// Queues `message` for the next turn (`followup`) and runs until the
+    /// agent is idle: model calls, tools, retries, log writes.
+    pub fn send(&mut self, message: Message) -> Result<(), ShellError> {
+        let now = (self.clock)();
+        self.agent.followup(now, message)?;
+        self.drain();
+        self.run()
+    }
+
+    /// Runs queued work until the agent is idle.
+    pub fn run(&mut self) -> Result<(), ShellError> {
+        loop {
+            if let Some(work) = self.work.pop_front() {
+                match work {
+                    Work::Model(call) => self.call_model(call),
+                    Work::Tool(exec) => self.run_tool(exec),
+                }
+                continue;
+            }
+            if let Some(deadline) = self.agent.poll_timeout() {
+                while (self.clock)() < deadline {
+                    if let Some(wait) = self.wait {
+                        wait(deadline);
+                    }
+                }
+                self.agent.handle_timeout((self.clock)())?;
+                self.drain();
+                continue;
+            }
+            break;
+        }
+        self.flush_sink();
+        if let Some(kind) = self.sink_error {
+            return Err(ShellError::Sink(kind));
+        }
+        if self.agent.status() == AgentStatus::Running {
+            return Err(ShellError::Stalled);
+        }
+        Ok(())
+    }
+
+    /// Drains the agent's outputs (after every input).
+    fn drain(&mut self) {
+        while let Some(output) = self.agent.poll() {
+            match output {
+                Output::Appended(range) => self.persist(range),
+                Output::CallModel(call) => self.work.push_back(Work::Model(call)),
+                Output::ExecuteTool(exec) => self.work.push_back(Work::Tool(exec)),
+                Output::CancelModelCall { attempt } => {
+                    self.cancelled = Some(attempt);
+                    self.work
+                        .retain(|w| !matches!(w, Work::Model(c) if c.attempt == attempt));
+                }
+                Output::Flush(_) => self.flush_sink(),
+                Output::Status(_status) => {
+                    log_debug!("dsh: status {}", _status);
+                }
+                // Tools run synchronously, so nothing is in flight to abort;
+                // hooks are the defaults, so none is deferred.
+                _ => {}
+            }
+        }
+    }
+
+    /// A durability barrier: flushes the sink unless it already failed.
+    fn flush_sink(&mut self) {
+        if self.sink_error.is_none() {
+            if let Err(e) = self.sink.flush() {
+                self.sink_error = Some(e.kind());
+            }
+        }
+    }
+
+    fn persist(&mut self, range: Range<u64>) {
+        if self.sink_error.is_some() {
+            return;
+        }
+        let (Ok(start), Ok(end)) = (usize::try_from(range.start), usize::try_from(range.end))
+        else {
+            return;
+        };
+        let Some(events) = self.agent.session().events().get(start..end) else {
+            return;
+        };
+        for event in events {
+            self.scratch.clear();
+            encode_event_line(event, &mut self.scratch);
+            if let Err(e) = self.sink.write_all(&self.scratch) {
+                self.sink_error = Some(e.kind());
+                return;
+            }
+        }
+    }
+
+    fn run_tool(&mut self, exec: ToolExecution) {
+        let outcome = match self.tools.iter().find(|t| t.name == exec.name) {
+            Some(tool) => {
+                let args =
+                    serde_json::to_string(&exec.arguments).unwrap_or_else(|_| String::from("{}"));
+                let mut out = ToolOutput::new();
+                let result = (tool.run)(&args, &mut out);
+                log_debug!("dsh: tool {=str} ok={}", tool.name, result.is_ok());
+                out.into_outcome(result)
+            }
+            None => ToolOutcome::unknown_tool(&exec.name),
+        };
+        let now = (self.clock)();
+        if self
+            .agent
+            .handle_tool_result(now, exec.token, outcome)
+            .is_ok()
+        {
+            self.drain();
+        }
+    }
+
+    fn call_model(&mut self, call: ModelCall) {
+        let attempt = call.attempt;
+        self.cancelled = None;
+        let end = match self.stream(call) {
+            Ok(end) => end,
+            Err(e) => {
+                log_warn!("dsh: model call failed: {=str}", e.failure().code.as_str());
+                // AC-6: an adapter failure is the stream's terminal chunk.
+                let now = (self.clock)();
+                if self
+                    .agent
+                    .handle_chunk(now, attempt, error_finish(&e, false))
+                    .is_err()
+                {
+                    return;
+                }
+                self.drain();
+                StreamEnd::Complete
+            }
+        };
+        if let StreamEnd::Complete = end {
+            if self.cancelled == Some(attempt) {
+                return;
+            }
+            let now = (self.clock)();
+            if self.agent.handle_stream_end(now, attempt).is_ok() {
+                self.drain();
+            }
+        }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}", self.config.host)
+    }
+
+    fn transport(&self, what: &str) -> LlmError {
+        LlmError::coded(
+            codes::TRANSPORT,
+            &format!("DeepSeek API {what} {} failed", self.base_url()),
+        )
+    }
+
+    fn bad_http(&self, e: HttpError) -> LlmError {
+        LlmError::coded(
+            codes::TRANSPORT,
+            &format!("DeepSeek API response from {}: {e}", self.base_url()),
+        )
+    }
+
+    /// One model call: request, response head, body into the agent.
+    fn stream(&mut self, call: ModelCall) -> Result<StreamEnd, LlmError> {
+        let attempt = call.attempt;
+        let body = dsh_deepseek::build_request_body(&call.request, &self.config.deepseek, None)?;
+        let session = call
+            .request
+            .session_id
+            .as_ref()
+            .map(|s| s.as_str().to_string());
+        let compact = call.request.purpose == Some(Purpose::Compaction);
+        // The request (a copy of the history) is no longer needed.
+        drop(call);
+        let bearer = self.config.api_key.as_ref().map(|k| format!("Bearer {k}"));
+        let mut headers: HVec<(&str, &str), 6> = HVec::new();
+        let _ = headers.push(("content-type", "application/json"));
+        let _ = headers.push(("accept", "text/event-stream"));
+        let _ = headers.push(("user-agent", self.config.user_agent.as_str()));
+        if let Some(b) = &bearer {
+            let _ = headers.push(("authorization", b.as_str()));
+        }
+        if let Some(s) = &session {
+            let _ = headers.push(("x-deepseek-harness-session-id", s.as_str()));
+        }
+        if compact {
+            let _ = headers.push(("x-deepseek-harness-compact", "1"));
+        }
+        let mut link = self
+            .opener
+            .open()
+            .map_err(|_| self.transport("request to"))?;
+        http::write_request(
+            &mut link,
+            &self.config.host,
+            &self.config.path,
+            &headers,
+            body.as_bytes(),
+        )
+        .map_err(|_| self.transport("request to"))?;
+        drop(body);
+        drop(headers);
+
+        let mut buf = [0u8; READ_BUF];
+        let mut parser = http::HeadParser::new();
+        let (head, used, filled) = loop {
+            let n = link
+                .read(&mut buf)
+                .map_err(|_| self.transport("request to"))?;
+            let Some(piece) = buf.get(..n).filter(|p| !p.is_empty()) else {
+                return Err(self.bad_http(HttpError::TruncatedHead));
+            };
+            if let Some((head, used)) = parser.push(piece).map_err(|e| self.bad_http(e))? {
+                break (head, used, n);
+            }
+        };
+        log_debug!("dsh: HTTP {}", head.status);
+        let mut framing = http::Body::new(head.framing);
+        let rest = buf.get(used..filled).unwrap_or_default();
+        if !(200..300).contains(&head.status) {
+            return Err(self.error_response(&mut link, &head, framing, rest));
+        }
+        if head.status == 204 || head.status == 205 {
+            return Err(LlmError::coded(
+                codes::EMPTY_RESPONSE,
+                "DeepSeek API returned no response body",
+            ));
+        }
+        let mut decoder = StreamDecoder::new();
+        // The unread part of `buf`: after the head at first, then each read.
+        let (mut start, mut end) = (used, filled);
+        loop {
+            let mut input = buf.get(start..end).unwrap_or_default();
+            while !input.is_empty() && !framing.is_complete() {
+                let data = framing.next(&mut input).map_err(|e| self.bad_http(e))?;
+                if data.is_empty() {
+                    continue;
+                }
+                let pushed = decoder.push(data, &mut self.chunks);
+                // Chunks before a bad payload are delivered, then the error.
+                if !self.deliver(attempt) {
+                    return Ok(StreamEnd::Dropped);
+                }
+                if pushed?.finished {
+                    // SSE-6: the call is complete; the rest is not read.
+                    return Ok(StreamEnd::Complete);
+                }
+            }
+            if framing.is_complete() {
+                decoder.finish()?;
+                return Ok(StreamEnd::Complete);
+            }
+            let n = link
+                .read(&mut buf)
+                .map_err(|_| self.transport("stream from"))?;
+            if n == 0 {
+                framing.end().map_err(|e| self.bad_http(e))?;
+                decoder.finish()?;
+                return Ok(StreamEnd::Complete);
+            }
+            (start, end) = (0, n);
+        }
+    }
+
+    /// Feeds the decoded chunks to the agent; false when it no longer
+    /// wants this attempt.
+    fn deliver(&mut self, attempt: u64) -> bool {
+        let mut chunks = core::mem::take(&mut self.chunks);
+        let mut wanted = true;
+        for chunk in chunks.drain(..) {
+            if !wanted {
+                continue;
+            }
+            let now = (self.clock)();
+            if self.agent.handle_chunk(now, attempt, chunk).is_err() {
+                wanted = false;
+                continue;
+            }
+            self.drain();
+            if self.cancelled == Some(attempt) {
+                wanted = false;
+            }
+        }
+        self.chunks = chunks;
+        wanted
+    }
+
+    /// H-2: reads up to [`MAX_ERROR_BODY`] bytes of a non-2xx body and
+    /// classifies it. A failing or truncated read still classifies by
+    /// status.
+    fn error_response(
+        &self,
+        link: &mut O::Link,
+        head: &http::Head,
+        mut framing: http::Body,
+        first: &[u8],
+    ) -> LlmError {
+        let mut body: HVec<u8, MAX_ERROR_BODY> = HVec::new();
+        let mut buf = [0u8; READ_BUF];
+        let mut input = first;
+        'read: loop {
+            while !input.is_empty() && !framing.is_complete() {
+                let Ok(data) = framing.next(&mut input) else {
+                    break 'read;
+                };
+                let room = MAX_ERROR_BODY - body.len();
+                let _ = body.extend_from_slice(data.get(..room.min(data.len())).unwrap_or(data));
+                if body.is_full() {
+                    break 'read;
+                }
+            }
+            if framing.is_complete() {
+                break;
+            }
+            match link.read(&mut buf) {
+                Ok(n) if n > 0 => input = buf.get(..n).unwrap_or_default(),
+                _ => break,
+            }
+        }
+        classify_http_error(&HttpErrorResponse {
+            status: head.status,
+            body: &body,
+            retry_after: head.retry_after.as_deref(),
+            x_request_id: head.x_request_id.as_deref(),
+            x_deepseek_request_id: head.x_deepseek_request_id.as_deref(),
+            now_unix_ms: Some((self.clock)()),
+        })
+    }
+}
+
+/// Message ids from a plain function, retry-chain ids from a counter
+/// (`retry-1`, `retry-2`, …): for [`Shell::with_ids`] when a device mints
+/// ids from its own source (a serial number and a counter in flash, a
+/// hardware RNG).
+#[derive(Clone, Copy, Debug)]
+pub struct IdFn {
+    message: fn(IdPurpose<'_>) -> MessageId,
+    retries: u64,
+}
+
+impl IdFn {
+    /// Ids from `message`; it must not repeat an id within a session.
+    pub fn new(message: fn(IdPurpose<'_>) -> MessageId) -> Self {
+        IdFn {
+            message,
+            retries: 0,
+        }
+    }
+}
+
+impl IdSource for IdFn {
+    fn message_id(&mut self, purpose: IdPurpose<'_>) -> MessageId {
+        (self.message)(purpose)
+    }
+
+    fn retry_id(&mut self) -> RetryId {
+        self.retries += 1;
+        RetryId(format!("retry-{}", self.retries))
+    }
+}
