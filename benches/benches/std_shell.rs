@@ -13,6 +13,11 @@
 //!   final text step. Throughput in steps: time per step (HTTP request and
 //!   response, request building, checkpoint flushes, tool thread, events).
 //!
+//! - `std_shell/steps_scripted`: the same turn with the model streams
+//!   served in memory by `ScriptedProvider` (the chunks the transport
+//!   decodes from the same script): the shell's own share of a step,
+//!   without HTTP.
+//!
 //! Every iteration gets a fresh agent and session, so history does not
 //! grow across iterations; only `send` → `wait_idle` is timed.
 
@@ -25,7 +30,7 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::{ContentBlock, LlmCallConfig};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{ClientOptions, DeepSeekClient, DeepSeekConfig};
-use dsh_std::{Agent, AgentConfig, ToolSet};
+use dsh_std::{Agent, AgentConfig, ModelProvider, ScriptedProvider, ScriptedReply, ToolSet};
 use dsh_store::SessionStore;
 use dsh_tools::{Tool, ToolCallRequest, ToolContext};
 use serde_json::json;
@@ -61,16 +66,20 @@ fn client(server: &MockServer) -> DeepSeekClient {
     DeepSeekClient::with_options(config, options).expect("client config")
 }
 
-/// Runs one turn on a fresh agent against `script`; returns the time from
-/// `send` to idle.
+/// Runs one turn on a fresh agent against `script` (or the scripted
+/// replies); returns the time from `send` to idle.
 fn one_turn(script: &Script, work: &std::path::Path) -> Duration {
     let server = MockServer::start(script.clone()).expect("mock server");
+    turn_with(Arc::new(client(&server)), work)
+}
+
+fn turn_with(provider: Arc<dyn ModelProvider>, work: &std::path::Path) -> Duration {
     let store_dir = tempfile::tempdir().expect("store dir");
     let cfg = dsh_jsonl::JsonlConfig::new(store_dir.path())
         .with_compression(dsh_jsonl::Compression::None);
     let store: Arc<dyn SessionStore> = Arc::new(dsh_jsonl::open(cfg).expect("store"));
     let mut config = AgentConfig::new(
-        Arc::new(client(&server)),
+        provider,
         LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
         work,
     );
@@ -137,6 +146,33 @@ fn bench(c: &mut Criterion) {
         b.iter_custom(|iters| {
             (0..iters)
                 .map(|_| one_turn(&step_script, work.path()))
+                .sum()
+        })
+    });
+    // The chunks the transport decodes from the step script, served from
+    // memory.
+    let server = MockServer::start(step_script.clone()).expect("mock server");
+    let decoder = client(&server);
+    let replies: Vec<Vec<dsh_core::StreamChunk>> = (0..=steps)
+        .map(|_| {
+            let opts = dsh_core::GenerateOptions::new(
+                "deepseek",
+                "deepseek-v4-flash",
+                vec![dsh_core::Message::user("m", vec![ContentBlock::text("x")])],
+            );
+            decoder
+                .stream_chunks(&opts, &dsh_deepseek::CancelToken::new())
+                .collect()
+        })
+        .collect();
+    group.bench_function("steps_scripted", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let provider =
+                        ScriptedProvider::new(replies.iter().cloned().map(ScriptedReply::Chunks));
+                    turn_with(Arc::new(provider), work.path())
+                })
                 .sum()
         })
     });

@@ -11,8 +11,9 @@ use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
     self as core_agent, AgentOptions, AgentStatus, ApprovalOutcome, CancelCause, Checkpoint,
-    FixedJitter, HookAnswer, HookCall, InboxTarget, InputError, Notification, Output,
-    PostToolDecision, PreToolDecision, PreparedCall, Recovery, SeededJitter, ToolExecution,
+    FixedJitter, Hook, HookAnswer, HookCall, HookCx, HookError, Hooks, InboxTarget, InputError,
+    Notification, Output, PostToolDecision, PreToolDecision, PreparedCall, Recovery, SeededJitter,
+    ToolExecution,
 };
 use dsh_core::session::{EventData, Session, SessionEvent, SessionHeader, TurnEndReason};
 use dsh_core::{
@@ -356,7 +357,10 @@ impl Agent {
         let policy = Arc::new(Mutex::new(config.approval.clone()));
         let toolset = Arc::new(std::mem::take(&mut config.tools));
         let core = core
-            .with_hooks(PolicyHooks::new(policy.clone()))
+            .with_hooks(ShellHooks {
+                policy: PolicyHooks::new(policy.clone()),
+                provider: config.provider.clone(),
+            })
             .with_ids(ShellIds::new(config.ids));
         // Retry jitter: random under UUID ids, the reference's fixed
         // middle sample under the deterministic test hook.
@@ -571,6 +575,54 @@ fn absolute(p: &std::path::Path) -> Option<String> {
         std::env::current_dir().ok()?.join(p)
     };
     abs.to_str().map(String::from)
+}
+
+/// The seams the std shell installs: the approval policy (`dsh-tools`
+/// `PolicyHooks`: pre-execute decision, every `ask` deferred to the user)
+/// and the provider's `prepare` (LC-15).
+pub(crate) struct ShellHooks {
+    pub(crate) policy: PolicyHooks,
+    pub(crate) provider: Arc<dyn ModelProvider>,
+}
+
+impl Hooks for ShellHooks {
+    fn prepare(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        config: LlmCallConfig,
+    ) -> Hook<Result<PreparedCall, HookError>> {
+        Hook::Ready(
+            self.provider
+                .prepare(config)
+                .map_err(|e| HookError::Llm(e.into_failure())),
+        )
+    }
+
+    fn tool_pre_execute(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+    ) -> Hook<Result<PreToolDecision, HookError>> {
+        self.policy.tool_pre_execute(cx, exec)
+    }
+
+    fn tool_approval(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+        reason: Option<&str>,
+    ) -> Hook<ApprovalOutcome> {
+        self.policy.tool_approval(cx, exec, reason)
+    }
+
+    fn tool_post_execute(
+        &mut self,
+        cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+        outcome: &ToolOutcome,
+    ) -> Hook<Result<PostToolDecision, HookError>> {
+        self.policy.tool_post_execute(cx, exec, outcome)
+    }
 }
 
 /// How long the driver waits past a tool's timeout before it answers the

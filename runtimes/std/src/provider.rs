@@ -3,7 +3,8 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use dsh_core::{GenerateOptions, LlmError, StreamChunk};
+use dsh_core::agent::PreparedCall;
+use dsh_core::{GenerateOptions, LlmCallConfig, LlmError, StreamChunk};
 use dsh_deepseek::{CancelToken, DeepSeekClient};
 
 /// A boxed stream of chunks (or a terminal adapter error).
@@ -17,6 +18,13 @@ pub trait ModelProvider: Send + Sync {
     /// terminal `finish` chunk by the shell (LC-27, AC-6).
     fn stream(&self, opts: &GenerateOptions, cancel: &CancelToken)
     -> Result<ChunkStream, LlmError>;
+
+    /// `llm.prepareCall` (LC-15): the effective config, the route's retry
+    /// policy and context window. Default: the config unchanged with the
+    /// default retry policy and no known context window.
+    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
+        Ok(PreparedCall::plain(config))
+    }
 }
 
 impl ModelProvider for DeepSeekClient {
@@ -27,6 +35,19 @@ impl ModelProvider for DeepSeekClient {
     ) -> Result<ChunkStream, LlmError> {
         let s = DeepSeekClient::stream(self, opts, cancel)?;
         Ok(Box::new(s))
+    }
+
+    /// The model's context window from the catalog (or the configured
+    /// default), logged on `request/context` (LC-18).
+    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
+        let c = self.config();
+        let window = c
+            .model(&config.model)
+            .and_then(|m| m.context_window)
+            .unwrap_or(c.default_context_window);
+        let mut prepared = PreparedCall::plain(config);
+        prepared.context_window = Some(window);
+        Ok(prepared)
     }
 }
 
@@ -46,6 +67,7 @@ pub enum ScriptedReply {
 pub struct ScriptedProvider {
     replies: Mutex<VecDeque<ScriptedReply>>,
     requests: Mutex<Vec<GenerateOptions>>,
+    context_window: Option<u64>,
 }
 
 impl ScriptedProvider {
@@ -54,7 +76,15 @@ impl ScriptedProvider {
         ScriptedProvider {
             replies: Mutex::new(replies.into_iter().collect()),
             requests: Mutex::new(Vec::new()),
+            context_window: None,
         }
+    }
+
+    /// Reports `window` as the route's context window from `prepare`
+    /// (to stand in for a provider that knows it).
+    pub fn with_context_window(mut self, window: u64) -> Self {
+        self.context_window = Some(window);
+        self
     }
 
     /// The requests received so far.
@@ -64,6 +94,12 @@ impl ScriptedProvider {
 }
 
 impl ModelProvider for ScriptedProvider {
+    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
+        let mut prepared = PreparedCall::plain(config);
+        prepared.context_window = self.context_window;
+        Ok(prepared)
+    }
+
     fn stream(
         &self,
         opts: &GenerateOptions,

@@ -53,8 +53,10 @@ fn drive_core(
 ) -> Vec<SessionEvent> {
     let mut header = SessionHeader::new(id, NOW as u64);
     header.cwd = Some(cfg.cwd.to_str().unwrap().to_string());
-    let mut agent =
-        core_agent::Agent::new(cfg.core_config().unwrap(), Session::new(header)).unwrap();
+    let provider = cfg.provider.clone();
+    let mut agent = core_agent::Agent::new(cfg.core_config().unwrap(), Session::new(header))
+        .unwrap()
+        .with_hooks(Prepare(provider));
     let mut replies = replies.into_iter();
     agent.followup(NOW, prompt).unwrap();
     let mut pending: Vec<Output> = Vec::new();
@@ -84,6 +86,20 @@ fn drive_core(
     }
     assert!(agent.is_quiescent());
     agent.session().events().to_vec()
+}
+
+/// Core-level hooks with the provider's `prepare` (LC-15), as the shell
+/// installs it; every other seam keeps the default (policy `auto`).
+struct Prepare(Arc<dyn ModelProvider>);
+
+impl core_agent::Hooks for Prepare {
+    fn prepare(
+        &mut self,
+        _cx: &mut core_agent::HookCx<'_>,
+        config: dsh_core::LlmCallConfig,
+    ) -> core_agent::Hook<Result<core_agent::PreparedCall, core_agent::HookError>> {
+        core_agent::Hook::Ready(Ok(self.0.prepare(config).unwrap()))
+    }
 }
 
 fn deterministic(cfg: &mut dsh_std::AgentConfig) {
@@ -121,8 +137,9 @@ fn tool_turn_log_is_byte_identical_to_the_core_driven_turn() {
 
     // The core driven directly with the chunks the transport decodes.
     let replies = decoded_chunks(TOOL_TURN, 2);
+    // The DeepSeek client only answers `prepare` here; no call is made.
     let core_log = drive_core(
-        &det(Arc::new(ScriptedProvider::default())),
+        &det(Arc::new(client_for(server.url()))),
         "s1",
         replies.clone(),
         prompt.clone(),
@@ -130,9 +147,10 @@ fn tool_turn_log_is_byte_identical_to_the_core_driven_turn() {
     assert_eq!(lines(&shell_log), lines(&core_log));
 
     // The shell over the scripted provider gives the same log too.
-    let cfg2 = det(Arc::new(ScriptedProvider::new(
-        replies.into_iter().map(ScriptedReply::Chunks),
-    )));
+    let cfg2 = det(Arc::new(
+        ScriptedProvider::new(replies.into_iter().map(ScriptedReply::Chunks))
+            .with_context_window(1_000_000),
+    ));
     let dir2 = tempfile::tempdir().unwrap();
     let agent2 = Agent::create(cfg2, store(dir2.path()), SessionId::from("s1")).unwrap();
     agent2
@@ -147,6 +165,14 @@ fn tool_turn_log_is_byte_identical_to_the_core_driven_turn() {
     let stored = store1.load(&SessionId::from("s1")).unwrap();
     assert_eq!(lines(&stored.events), lines(&shell_log));
     assert_valid(&stored.events);
+    // LC-18: the route's context window (the DeepSeek catalog's) is logged.
+    let context = of_type(&shell_log, "request/context");
+    assert_eq!(context.len(), 1);
+    assert!(
+        context[0].to_json().contains(r#""contextWindow":1000000"#),
+        "{}",
+        context[0].to_json()
+    );
     // The tool read the file.
     let results = tool_results(&shell_log);
     assert_eq!(results.len(), 1);
