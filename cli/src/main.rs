@@ -7,12 +7,19 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod agent_cmd;
+mod data_dir;
 mod deepseek;
+mod demo;
 mod input;
 mod log;
 mod mock_server;
+mod provider;
+mod render;
 mod replay;
+mod shell;
 mod sse;
+mod store;
 mod stream;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
@@ -41,6 +48,16 @@ enum Command {
     Log(log::LogCommand),
     /// Replay a recorded session through the agent loop and compare.
     Replay(replay::ReplayArgs),
+    /// List stored sessions: id, cwd, created, last activity, first prompt.
+    Sessions(store::SessionsArgs),
+    /// Chat with the agent (interactive REPL).
+    Chat(agent_cmd::ChatArgs),
+    /// Run one prompt and exit: 0 when the turn completed.
+    Run(agent_cmd::RunArgs),
+    /// Fork a stored session (optionally at a seq) and chat on the fork.
+    Fork(agent_cmd::ForkArgs),
+    /// Offline demo: a real agent turn against the bundled mock server.
+    Demo(demo::DemoArgs),
 }
 
 /// What a command ended with.
@@ -69,6 +86,11 @@ fn main() -> ExitCode {
         Command::MockServer(args) => mock_server::run(args),
         Command::Log(cmd) => log::run(cmd),
         Command::Replay(args) => replay::run(args),
+        Command::Sessions(args) => store::run_sessions(args),
+        Command::Chat(args) => agent_cmd::chat(args),
+        Command::Run(args) => agent_cmd::run(args),
+        Command::Fork(args) => agent_cmd::fork(args),
+        Command::Demo(args) => demo::run(args),
     };
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,

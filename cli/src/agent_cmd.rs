@@ -1,0 +1,617 @@
+//! The agent front end on the std shell: `dsh chat`, `dsh run`, `dsh fork`
+//! and the shared event loop that renders a running agent.
+//!
+//! Exit codes of `run`: 0 the turn completed; 1 it ended otherwise (error,
+//! cancel, max-tokens, blocked); 2 bad usage or setup failure.
+
+use std::collections::VecDeque;
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::Duration;
+
+use clap::Args;
+use dsh_core::SessionId;
+use dsh_core::session::{EventData, SessionEvent};
+use dsh_std::{Agent, AgentConfig, AgentEvent, AgentStatus, ApprovalRequestId, CancelCause};
+use dsh_store::SessionStore;
+
+use crate::Outcome;
+use crate::provider::{Provider, ProviderArgs};
+use crate::render::{RenderOptions, Renderer, TurnOutcome};
+use crate::store::{StoreArgs, describe_location, new_session_id, now_ms};
+
+/// Display flags.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ViewArgs {
+    /// Do not show the model's reasoning.
+    #[arg(long)]
+    pub hide_reasoning: bool,
+    /// No ANSI colors (also when `NO_COLOR` is set).
+    #[arg(long)]
+    pub no_color: bool,
+}
+
+impl ViewArgs {
+    /// The render options these flags select.
+    pub fn options(&self) -> RenderOptions {
+        RenderOptions {
+            hide_reasoning: self.hide_reasoning,
+            color: !self.no_color
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && io::stdout().is_terminal(),
+            ..RenderOptions::default()
+        }
+    }
+}
+
+/// Flags every agent command takes.
+#[derive(Args, Clone, Debug, Default)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub view: ViewArgs,
+    /// The workspace tools work in (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+}
+
+/// `dsh chat [--resume ID]`
+#[derive(Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// Continue a stored session (an interrupted turn is closed first).
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
+}
+
+/// `dsh run PROMPT [--json]`
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// Print the session events as JSON lines (exactly as the log stores
+    /// them, chunks unpacked) instead of rendering them.
+    #[arg(long)]
+    pub json: bool,
+    /// Allow tools whose policy is `ask` without asking (`run` cannot ask;
+    /// without this flag they are denied).
+    #[arg(long)]
+    pub yes: bool,
+    /// The prompt.
+    pub prompt: String,
+}
+
+/// `dsh fork ID [--at SEQ]`
+#[derive(Args)]
+pub struct ForkArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// The session to fork.
+    pub id: String,
+    /// Fork at this seq (default: through the last completed turn).
+    #[arg(long, value_name = "SEQ")]
+    pub at: Option<u64>,
+}
+
+/// Everything a command needs to start an agent.
+pub struct Setup {
+    /// The store.
+    pub store: Arc<dyn SessionStore>,
+    /// The agent configuration.
+    pub config: AgentConfig,
+    /// Render options.
+    pub render: RenderOptions,
+}
+
+fn env_lookup(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Resolves provider and store and builds the agent configuration.
+pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<Setup, String> {
+    let provider = crate::provider::resolve(&args.provider, &env_lookup)?;
+    let cwd = match &args.cwd {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().map_err(|e| format!("dsh: no current directory: {e}"))?,
+    };
+    let cwd = std::fs::canonicalize(&cwd)
+        .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
+    let store = args.store.open()?;
+    let config = agent_config(&provider, cwd, interactive, approve_all)?;
+    Ok(Setup {
+        store,
+        config,
+        render: args.view.options(),
+    })
+}
+
+/// The agent configuration for `provider` working in `cwd`.
+pub fn agent_config(
+    provider: &Provider,
+    cwd: PathBuf,
+    interactive: bool,
+    approve_all: bool,
+) -> Result<AgentConfig, String> {
+    crate::shell::agent_config(provider, cwd, interactive, approve_all)
+}
+
+/// What the event loop receives.
+enum Ui {
+    Event(AgentEvent),
+    Line(String),
+    Eof,
+    Interrupt,
+}
+
+fn spawn_forwarder(agent: &Agent, tx: Sender<Ui>) {
+    let rx = agent.subscribe();
+    thread::spawn(move || {
+        while let Ok(ev) = rx.recv() {
+            if tx.send(Ui::Event(ev)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+fn spawn_stdin(tx: Sender<Ui>) {
+    thread::spawn(move || {
+        let stdin = io::stdin();
+        let mut lock = stdin.lock();
+        loop {
+            let mut line = String::new();
+            match lock.read_line(&mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(Ui::Eof);
+                    break;
+                }
+                Ok(_) => {
+                    let text = line.trim_end_matches(['\n', '\r']).to_string();
+                    if tx.send(Ui::Line(text)).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn install_ctrlc(tx: Sender<Ui>) {
+    // Only the first handler of a process is installed; a failure leaves
+    // the default (the process ends), which is still a way out.
+    let _ = ctrlc::set_handler(move || {
+        let _ = tx.send(Ui::Interrupt);
+    });
+}
+
+/// Whether a turn outcome counts as success for an exit code.
+pub fn completed(outcome: &TurnOutcome) -> bool {
+    outcome.reason == "completed"
+}
+
+/// `dsh run PROMPT`.
+pub fn run(args: RunArgs) -> Outcome {
+    let setup = match setup(&args.agent, false, args.yes) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return Outcome::BadInput;
+        }
+    };
+    let id = new_session_id(now_ms());
+    let agent = match Agent::create(setup.config, setup.store.clone(), id.clone()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("dsh run: cannot start the agent: {e}");
+            return Outcome::BadInput;
+        }
+    };
+    let result = drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes);
+    agent.dispose();
+    let location = describe_location(setup.store.as_ref(), &args.agent.store, &id);
+    match result {
+        Ok(outcome) => {
+            if !args.json {
+                eprintln!("session {} → {location}", id.as_str());
+            }
+            if completed(&outcome) {
+                Outcome::Ok
+            } else {
+                Outcome::CheckFailed
+            }
+        }
+        Err(e) => {
+            eprintln!("dsh run: {e}");
+            Outcome::CheckFailed
+        }
+    }
+}
+
+/// Sends `prompt`, renders (or prints as JSON) until the turn ends; answers
+/// approvals with `approve_all` (allow) or deny. Ctrl-C cancels the turn.
+pub fn drive_one_turn(
+    agent: &Agent,
+    prompt: &str,
+    render: RenderOptions,
+    json: bool,
+    approve_all: bool,
+) -> Result<TurnOutcome, String> {
+    let (tx, rx) = mpsc::channel();
+    spawn_forwarder(agent, tx.clone());
+    install_ctrlc(tx);
+    let mut out = io::stdout().lock();
+    agent.send(prompt).map_err(|e| e.to_string())?;
+    let mut renderer = Renderer::new(render);
+    let spinner = !json && io::stdout().is_terminal();
+    let mut waiting = true;
+    let mut cancelled = false;
+    let mut outcome = None;
+    loop {
+        let msg = match rx.recv_timeout(Duration::from_millis(120)) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                if spinner && waiting {
+                    let _ = renderer.tick(&mut out);
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        match msg {
+            Ui::Event(AgentEvent::Event(ev)) => {
+                if json {
+                    let mut line = Vec::new();
+                    dsh_core::jsonl::encode_event_line(&ev, &mut line);
+                    let _ = out.write_all(&line);
+                    let _ = out.flush();
+                } else {
+                    if first_output(&ev) {
+                        waiting = false;
+                    }
+                    let _ = renderer.event(&mut out, &ev);
+                }
+                if let EventData::TurnEnd(_) = ev.data() {
+                    outcome = Some(turn_outcome(&ev, &renderer));
+                }
+            }
+            Ui::Event(AgentEvent::ApprovalRequested {
+                id,
+                tool,
+                arguments,
+            }) => {
+                let decision = if approve_all {
+                    dsh_std::ApprovalDecision::Allow
+                } else {
+                    dsh_std::ApprovalDecision::Deny
+                };
+                if !json {
+                    let verb = if approve_all {
+                        "allowed"
+                    } else {
+                        "denied (use --yes to allow)"
+                    };
+                    let _ = renderer.notice(
+                        &mut out,
+                        &format!(
+                            "{tool} {}: {verb}",
+                            crate::render::summarize_arguments(&arguments, 60)
+                        ),
+                    );
+                }
+                agent.answer_approval(id, decision);
+            }
+            Ui::Event(AgentEvent::Status(AgentStatus::Idle)) if outcome.is_some() => break,
+            Ui::Event(AgentEvent::Error(e)) => {
+                let _ = renderer.notice(&mut out, &format!("error: {e}"));
+            }
+            Ui::Event(_) => {}
+            Ui::Interrupt => {
+                if cancelled {
+                    // Second Ctrl-C: leave now.
+                    break;
+                }
+                cancelled = true;
+                if !json {
+                    let _ = renderer.notice(&mut out, "cancelling… (Ctrl-C again to quit)");
+                }
+                agent.cancel(CancelCause::User, false);
+            }
+            Ui::Line(_) | Ui::Eof => {}
+        }
+    }
+    outcome.ok_or_else(|| "the agent stopped before the turn ended".to_string())
+}
+
+/// The renderer's outcome, or one read from the `turn/end` event itself
+/// (JSON mode does not render).
+fn turn_outcome(ev: &SessionEvent, renderer: &Renderer) -> TurnOutcome {
+    let _ = renderer;
+    match ev.data() {
+        EventData::TurnEnd(end) => TurnOutcome {
+            turn: end.turn,
+            reason: end.reason.kind().to_string(),
+            error: None,
+            usage: Default::default(),
+        },
+        _ => TurnOutcome::default(),
+    }
+}
+
+/// Whether `ev` is the first visible output of a step (ends the spinner).
+fn first_output(ev: &SessionEvent) -> bool {
+    matches!(
+        ev.data(),
+        EventData::AssistantChunk(_) | EventData::ToolCall(_) | EventData::TurnEnd(_)
+    )
+}
+
+/// `dsh chat`.
+pub fn chat(args: ChatArgs) -> Outcome {
+    let setup = match setup(&args.agent, true, false) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return Outcome::BadInput;
+        }
+    };
+    let agent = match &args.resume {
+        Some(id) => Agent::resume(
+            setup.config,
+            setup.store.clone(),
+            &SessionId::new(id.clone()),
+        ),
+        None => Agent::create(setup.config, setup.store.clone(), new_session_id(now_ms())),
+    };
+    let agent = match agent {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("dsh chat: cannot start the agent: {e}");
+            return Outcome::BadInput;
+        }
+    };
+    repl(
+        agent,
+        setup.store,
+        &args.agent.store,
+        setup.render,
+        args.resume.is_some(),
+    )
+}
+
+/// `dsh fork ID [--at SEQ]`: forks the stored session and chats on the fork.
+pub fn fork(args: ForkArgs) -> Outcome {
+    let setup = match setup(&args.agent, true, false) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return Outcome::BadInput;
+        }
+    };
+    let new_id = new_session_id(now_ms());
+    let agent = match Agent::fork(
+        setup.config,
+        setup.store.clone(),
+        &SessionId::new(args.id.clone()),
+        args.at,
+        new_id.clone(),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("dsh fork: {e}");
+            return Outcome::BadInput;
+        }
+    };
+    eprintln!("forked {} → {}", args.id, new_id.as_str());
+    repl(agent, setup.store, &args.agent.store, setup.render, true)
+}
+
+const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
+/steer (they steer the running turn; the default), /followup TEXT, /cancel, /quit; \
+Ctrl-C cancels a turn, Ctrl-C twice or Ctrl-D quits";
+
+/// The interactive loop.
+fn repl(
+    agent: Agent,
+    store: Arc<dyn SessionStore>,
+    store_args: &StoreArgs,
+    render: RenderOptions,
+    resumed: bool,
+) -> Outcome {
+    let (tx, rx): (Sender<Ui>, Receiver<Ui>) = mpsc::channel();
+    spawn_forwarder(&agent, tx.clone());
+    spawn_stdin(tx.clone());
+    install_ctrlc(tx);
+    let mut out = io::stdout().lock();
+    let mut r = Renderer::new(render);
+    let id = agent.session_id().clone();
+    let _ = writeln!(
+        out,
+        "dsh chat: session {}{} (/help for commands)",
+        id.as_str(),
+        if resumed { " (resumed)" } else { "" }
+    );
+    if resumed && let Ok(events) = agent.events() {
+        for line in crate::render::recap(&events, 4, render.width) {
+            let _ = r.notice(&mut out, &line);
+        }
+    }
+    let spinner = io::stdout().is_terminal();
+    let mut running = false;
+    let mut waiting = false;
+    let mut steer = true;
+    let mut armed = false;
+    // Piped input: at its end, let the running turn finish, then exit.
+    let mut quit_when_idle = false;
+    let mut approvals: VecDeque<ApprovalRequestId> = VecDeque::new();
+    prompt(&mut out, running);
+    loop {
+        let msg = match rx.recv_timeout(Duration::from_millis(120)) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                if spinner && waiting && approvals.is_empty() {
+                    let _ = r.tick(&mut out);
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        match msg {
+            Ui::Event(AgentEvent::Event(ev)) => {
+                if first_output(&ev) {
+                    waiting = false;
+                }
+                if let EventData::StepStart(_) = ev.data() {
+                    waiting = true;
+                }
+                let _ = r.event(&mut out, &ev);
+            }
+            Ui::Event(AgentEvent::Status(status)) => {
+                let now_running = !matches!(status, AgentStatus::Idle);
+                if running && !now_running && quit_when_idle {
+                    break;
+                }
+                if running && !now_running {
+                    waiting = false;
+                    let _ = r.clear_status(&mut out);
+                    prompt(&mut out, false);
+                }
+                if now_running {
+                    armed = false;
+                }
+                running = now_running;
+            }
+            Ui::Event(AgentEvent::ApprovalRequested {
+                id,
+                tool,
+                arguments,
+            }) => {
+                let _ = r.clear_status(&mut out);
+                let _ = write!(
+                    out,
+                    "allow {tool} {}? [y]es / [n]o / [a]lways: ",
+                    crate::render::summarize_arguments(&arguments, 80)
+                );
+                let _ = out.flush();
+                approvals.push_back(id);
+            }
+            Ui::Event(AgentEvent::Error(e)) => {
+                let _ = r.notice(&mut out, &format!("error: {e}"));
+            }
+            Ui::Event(_) => {}
+            Ui::Line(line) => {
+                armed = false;
+                if let Some(req) = approvals.pop_front() {
+                    let answer = line.trim().to_ascii_lowercase();
+                    let decision = match answer.as_str() {
+                        "y" | "yes" => dsh_std::ApprovalDecision::Allow,
+                        "a" | "always" => dsh_std::ApprovalDecision::AllowAlways,
+                        _ => dsh_std::ApprovalDecision::Deny,
+                    };
+                    agent.answer_approval(req, decision);
+                    waiting = true;
+                    continue;
+                }
+                let text = line.trim();
+                match text {
+                    "" => {
+                        if !running {
+                            prompt(&mut out, running);
+                        }
+                    }
+                    "/quit" | "/exit" => break,
+                    "/help" => {
+                        let _ = r.notice(&mut out, HELP);
+                        if !running {
+                            prompt(&mut out, running);
+                        }
+                    }
+                    "/followup" => {
+                        steer = false;
+                        let _ = r.notice(
+                            &mut out,
+                            "lines typed during a turn now queue as follow-ups",
+                        );
+                    }
+                    "/steer" => {
+                        steer = true;
+                        let _ = r.notice(&mut out, "lines typed during a turn now steer it");
+                    }
+                    "/cancel" => agent.cancel(CancelCause::User, false),
+                    _ => {
+                        let (followup, body) = match text.strip_prefix("/followup ") {
+                            Some(rest) => (true, rest),
+                            None => (!steer, text),
+                        };
+                        let result = if !running {
+                            waiting = true;
+                            running = true;
+                            if followup {
+                                agent.followup(body)
+                            } else {
+                                agent.send(body)
+                            }
+                        } else if followup {
+                            let _ = r.notice(&mut out, "(queued as a follow-up)");
+                            agent.followup(body)
+                        } else {
+                            let _ = r.notice(&mut out, "(steering the running turn)");
+                            agent.steer(body)
+                        };
+                        if let Err(e) = result {
+                            let _ = r.notice(&mut out, &format!("error: {e}"));
+                        }
+                    }
+                }
+            }
+            Ui::Interrupt => {
+                if running && !armed {
+                    armed = true;
+                    approvals.clear();
+                    let _ = r.notice(&mut out, "cancelling… (Ctrl-C again or Ctrl-D to quit)");
+                    agent.cancel(CancelCause::User, false);
+                } else if armed {
+                    break;
+                } else {
+                    armed = true;
+                    let _ = r.notice(&mut out, "(Ctrl-C again or Ctrl-D to quit)");
+                    prompt(&mut out, running);
+                }
+            }
+            Ui::Eof => {
+                if running && !io::stdin().is_terminal() {
+                    quit_when_idle = true;
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = r.clear_status(&mut out);
+    let _ = writeln!(out);
+    drop(out);
+    if running {
+        agent.cancel(CancelCause::User, false);
+    }
+    agent.dispose();
+    println!(
+        "session {} saved: {}",
+        id.as_str(),
+        describe_location(store.as_ref(), store_args, &id)
+    );
+    println!("resume with: dsh chat --resume {}", id.as_str());
+    Outcome::Ok
+}
+
+fn prompt(out: &mut dyn Write, running: bool) {
+    if !running {
+        let _ = write!(out, "> ");
+        let _ = out.flush();
+    }
+}

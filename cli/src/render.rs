@@ -1,0 +1,549 @@
+//! Rendering of session events to a terminal: streamed text as it arrives,
+//! reasoning dimmed (or hidden), one line per tool call with an argument
+//! summary, tool results cut to a few lines (the full text stays in the
+//! log), the turn's end reason when it did not complete, and token usage
+//! with cache hits after every turn.
+
+use std::io::{self, Write};
+
+use dsh_core::session::{ChunkView, EventData, SessionEvent, TurnEndReason};
+use dsh_core::{ContentBlock, TokenUsage};
+
+const DIM: &str = "\x1b[2m";
+const BOLD: &str = "\x1b[1m";
+const CYAN: &str = "\x1b[36m";
+const RED: &str = "\x1b[31m";
+const RESET: &str = "\x1b[0m";
+
+/// How the renderer writes.
+#[derive(Clone, Copy, Debug)]
+pub struct RenderOptions {
+    /// Leave reasoning out entirely.
+    pub hide_reasoning: bool,
+    /// Emit ANSI styles (dim reasoning, colored tool lines).
+    pub color: bool,
+    /// Lines of a tool result shown before the cut.
+    pub result_lines: usize,
+    /// Characters per shown line (argument summaries, result lines).
+    pub width: usize,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            hide_reasoning: false,
+            color: false,
+            result_lines: 6,
+            width: 100,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// At the start of a line, nothing streaming.
+    LineStart,
+    /// Mid-line in streamed text.
+    Text,
+    /// Mid-line in streamed reasoning.
+    Reasoning,
+}
+
+/// What a finished turn looked like, for exit codes and the usage line.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TurnOutcome {
+    /// The turn number.
+    pub turn: u64,
+    /// The `turn/end` reason kind (`completed`, `aborted`, `error`, …).
+    pub reason: String,
+    /// The error message of an `error` end.
+    pub error: Option<String>,
+    /// Usage summed over the turn's model calls.
+    pub usage: TokenUsage,
+}
+
+/// Renders session events one by one into a writer.
+#[derive(Debug)]
+pub struct Renderer {
+    options: RenderOptions,
+    mode: Mode,
+    usage: TokenUsage,
+    /// Whether any model call of the turn reported usage.
+    saw_usage: bool,
+    /// A status line ("waiting for the model") is on screen.
+    status_shown: bool,
+    spinner: usize,
+}
+
+impl Renderer {
+    /// A renderer with `options`.
+    pub fn new(options: RenderOptions) -> Self {
+        Renderer {
+            options,
+            mode: Mode::LineStart,
+            usage: TokenUsage::default(),
+            saw_usage: false,
+            status_shown: false,
+            spinner: 0,
+        }
+    }
+
+    fn style(&self, style: &'static str) -> &'static str {
+        if self.options.color { style } else { "" }
+    }
+
+    fn end_line(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        if self.mode == Mode::Reasoning {
+            write!(out, "{}", self.style(RESET))?;
+        }
+        if self.mode != Mode::LineStart {
+            writeln!(out)?;
+        }
+        self.mode = Mode::LineStart;
+        Ok(())
+    }
+
+    /// Shows (or advances) the waiting status line; call it periodically
+    /// while no token has arrived yet. Only for terminals.
+    pub fn tick(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        const FRAMES: [&str; 4] = ["|", "/", "-", "\\"];
+        if self.mode != Mode::LineStart {
+            return Ok(());
+        }
+        let frame = FRAMES[self.spinner % FRAMES.len()];
+        self.spinner = self.spinner.wrapping_add(1);
+        write!(
+            out,
+            "\r{}{frame} waiting for the model…{}",
+            self.style(DIM),
+            self.style(RESET)
+        )?;
+        self.status_shown = true;
+        out.flush()
+    }
+
+    /// Erases the status line, if shown.
+    pub fn clear_status(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        if self.status_shown {
+            write!(out, "\r\x1b[K")?;
+            self.status_shown = false;
+        }
+        Ok(())
+    }
+
+    /// A line of the front end's own (notices, errors), on its own line.
+    pub fn notice(&mut self, out: &mut dyn Write, text: &str) -> io::Result<()> {
+        self.clear_status(out)?;
+        self.end_line(out)?;
+        writeln!(out, "{}{text}{}", self.style(DIM), self.style(RESET))?;
+        out.flush()
+    }
+
+    /// Renders one event; returns the turn outcome on `turn/end`.
+    pub fn event(
+        &mut self,
+        out: &mut dyn Write,
+        event: &SessionEvent,
+    ) -> io::Result<Option<TurnOutcome>> {
+        let mut ended = None;
+        match event.data() {
+            EventData::TurnStart(_) => {
+                self.usage = TokenUsage::default();
+                self.saw_usage = false;
+            }
+            EventData::AssistantChunk(chunk) => match chunk.view() {
+                ChunkView::TextDelta { text, .. } if !text.is_empty() => {
+                    self.clear_status(out)?;
+                    if self.mode == Mode::Reasoning {
+                        self.end_line(out)?;
+                    }
+                    write!(out, "{text}")?;
+                    self.mode = if text.ends_with('\n') {
+                        Mode::LineStart
+                    } else {
+                        Mode::Text
+                    };
+                }
+                ChunkView::ReasoningDelta { text, .. }
+                    if !text.is_empty() && !self.options.hide_reasoning =>
+                {
+                    self.clear_status(out)?;
+                    if self.mode == Mode::Text {
+                        self.end_line(out)?;
+                    }
+                    // Re-open the style on every delta: other output (a
+                    // notice, the status line) may have reset it.
+                    write!(out, "{}{text}", self.style(DIM))?;
+                    self.mode = Mode::Reasoning;
+                }
+                _ => {}
+            },
+            EventData::AssistantMessage(m) => {
+                if let Some(u) = &m.usage {
+                    self.saw_usage = true;
+                    add_usage(&mut self.usage, u);
+                }
+                if m.interrupted {
+                    self.end_line(out)?;
+                    writeln!(out, "{}[interrupted]{}", self.style(DIM), self.style(RESET))?;
+                }
+            }
+            EventData::ToolCall(call) => {
+                self.clear_status(out)?;
+                self.end_line(out)?;
+                let summary = summarize_arguments(&call.arguments, self.options.width);
+                writeln!(
+                    out,
+                    "{}{}▸ {}{}{} {summary}",
+                    self.style(CYAN),
+                    self.style(BOLD),
+                    call.name,
+                    self.style(RESET),
+                    self.style(DIM),
+                )?;
+                write!(out, "{}", self.style(RESET))?;
+            }
+            EventData::ToolResult(result) => {
+                self.end_line(out)?;
+                let mut text = String::new();
+                let mut is_error = false;
+                for block in &result.message.content {
+                    if let ContentBlock::ToolResult {
+                        content,
+                        is_error: e,
+                        ..
+                    } = block
+                    {
+                        is_error |= e.unwrap_or(false);
+                        for inner in content {
+                            if let Some(t) = inner.as_text() {
+                                if !text.is_empty() {
+                                    text.push('\n');
+                                }
+                                text.push_str(t);
+                            }
+                        }
+                    }
+                }
+                let shown = truncate_lines(&text, self.options.result_lines, self.options.width);
+                let color = if is_error { RED } else { DIM };
+                for line in shown.lines() {
+                    writeln!(out, "  {}{line}{}", self.style(color), self.style(RESET))?;
+                }
+            }
+            EventData::TurnEnd(end) => {
+                self.clear_status(out)?;
+                self.end_line(out)?;
+                let reason = end.reason.kind().to_string();
+                let error = match &end.reason {
+                    TurnEndReason::Error { error } => Some(error.message.clone()),
+                    _ => None,
+                };
+                match &end.reason {
+                    TurnEndReason::Completed => {}
+                    TurnEndReason::Aborted { .. } => writeln!(
+                        out,
+                        "{}[turn cancelled]{}",
+                        self.style(DIM),
+                        self.style(RESET)
+                    )?,
+                    TurnEndReason::Error { error } => writeln!(
+                        out,
+                        "{}error: {} ({}){}",
+                        self.style(RED),
+                        error.message,
+                        error.code,
+                        self.style(RESET)
+                    )?,
+                    other => writeln!(
+                        out,
+                        "{}[turn ended: {}]{}",
+                        self.style(DIM),
+                        other.kind(),
+                        self.style(RESET)
+                    )?,
+                }
+                let usage = if self.saw_usage {
+                    usage_line(&self.usage)
+                } else {
+                    "tokens: no usage reported".to_string()
+                };
+                writeln!(out, "{}{usage}{}", self.style(DIM), self.style(RESET))?;
+                ended = Some(TurnOutcome {
+                    turn: end.turn,
+                    reason,
+                    error,
+                    usage: self.usage,
+                });
+            }
+            _ => {}
+        }
+        out.flush()?;
+        Ok(ended)
+    }
+}
+
+fn add_usage(total: &mut TokenUsage, u: &TokenUsage) {
+    total.input_tokens += u.input_tokens;
+    total.output_tokens += u.output_tokens;
+    for (t, v) in [
+        (&mut total.cache_read_tokens, u.cache_read_tokens),
+        (&mut total.cache_write_tokens, u.cache_write_tokens),
+        (&mut total.reasoning_tokens, u.reasoning_tokens),
+    ] {
+        if let Some(v) = v {
+            *t = Some(t.unwrap_or(0) + v);
+        }
+    }
+}
+
+/// `tokens: input N (cache hit H), output M (reasoning R)`: input is the
+/// billed input (uncached plus cache reads and writes, TU-2).
+pub fn usage_line(u: &TokenUsage) -> String {
+    let mut line = format!("tokens: input {}", u.billed_input());
+    line.push_str(&format!(
+        " (cache hit {})",
+        u.cache_read_tokens.unwrap_or(0)
+    ));
+    line.push_str(&format!(", output {}", u.output_tokens));
+    if let Some(r) = u.reasoning_tokens {
+        line.push_str(&format!(" (reasoning {r})"));
+    }
+    line
+}
+
+/// A one-line summary of a tool call's raw argument text: the top-level
+/// fields of a JSON object as `key=value` (strings quoted, newlines shown as
+/// `⏎`), cut to `width` characters; text that is not an object is shown
+/// as is, cut the same way.
+pub fn summarize_arguments(arguments: &str, width: usize) -> String {
+    let summary = match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}=\"{s}\""),
+                other => format!("{k}={other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => arguments.to_string(),
+    };
+    cut(&summary.replace('\n', "⏎"), width)
+}
+
+/// Cuts `s` to at most `width` characters, marking a cut with `…`.
+pub fn cut(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The first `max_lines` lines of `text`, each cut to `width`, plus a
+/// `… (N more lines)` line when lines were dropped. Empty text shows
+/// `(empty)`.
+pub fn truncate_lines(text: &str, max_lines: usize, width: usize) -> String {
+    if text.is_empty() {
+        return "(empty)".to_string();
+    }
+    let total = text.lines().count();
+    let mut out: Vec<String> = text
+        .lines()
+        .take(max_lines)
+        .map(|l| cut(l, width))
+        .collect();
+    if total > max_lines {
+        out.push(format!(
+            "… ({} more lines; full text in the session log)",
+            total - max_lines
+        ));
+    }
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::session::{AssistantChunk, AssistantMessage, ToolCall, TurnEnd, TurnStart};
+    use dsh_core::{CallId, Message, StreamChunk};
+
+    fn render(events: &[SessionEvent], options: RenderOptions) -> (String, Option<TurnOutcome>) {
+        let mut r = Renderer::new(options);
+        let mut out = Vec::new();
+        let mut last = None;
+        for e in events {
+            if let Some(o) = r.event(&mut out, e).unwrap() {
+                last = Some(o);
+            }
+        }
+        (String::from_utf8(out).unwrap(), last)
+    }
+
+    fn chunk(seq: u64, c: StreamChunk) -> SessionEvent {
+        SessionEvent::new(seq, 0, AssistantChunk::new(1, 1, c))
+    }
+
+    fn script() -> Vec<SessionEvent> {
+        let mut msg = AssistantMessage::new(1, 1, Message::user("a", vec![]));
+        msg.usage = Some(TokenUsage {
+            input_tokens: 10,
+            output_tokens: 5,
+            cache_read_tokens: Some(90),
+            cache_write_tokens: None,
+            reasoning_tokens: Some(2),
+        });
+        vec![
+            SessionEvent::new(0, 0, TurnStart { turn: 1 }),
+            chunk(
+                1,
+                StreamChunk::ReasoningDelta {
+                    index: 0,
+                    text: "hmm".into(),
+                },
+            ),
+            chunk(
+                2,
+                StreamChunk::TextDelta {
+                    index: 1,
+                    text: "Hel".into(),
+                },
+            ),
+            chunk(
+                3,
+                StreamChunk::TextDelta {
+                    index: 1,
+                    text: "lo".into(),
+                },
+            ),
+            SessionEvent::new(4, 0, msg),
+            SessionEvent::new(
+                5,
+                0,
+                TurnEnd {
+                    turn: 1,
+                    reason: TurnEndReason::Completed,
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn streams_text_and_dims_reasoning() {
+        let options = RenderOptions {
+            color: true,
+            ..RenderOptions::default()
+        };
+        let (out, outcome) = render(&script(), options);
+        assert!(out.starts_with("\x1b[2mhmm\x1b[0m\nHello\n"), "{out:?}");
+        assert!(out.contains("tokens: input 100 (cache hit 90), output 5 (reasoning 2)"));
+        let outcome = outcome.unwrap();
+        assert_eq!(outcome.reason, "completed");
+        assert_eq!(outcome.usage.cache_read_tokens, Some(90));
+    }
+
+    #[test]
+    fn hides_reasoning_on_request() {
+        let options = RenderOptions {
+            hide_reasoning: true,
+            ..RenderOptions::default()
+        };
+        let (out, _) = render(&script(), options);
+        assert!(!out.contains("hmm"));
+        assert!(out.starts_with("Hello\n"), "{out:?}");
+    }
+
+    #[test]
+    fn tool_call_line_summarizes_arguments() {
+        let call = ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: CallId("c1".into()),
+            name: "write".into(),
+            arguments: r#"{"file_path":"a.txt","content":"x\ny"}"#.into(),
+        };
+        let (out, _) = render(&[SessionEvent::new(0, 0, call)], RenderOptions::default());
+        assert_eq!(out, "▸ write file_path=\"a.txt\" content=\"x⏎y\"\n");
+    }
+
+    #[test]
+    fn long_results_are_cut() {
+        let text = (1..=10)
+            .map(|i| format!("line {i}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let shown = truncate_lines(&text, 3, 80);
+        assert_eq!(
+            shown,
+            "line 1\nline 2\nline 3\n… (7 more lines; full text in the session log)"
+        );
+        assert_eq!(cut("abcdef", 4), "abc…");
+    }
+}
+
+/// A short recap of a resumed session: the last `max` user prompts and
+/// assistant answers (text only, one line each, cut to `width`).
+pub fn recap(events: &[SessionEvent], max: usize, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = events
+        .iter()
+        .filter_map(|e| {
+            let (prefix, message) = match e.data() {
+                EventData::UserMessage(m) if matches!(m.source, dsh_core::MessageSource::User) => {
+                    ("> ", m)
+                }
+                EventData::AssistantMessage(a) => ("", &a.message),
+                _ => return None,
+            };
+            let text: Vec<&str> = message
+                .content
+                .iter()
+                .filter(|b| matches!(b, ContentBlock::Text { .. }))
+                .filter_map(ContentBlock::as_text)
+                .collect();
+            let text = text.join(" ");
+            (!text.trim().is_empty())
+                .then(|| cut(&format!("{prefix}{}", text.replace('\n', " ")), width))
+        })
+        .collect();
+    let skip = lines.len().saturating_sub(max);
+    lines.drain(..skip);
+    lines
+}
+
+#[cfg(test)]
+mod recap_tests {
+    use super::*;
+    use dsh_core::session::AssistantMessage;
+    use dsh_core::{Message, MessageSource, Role};
+
+    #[test]
+    fn recap_keeps_the_last_prompts_and_answers() {
+        let user = |seq, t: &str| {
+            SessionEvent::new(
+                seq,
+                0,
+                Message::user(format!("u{seq}"), vec![ContentBlock::text(t)]),
+            )
+        };
+        let mut answer = Message::user(
+            "a",
+            vec![
+                ContentBlock::reasoning("hidden"),
+                ContentBlock::text("four\nlines"),
+            ],
+        );
+        answer.role = Role::Assistant;
+        answer.source = MessageSource::model("p", "m");
+        let events = vec![
+            user(0, "first"),
+            user(1, "two plus two"),
+            SessionEvent::new(2, 0, AssistantMessage::new(1, 1, answer)),
+        ];
+        assert_eq!(recap(&events, 2, 80), vec!["> two plus two", "four lines"]);
+        assert_eq!(
+            recap(&events, 5, 8),
+            vec!["> first", "> two p…", "four li…"]
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! The one place the CLI builds a std-shell agent configuration.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use dsh_core::LlmCallConfig;
+use dsh_deepseek::{ClientOptions, DeepSeekClient, DeepSeekConfig, PROVIDER_ROUTE};
+use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
+
+use crate::provider::Provider;
+
+/// Tools that only read: never asked about.
+const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "ls"];
+
+/// The approval policy: everything `auto` when `approve_all`; otherwise
+/// read-only tools `auto` and every other tool `ask` (in `chat` the user
+/// answers; `run` without `--yes` denies).
+pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
+    if approve_all {
+        return ApprovalPolicy::new(ApprovalMode::Auto);
+    }
+    READ_ONLY_TOOLS
+        .iter()
+        .fold(ApprovalPolicy::new(ApprovalMode::Ask), |p, t| {
+            p.with(*t, ApprovalMode::Auto)
+        })
+}
+
+/// The agent configuration for `provider` working in `cwd`.
+pub fn agent_config(
+    provider: &Provider,
+    cwd: PathBuf,
+    _interactive: bool,
+    approve_all: bool,
+) -> Result<AgentConfig, String> {
+    let config = DeepSeekConfig {
+        api_key_env: provider.api_key_env.clone(),
+        base_url: provider.base_url.clone(),
+        ..DeepSeekConfig::default()
+    };
+    let mut options = ClientOptions::default();
+    if let Some(placeholder) = provider.key_placeholder() {
+        // A keyless endpoint (local server, the demo's mock) still gets a
+        // syntactically valid bearer token.
+        options.credentials = Some(Arc::new(move |_: &str| Some(placeholder.to_string())));
+    }
+    let client = DeepSeekClient::with_options(config, options)
+        .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
+    let call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
+    let mut agent = AgentConfig::new(Arc::new(client), call, cwd.clone());
+    agent.tools = ToolSet::builtin();
+    agent.workspace = Some(cwd);
+    agent.approval = approval_policy(approve_all);
+    Ok(agent)
+}
+
+/// Whether the built-in tool set has a tool named `name`.
+pub fn has_tool(name: &str) -> bool {
+    ToolSet::builtin().names().contains(&name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_asks_for_writers_only() {
+        let p = approval_policy(false);
+        assert_eq!(p.mode_for("read"), ApprovalMode::Auto);
+        assert_eq!(p.mode_for("bash"), ApprovalMode::Ask);
+        assert_eq!(p.mode_for("write"), ApprovalMode::Ask);
+        assert_eq!(p.mode_for("edit"), ApprovalMode::Ask);
+        assert_eq!(approval_policy(true).mode_for("bash"), ApprovalMode::Auto);
+    }
+}

@@ -1,0 +1,326 @@
+//! Store selection (`--store jsonl|redb`, `--store-dir DIR`), session ids,
+//! and `dsh sessions`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use dsh_core::SessionId;
+use dsh_core::session::{EventData, SessionEvent};
+use dsh_core::{ContentBlock, MessageSource};
+use dsh_store::{Cancel, CoordinatorConfig, Location, SessionStore};
+
+use crate::Outcome;
+use crate::data_dir::data_dir;
+
+/// A store backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// One plain JSONL transcript per session (default).
+    #[default]
+    Jsonl,
+    /// One redb database holding every session.
+    Redb,
+}
+
+/// Store flags shared by every session command.
+#[derive(Args, Clone, Debug, Default)]
+pub struct StoreArgs {
+    /// The session store backend.
+    #[arg(long, value_enum, default_value_t = StoreKind::Jsonl)]
+    pub store: StoreKind,
+    /// Where sessions live (default: `$XDG_DATA_HOME/dsh`, else
+    /// `~/.local/share/dsh`).
+    #[arg(long, value_name = "DIR")]
+    pub store_dir: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// The directory the store lives in.
+    pub fn dir(&self) -> Result<PathBuf, String> {
+        match &self.store_dir {
+            Some(d) => Ok(d.clone()),
+            None => data_dir().ok_or_else(|| {
+                "dsh: neither XDG_DATA_HOME nor HOME is set; pass --store-dir DIR".to_string()
+            }),
+        }
+    }
+
+    /// Opens the store. JSONL transcripts are written uncompressed
+    /// (`session.jsonl`) so that `dsh log check` and `dsh replay --check`
+    /// read them directly.
+    pub fn open(&self) -> Result<Arc<dyn SessionStore>, String> {
+        let dir = self.dir()?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("dsh: cannot create {}: {e}", dir.display()))?;
+        match self.store {
+            StoreKind::Jsonl => {
+                let root = dir.join("sessions");
+                let config = dsh_jsonl::JsonlConfig::new(&root)
+                    .with_compression(dsh_jsonl::Compression::None);
+                dsh_jsonl::open(config)
+                    .map(|s| Arc::new(s) as Arc<dyn SessionStore>)
+                    .map_err(|e| {
+                        format!(
+                            "dsh: cannot open the JSONL store at {}: {e}",
+                            root.display()
+                        )
+                    })
+            }
+            StoreKind::Redb => {
+                let path = dir.join("sessions.redb");
+                dsh_redb::open(&path, CoordinatorConfig::default())
+                    .map(|s| Arc::new(s) as Arc<dyn SessionStore>)
+                    .map_err(|e| {
+                        format!("dsh: cannot open the redb store at {}: {e}", path.display())
+                    })
+            }
+        }
+    }
+}
+
+/// Where a session's log is, for messages: the transcript path of a JSONL
+/// store, or the database and id of a redb store.
+pub fn describe_location(store: &dyn SessionStore, args: &StoreArgs, id: &SessionId) -> String {
+    if let Ok(inspection) = store.inspect(id, &Cancel::new())
+        && let Some(Location::Jsonl { path }) = store.locate(&inspection.header)
+    {
+        return path.display().to_string();
+    }
+    match args.dir() {
+        Ok(d) => format!(
+            "{} (session {})",
+            d.join("sessions.redb").display(),
+            id.as_str()
+        ),
+        Err(_) => format!("session {}", id.as_str()),
+    }
+}
+
+/// A fresh session id: `YYYYMMDD-HHMMSS-` plus 8 random hex digits.
+pub fn new_session_id(now_ms: u64) -> SessionId {
+    let mut bytes = [0u8; 4];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: the clock's low bits still separate ids made
+        // in different milliseconds.
+        bytes = (now_ms as u32).to_be_bytes();
+    }
+    let (date, time) = civil(now_ms);
+    let compact: String = format!("{date}{time}")
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    SessionId::new(format!(
+        "{}-{}-{hex}",
+        compact.get(..8).unwrap_or(""),
+        compact.get(8..14).unwrap_or("")
+    ))
+}
+
+/// Epoch milliseconds now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `("YYYY-MM-DD", "HH:MM:SS")` in UTC for epoch milliseconds.
+pub fn civil(ms: u64) -> (String, String) {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        format!("{y:04}-{m:02}-{d:02}"),
+        format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
+    )
+}
+
+fn stamp(ms: u64) -> String {
+    let (d, t) = civil(ms);
+    format!("{d} {t}")
+}
+
+/// The text of the first user-typed `user/message` (source `user`).
+pub fn first_prompt(events: &[SessionEvent]) -> Option<String> {
+    events.iter().find_map(|e| match e.data() {
+        EventData::UserMessage(m) if matches!(m.source, MessageSource::User) => Some(
+            m.content
+                .iter()
+                .filter_map(ContentBlock::as_text)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => None,
+    })
+}
+
+/// One row of `dsh sessions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRow {
+    /// Session id.
+    pub id: String,
+    /// Working directory (`-` when absent).
+    pub cwd: String,
+    /// `createdAt`.
+    pub created: u64,
+    /// Time of the last event (`createdAt` for an empty log).
+    pub last: u64,
+    /// First prompt, one line.
+    pub prompt: String,
+}
+
+/// Lists the sessions of `store`, most recent activity first.
+pub fn rows(store: &dyn SessionStore) -> Result<Vec<SessionRow>, String> {
+    let cancel = Cancel::new();
+    let headers = store
+        .list(&cancel)
+        .map_err(|e| format!("dsh sessions: {e}"))?;
+    let mut rows = Vec::with_capacity(headers.len());
+    for header in headers {
+        let (last, prompt) = match store.read_from(&header.id, 0, &cancel) {
+            Ok((_, events)) => (
+                events
+                    .last()
+                    .map(|e| e.time().max(0) as u64)
+                    .unwrap_or(header.created_at),
+                first_prompt(&events).unwrap_or_default(),
+            ),
+            Err(e) => (header.created_at, format!("(unreadable: {e})")),
+        };
+        rows.push(SessionRow {
+            id: header.id.as_str().to_string(),
+            cwd: header.cwd.clone().unwrap_or_else(|| "-".into()),
+            created: header.created_at,
+            last,
+            prompt: crate::render::cut(&prompt.replace('\n', " "), 60),
+        });
+    }
+    rows.sort_by(|a, b| b.last.cmp(&a.last).then_with(|| a.id.cmp(&b.id)));
+    Ok(rows)
+}
+
+/// `dsh sessions`.
+#[derive(Args)]
+pub struct SessionsArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// Runs `dsh sessions`: a table of id, cwd, created, last activity, first prompt.
+pub fn run_sessions(args: SessionsArgs) -> Outcome {
+    let store = match args.store.open() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return Outcome::BadInput;
+        }
+    };
+    let rows = match rows(store.as_ref()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return Outcome::BadInput;
+        }
+    };
+    if rows.is_empty() {
+        println!(
+            "no sessions in {}",
+            args.store
+                .dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default()
+        );
+        return Outcome::Ok;
+    }
+    println!(
+        "{:<24}  {:<19}  {:<19}  {:<30}  FIRST PROMPT",
+        "ID", "CREATED", "LAST ACTIVITY", "CWD"
+    );
+    for r in rows {
+        println!(
+            "{:<24}  {:<19}  {:<19}  {:<30}  {}",
+            r.id,
+            stamp(r.created),
+            stamp(r.last),
+            crate::render::cut(&r.cwd, 30),
+            r.prompt
+        );
+    }
+    Outcome::Ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::Message;
+    use dsh_core::session::{SessionHeader, TurnStart};
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil(0), ("1970-01-01".into(), "00:00:00".into()));
+        // 2024-02-29T12:34:56Z = 1709210096 s.
+        assert_eq!(
+            civil(1_709_210_096_000),
+            ("2024-02-29".into(), "12:34:56".into())
+        );
+    }
+
+    #[test]
+    fn session_ids_carry_the_time_and_differ() {
+        let a = new_session_id(1_709_210_096_000);
+        let b = new_session_id(1_709_210_096_000);
+        assert!(a.as_str().starts_with("20240229-123456-"), "{}", a.as_str());
+        assert_eq!(a.as_str().len(), "20240229-123456-".len() + 8);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn lists_id_cwd_times_and_first_prompt() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = StoreArgs {
+            store: StoreKind::Jsonl,
+            store_dir: Some(dir.path().to_path_buf()),
+        };
+        let store = args.open().unwrap();
+        let mut header = SessionHeader::new("s1", 1_000);
+        header.cwd = Some("/work/p".into());
+        store.create(header).unwrap();
+        let id = SessionId::new("s1");
+        let events = vec![
+            SessionEvent::new(0, 2_000, TurnStart { turn: 1 }),
+            SessionEvent::new(
+                1,
+                3_000,
+                Message::user("m1", vec![ContentBlock::text("list the files\nplease")]),
+            )
+            .with_surface(dsh_core::session::SurfaceOp::Append, None),
+        ];
+        store.append(&id, &events).unwrap();
+        store.release(&id).unwrap();
+        let rows = rows(store.as_ref()).unwrap();
+        assert_eq!(
+            rows,
+            vec![SessionRow {
+                id: "s1".into(),
+                cwd: "/work/p".into(),
+                created: 1_000,
+                last: 3_000,
+                prompt: "list the files please".into(),
+            }]
+        );
+        let loc = describe_location(store.as_ref(), &args, &id);
+        assert!(loc.ends_with("session.jsonl"), "{loc}");
+    }
+}

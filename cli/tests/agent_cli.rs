@@ -1,0 +1,561 @@
+//! The agent front end end to end against the bundled mock DeepSeek server:
+//! `dsh demo`, `dsh run [--json]`, `dsh sessions`, `dsh chat --resume`
+//! after a crash, `dsh fork`, and `dsh chat` in a pseudo-terminal (prompt,
+//! streamed answer, tool approval, Ctrl-C during a stream, exit).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use dsh_core::jsonl::load_log;
+use dsh_core::session::{EventData, InvariantChecker, SessionEvent};
+use dsh_deepseek::mock::{MockServer, Script};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_dsh")
+}
+
+/// A command with a private data dir and no provider variables.
+fn dsh(data: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.env("XDG_DATA_HOME", data)
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn mock(script: &str) -> MockServer {
+    MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
+}
+
+/// Reads a stored transcript into events (the header line included in the
+/// bytes), checking it loads as a valid log.
+fn load(path: &Path) -> Vec<SessionEvent> {
+    let bytes = std::fs::read(path).unwrap();
+    events_of(&bytes)
+}
+
+/// The events of a complete (balanced, untorn) log.
+fn events_of(bytes: &[u8]) -> Vec<SessionEvent> {
+    let loaded = load_log(bytes, &[]).expect("a valid session log");
+    assert!(!loaded.needs_repair(), "the log needs no repair");
+    loaded.session.events().to_vec()
+}
+
+fn header_of(path: &Path) -> dsh_core::session::SessionHeader {
+    let bytes = std::fs::read(path).unwrap();
+    load_log(&bytes, &[]).unwrap().session.header().clone()
+}
+
+fn transcripts(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let sessions = root.join("dsh/sessions");
+    for project in std::fs::read_dir(&sessions).unwrap() {
+        for session in std::fs::read_dir(project.unwrap().path()).unwrap() {
+            let p = session.unwrap().path().join("session.jsonl");
+            if p.exists() {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn turn_end_kinds(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::TurnEnd(t) => Some(t.reason.kind().to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+const TEXT_TURN: &str = r#"{"responses":[{"turn":{"reasoning":["Thinking."],"text":["Hello"," from the mock."],
+  "usage":{"prompt_tokens":100,"completion_tokens":7,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":36}}}]}"#;
+
+#[test]
+fn demo_runs_a_real_turn_and_prints_how_to_check_it() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let o = dsh(data.path())
+        .args(["demo", "--workspace"])
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    // The model's streamed text, both tool calls with their results, the
+    // final answer and the usage line.
+    assert!(out.contains("I'll create the file first."), "{out}");
+    assert!(
+        out.contains("▸ bash command=\"wc -l hello.txt && cat hello.txt\""),
+        "{out}"
+    );
+    assert!(out.contains("  2 hello.txt"), "{out}");
+    assert!(out.contains("Done: `hello.txt` has two lines"), "{out}");
+    assert!(
+        out.contains("tokens: input 2753 (cache hit 2624), output 126"),
+        "{out}"
+    );
+    // The real tool wrote the file in the workspace.
+    let written = std::fs::read_to_string(ws.path().join("hello.txt")).unwrap();
+    assert!(written.starts_with("Hello from dsh!\n"), "{written}");
+    // The log path is printed, and the printed check commands pass.
+    let logs = transcripts(data.path());
+    assert_eq!(logs.len(), 1);
+    let log = logs[0].to_str().unwrap();
+    assert!(out.contains(&format!("dsh log check {log}")), "{out}");
+    assert!(out.contains(&format!("dsh replay --check {log}")), "{out}");
+    let check = dsh(data.path())
+        .args(["log", "check", log])
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
+    let replay = dsh(data.path())
+        .args(["replay", "--check", log])
+        .output()
+        .unwrap();
+    assert_eq!(replay.status.code(), Some(0), "{}", text(&replay.stdout));
+    let events = load(&logs[0]);
+    assert_eq!(turn_end_kinds(&events), vec!["completed"]);
+    InvariantChecker::check_log(&events).unwrap();
+}
+
+#[test]
+fn run_json_prints_a_valid_session_log() {
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TEXT_TURN);
+    let o = dsh(data.path())
+        .args(["run", "--json", "--base-url", &server.url(), "say hello"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    // Every line is one event; put the stored header in front and the
+    // whole is a session log the core loads and validates (I1–I11 etc.).
+    let log = &transcripts(data.path())[0];
+    let stored = std::fs::read(log).unwrap();
+    let header_end = stored.iter().position(|b| *b == b'\n').unwrap() + 1;
+    let mut bytes = stored[..header_end].to_vec();
+    bytes.extend_from_slice(out.as_bytes());
+    let events = events_of(&bytes);
+    InvariantChecker::check_log(&events).unwrap();
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.seq(), i as u64);
+    }
+    assert_eq!(turn_end_kinds(&events), vec!["completed"]);
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::AssistantChunk(c) => match c.view() {
+                dsh_core::session::ChunkView::TextDelta { text, .. } => Some(text.to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, "Hello from the mock.");
+    // The same events as the stored log.
+    assert_eq!(events, load(log));
+}
+
+#[test]
+fn run_renders_and_exit_codes_follow_the_turn_end() {
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TEXT_TURN);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "say hello"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let out = text(&o.stdout);
+    assert_eq!(
+        out,
+        "Thinking.\nHello from the mock.\ntokens: input 100 (cache hit 64), output 7\n"
+    );
+    assert!(text(&o.stderr).contains("session.jsonl"));
+
+    // --hide-reasoning leaves the reasoning out.
+    let server = mock(TEXT_TURN);
+    let o = dsh(data.path())
+        .args(["run", "--hide-reasoning", "--base-url", &server.url(), "x"])
+        .output()
+        .unwrap();
+    assert!(!text(&o.stdout).contains("Thinking."));
+
+    // A max-tokens stop is not a success (exit 1).
+    let server = mock(r#"{"responses":[{"turn":{"text":["cut"],"finishReason":"length"}}]}"#);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).contains("[turn ended: max-tokens]"));
+
+    // A non-retryable provider error ends the turn with an error (exit 1).
+    let server = mock(
+        r#"{"responses":[{"fault":{"kind":"http","status":401,"body":{"error":{"message":"bad key"}}}}]}"#,
+    );
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stdout).contains("error: "), "{}", text(&o.stdout));
+}
+
+#[test]
+fn piped_chat_finishes_the_turn_before_exiting() {
+    use std::io::Write;
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TEXT_TURN);
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &server.url()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("Hello from the mock.\ntokens: input 100"),
+        "{out}"
+    );
+    assert!(out.contains("resume with: dsh chat --resume "), "{out}");
+    let events = load(&transcripts(data.path())[0]);
+    assert_eq!(turn_end_kinds(&events), vec!["completed"]);
+}
+
+#[test]
+fn ctrl_c_cancels_a_run_and_exits_one() {
+    use std::io::Read;
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(
+        r#"{"responses":[{"fault":{"kind":"stall","turn":{"text":["Partial ","rest"]},"afterEvents":2}}]}"#,
+    );
+    let mut child = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "x"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first streamed text, then interrupt (SIGINT, as Ctrl-C).
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    while !text(&seen).contains("Partial") {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "no output: {}", text(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let st = Command::new("kill")
+        .args(["-s", "INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    stdout.read_to_end(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{}", text(&seen));
+    assert!(text(&seen).contains("[turn cancelled]"), "{}", text(&seen));
+    let events = load(&transcripts(data.path())[0]);
+    assert_eq!(turn_end_kinds(&events), vec!["aborted"]);
+}
+
+#[test]
+fn redb_store_holds_and_lists_sessions() {
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TEXT_TURN);
+    let o = dsh(data.path())
+        .args([
+            "run",
+            "--store",
+            "redb",
+            "--base-url",
+            &server.url(),
+            "kept in redb",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(data.path().join("dsh/sessions.redb").exists());
+    let o = dsh(data.path())
+        .args(["sessions", "--store", "redb"])
+        .output()
+        .unwrap();
+    let listing = text(&o.stdout);
+    assert_eq!(listing.lines().count(), 2, "{listing}");
+    assert!(
+        listing.lines().nth(1).unwrap().ends_with("kept in redb"),
+        "{listing}"
+    );
+    // The JSONL store of the same data dir is a different store: empty.
+    let o = dsh(data.path()).arg("sessions").output().unwrap();
+    assert!(
+        text(&o.stdout).starts_with("no sessions in "),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn no_key_and_no_base_url_says_what_to_set() {
+    let data = tempfile::tempdir().unwrap();
+    for args in [&["run", "hi"][..], &["chat"][..]] {
+        let o = dsh(data.path()).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        let err = text(&o.stderr);
+        assert!(err.contains("DEEPSEEK_API_KEY"), "{err}");
+        assert!(err.contains("--base-url"), "{err}");
+        assert!(err.contains("dsh demo"), "{err}");
+    }
+}
+
+#[test]
+fn sessions_resume_after_a_crash_and_fork() {
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TEXT_TURN);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "first prompt here"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let log = transcripts(data.path()).remove(0);
+    let events = load(&log);
+    let id = header_of(&log).id;
+
+    // `dsh sessions` lists id, cwd, times and the first prompt.
+    let o = dsh(data.path()).arg("sessions").output().unwrap();
+    let listing = text(&o.stdout);
+    assert!(listing.starts_with("ID "), "{listing}");
+    let row = listing.lines().nth(1).unwrap();
+    assert!(row.starts_with(id.as_str()), "{row}");
+    assert!(row.ends_with("first prompt here"), "{row}");
+    let cwd = std::env::current_dir().unwrap();
+    let cwd: String = cwd.to_str().unwrap().chars().take(20).collect();
+    assert!(row.contains(&cwd), "{row}");
+
+    // Simulate a crash mid-turn: keep the log only up to the first
+    // assistant chunk (the turn is open, no turn/end).
+    let bytes = std::fs::read_to_string(&log).unwrap();
+    let cut = events
+        .iter()
+        .position(|e| matches!(e.data(), EventData::AssistantChunk(_)))
+        .unwrap();
+    let kept: String = bytes
+        .lines()
+        .take(cut + 2)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&log, kept).unwrap();
+
+    // Resuming closes the interrupted turn (persistence.md 6.5) and the
+    // repaired log checks clean. stdin is closed: the REPL exits at once.
+    let o = dsh(data.path())
+        .args(["chat", "--base-url", &server.url(), "--resume", id.as_str()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("(resumed)"), "{}", text(&o.stdout));
+    // A recap of the session so far.
+    assert!(
+        text(&o.stdout).contains("\n> first prompt here\n"),
+        "{}",
+        text(&o.stdout)
+    );
+    let repaired = load(&log);
+    assert_eq!(turn_end_kinds(&repaired), vec!["interrupted"]);
+    InvariantChecker::check_log(&repaired).unwrap();
+    let check = dsh(data.path())
+        .args(["log", "check", log.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
+
+    // Fork it at its last event (the closed turn's end): a second session
+    // whose header names the parent.
+    let at = (repaired.len() - 1).to_string();
+    let o = dsh(data.path())
+        .args([
+            "fork",
+            "--base-url",
+            &server.url(),
+            id.as_str(),
+            "--at",
+            &at,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains(&format!("forked {}", id.as_str())));
+    let logs = transcripts(data.path());
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    let child = logs.iter().find(|p| **p != log).unwrap();
+    assert_eq!(header_of(child).parent_session.as_ref(), Some(&id));
+}
+
+mod pty {
+    use super::*;
+    use rexpect::session::spawn_command;
+
+    const CHAT_SCRIPT: &str = r#"{"responses":[
+      {"turn":{"text":["Hello"," there, human."]}},
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo approved-run\",","\"description\":\"echo\"}"]}]}},
+      {"turn":{"text":["The command printed approved-run."]}},
+      {"turn":{"toolCalls":[{"id":"c2","name":"bash","arguments":["{\"command\":\"echo second-run\",\"description\":\"echo\"}"]}]}},
+      {"turn":{"text":["Ran it again."]}},
+      {"fault":{"kind":"stall","turn":{"text":["Partial ","answer ","never ","finished"]},"afterEvents":3}}
+    ]}"#;
+
+    #[test]
+    fn chat_in_a_terminal_streams_asks_cancels_and_exits() {
+        let data = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let server = mock(CHAT_SCRIPT);
+        let mut cmd = Command::new(bin());
+        cmd.env("XDG_DATA_HOME", data.path())
+            .env_remove("DEEPSEEK_API_KEY")
+            .env("TERM", "dumb")
+            .args(["chat", "--no-color", "--base-url", &server.url(), "--cwd"])
+            .arg(ws.path());
+        let mut p = spawn_command(cmd, Some(20_000)).unwrap();
+        p.exp_string("dsh chat: session").unwrap();
+        p.exp_string("> ").unwrap();
+
+        // A prompt and a streamed answer, then usage.
+        p.send_line("hi").unwrap();
+        p.exp_string("Hello there, human.").unwrap();
+        p.exp_string("tokens: no usage reported").unwrap();
+        p.exp_string("> ").unwrap();
+
+        // A tool call that needs approval.
+        p.send_line("run something").unwrap();
+        p.exp_string("allow bash command=\"echo approved-run\"")
+            .unwrap();
+        p.exp_string("[a]lways: ").unwrap();
+        // "always": this call runs, and later bash calls are not asked.
+        p.send_line("a").unwrap();
+        p.exp_string("  approved-run").unwrap();
+        p.exp_string("The command printed approved-run.").unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_line("again").unwrap();
+        let before = p.exp_string("Ran it again.").unwrap();
+        assert!(before.contains("  second-run"), "{before}");
+        assert!(!before.contains("allow bash"), "{before}");
+        p.exp_string("> ").unwrap();
+
+        // Ctrl-C during a stream cancels the turn; the REPL stays.
+        p.send_line("go slowly").unwrap();
+        p.exp_string("Partial answer").unwrap();
+        p.send_control('c').unwrap();
+        p.exp_string("[turn cancelled]").unwrap();
+        p.exp_string("> ").unwrap();
+
+        // A second Ctrl-C exits and says where the session is.
+        p.send_control('c').unwrap();
+        p.exp_string("saved: ").unwrap();
+        p.exp_string("resume with: dsh chat --resume").unwrap();
+        p.exp_eof().unwrap();
+
+        let logs = transcripts(data.path());
+        let events = load(&logs[0]);
+        assert_eq!(
+            turn_end_kinds(&events),
+            vec!["completed", "completed", "completed", "aborted"]
+        );
+        InvariantChecker::check_log(&events).unwrap();
+    }
+
+    #[test]
+    fn a_line_typed_during_a_turn_steers_it() {
+        let data = tempfile::tempdir().unwrap();
+        let server = mock(
+            r#"{"responses":[
+              {"turn":{"text":["one ","two ","three ","four ","five ","six"],"delayMs":400}},
+              {"turn":{"text":["Steered reply."]}}
+            ]}"#,
+        );
+        let mut cmd = Command::new(bin());
+        cmd.env("XDG_DATA_HOME", data.path())
+            .env_remove("DEEPSEEK_API_KEY")
+            .args(["chat", "--no-color", "--base-url", &server.url()]);
+        let mut p = spawn_command(cmd, Some(20_000)).unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_line("count slowly").unwrap();
+        p.exp_string("one ").unwrap();
+        p.send_line("and then stop").unwrap();
+        p.exp_string("(steering the running turn)").unwrap();
+        p.exp_string("Steered reply.").unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_control('d').unwrap();
+        p.exp_eof().unwrap();
+        // One turn, two model calls: the steering message entered the same
+        // turn as a user message before the second request.
+        let events = load(&transcripts(data.path())[0]);
+        assert_eq!(turn_end_kinds(&events), vec!["completed"]);
+        let users: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e.data() {
+                EventData::UserMessage(m) => m
+                    .content
+                    .first()
+                    .and_then(|b| b.as_text())
+                    .map(String::from),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(users, vec!["count slowly", "and then stop"]);
+    }
+
+    #[test]
+    fn followup_mode_queues_a_line_as_the_next_turn() {
+        let data = tempfile::tempdir().unwrap();
+        let server = mock(
+            r#"{"responses":[
+              {"turn":{"text":["one ","two ","three ","four ","five ","six"],"delayMs":400}},
+              {"turn":{"text":["Follow-up answered."]}}
+            ]}"#,
+        );
+        let mut cmd = Command::new(bin());
+        cmd.env("XDG_DATA_HOME", data.path())
+            .env_remove("DEEPSEEK_API_KEY")
+            .args(["chat", "--no-color", "--base-url", &server.url()]);
+        let mut p = spawn_command(cmd, Some(20_000)).unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_line("/followup").unwrap();
+        p.exp_string("now queue as follow-ups").unwrap();
+        p.send_line("count slowly").unwrap();
+        p.exp_string("one ").unwrap();
+        p.send_line("then say more").unwrap();
+        p.exp_string("(queued as a follow-up)").unwrap();
+        p.exp_string("Follow-up answered.").unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_control('d').unwrap();
+        p.exp_eof().unwrap();
+        // Two turns: the follow-up waited for the first to end (IB-6).
+        let events = load(&transcripts(data.path())[0]);
+        assert_eq!(turn_end_kinds(&events), vec!["completed", "completed"]);
+    }
+
+    #[test]
+    fn ctrl_d_exits_the_repl() {
+        let data = tempfile::tempdir().unwrap();
+        let server = mock(TEXT_TURN);
+        let mut cmd = Command::new(bin());
+        cmd.env("XDG_DATA_HOME", data.path())
+            .env_remove("DEEPSEEK_API_KEY")
+            .args(["chat", "--no-color", "--base-url", &server.url()]);
+        let mut p = spawn_command(cmd, Some(20_000)).unwrap();
+        p.exp_string("> ").unwrap();
+        p.send_control('d').unwrap();
+        p.exp_string("saved: ").unwrap();
+        p.exp_eof().unwrap();
+    }
+}

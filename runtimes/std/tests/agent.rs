@@ -1,0 +1,706 @@
+//! End-to-end tests of the std shell against the mock DeepSeek server with
+//! the real HTTP transport (and, where named, the scripted provider).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_core::agent::{self as core_agent, Output};
+use dsh_core::session::{
+    AbortCause, EventData, Session, SessionEvent, SessionHeader, TurnEndReason,
+};
+use dsh_core::{ContentBlock, GenerateOptions, Message, SessionId, StreamChunk};
+use dsh_deepseek::CancelToken;
+use dsh_std::{
+    Agent, AgentEvent, AgentStatus, ApprovalDecision, ApprovalMode, ApprovalPolicy, CancelCause,
+    Clock, IdMode, InboxTarget, ModelProvider, ScriptedProvider, ScriptedReply,
+};
+use dsh_tools::ToolContext;
+use support::*;
+
+const NOW: i64 = 1_785_000_000_000;
+
+const TOOL_TURN: &str = r#"{"responses":[
+  {"turn":{"reasoning":["Let me ","read it."],"toolCalls":[{"id":"call_1","name":"read","arguments":["{\"file_path\":","\"notes.txt\"}"]}],
+           "usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}},
+  {"turn":{"text":["The note ","says ","hello."],"usage":{"prompt_tokens":20,"completion_tokens":4,"total_tokens":24}}}
+]}"#;
+
+/// The chunks the real transport decodes from each scripted response.
+fn decoded_chunks(script: &str, n: usize) -> Vec<Vec<StreamChunk>> {
+    let server = mock(script);
+    let client = client_for(server.url());
+    (0..n)
+        .map(|_| {
+            let opts = GenerateOptions::new(
+                "deepseek",
+                "deepseek-v4-flash",
+                vec![Message::user("m", vec![ContentBlock::text("x")])],
+            );
+            client.stream_chunks(&opts, &CancelToken::new()).collect()
+        })
+        .collect()
+}
+
+/// The same turn driven directly on the core with a scripted stream and
+/// the same tool bodies (no threads, no store).
+fn drive_core(
+    cfg: &dsh_std::AgentConfig,
+    id: &str,
+    replies: Vec<Vec<StreamChunk>>,
+    prompt: Message,
+) -> Vec<SessionEvent> {
+    let mut header = SessionHeader::new(id, NOW as u64);
+    header.cwd = Some(cfg.cwd.to_str().unwrap().to_string());
+    let provider = cfg.provider.clone();
+    let mut agent = core_agent::Agent::new(cfg.core_config().unwrap(), Session::new(header))
+        .unwrap()
+        .with_hooks(Prepare(provider));
+    let mut replies = replies.into_iter();
+    agent.followup(NOW, prompt).unwrap();
+    let mut pending: Vec<Output> = Vec::new();
+    loop {
+        while let Some(o) = agent.poll() {
+            pending.push(o);
+        }
+        if pending.is_empty() {
+            break;
+        }
+        for o in std::mem::take(&mut pending) {
+            match o {
+                Output::CallModel(call) => {
+                    for c in replies.next().expect("a scripted reply") {
+                        agent.handle_chunk(NOW, call.attempt, c).unwrap();
+                    }
+                    agent.handle_stream_end(NOW, call.attempt).unwrap();
+                }
+                Output::ExecuteTool(exec) => {
+                    let cx = ToolContext::new(cfg.workspace().unwrap());
+                    let outcome = cfg.tools.execute(&exec, &cx);
+                    agent.handle_tool_result(NOW, exec.token, outcome).unwrap();
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(agent.is_quiescent());
+    agent.session().events().to_vec()
+}
+
+/// Core-level hooks with the provider's `prepare` (LC-15), as the shell
+/// installs it; every other seam keeps the default (policy `auto`).
+struct Prepare(Arc<dyn ModelProvider>);
+
+impl core_agent::Hooks for Prepare {
+    fn prepare(
+        &mut self,
+        _cx: &mut core_agent::HookCx<'_>,
+        config: dsh_core::LlmCallConfig,
+    ) -> core_agent::Hook<Result<core_agent::PreparedCall, core_agent::HookError>> {
+        core_agent::Hook::Ready(Ok(self.0.prepare(config).unwrap()))
+    }
+}
+
+fn deterministic(cfg: &mut dsh_std::AgentConfig) {
+    cfg.clock = Clock::Fixed(NOW);
+    cfg.ids = IdMode::Sequential;
+}
+
+#[test]
+fn tool_turn_log_is_byte_identical_to_the_core_driven_turn() {
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("notes.txt"), "hello\n").unwrap();
+    let root = work.path().canonicalize().unwrap();
+    let prompt = Message::user("m1", vec![ContentBlock::text("what does notes.txt say?")]);
+
+    // The std shell over HTTP against the mock server.
+    let server = mock(TOOL_TURN);
+    let dir = tempfile::tempdir().unwrap();
+    let store1 = store(dir.path());
+    let det = |provider: Arc<dyn ModelProvider>| {
+        let mut cfg = config(provider, &root);
+        deterministic(&mut cfg);
+        cfg
+    };
+    let cfg = det(Arc::new(client_for(server.url())));
+    let agent = Agent::create(cfg, store1.clone(), SessionId::from("s1")).unwrap();
+    agent
+        .send_message(prompt.clone(), InboxTarget::NextTurn, true)
+        .unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    assert_eq!(summary.turn, 1);
+    assert_eq!(summary.usage.map(|u| u.output_tokens), Some(4));
+    let shell_log = agent.events().unwrap();
+    agent.dispose();
+
+    // The core driven directly with the chunks the transport decodes.
+    let replies = decoded_chunks(TOOL_TURN, 2);
+    // The DeepSeek client only answers `prepare` here; no call is made.
+    let core_log = drive_core(
+        &det(Arc::new(client_for(server.url()))),
+        "s1",
+        replies.clone(),
+        prompt.clone(),
+    );
+    assert_eq!(lines(&shell_log), lines(&core_log));
+
+    // The shell over the scripted provider gives the same log too.
+    let cfg2 = det(Arc::new(
+        ScriptedProvider::new(replies.into_iter().map(ScriptedReply::Chunks))
+            .with_context_window(1_000_000),
+    ));
+    let dir2 = tempfile::tempdir().unwrap();
+    let agent2 = Agent::create(cfg2, store(dir2.path()), SessionId::from("s1")).unwrap();
+    agent2
+        .send_message(prompt, InboxTarget::NextTurn, true)
+        .unwrap();
+    agent2.wait_idle(Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(lines(&agent2.events().unwrap()), lines(&core_log));
+    drop(agent2);
+
+    // What was persisted is the same log (flushed at the checkpoints and on
+    // dispose).
+    let stored = store1.load(&SessionId::from("s1")).unwrap();
+    assert_eq!(lines(&stored.events), lines(&shell_log));
+    assert_valid(&stored.events);
+    // LC-18: the route's context window (the DeepSeek catalog's) is logged.
+    let context = of_type(&shell_log, "request/context");
+    assert_eq!(context.len(), 1);
+    assert!(
+        context[0].to_json().contains(r#""contextWindow":1000000"#),
+        "{}",
+        context[0].to_json()
+    );
+    // The tool read the file.
+    let results = tool_results(&shell_log);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].0.contains("hello"), "{results:?}");
+    assert!(!results[0].1);
+    // Two model calls went over HTTP.
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
+fn live_events_arrive_in_seq_order_with_status_changes() {
+    let server = mock(r#"{"responses":[{"turn":{"text":["a","b","c"]}}]}"#);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::create(
+        config(Arc::new(client_for(server.url())), work.path()),
+        store(dir.path()),
+        dsh_std::new_session_id(),
+    )
+    .unwrap();
+    let rx = agent.subscribe();
+    agent.send("hi").unwrap();
+    agent.wait_idle(Some(Duration::from_secs(20))).unwrap();
+    drop(agent);
+    let all: Vec<AgentEvent> = rx.iter().collect();
+    let statuses: Vec<AgentStatus> = all
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Status(s) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    // LC-3: running then idle (dispose while idle changes nothing).
+    assert_eq!(statuses, vec![AgentStatus::Running, AgentStatus::Idle]);
+    let seqs: Vec<u64> = all
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Event(ev) => Some(ev.seq()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
+    let chunks = all
+        .iter()
+        .filter(|e| is_event(e, "assistant/chunk"))
+        .count();
+    assert!(chunks >= 3, "live text chunks: {chunks}");
+}
+
+#[test]
+fn cancel_during_a_stream_closes_the_turn_as_aborted() {
+    // The stream sends two events and then holds until the client leaves.
+    let server = mock(
+        r#"{"responses":[
+        {"fault":{"kind":"stall","turn":{"text":["partial ","answer"]},"afterEvents":2}},
+        {"turn":{"text":["second"]}}]}"#,
+    );
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::create(
+        config(Arc::new(client_for(server.url())), work.path()),
+        store(dir.path()),
+        dsh_std::new_session_id(),
+    )
+    .unwrap();
+    let rx = agent.subscribe();
+    agent.send("go").unwrap();
+    wait_for(
+        &rx,
+        |e| matches!(e, AgentEvent::Event(ev) if matches!(ev.data(), EventData::AssistantChunk(c) if matches!(c.chunk(), StreamChunk::TextDelta { .. }))),
+    );
+    let started = std::time::Instant::now();
+    agent.cancel(CancelCause::User, false);
+    let summary = agent.wait_idle(Some(Duration::from_secs(5))).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "cancel is prompt"
+    );
+    assert_eq!(
+        summary.reason,
+        Some(TurnEndReason::Aborted {
+            cause: AbortCause::User
+        })
+    );
+    let log = agent.events().unwrap();
+    // [HEAD Δ interrupted_prefix] the delivered text is kept, marked
+    // interrupted; then step/end and turn/end (LC-34).
+    let messages = of_type(&log, "assistant/message");
+    assert_eq!(messages.len(), 1);
+    assert!(messages[0].to_json().contains("\"interrupted\":true"));
+    let n = log.len();
+    assert_eq!(log[n - 2].event_type(), "step/end");
+    assert_eq!(log[n - 1].event_type(), "turn/end");
+    // The agent keeps working afterwards.
+    agent.send("again").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    assert_eq!(summary.turn, 2);
+    assert_valid(&agent.events().unwrap());
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still has /proc/<pid>; look at its state too.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.contains(") Z "),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn cancel_during_bash_kills_the_process() {
+    let script = r#"{"responses":[{"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo $$ > pid.txt; exec sleep 30\",\"description\":\"t\"}"]}]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::create(
+        config(Arc::new(client_for(server.url())), work.path()),
+        store(dir.path()),
+        dsh_std::new_session_id(),
+    )
+    .unwrap();
+    let rx = agent.subscribe();
+    agent.send("sleep").unwrap();
+    wait_for(&rx, |e| is_event(e, "tool/call"));
+    let pid_file = work.path().join("pid.txt");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let pid: u32 = loop {
+        if let Ok(t) = std::fs::read_to_string(&pid_file)
+            && let Ok(p) = t.trim().parse()
+        {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "bash never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(alive(pid));
+    agent.cancel(CancelCause::User, false);
+    let summary = agent.wait_idle(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(
+        summary.reason,
+        Some(TurnEndReason::Aborted {
+            cause: AbortCause::User
+        })
+    );
+    assert!(!alive(pid), "the bash process {pid} is gone");
+    let log = agent.events().unwrap();
+    // LC-25: the started call gets a result (an error), then step/end, turn/end.
+    let results = tool_results(&log);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].1, "an error result: {results:?}");
+    assert_valid(&log);
+}
+
+#[test]
+fn tool_timeout_reaches_bash_which_kills_its_process() {
+    // The shell's per-tool timeout is handed to the body (TL-14); bash
+    // kills its group and reports the markers (a non-error result, as the
+    // reference's bash does).
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"sleep 30\",\"description\":\"t\"}"]}]}},
+      {"turn":{"text":["done"]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(Arc::new(client_for(server.url())), work.path());
+    cfg.tool_timeout = Duration::from_millis(300);
+    let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    let started = std::time::Instant::now();
+    agent.send("sleep").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    let results = tool_results(&agent.events().unwrap());
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].0.contains("[timed out after 300ms]"),
+        "{results:?}"
+    );
+}
+
+/// A body that ignores cancellation and its timeout.
+struct Stubborn;
+
+impl dsh_tools::Tool for Stubborn {
+    fn definition(&self) -> dsh_core::agent::tools::ToolDefinition {
+        dsh_core::agent::tools::ToolDefinition::untyped(
+            "stubborn",
+            "never returns in time",
+            serde_json::json!({"type":"object"}),
+        )
+    }
+    fn execute(
+        &self,
+        _call: &dsh_tools::ToolCallRequest,
+        _ctx: &ToolContext,
+    ) -> dsh_core::agent::tools::ToolOutcome {
+        std::thread::sleep(Duration::from_secs(3));
+        dsh_core::agent::tools::ToolOutcome::success(vec![ContentBlock::text("late")])
+    }
+}
+
+#[test]
+fn a_body_that_overstays_its_timeout_is_answered_by_the_driver() {
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[{"id":"c1","name":"stubborn","arguments":["{}"]}]}},
+      {"turn":{"text":["done"]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(Arc::new(client_for(server.url())), work.path());
+    cfg.tools.insert(Box::new(Stubborn));
+    cfg.tool_timeout = Duration::from_millis(100);
+    let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    let started = std::time::Instant::now();
+    agent.send("go").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    // 100 ms timeout + the driver's 2 s grace, before the body's 3 s.
+    assert!(started.elapsed() < Duration::from_millis(2900));
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    let results = tool_results(&agent.events().unwrap());
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].1
+            && results[0]
+                .0
+                .contains("tool \\\"stubborn\\\" timed out after 100 ms"),
+        "{results:?}"
+    );
+    assert!(!results[0].0.contains("late"));
+}
+
+#[test]
+fn rate_limit_then_success_is_retried_and_logged() {
+    let server = mock(
+        r#"{"responses":[
+        {"fault":{"kind":"http","status":429,"body":{"error":{"message":"slow down","type":"rate_limit"}}}},
+        {"turn":{"text":["fine"]}}]}"#,
+    );
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::create(
+        config(Arc::new(client_for(server.url())), work.path()),
+        store(dir.path()),
+        dsh_std::new_session_id(),
+    )
+    .unwrap();
+    agent.send("hi").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(15))).unwrap();
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    let log = agent.events().unwrap();
+    let retries = of_type(&log, "llm/retry");
+    assert_eq!(retries.len(), 1, "one llm/retry record");
+    assert!(
+        retries[0].to_json().contains("\"code\":\"RATE_LIMIT\""),
+        "{}",
+        retries[0].to_json()
+    );
+    // The failed attempt's finish chunk is logged (LC-19), then the retry
+    // streams in the same step.
+    assert_eq!(of_type(&log, "step/start").len(), 1);
+    assert_eq!(of_type(&log, "assistant/message").len(), 1);
+    assert_eq!(server.requests().len(), 2);
+    assert_valid(&log);
+}
+
+const ASK_TWICE: &str = r#"{"responses":[
+  {"turn":{"toolCalls":[{"id":"c1","name":"read","arguments":["{\"file_path\":\"notes.txt\"}"]}]}},
+  {"turn":{"text":["denied, ok"]}},
+  {"turn":{"toolCalls":[{"id":"c2","name":"read","arguments":["{\"file_path\":\"notes.txt\"}"]}]}},
+  {"turn":{"text":["read it"]}}
+]}"#;
+
+#[test]
+fn approval_ask_then_deny_then_allow() {
+    let server = mock(ASK_TWICE);
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("notes.txt"), "secret-note").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(Arc::new(client_for(server.url())), work.path());
+    cfg.approval = ApprovalPolicy::new(ApprovalMode::Auto).with("read", ApprovalMode::Ask);
+    let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    let rx = agent.subscribe();
+
+    agent.send("read it").unwrap();
+    let AgentEvent::ApprovalRequested {
+        id,
+        tool,
+        arguments,
+    } = wait_for(&rx, |e| matches!(e, AgentEvent::ApprovalRequested { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(tool, "read");
+    assert_eq!(arguments, r#"{"file_path":"notes.txt"}"#);
+    assert_eq!(agent.status(), AgentStatus::Running);
+    agent.answer_approval(id, ApprovalDecision::Deny);
+    agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+
+    agent.send("now read it").unwrap();
+    let AgentEvent::ApprovalRequested { id, .. } =
+        wait_for(&rx, |e| matches!(e, AgentEvent::ApprovalRequested { .. }))
+    else {
+        unreachable!()
+    };
+    agent.answer_approval(id, ApprovalDecision::Allow);
+    agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+
+    let results = tool_results(&agent.events().unwrap());
+    assert_eq!(results.len(), 2);
+    // TL-10: a rejection is an error result the model sees.
+    assert!(results[0].1);
+    assert!(
+        results[0].0.contains("the user rejected tool \\\"read\\\""),
+        "{}",
+        results[0].0
+    );
+    assert!(!results[1].1);
+    assert!(results[1].0.contains("secret-note"));
+}
+
+#[test]
+fn approval_policy_deny_never_runs_the_tool() {
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"touch ran.txt\",\"description\":\"t\"}"]}]}},
+      {"turn":{"text":["ok"]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(Arc::new(client_for(server.url())), work.path());
+    cfg.approval = ApprovalPolicy::new(ApprovalMode::Deny);
+    let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    agent.send("touch").unwrap();
+    agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    let results = tool_results(&agent.events().unwrap());
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].1
+            && results[0]
+                .0
+                .contains("bash is disabled by policy in this session")
+    );
+    assert!(!work.path().join("ran.txt").exists());
+}
+
+#[test]
+fn cancel_while_awaiting_approval_aborts_without_running_the_tool() {
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"touch ran.txt\",\"description\":\"t\"}"]}]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(Arc::new(client_for(server.url())), work.path());
+    cfg.approval = ApprovalPolicy::new(ApprovalMode::Ask);
+    let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    let rx = agent.subscribe();
+    agent.send("touch").unwrap();
+    wait_for(&rx, |e| matches!(e, AgentEvent::ApprovalRequested { .. }));
+    agent.cancel(CancelCause::User, false);
+    let summary = agent.wait_idle(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(
+        summary.reason,
+        Some(TurnEndReason::Aborted {
+            cause: AbortCause::User
+        })
+    );
+    assert!(!work.path().join("ran.txt").exists());
+    assert_valid(&agent.events().unwrap());
+}
+
+#[test]
+fn hostile_paths_are_tool_errors() {
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[
+        {"id":"c1","name":"read","arguments":["{\"file_path\":\"/etc/passwd\"}"]},
+        {"id":"c2","name":"read","arguments":["{\"file_path\":\"../../../../etc/passwd\"}"]},
+        {"id":"c3","name":"read","arguments":["{\"file_path\":\"link/passwd\"}"]}]}},
+      {"turn":{"text":["no luck"]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("/etc", work.path().join("link")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::create(
+        config(Arc::new(client_for(server.url())), work.path()),
+        store(dir.path()),
+        dsh_std::new_session_id(),
+    )
+    .unwrap();
+    agent.send("read passwd").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    let results = tool_results(&agent.events().unwrap());
+    assert_eq!(results.len(), 3);
+    for (text, is_error) in &results {
+        assert!(*is_error, "{text}");
+        assert!(text.contains("outside the workspace"), "{text}");
+        assert!(!text.contains("root:"), "no passwd content leaked: {text}");
+    }
+}
+
+#[test]
+fn steer_and_inject_reach_the_next_step() {
+    // Step 1 calls a slow bash; the steer lands during it and is entered
+    // at step 2 (IB-6, V05).
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"sleep 0.3\",\"description\":\"t\"}"]}]}},
+      {"turn":{"text":["steered"]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::create(
+        config(Arc::new(client_for(server.url())), work.path()),
+        store(dir.path()),
+        dsh_std::new_session_id(),
+    )
+    .unwrap();
+    let rx = agent.subscribe();
+    agent.send("start").unwrap();
+    wait_for(&rx, |e| is_event(e, "tool/call"));
+    agent.steer("also this").unwrap();
+    agent
+        .inject(Message::user("ctx-1", vec![ContentBlock::text("context")]))
+        .unwrap();
+    agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    let log = agent.events().unwrap();
+    let mut step = 0;
+    let mut users: Vec<(u64, String)> = Vec::new();
+    for e in &log {
+        match e.data() {
+            EventData::StepStart(s) => step = s.step,
+            EventData::UserMessage(m) => {
+                users.push((step, serde_json::to_string(&m.content).unwrap()))
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(users.len(), 3, "{users:?}");
+    assert_eq!(users[0].0, 1);
+    assert!(users[1].1.contains("also this") && users[1].0 == 2);
+    assert!(users[2].1.contains("context") && users[2].0 == 2);
+    // The second request carried both.
+    let body = server.requests()[1].body_text();
+    assert!(body.contains("also this") && body.contains("context"));
+}
+
+#[test]
+fn duplicate_message_ids_are_refused() {
+    let provider = Arc::new(ScriptedProvider::new([ScriptedReply::Chunks(vec![])]));
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::create(
+        config(provider, work.path()),
+        store(dir.path()),
+        dsh_std::new_session_id(),
+    )
+    .unwrap();
+    let m = Message::user("same", vec![ContentBlock::text("x")]);
+    agent.inject(m.clone()).unwrap();
+    let err = agent.inject(m).unwrap_err();
+    assert_eq!(err.to_string(), "message \"same\" is already pending");
+}
+
+#[test]
+fn dispose_during_a_stream_aborts_as_disposed_and_persists() {
+    let server = mock(
+        r#"{"responses":[{"fault":{"kind":"stall","turn":{"text":["x","y"]},"afterEvents":2}}]}"#,
+    );
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let id = dsh_std::new_session_id();
+    let agent = Agent::create(
+        config(Arc::new(client_for(server.url())), work.path()),
+        store.clone(),
+        id.clone(),
+    )
+    .unwrap();
+    let rx = agent.subscribe();
+    agent.send("go").unwrap();
+    wait_for(&rx, |e| is_event(e, "assistant/chunk"));
+    drop(agent); // LC-40: dispose waits for quiescence
+    let stored = store.load(&id).unwrap();
+    let last = stored.events.last().unwrap();
+    assert_eq!(last.event_type(), "turn/end");
+    assert!(
+        last.to_json()
+            .contains(r#""reason":{"kind":"aborted","reason":{"kind":"disposed"}}"#),
+        "{}",
+        last.to_json()
+    );
+    assert_valid(&stored.events);
+}
+
+#[test]
+fn fork_continues_from_a_boundary() {
+    let server = mock(r#"{"responses":[{"turn":{"text":["one"]}},{"turn":{"text":["two"]}}]}"#);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let client: Arc<dyn ModelProvider> = Arc::new(client_for(server.url()));
+    let cfg = config(client.clone(), work.path());
+    let parent = SessionId::from("parent");
+    let agent = Agent::create(cfg, store.clone(), parent.clone()).unwrap();
+    agent.send("first").unwrap();
+    agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    let parent_log = agent.events().unwrap();
+    drop(agent);
+    let boundary = parent_log.last().unwrap().seq();
+    let child = SessionId::from("child");
+    let cfg = config(client, work.path());
+    let agent = Agent::fork(cfg, store.clone(), &parent, Some(boundary), child.clone()).unwrap();
+    agent.send("second").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    // Turn numbering continues from the seed (LC-1).
+    assert_eq!(summary.turn, 2);
+    drop(agent);
+    let stored = store.load(&child).unwrap();
+    assert_eq!(stored.header.parent_session, Some(parent));
+    // F: seedLength counts the copied events (session.md: fork(src, 3) →
+    // seedLength 4); the end-seed marker follows them.
+    assert_eq!(stored.header.seed_length, Some(boundary + 1));
+    assert_eq!(
+        lines(&stored.events[..=boundary as usize]),
+        lines(&parent_log)
+    );
+    assert_eq!(
+        stored.events[boundary as usize + 1].event_type(),
+        "session/end-seed"
+    );
+    assert_valid(&stored.events);
+}
