@@ -910,11 +910,15 @@ impl Driver {
                 Output::Notify(_) => {}
                 Output::Flush(cp) => {
                     self.persist(&mut batch);
-                    if let Err(e) = self.store.flush(self.core.id()) {
-                        let text = format!("session store flush ({cp:?}): {e}");
-                        self.broadcast(AgentEvent::Error(text.clone()));
-                        if matches!(cp, Checkpoint::BeforeModel | Checkpoint::BeforeToolBody) {
-                            self.gate = Some(text);
+                    match self.store.flush(self.core.id()) {
+                        // The barrier holds for whatever comes next.
+                        Ok(()) => self.gate = None,
+                        Err(e) => {
+                            let text = format!("session store flush ({cp:?}): {e}");
+                            self.broadcast(AgentEvent::Error(text.clone()));
+                            if matches!(cp, Checkpoint::BeforeModel | Checkpoint::BeforeToolBody) {
+                                self.gate = Some(text);
+                            }
                         }
                     }
                 }

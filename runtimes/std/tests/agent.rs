@@ -704,3 +704,109 @@ fn fork_continues_from_a_boundary() {
     );
     assert_valid(&stored.events);
 }
+
+/// A store whose flush barrier fails (disk full, say); everything else is
+/// the JSONL store's.
+struct FailingFlush(Arc<dyn dsh_store::SessionStore>);
+
+impl dsh_store::SessionStore for FailingFlush {
+    fn kind(&self) -> &'static str {
+        "failing-flush"
+    }
+    fn locate(&self, header: &SessionHeader) -> Option<dsh_store::Location> {
+        self.0.locate(header)
+    }
+    fn create(&self, header: SessionHeader) -> Result<(), dsh_store::StoreError> {
+        self.0.create(header)
+    }
+    fn append(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
+        self.0.append(id, events)
+    }
+    fn enqueue(
+        &self,
+        id: &SessionId,
+        events: &[SessionEvent],
+    ) -> Result<(), dsh_store::StoreError> {
+        self.0.enqueue(id, events)
+    }
+    fn flush(&self, _id: &SessionId) -> Result<(), dsh_store::StoreError> {
+        Err(dsh_store::StoreError::io(
+            "flush",
+            std::io::Error::other("no space left on device"),
+        ))
+    }
+    fn flush_all(&self) -> Result<(), dsh_store::StoreError> {
+        self.0.flush_all()
+    }
+    fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
+        self.0.load(id)
+    }
+    fn inspect(
+        &self,
+        id: &SessionId,
+        cancel: &dsh_store::Cancel,
+    ) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
+        self.0.inspect(id, cancel)
+    }
+    fn read_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &dsh_store::Cancel,
+    ) -> Result<(SessionHeader, Vec<SessionEvent>), dsh_store::StoreError> {
+        self.0.read_from(id, from_seq, cancel)
+    }
+    fn list(
+        &self,
+        cancel: &dsh_store::Cancel,
+    ) -> Result<Vec<SessionHeader>, dsh_store::StoreError> {
+        self.0.list(cancel)
+    }
+    fn list_snapshots(
+        &self,
+        cancel: &dsh_store::Cancel,
+    ) -> Result<Vec<dsh_store::Snapshot>, dsh_store::StoreError> {
+        self.0.list_snapshots(cancel)
+    }
+    fn revision(&self, id: &SessionId) -> Result<dsh_store::Revision, dsh_store::StoreError> {
+        self.0.revision(id)
+    }
+    fn release(&self, id: &SessionId) -> Result<(), dsh_store::StoreError> {
+        self.0.release(id)
+    }
+}
+
+#[test]
+fn a_failed_flush_before_the_model_stops_the_request() {
+    // SM-14: a failing checkpoint before the model prevents the dispatch;
+    // the turn ends in error and the error is reported.
+    let server = mock(r#"{"responses":[{"turn":{"text":["never"]}}]}"#);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let failing = Arc::new(FailingFlush(store(dir.path())));
+    let agent = Agent::create(
+        config(Arc::new(client_for(server.url())), work.path()),
+        failing,
+        dsh_std::new_session_id(),
+    )
+    .unwrap();
+    let rx = agent.subscribe();
+    agent.send("hi").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    match summary.reason {
+        Some(TurnEndReason::Error { error }) => {
+            assert_eq!(error.code, "FLUSH_FAILED");
+            assert!(
+                error.message.contains("no space left on device"),
+                "{}",
+                error.message
+            );
+        }
+        other => panic!("expected an error turn, got {other:?}"),
+    }
+    assert!(server.requests().is_empty(), "no request was sent");
+    wait_for(
+        &rx,
+        |e| matches!(e, AgentEvent::Error(m) if m.contains("BeforeModel")),
+    );
+}
