@@ -695,3 +695,61 @@ proptest! {
         prop_assert_eq!(plain.iter().filter(|b| **b == b'\n').count(), batch.len());
     }
 }
+
+#[test]
+fn tp6_paths() {
+    assert_eq!(
+        jsonl::transcript_path(Some("/home/u/my proj"), "a/b", true).unwrap(),
+        "--home-u-my~0020proj--/a~002Fb/session.jsonl.zstd"
+    );
+    assert_eq!(
+        jsonl::transcript_path(None, "..", true).unwrap(),
+        "_no-cwd/~002E~002E/session.jsonl.zstd"
+    );
+    assert_eq!(jsonl::project_key(Some("C:\\Users\\x")), "--C-Users-x--");
+    assert_eq!(jsonl::session_id_segment("x~y").unwrap(), "x~007Ey");
+    assert_eq!(jsonl::session_id_segment("."), Some("~002E".into()));
+    assert_eq!(jsonl::session_id_segment(""), None);
+    assert_eq!(jsonl::project_key(Some("///")), "--root--");
+    assert_eq!(
+        jsonl::transcript_path(Some("/w"), "s", false).unwrap(),
+        "--w--/s/session.jsonl"
+    );
+    // An astral character is two UTF-16 units.
+    assert_eq!(jsonl::session_id_segment("😀").unwrap(), "~D83D~DE00");
+    let long = format!("/{}", "a".repeat(300));
+    assert_eq!(jsonl::project_key(Some(&long)).len(), 251 + 4);
+}
+
+#[test]
+fn tp12_batch_contiguity() {
+    let stored = one_turn_log();
+    let next = |seq| turn_start(seq, 1, 2);
+    assert!(jsonl::check_batch_seqs("s1", 6, &[next(6), next(7)]).is_ok());
+    let err = jsonl::check_batch_seqs("s1", 8, &[next(6)]).unwrap_err();
+    assert!(err.contains("append seq mismatch"), "{err}");
+    assert!(err.contains("expected 8 at index 0, got 6"), "{err}");
+    let err = jsonl::check_batch_seqs("s1", 8, &[next(8), next(10)]).unwrap_err();
+    assert!(err.contains("expected 9 at index 1, got 10"), "{err}");
+    assert!(jsonl::check_batch_seqs("s1", 6, &[]).is_ok());
+    assert_eq!(stored.len(), 6);
+}
+
+#[test]
+fn tp14_read_from_is_the_scanned_prefix_without_closers() {
+    let mut events = one_turn_log();
+    events.push(turn_start(6, 7, 2));
+    let text = file(&events, "{\"type\":\"ste");
+    let scanned = scan_log(text.as_bytes()).unwrap();
+    let from = |seq: u64| -> Vec<u64> {
+        scanned
+            .events
+            .iter()
+            .filter(|e| e.seq() >= seq)
+            .map(|e| e.seq())
+            .collect()
+    };
+    assert_eq!(from(6), [6]);
+    assert!(from(7).is_empty());
+    assert_eq!(from(0).len(), 7);
+}

@@ -807,3 +807,93 @@ fn append_error_leaves_state_and_check_is_a_dry_run() {
         }
     );
 }
+
+#[test]
+fn fold_surface_records_replacements() {
+    let mut s = three_users();
+    s.append(
+        assistant("sum", "summary"),
+        Some(SurfaceIntent::replace(0, 1, vec![0, 1])),
+        5,
+    )
+    .unwrap();
+    let fold = dsh_core::session::fold_surface(s.events()).unwrap();
+    assert_eq!(
+        serde_json::to_string(&fold).unwrap(),
+        r#"{"nodes":[3,2],"replacements":[{"seq":3,"start":0,"end":1,"shadowedSeqs":[0,1]}]}"#
+    );
+    // It throws where the incremental path rejects (S7 here).
+    let mut events = s.events().to_vec();
+    events.push(
+        SessionEvent::new(4, 6, user("x"))
+            .with_surface(SurfaceOp::Replace { start: 3, end: 2 }, Some(vec![3])),
+    );
+    let err = dsh_core::session::fold_surface(&events).unwrap_err();
+    assert_eq!(err.index, 4);
+    assert_eq!(err.error.rule(), "S7");
+}
+
+#[test]
+fn h1_fold_request_header_is_pure() {
+    let events = vec![
+        SessionEvent::new(0, 1, TurnStart { turn: 1 }),
+        SessionEvent::new(1, 1, header("m", Some(""), None)),
+        SessionEvent::new(2, 1, header("m2", Some("s"), None)),
+    ];
+    let folded = dsh_core::session::fold_request_header(&events, None).unwrap();
+    assert_eq!(folded.config.model, "m2");
+    assert_eq!(folded.system.as_deref(), Some("s"));
+    let start = EpochHeader::new(LlmCallConfig::new("p", "x"));
+    let kept = dsh_core::session::fold_request_header(&events[..1], Some(start.clone()));
+    assert_eq!(kept, Some(start));
+    let first = dsh_core::session::fold_request_header(&events[..2], None).unwrap();
+    assert_eq!(first.system, None, "empty system is dropped (7.1)");
+}
+
+#[test]
+fn decode_errors_name_their_rules() {
+    let base = r#"{"type":"user/message","seq":0,"time":1,"data":{"content":[],"source":{"kind":"user"},"role":"user","id":"u"}"#;
+    for (tail, rule) in [
+        (r#","surfaceOp":"prepend"}"#, "S5"),
+        (r#","surfaceOp":{"op":"replace","start":0}}"#, "S5"),
+        (r#","surfaceOp":"append","sourceEventSeqs":5}"#, "S6"),
+        (r#","surfaceOp":"append","ignorable":1}"#, "E7"),
+        (r#","surfaceOp":"append","other":1}"#, "V2"),
+    ] {
+        let err = decode(&format!("{base}{tail}")).unwrap_err();
+        assert_eq!(err.rule(), rule, "{tail}: {err}");
+    }
+    let err = decode(r#"{"type":"session/end-seed","seq":0,"time":1,"data":{"x":1}}"#).unwrap_err();
+    assert_eq!(err.rule(), "E4");
+    let err = decode(r#"{"type":"turn/start","seq":0,"time":1}"#).unwrap_err();
+    assert!(err.to_string().contains("\"data\" is required"), "{err}");
+}
+
+#[test]
+fn restore_then_mark_end_seed_resumes() {
+    let src = tv11_source();
+    let mut s = Session::restore(src.header().clone(), src.events()[..4].to_vec()).unwrap();
+    assert_eq!(s.first_live_seq(), 4);
+    s.mark_end_seed(50).unwrap();
+    assert_eq!(
+        s.last_event().unwrap().to_json(),
+        r#"{"type":"session/end-seed","seq":4,"time":50,"data":{}}"#
+    );
+    s.mark_end_seed(60).unwrap();
+    assert_eq!(s.len(), 5, "ES3: not marked twice");
+    assert_eq!(s.first_live_seq(), 4);
+    // New live events follow the marker.
+    assert_eq!(s.append(TurnStart { turn: 2 }, None, 61).unwrap().seq(), 5);
+}
+
+#[test]
+fn j6_plugin_values_are_written_like_json_stringify() {
+    let p = PluginEvent::new(
+        "x/y",
+        &json!({"int": 1.0, "big": 1e21, "small": 1e-7, "frac": 0.000001, "s": "é\u{1}/", "n": -3}),
+    );
+    assert_eq!(
+        p.data.get(),
+        r#"{"int":1,"big":1e+21,"small":1e-7,"frac":0.000001,"s":"é\u0001/","n":-3}"#
+    );
+}

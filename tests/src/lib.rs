@@ -1,5 +1,7 @@
 //! Helpers shared by the workspace integration tests.
 
+pub mod crash;
+
 use std::path::{Path, PathBuf};
 
 /// The shared directory beside the repository (`DSH_SHARED_DIR` overrides).

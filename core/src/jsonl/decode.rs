@@ -447,7 +447,7 @@ fn event_from_value(
     last: &mut Option<Arc<ToolHead>>,
 ) -> Result<SessionEvent, AppendError> {
     if let Some(k) = obj.keys().find(|k| !ENVELOPE_KEYS.contains(&k.as_str())) {
-        return Err(envelope(format!("V2: unknown envelope key \"{k}\"")));
+        return Err(AppendError::UnknownEnvelopeKey { key: k.clone() });
     }
     let event_type = match obj.get("type") {
         Some(Value::String(s)) => s.clone(),
@@ -469,7 +469,7 @@ fn event_from_value(
     let ignorable = match obj.get("ignorable") {
         None => false,
         Some(Value::Bool(true)) => true,
-        Some(_) => return Err(envelope("E7: \"ignorable\" must be true when present")),
+        Some(_) => return Err(AppendError::InvalidIgnorable),
     };
     let surface_op = match obj.get("surfaceOp") {
         None => None,
@@ -483,9 +483,9 @@ fn event_from_value(
                 match v.as_u64().filter(|n| *n <= MAX_SAFE_INTEGER) {
                     Some(n) => out.push(n),
                     None => {
-                        return Err(AppendError::InvalidEnvelope {
+                        return Err(AppendError::InvalidSources {
                             detail: format!(
-                                "S6: sourceEventSeqs element {v} is not a non-negative safe integer"
+                                "sourceEventSeqs element {v} is not a non-negative safe integer"
                             ),
                         });
                     }
@@ -494,7 +494,9 @@ fn event_from_value(
             Some(out)
         }
         Some(_) => {
-            return Err(envelope("S6: sourceEventSeqs must be an array"));
+            return Err(AppendError::InvalidSources {
+                detail: String::from("sourceEventSeqs must be an array"),
+            });
         }
     };
     let op_first = match (
@@ -529,10 +531,14 @@ fn surface_op_from_value(v: &Value) -> Result<SurfaceOp, AppendError> {
             };
             match (ok, num("start"), num("end")) {
                 (true, Some(start), Some(end)) => Ok(SurfaceOp::Replace { start, end }),
-                _ => Err(envelope("S5: invalid replace surfaceOp")),
+                _ => Err(AppendError::InvalidSurfaceOp {
+                    detail: String::from("invalid replace surfaceOp"),
+                }),
             }
         }
-        _ => Err(envelope("S5: invalid surfaceOp")),
+        _ => Err(AppendError::InvalidSurfaceOp {
+            detail: String::from("invalid surfaceOp"),
+        }),
     }
 }
 

@@ -14,6 +14,7 @@
 
 mod decode;
 mod packed;
+mod paths;
 mod repair;
 mod verify;
 mod write;
@@ -32,9 +33,10 @@ use crate::session::{
 
 pub use decode::{Decoded, Decoder, InvalidEvent, Record, Unparsable};
 pub use packed::{MIN_RUN, REASONING_CHUNKS, RowKind, TEXT_CHUNKS, TOOL_CALL_CHUNKS, encode_batch};
+pub use paths::{check_batch_seqs, project_key, session_id_segment, transcript_path};
 pub use repair::{TOOL_NOT_STARTED_TEXT, TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers};
 pub use verify::{VerifyReport, verify_log};
-pub use write::{encode_event_line, encode_header_line, write_event_json};
+pub use write::{encode_event_line, encode_header_line, write_event_json, write_value_js};
 
 /// Why a stored log cannot be read (persistence.md OP12, 6.6).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -581,4 +583,30 @@ fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{count_newlines, find_newline};
+
+    #[test]
+    fn word_at_a_time_newline_search_matches_the_naive_one() {
+        // 0x0b sits right above '\n' and trips inexact zero-byte tricks.
+        let alphabet = [b'\n', 0x0b, 0x0a ^ 0x80, b'a', 0x01, 0x00, 0xff];
+        let mut state = 12345u32;
+        for len in 0..64 {
+            for _ in 0..50 {
+                let bytes: alloc::vec::Vec<u8> = (0..len)
+                    .map(|_| {
+                        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                        alphabet[(state >> 16) as usize % alphabet.len()]
+                    })
+                    .collect();
+                let naive = bytes.iter().position(|b| *b == b'\n');
+                assert_eq!(find_newline(&bytes), naive, "{bytes:?}");
+                let count = bytes.iter().filter(|b| **b == b'\n').count();
+                assert_eq!(count_newlines(&bytes), count, "{bytes:?}");
+            }
+        }
+    }
 }

@@ -63,6 +63,50 @@ pub(crate) fn push_i64(out: &mut Vec<u8>, n: i64) {
     push_u64(out, n.unsigned_abs());
 }
 
+/// Appends `v` as `JSON.stringify` would write it (J6): numbers in
+/// JavaScript form (`1`, not `1.0`; `1e+21`), strings escaped as in
+/// [`push_str`], no whitespace, object keys in their order.
+pub fn write_value_js(out: &mut Vec<u8>, v: &serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                push_u64(out, u);
+            } else if let Some(i) = n.as_i64() {
+                push_i64(out, i);
+            } else {
+                let f = n.as_f64().unwrap_or(0.0);
+                out.extend_from_slice(crate::json::js_number(f).as_bytes());
+            }
+        }
+        Value::String(s) => push_str(out, s),
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value_js(out, x);
+            }
+            out.push(b']');
+        }
+        Value::Object(o) => {
+            out.push(b'{');
+            for (i, (k, x)) in o.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                push_str(out, k);
+                out.push(b':');
+                write_value_js(out, x);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
 /// Appends any serializable value as compact JSON through serde_json.
 pub(crate) fn push_serde<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     match serde_json::to_vec(value) {

@@ -21,6 +21,24 @@ pub enum AppendError {
         /// What is wrong.
         detail: String,
     },
+    /// V2: an envelope key outside `type, seq, time, data, surfaceOp,
+    /// sourceEventSeqs, ignorable`.
+    UnknownEnvelopeKey {
+        /// The key.
+        key: String,
+    },
+    /// E7: `ignorable` present but not literally `true`.
+    InvalidIgnorable,
+    /// S5: `surfaceOp` is neither `"append"` nor a replace object.
+    InvalidSurfaceOp {
+        /// What is wrong.
+        detail: String,
+    },
+    /// S6: `sourceEventSeqs` is not an array of non-negative safe integers.
+    InvalidSources {
+        /// What is wrong.
+        detail: String,
+    },
     /// A core payload does not have the shape of section 4.
     InvalidPayload {
         /// The event type.
@@ -128,7 +146,11 @@ impl AppendError {
         match self {
             AppendError::NotLosslessJson { .. } => "J2",
             AppendError::InvalidEnvelope { .. } => "V3",
-            AppendError::InvalidPayload { .. } => "4",
+            AppendError::UnknownEnvelopeKey { .. } => "V2",
+            AppendError::InvalidIgnorable => "E7",
+            AppendError::InvalidSurfaceOp { .. } => "S5",
+            AppendError::InvalidSources { .. } => "S6",
+            AppendError::InvalidPayload { .. } => "E4",
             AppendError::InvalidRequestHeader { .. } => "V4",
             AppendError::InvalidMessage { rule, .. } => rule,
             AppendError::Retired { .. } => "A2",
@@ -167,6 +189,14 @@ impl fmt::Display for AppendError {
                 write!(f, "non-JSON-serializable data: {detail}")
             }
             AppendError::InvalidEnvelope { detail } => write!(f, "invalid envelope: {detail}"),
+            AppendError::UnknownEnvelopeKey { key } => {
+                write!(f, "invalid envelope: unknown envelope key \"{key}\"")
+            }
+            AppendError::InvalidIgnorable => {
+                f.write_str("invalid envelope: \"ignorable\" must be true when present")
+            }
+            AppendError::InvalidSurfaceOp { detail } => f.write_str(detail),
+            AppendError::InvalidSources { detail } => f.write_str(detail),
             AppendError::InvalidPayload { event_type, detail } => {
                 write!(f, "invalid {event_type} data: {detail}")
             }

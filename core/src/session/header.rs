@@ -36,7 +36,7 @@ pub struct SessionHeader {
     pub origin: Option<String>,
     /// Delegation depth; absent means 0 (HD9).
     pub delegation_depth: Option<u64>,
-    /// The agent preset name **[HEAD]**.
+    /// The agent preset name (reference HEAD only).
     pub agent_preset: Option<String>,
 }
 

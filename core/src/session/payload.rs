@@ -954,10 +954,20 @@ pub struct PluginEvent {
 }
 
 impl PluginEvent {
-    /// A plugin event whose data is `value` serialized compactly.
+    /// A plugin event whose data is `value` written as `JSON.stringify`
+    /// would (J6: `1` not `1.0`). A non-finite or negative-zero number is
+    /// kept as `-0`/`null` text and then refused by the append rules (J2).
     pub fn new(event_type: impl Into<String>, value: &Value) -> Self {
-        let data =
-            serde_json::value::to_raw_value(value).unwrap_or_else(|_| Box::<RawValue>::default());
+        let mut text = alloc::vec::Vec::new();
+        crate::jsonl::write_value_js(&mut text, value);
+        if has_negative_zero_value(value) {
+            // Keep J2 detectable on the text: JavaScript would print `0`.
+            text = serde_json::to_vec(value).unwrap_or_default();
+        }
+        let data = String::from_utf8(text)
+            .ok()
+            .and_then(|t| RawValue::from_string(t).ok())
+            .unwrap_or_default();
         PluginEvent {
             event_type: event_type.into(),
             data,
@@ -978,6 +988,15 @@ impl PluginEvent {
     /// The data parsed as a JSON value.
     pub fn value(&self) -> Value {
         serde_json::from_str(self.data.get()).unwrap_or(Value::Null)
+    }
+}
+
+fn has_negative_zero_value(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()),
+        Value::Array(a) => a.iter().any(has_negative_zero_value),
+        Value::Object(o) => o.values().any(has_negative_zero_value),
+        _ => false,
     }
 }
 

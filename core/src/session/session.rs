@@ -90,17 +90,27 @@ impl Session {
         now: i64,
     ) -> Result<Self, SeedError> {
         let mut s = Session::restore(header, seed)?;
+        let index = s.events.len();
+        s.mark_end_seed(now)
+            .map_err(|error| SeedError { index, error })?;
+        Ok(s)
+    }
+
+    /// Turns a [`restore`](Self::restore)d session into a resumed one
+    /// (8.1, ES3): appends `session/end-seed` with `time = now` unless the
+    /// log already ends with one. `first_live_seq` stays the seed length.
+    /// This is what [`from_seed`](Self::from_seed) does after validating,
+    /// without validating the whole log again.
+    pub fn mark_end_seed(&mut self, now: i64) -> Result<(), AppendError> {
         let ends_with_marker = matches!(
-            s.events.last().map(SessionEvent::data),
+            self.events.last().map(SessionEvent::data),
             Some(EventData::EndSeed)
         );
         if !ends_with_marker {
-            s.events.reserve_exact(1);
-            let index = s.events.len();
-            s.append(EventData::EndSeed, None, now)
-                .map_err(|error| SeedError { index, error })?;
+            self.events.reserve_exact(1);
+            self.append(EventData::EndSeed, None, now)?;
         }
-        Ok(s)
+        Ok(())
     }
 
     /// A session holding exactly `events`, validated like a seed (V1–V9) but
@@ -398,4 +408,70 @@ fn blank_tool_content(mut data: Value) -> Value {
         *content = Value::Array(alloc::vec![blanked]);
     }
     data
+}
+
+/// One replacement of a surface fold (5.5).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replacement {
+    /// The replacing event.
+    pub seq: u64,
+    /// The range start it named.
+    pub start: u64,
+    /// The range end it named.
+    pub end: u64,
+    /// The nodes it shadowed, in surface order.
+    pub shadowed_seqs: Vec<u64>,
+}
+
+/// The result of [`fold_surface`]:
+/// `{"nodes":[…],"replacements":[{"seq","start","end","shadowedSeqs"}]}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SurfaceFold {
+    /// The final surface nodes.
+    pub nodes: Vec<u64>,
+    /// Every replacement in log order.
+    pub replacements: Vec<Replacement>,
+}
+
+/// `foldSurface` (5.5): replays the surface transition check (5.3) over a
+/// complete log from seq 0 and records each replacement with the nodes it
+/// actually shadowed. Fails on exactly the events an append would reject
+/// under S1–S8.
+pub fn fold_surface(events: &[SessionEvent]) -> Result<SurfaceFold, SeedError> {
+    let mut s = Session::new(SessionHeader::new("", 0));
+    let mut replacements = Vec::new();
+    for (index, e) in events.iter().enumerate() {
+        let before = events.get(..index).unwrap_or(&[]);
+        let t = s
+            .plan(before, e)
+            .map_err(|error| SeedError { index, error })?;
+        if let (Transition::Replace { i, j }, Some(SurfaceOp::Replace { start, end })) =
+            (t, e.surface_op())
+        {
+            replacements.push(Replacement {
+                seq: e.seq(),
+                start,
+                end,
+                shadowed_seqs: s.nodes.get(i..=j).unwrap_or(&[]).to_vec(),
+            });
+        }
+        s.apply(e, t);
+    }
+    Ok(SurfaceFold {
+        nodes: s.nodes,
+        replacements,
+    })
+}
+
+/// `foldRequestHeader(events, from)` (7.3 H1): starting from `from`, the
+/// canonical form of every `request/header` in order; the final state.
+pub fn fold_request_header(
+    events: &[SessionEvent],
+    from: Option<EpochHeader>,
+) -> Option<EpochHeader> {
+    events.iter().fold(from, |state, e| match e.data() {
+        EventData::RequestHeader(h) => Some(h.header.canonical()),
+        _ => state,
+    })
 }

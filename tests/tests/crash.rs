@@ -1,0 +1,282 @@
+//! Crash injection (persistence.md AP4, 6.5, KV5): a child process appends
+//! events through a store's write-behind queue, flushing every few events
+//! and printing each seq whose flush returned; the test kills it with
+//! SIGKILL at random moments, then loads the log and checks:
+//!
+//! - the log loads (a torn tail is repaired, never reported as corruption);
+//! - every event whose flush had returned is present;
+//! - the log continues the previous load exactly (nothing lost, duplicated
+//!   or garbled), and every generated event has its generated content;
+//! - an open turn is closed exactly by the closers of 6.4
+//!   (`load == stored prefix ++ interrupted_turn_closers(prefix)`).
+//!
+//! The default run makes 210 kills across the JSONL (zstd and raw) and redb
+//! stores; `DSH_CRASH_KILLS=N` sets the total (e.g. 1200), and
+//! `DSH_CRASH_SEED` replays a run.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use dsh_core::SessionId;
+use dsh_core::jsonl::interrupted_turn_closers;
+use dsh_core::session::{EventData, SessionEvent};
+use dsh_integration::crash::{open_store, user_text};
+use dsh_store::Cancel;
+
+const WRITER: &str = env!("CARGO_BIN_EXE_dsh-crash-writer");
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Runs the writer once and kills it after `delay_us`; returns the highest
+/// seq whose flush returned, if any.
+fn run_and_kill(kind: &str, path: &Path, id: &str, every: u64, delay_us: u64) -> Option<u64> {
+    let mut child = Command::new(WRITER)
+        .args([kind, &path.display().to_string(), id, &every.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dsh-crash-writer");
+    let stdout = child.stdout.take().expect("child stdout");
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(30));
+    match &first {
+        Ok(line) if line.starts_with("ready ") => {}
+        other => {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait");
+            panic!(
+                "writer did not start: {other:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    std::thread::sleep(Duration::from_micros(delay_us));
+    child.kill().expect("SIGKILL the writer");
+    let status = child.wait().expect("wait for the writer");
+    assert!(!status.success(), "the writer must die by the signal");
+    reader.join().expect("reader thread");
+    rx.try_iter()
+        .filter_map(|l| l.strip_prefix("F ").and_then(|s| s.parse::<u64>().ok()))
+        .max()
+}
+
+fn check_content(events: &[SessionEvent]) {
+    for e in events {
+        if let EventData::UserMessage(m) = e.data() {
+            let json = serde_json::to_value(&**m).expect("message json");
+            assert_eq!(
+                json["content"][0]["text"],
+                user_text(e.seq()),
+                "garbled user message at seq {}",
+                e.seq()
+            );
+        }
+    }
+}
+
+struct Outcome {
+    kills: u64,
+    flushed_seqs_checked: u64,
+    repairs_with_closers: u64,
+    repairs: u64,
+}
+
+fn crash_loop(kind: &str, kills: u64, rng: &mut Rng) -> Outcome {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = match kind {
+        "redb" => dir.path().join("sessions.redb"),
+        _ => dir.path().join("root"),
+    };
+    let mut outcome = Outcome {
+        kills: 0,
+        flushed_seqs_checked: 0,
+        repairs_with_closers: 0,
+        repairs: 0,
+    };
+    let mut previous: Vec<String> = Vec::new();
+    let mut session = 0u64;
+    for k in 0..kills {
+        // A new session every 40 kills keeps each child's load short.
+        if k % 40 == 0 {
+            session += 1;
+            previous.clear();
+        }
+        let id = format!("crash-{session}");
+        let every = 1 + rng.below(8);
+        let delay_us = rng.below(25_000);
+        let flushed = run_and_kill(kind, &path, &id, every, delay_us);
+        outcome.kills += 1;
+
+        let store = open_store(kind, &path).expect("open the store after the kill");
+        let sid = SessionId::from(id.as_str());
+        let prefix = match store.read_from(&sid, 0, &Cancel::new()) {
+            Ok((_, events)) => events,
+            Err(e) if flushed.is_none() && e.kind() == dsh_store::ErrorKind::NotFound => {
+                // Killed before the first flush of a new session.
+                continue;
+            }
+            Err(e) => panic!("{kind} kill {k}: read_from failed: {e}"),
+        };
+        let expected_closers = interrupted_turn_closers(&prefix);
+        let revision = store.revision(&sid).expect("revision");
+        let loaded = store
+            .load(&sid)
+            .unwrap_or_else(|e| panic!("{kind} kill {k}: load failed: {e}"));
+        let got: Vec<String> = loaded.events.iter().map(SessionEvent::to_json).collect();
+        let want: Vec<String> = prefix
+            .iter()
+            .chain(expected_closers.iter())
+            .map(SessionEvent::to_json)
+            .collect();
+        assert_eq!(
+            got, want,
+            "{kind} kill {k}: load = stored prefix ++ closers"
+        );
+        if loaded.revision != revision {
+            outcome.repairs += 1;
+        }
+        if !expected_closers.is_empty() {
+            outcome.repairs_with_closers += 1;
+            let last = loaded.events.last().expect("closers");
+            assert_eq!(last.event_type(), "turn/end");
+            assert!(
+                last.to_json()
+                    .contains("\"reason\":{\"kind\":\"interrupted\"}")
+            );
+        }
+        if let Some(f) = flushed {
+            assert!(
+                (loaded.events.len() as u64) > f,
+                "{kind} kill {k}: flushed seq {f} lost (log has {} events)",
+                loaded.events.len()
+            );
+            outcome.flushed_seqs_checked += 1;
+        }
+        assert!(
+            got.len() >= previous.len() && got[..previous.len()] == previous[..],
+            "{kind} kill {k}: the log does not continue the previous load"
+        );
+        check_content(&loaded.events);
+        assert!(
+            interrupted_turn_closers(&loaded.events).is_empty(),
+            "balanced"
+        );
+        previous = got;
+        drop(store);
+    }
+    outcome
+}
+
+#[test]
+fn sigkill_at_random_moments_never_loses_flushed_events() {
+    let total: u64 = std::env::var("DSH_CRASH_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(210);
+    let seed: u64 = std::env::var("DSH_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
+    eprintln!("crash test: DSH_CRASH_SEED={seed} DSH_CRASH_KILLS={total}");
+    let mut rng = Rng(seed);
+    let kinds = ["jsonl", "jsonl-raw", "redb"];
+    let per = total.div_ceil(kinds.len() as u64);
+    for kind in kinds {
+        let o = crash_loop(kind, per, &mut rng);
+        eprintln!(
+            "crash test: {kind}: {} kills survived; {} loads committed a repair, {} of them closing an open turn; {} kills had a returned flush to verify",
+            o.kills, o.repairs, o.repairs_with_closers, o.flushed_seqs_checked
+        );
+        assert_eq!(o.kills, per);
+    }
+}
+
+/// AP3: a failed append (here EFBIG from a file-size limit, with SIGXFSZ
+/// ignored) is rolled back to the previous length: the writer reports the
+/// error, the transcript holds no partial batch, and every flushed event
+/// is present.
+#[test]
+fn a_failed_append_is_rolled_back() {
+    for (kind, file) in [
+        ("jsonl-raw", "session.jsonl"),
+        ("jsonl", "session.jsonl.zstd"),
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("root");
+        let script = format!(
+            "trap '' XFSZ; ulimit -f 16; exec \"$0\" {kind} '{}' limited 1",
+            root.display()
+        );
+        let out = Command::new("sh")
+            .args(["-c", &script, WRITER])
+            .output()
+            .expect("run the writer under a file-size limit");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{kind}: {stderr}");
+        assert!(stderr.contains("append to"), "{kind}: {stderr}");
+        let flushed = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("F ").and_then(|s| s.parse::<u64>().ok()))
+            .max()
+            .expect("some flushes succeeded");
+        let path = root.join("--crash--").join("limited").join(file);
+        let bytes = std::fs::read(&path).expect("transcript");
+        assert!(bytes.len() <= 16 * 512, "{kind}: the limit held");
+        let store = open_store(kind, &root).expect("open");
+        let sid = SessionId::from("limited");
+        let rev = store.revision(&sid).expect("revision");
+        let (_, stored) = store.read_from(&sid, 0, &Cancel::new()).expect("read");
+        assert_eq!(
+            stored.len() as u64,
+            flushed + 1,
+            "{kind}: exactly the flushed events"
+        );
+        // No torn tail: only closers (if a turn is open) are written by load.
+        let loaded = store.load(&sid).expect("load");
+        let closers = interrupted_turn_closers(&stored);
+        assert_eq!(loaded.events.len(), stored.len() + closers.len());
+        if closers.is_empty() {
+            assert_eq!(
+                store.revision(&sid).expect("revision"),
+                rev,
+                "{kind}: nothing to repair"
+            );
+        }
+        if kind == "jsonl-raw" {
+            assert!(bytes.ends_with(b"\n"), "no partial line was left");
+        } else {
+            let scan = dsh_jsonl::frames::scan_frames(&bytes).expect("frames");
+            assert_eq!(scan.torn, None, "no partial frame was left");
+        }
+    }
+}
