@@ -64,9 +64,13 @@ use std::time::Instant;
 /// A mock script (see the module docs).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Script {
     /// The responses, served in order.
     pub responses: Vec<ScriptedResponse>,
+    /// Serve the responses to each session id separately.
+    #[serde(default)]
+    pub per_session: bool,
 }
 
 impl Script {
@@ -238,6 +242,7 @@ impl RecordedRequest {
 struct Shared {
     script: Vec<ScriptedResponse>,
     next: AtomicUsize,
+    per_session: Option<Mutex<BTreeMap<String, usize>>>,
     requests: Mutex<Vec<RecordedRequest>>,
     stop: AtomicBool,
 }
@@ -271,6 +276,7 @@ impl MockServer {
         let shared = Arc::new(Shared {
             script: script.responses,
             next: AtomicUsize::new(0),
+            per_session: script.per_session.then(|| Mutex::new(BTreeMap::new())),
             requests: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
         });
@@ -412,10 +418,24 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let Some(request) = read_request(&mut stream)? else {
         return Ok(());
     };
+    let session = request
+        .header_values("x-deepseek-harness-session-id")
+        .first()
+        .map(|s| s.to_string());
     if let Ok(mut r) = shared.requests.lock() {
         r.push(request);
     }
-    let i = shared.next.fetch_add(1, Ordering::SeqCst);
+    let i = match (&shared.per_session, session) {
+        (Some(counters), Some(session)) => match counters.lock() {
+            Ok(mut counters) => {
+                let n = counters.entry(session).or_insert(0);
+                *n += 1;
+                *n - 1
+            }
+            Err(_) => usize::MAX,
+        },
+        _ => shared.next.fetch_add(1, Ordering::SeqCst),
+    };
     let Some(response) = shared.script.get(i) else {
         let body = json!({"error":{"message":"mock script exhausted"}}).to_string();
         return write_plain(&mut stream, 500, &BTreeMap::new(), body.as_bytes());

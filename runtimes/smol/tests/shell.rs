@@ -1,0 +1,476 @@
+//! The smol shell against the mock DeepSeek server over real HTTP: a tool
+//! turn end to end, cancellation during a stream, a provider error with a
+//! retry, resume and fork.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use dsh_core::agent::retry::{Backoff, DEFAULT_RETRYABLE_CODES, RetryPolicy};
+use dsh_core::agent::tools::ToolRegistry;
+use dsh_core::agent::{
+    Agent as Core, AgentConfig as CoreConfig, AgentOptions, AgentStatus, CancelCause, Output,
+};
+use dsh_core::session::{
+    AbortCause, EventData, Session, SessionEvent, SessionHeader, TurnEndReason,
+};
+use dsh_core::{ContentBlock, Message, SessionId, StreamChunk};
+use dsh_deepseek::{CancelToken, DeepSeekClient};
+use dsh_smol::{Agent, AgentEvent, ShellTool, ToolCall};
+use serde_json::{Value, json};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(30));
+
+/// Every event a subscription has delivered so far.
+fn drain_events(sub: &dsh_smol::Subscription) -> Vec<AgentEvent> {
+    let mut out = Vec::new();
+    while let Some(e) = sub.try_next() {
+        out.push(e);
+    }
+    out
+}
+
+fn session_events(events: &[AgentEvent]) -> Vec<SessionEvent> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Event(e) => Some((**e).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The log as JSON values with `time` removed and every `id` renamed by
+/// first appearance, so two runs compare modulo time and ids.
+fn normalized(events: &[SessionEvent]) -> Vec<Value> {
+    fn walk(v: &mut Value, ids: &mut HashMap<String, String>) {
+        match v {
+            Value::Object(map) => {
+                map.remove("time");
+                for (k, child) in map.iter_mut() {
+                    if k == "id"
+                        && let Value::String(s) = child
+                    {
+                        let n = ids.len() + 1;
+                        let name = ids.entry(s.clone()).or_insert_with(|| format!("ID{n}"));
+                        *s = name.clone();
+                    } else {
+                        walk(child, ids);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, ids)),
+            _ => {}
+        }
+    }
+    let mut ids = HashMap::new();
+    events
+        .iter()
+        .map(|e| {
+            let mut v: Value = serde_json::from_str(&e.to_json()).expect("event json");
+            walk(&mut v, &mut ids);
+            v
+        })
+        .collect()
+}
+
+/// The same exchange driven straight through the core: the blocking
+/// DeepSeek client on the same mock server, the echo tool called inline.
+fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> {
+    let client = DeepSeekClient::with_options(deepseek_config(server.url()), client_options())
+        .expect("client");
+    let mut tools = ToolRegistry::new();
+    tools.register(Echo.definition()).expect("register");
+    let config = CoreConfig {
+        options: AgentOptions {
+            provider: Some("deepseek".into()),
+            model: Some(MODEL.into()),
+            max_tokens: None,
+        },
+        tools,
+        retry_executor: true,
+        ..CoreConfig::default()
+    };
+    let mut core = Core::new(config, Session::new(SessionHeader::new("core-run", 0))).unwrap();
+    core.followup(1, Message::user("m1", vec![ContentBlock::text("hi")]))
+        .unwrap();
+    while let Some(out) = core.poll() {
+        match out {
+            Output::CallModel(call) => {
+                for chunk in client.stream_chunks(&call.request, &CancelToken::new()) {
+                    core.handle_chunk(2, call.attempt, chunk).unwrap();
+                }
+                core.handle_stream_end(2, call.attempt).unwrap();
+            }
+            Output::ExecuteTool(exec) => {
+                let call = ToolCall {
+                    call_id: exec.call_id.clone(),
+                    name: exec.name.clone(),
+                    arguments: exec.arguments.clone(),
+                    cwd: std::env::temp_dir(),
+                };
+                let outcome = Echo.run(&call, &CancelToken::new());
+                core.handle_tool_result(3, exec.token, outcome).unwrap();
+            }
+            _ => {}
+        }
+    }
+    core.session().events().to_vec()
+}
+
+/// V02 (one tool call, then a text answer) without the chunk events.
+const V02_SHAPE: [&str; 15] = [
+    "agent/inbox/spliced",
+    "turn/start",
+    "agent/inbox/spliced",
+    "step/start",
+    "user/message",
+    "request/header",
+    "request/context",
+    "assistant/message",
+    "tool/call",
+    "tool/result",
+    "step/end",
+    "step/start",
+    "assistant/message",
+    "step/end",
+    "turn/end",
+];
+
+#[test]
+fn tool_turn_end_to_end_matches_the_core_level_run() {
+    let server = server(tool_turn_script());
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let (live, summary) = smol::block_on(async {
+        let agent = Agent::create(config(&server), store.clone(), SessionId::new("tool-turn"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        let summary = agent.wait_idle(WAIT).await.unwrap();
+        assert_eq!(agent.status(), AgentStatus::Idle);
+        agent.dispose().await;
+        (drain_events(&sub), summary)
+    });
+    assert_eq!(summary.turn, 1);
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    assert_eq!(
+        summary.usage.map(|u| (u.input_tokens, u.output_tokens)),
+        Some((20, 2)),
+        "usage of the turn's last call"
+    );
+
+    // Status running then idle around the events (LC-3).
+    let statuses: Vec<AgentStatus> = live
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Status(s) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses, [AgentStatus::Running, AgentStatus::Idle]);
+
+    let events = session_events(&live);
+    let shape: Vec<String> = types(&events)
+        .into_iter()
+        .filter(|t| t != "assistant/chunk")
+        .collect();
+    assert_eq!(shape, V02_SHAPE);
+    // Every seq published once, in order.
+    let seqs: Vec<u64> = events.iter().map(SessionEvent::seq).collect();
+    assert_eq!(seqs, (0..events.len() as u64).collect::<Vec<_>>());
+
+    // The store holds exactly what was published.
+    let on_disk = stored(&store, "tool-turn");
+    assert_eq!(
+        on_disk
+            .iter()
+            .map(SessionEvent::to_json)
+            .collect::<Vec<_>>(),
+        events.iter().map(SessionEvent::to_json).collect::<Vec<_>>()
+    );
+    check_invariants(&on_disk);
+
+    // Same events as the core driven directly, modulo time and ids.
+    let reference = core_level_run(&server);
+    assert_eq!(normalized(&events), normalized(&reference));
+
+    // Message ids minted by the shell are UUID v4.
+    let user_id = events
+        .iter()
+        .find_map(|e| match e.data() {
+            EventData::UserMessage(m) => Some(m.id.as_str().to_string()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(user_id.len(), 36);
+    assert_eq!(&user_id[14..15], "4");
+}
+
+#[test]
+fn cancel_during_a_stream_interrupts_the_read() {
+    // Two events, then silence until the client leaves.
+    let server = server(json!({"responses": [
+        {"fault": {"kind": "stall", "turn": {"text": ["a", "b", "c"]}, "afterEvents": 2}}
+    ]}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let summary = smol::block_on(async {
+        let agent = Agent::create(config(&server), store.clone(), SessionId::new("cancel"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        // Wait for the first streamed chunk.
+        loop {
+            match sub.next().await {
+                Some(AgentEvent::Event(e)) if e.event_type() == "assistant/chunk" => break,
+                Some(_) => {}
+                None => panic!("agent stopped"),
+            }
+        }
+        agent.cancel(CancelCause::User, false).await;
+        // The blocked read is interrupted: idle well before the stall ends
+        // (it never does) or the 20 s watchdog.
+        let summary = agent
+            .wait_idle(Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        agent.dispose().await;
+        summary
+    });
+    assert_eq!(
+        summary.reason,
+        Some(TurnEndReason::Aborted {
+            cause: AbortCause::User
+        })
+    );
+    let events = stored(&store, "cancel");
+    check_invariants(&events);
+    let t = types(&events);
+    assert!(t.contains(&"assistant/chunk".to_string()));
+    // LC-34: no assistant/message for the cancelled attempt.
+    assert!(!t.contains(&"assistant/message".to_string()));
+    assert_eq!(t.last().map(String::as_str), Some("turn/end"));
+}
+
+fn fast_retries() -> RetryPolicy {
+    RetryPolicy::Normal {
+        max_retries: 3,
+        retryable_codes: DEFAULT_RETRYABLE_CODES
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        backoff: Backoff {
+            initial_delay_ms: 20.0,
+            max_delay_ms: 50.0,
+            jitter_ratio: 0.0,
+        },
+    }
+}
+
+#[test]
+fn provider_error_is_retried_in_the_same_step() {
+    let server = server(json!({"responses": [
+        {"fault": {"kind": "http", "status": 500, "body": {"error": {"message": "boom"}}}},
+        {"turn": {"text": ["ok"]}}
+    ]}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let mut cfg = config(&server);
+    cfg.retry_policy = Some(fast_retries());
+    let summary = smol::block_on(async {
+        let agent = Agent::create(cfg, store.clone(), SessionId::new("retry"))
+            .await
+            .unwrap();
+        agent.send("hi").await.unwrap();
+        let s = agent.wait_idle(WAIT).await.unwrap();
+        agent.dispose().await;
+        s
+    });
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    assert_eq!(server.requests().len(), 2, "one failed attempt, one retry");
+    let events = stored(&store, "retry");
+    check_invariants(&events);
+    let t = types(&events);
+    // R-10/R-14: the retry is logged, then started, inside one step.
+    let retry = t.iter().position(|x| x == "llm/retry").expect("llm/retry");
+    let started = t
+        .iter()
+        .position(|x| x == "llm/retry-started")
+        .expect("llm/retry-started");
+    assert!(retry < started);
+    assert_eq!(t.iter().filter(|x| *x == "step/start").count(), 1);
+    assert_eq!(t.iter().filter(|x| *x == "assistant/message").count(), 1);
+    // LC-19: the failed attempt's error finish chunk is logged too.
+    let first_finish = events.iter().find_map(|e| match e.data() {
+        EventData::AssistantChunk(c) => match c.chunk() {
+            StreamChunk::Finish { .. } => Some(serde_json::to_value(c.chunk()).unwrap()),
+            _ => None,
+        },
+        _ => None,
+    });
+    let first_finish = first_finish.expect("a finish chunk");
+    assert_eq!(first_finish["reason"]["kind"], "error");
+    assert_eq!(first_finish["reason"]["failure"]["code"], "SERVER");
+}
+
+#[test]
+fn resume_continues_turn_numbering_and_fork_copies_the_seed() {
+    let server = server(json!({"perSession": true, "responses": [
+        {"turn": {"text": ["one"]}},
+        {"turn": {"text": ["two"]}}
+    ]}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let id = SessionId::new("resumable");
+    smol::block_on(async {
+        let agent = Agent::create(config(&server), store.clone(), id.clone())
+            .await
+            .unwrap();
+        agent.send("first").await.unwrap();
+        agent.wait_idle(WAIT).await.unwrap();
+        agent.dispose().await;
+
+        let agent = Agent::resume(config(&server), store.clone(), &id)
+            .await
+            .unwrap();
+        agent.send("second").await.unwrap();
+        let s = agent.wait_idle(WAIT).await.unwrap();
+        assert_eq!(s.turn, 2, "numbering continues across resume (LC-1)");
+        assert_eq!(s.reason, Some(TurnEndReason::Completed));
+        agent.dispose().await;
+
+        let child = SessionId::new("child");
+        let agent = Agent::fork(config(&server), store.clone(), &id, None, child.clone())
+            .await
+            .unwrap();
+        agent.dispose().await;
+    });
+    let parent = stored(&store, "resumable");
+    check_invariants(&parent);
+    assert_eq!(turn_ends(&parent).len(), 2);
+    // ES3: the resumed log carries the end-seed marker before turn 2.
+    let t = types(&parent);
+    let marker = t.iter().position(|x| x == "session/end-seed").unwrap();
+    let second_turn = t
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| *x == "turn/start")
+        .nth(1)
+        .unwrap()
+        .0;
+    assert!(marker < second_turn);
+
+    let inspection = store
+        .inspect(&SessionId::new("child"), &dsh_store::Cancel::new())
+        .unwrap();
+    assert_eq!(
+        inspection.header.parent_session,
+        Some(SessionId::new("resumable"))
+    );
+    assert_eq!(inspection.header.seed_length, Some(parent.len() as u64));
+    // F3: the seed is a copy of the parent, then the end-seed marker.
+    let child_events = inspection.events;
+    assert_eq!(child_events.len(), parent.len() + 1);
+    assert_eq!(
+        child_events[..parent.len()]
+            .iter()
+            .map(SessionEvent::to_json)
+            .collect::<Vec<_>>(),
+        parent.iter().map(SessionEvent::to_json).collect::<Vec<_>>()
+    );
+    let _ = Arc::clone(&store);
+}
+
+#[test]
+fn approval_is_asked_and_answered() {
+    let server = server(tool_turn_script());
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let mut cfg = config(&server);
+    cfg.approval = dsh_smol::ApprovalPolicy::ask();
+    let summary = smol::block_on(async {
+        let agent = Agent::create(cfg, store.clone(), SessionId::new("approval"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        loop {
+            match sub.next().await {
+                Some(AgentEvent::ApprovalRequested {
+                    id,
+                    tool,
+                    arguments,
+                }) => {
+                    assert_eq!(tool, "echo");
+                    assert_eq!(arguments, r#"{"text":"ping"}"#);
+                    agent
+                        .answer_approval(id, dsh_smol::ApprovalDecision::Reject)
+                        .await;
+                    break;
+                }
+                Some(_) => {}
+                None => panic!("agent stopped"),
+            }
+        }
+        let s = agent.wait_idle(WAIT).await.unwrap();
+        agent.dispose().await;
+        s
+    });
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    let events = stored(&store, "approval");
+    check_invariants(&events);
+    // TL-10: a rejected call is an error result the model sees.
+    let result = events
+        .iter()
+        .find_map(|e| match e.data() {
+            EventData::ToolResult(r) => Some(serde_json::to_value(&**r).unwrap()),
+            _ => None,
+        })
+        .unwrap();
+    let block = &result["message"]["content"][0];
+    assert_eq!(block["isError"], true, "{result}");
+    assert_eq!(
+        block["content"][0]["text"],
+        "Error: the user rejected tool \"echo\""
+    );
+}
+
+#[test]
+fn dropping_the_handle_stops_a_running_turn() {
+    let server = server(json!({"responses": [
+        {"fault": {"kind": "stall", "turn": {"text": ["a", "b"]}, "afterEvents": 2}}
+    ]}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    smol::block_on(async {
+        let agent = Agent::create(config(&server), store.clone(), SessionId::new("dropped"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        loop {
+            match sub.next().await {
+                Some(AgentEvent::Event(e)) if e.event_type() == "assistant/chunk" => break,
+                Some(_) => {}
+                None => panic!("agent stopped"),
+            }
+        }
+        drop(agent);
+        // The subscription ends once the task has flushed and stopped.
+        while sub.next().await.is_some() {}
+    });
+    let events = stored(&store, "dropped");
+    check_invariants(&events);
+    assert_eq!(
+        turn_ends(&events),
+        [TurnEndReason::Aborted {
+            cause: AbortCause::Disposed
+        }]
+    );
+}
