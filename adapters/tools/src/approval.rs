@@ -1,0 +1,246 @@
+//! Pre-execute approval policy (TL-9 steps 4-5, TL-10): per tool `ask`,
+//! `auto` or `deny`, with per-tool overrides and a default.
+//!
+//! [`ApprovalPolicy::pre_execute`] is the `tools/pre-execute` decision the
+//! shell's hooks return; an `ask` is answered by a front end with an
+//! [`ApprovalDecision`], which [`ApprovalPolicy::resolve`] turns into the
+//! core's [`ApprovalOutcome`] (and remembers `AllowAlways`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use dsh_core::agent::tools::ToolOutcome;
+use dsh_core::agent::{
+    ApprovalOutcome, Hook, HookCx, HookError, Hooks, PostToolDecision, PreToolDecision,
+    ToolExecution,
+};
+
+/// What the policy does with a call before it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalMode {
+    /// Ask the user through the shell's approval channel.
+    Ask,
+    /// Run without asking.
+    Auto,
+    /// Refuse: the model sees the TL-10 denial result.
+    Deny,
+}
+
+impl ApprovalMode {
+    /// Parses `ask`, `auto` or `deny`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ask" => Some(ApprovalMode::Ask),
+            "auto" => Some(ApprovalMode::Auto),
+            "deny" => Some(ApprovalMode::Deny),
+            _ => None,
+        }
+    }
+
+    /// The config string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalMode::Ask => "ask",
+            ApprovalMode::Auto => "auto",
+            ApprovalMode::Deny => "deny",
+        }
+    }
+}
+
+/// A front end's answer to an `ask`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// Run this call.
+    Allow,
+    /// Run this call and every later call of the same tool without asking.
+    AllowAlways,
+    /// Do not run it.
+    Deny,
+}
+
+/// Per-tool modes with a default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalPolicy {
+    default: ApprovalMode,
+    overrides: BTreeMap<String, ApprovalMode>,
+}
+
+impl Default for ApprovalPolicy {
+    /// Everything runs (`auto`), the reference with no policy loaded.
+    fn default() -> Self {
+        ApprovalPolicy::new(ApprovalMode::Auto)
+    }
+}
+
+impl ApprovalPolicy {
+    /// A policy whose every tool has `default`.
+    pub fn new(default: ApprovalMode) -> Self {
+        ApprovalPolicy {
+            default,
+            overrides: BTreeMap::new(),
+        }
+    }
+
+    /// Sets the mode of one tool.
+    pub fn with(mut self, tool: impl Into<String>, mode: ApprovalMode) -> Self {
+        self.set(tool, mode);
+        self
+    }
+
+    /// Sets the mode of one tool.
+    pub fn set(&mut self, tool: impl Into<String>, mode: ApprovalMode) {
+        self.overrides.insert(tool.into(), mode);
+    }
+
+    /// The default mode.
+    pub fn default_mode(&self) -> ApprovalMode {
+        self.default
+    }
+
+    /// The mode for `tool`: its override, else the default.
+    pub fn mode_for(&self, tool: &str) -> ApprovalMode {
+        self.overrides.get(tool).copied().unwrap_or(self.default)
+    }
+
+    /// The denial reason for `tool` (TL-10 shows it as `Error: <reason>`).
+    pub fn denial_reason(tool: &str) -> String {
+        format!("{tool} is disabled by policy in this session")
+    }
+
+    /// The `tools/pre-execute` decision for a call of `tool` (TL-9 step 4).
+    /// Unknown tools go through the policy too (TL-8).
+    pub fn pre_execute(&self, tool: &str) -> PreToolDecision {
+        match self.mode_for(tool) {
+            ApprovalMode::Auto => PreToolDecision::Allow,
+            ApprovalMode::Deny => PreToolDecision::Deny {
+                reason: ApprovalPolicy::denial_reason(tool),
+            },
+            ApprovalMode::Ask => PreToolDecision::Ask {
+                reason: Some(format!("tool \"{tool}\" requires approval")),
+            },
+        }
+    }
+
+    /// Applies a front end's answer for `tool` (TL-9 step 5): `None` means
+    /// the approval was cancelled. `AllowAlways` switches the tool to
+    /// `auto` for the rest of the session.
+    pub fn resolve(&mut self, tool: &str, decision: Option<ApprovalDecision>) -> ApprovalOutcome {
+        match decision {
+            Some(ApprovalDecision::Allow) => ApprovalOutcome::AllowedOnce,
+            Some(ApprovalDecision::AllowAlways) => {
+                self.set(tool, ApprovalMode::Auto);
+                ApprovalOutcome::AllowedOnce
+            }
+            Some(ApprovalDecision::Deny) => ApprovalOutcome::Rejected,
+            None => ApprovalOutcome::Cancelled,
+        }
+    }
+}
+
+/// [`Hooks`] that apply a shared [`ApprovalPolicy`] at `tools/pre-execute`
+/// and defer every `ask` to the shell: the agent emits
+/// `Output::Hook { call: HookCall::ToolApproval { .. } }`, the shell asks a
+/// front end and answers with `HookAnswer::ToolApproval(policy.resolve(..))`.
+/// Every other seam keeps the reference default.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyHooks {
+    /// The policy, shared with the shell (which records `AllowAlways`).
+    pub policy: Arc<Mutex<ApprovalPolicy>>,
+}
+
+impl PolicyHooks {
+    /// Hooks over `policy`.
+    pub fn new(policy: Arc<Mutex<ApprovalPolicy>>) -> Self {
+        PolicyHooks { policy }
+    }
+}
+
+impl Hooks for PolicyHooks {
+    fn tool_pre_execute(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        exec: &ToolExecution,
+    ) -> Hook<Result<PreToolDecision, HookError>> {
+        let policy = self.policy.lock().unwrap_or_else(|e| e.into_inner());
+        Hook::Ready(Ok(policy.pre_execute(&exec.name)))
+    }
+
+    fn tool_approval(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _exec: &ToolExecution,
+        _reason: Option<&str>,
+    ) -> Hook<ApprovalOutcome> {
+        Hook::Defer
+    }
+
+    fn tool_post_execute(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _exec: &ToolExecution,
+        _outcome: &ToolOutcome,
+    ) -> Hook<Result<PostToolDecision, HookError>> {
+        Hook::Ready(Ok(PostToolDecision::accept()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_print() {
+        for m in [ApprovalMode::Ask, ApprovalMode::Auto, ApprovalMode::Deny] {
+            assert_eq!(ApprovalMode::parse(m.as_str()), Some(m));
+        }
+        assert_eq!(ApprovalMode::parse("maybe"), None);
+    }
+
+    #[test]
+    fn overrides_win_over_the_default() {
+        let p = ApprovalPolicy::new(ApprovalMode::Ask)
+            .with("read", ApprovalMode::Auto)
+            .with("bash", ApprovalMode::Deny);
+        assert_eq!(p.pre_execute("read"), PreToolDecision::Allow);
+        assert_eq!(
+            p.pre_execute("bash"),
+            PreToolDecision::Deny {
+                reason: "bash is disabled by policy in this session".into()
+            }
+        );
+        assert_eq!(
+            p.pre_execute("write"),
+            PreToolDecision::Ask {
+                reason: Some("tool \"write\" requires approval".into())
+            }
+        );
+        // TL-8: unknown tools are subject to the policy as well.
+        assert_eq!(p.mode_for("nope"), ApprovalMode::Ask);
+        assert_eq!(
+            ApprovalPolicy::default().pre_execute("bash"),
+            PreToolDecision::Allow
+        );
+    }
+
+    #[test]
+    fn decisions_map_to_tl10_outcomes_and_allow_always_sticks() {
+        let mut p = ApprovalPolicy::new(ApprovalMode::Ask);
+        assert_eq!(
+            p.resolve("bash", Some(ApprovalDecision::Allow)),
+            ApprovalOutcome::AllowedOnce
+        );
+        assert_eq!(p.mode_for("bash"), ApprovalMode::Ask);
+        assert_eq!(
+            p.resolve("bash", Some(ApprovalDecision::Deny)),
+            ApprovalOutcome::Rejected
+        );
+        assert_eq!(p.resolve("bash", None), ApprovalOutcome::Cancelled);
+        assert_eq!(p.mode_for("bash"), ApprovalMode::Ask);
+        assert_eq!(
+            p.resolve("bash", Some(ApprovalDecision::AllowAlways)),
+            ApprovalOutcome::AllowedOnce
+        );
+        assert_eq!(p.pre_execute("bash"), PreToolDecision::Allow);
+        assert_eq!(p.mode_for("edit"), ApprovalMode::Ask);
+    }
+}

@@ -1,0 +1,414 @@
+//! `bash` (TL-21): `bash -c <command>` in its own process group, with a
+//! timeout, cancellation, and per-stream output capped to its tail.
+//!
+//! On timeout or cancellation the whole group gets `SIGKILL`; after a normal
+//! exit the group is killed too, so background children left by the command
+//! never outlive the call (each call is a fresh shell). A command that
+//! starts its own session (`setsid`) escapes the group and is not tracked.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
+use dsh_core::json::js_number;
+use serde_json::{Map, Value, json};
+
+use crate::{Tool, ToolCallRequest, ToolContext, prop, text};
+
+/// Executor limits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BashConfig {
+    /// Timeout when the call gives none (120000 ms).
+    pub default_timeout_ms: f64,
+    /// Largest timeout a call may ask for (600000 ms); larger ones are
+    /// clamped.
+    pub max_timeout_ms: f64,
+    /// Bytes kept of each stream (its tail); 64000.
+    pub max_output_bytes: usize,
+    /// The shell binary (`bash`).
+    pub shell: PathBuf,
+    /// How long to wait for the pipes to close after the process group was
+    /// killed (a process that escaped the group may hold them); 1 s.
+    pub drain_grace: Duration,
+}
+
+impl Default for BashConfig {
+    fn default() -> Self {
+        BashConfig {
+            default_timeout_ms: 120_000.0,
+            max_timeout_ms: 600_000.0,
+            max_output_bytes: 64_000,
+            shell: PathBuf::from("bash"),
+            drain_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The `bash` tool (exclusive).
+#[derive(Clone, Debug, Default)]
+pub struct BashTool {
+    /// Its limits.
+    pub config: BashConfig,
+}
+
+const DESCRIPTION: &str = "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls \u{2014} pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available.";
+
+impl Tool for BashTool {
+    fn definition(&self) -> ToolDefinition {
+        ToolDefinition::typed(
+            "bash",
+            DESCRIPTION,
+            json!({
+                "type": "object",
+                "properties": {
+                    "command": prop("string", "The bash command to execute."),
+                    "description": prop("string", "Clear, concise description of what this command does in active voice, 5-10 words (shown in the UI). Examples: \"ls\" \u{2192} \"List files in current directory\"; \"git status\" \u{2192} \"Show working tree status\"; \"npm install\" \u{2192} \"Install package dependencies\"."),
+                    "timeoutMs": prop("number", "Timeout in milliseconds. The executor applies its configured default and cap, and kills the command on expiry."),
+                    "workdir": prop("string", "Working directory for this command. Defaults to the session workspace; a relative path is resolved against it."),
+                },
+                "required": ["command", "description"]
+            }),
+        )
+    }
+
+    fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
+        match self.run(call, ctx) {
+            Ok(o) | Err(o) => o,
+        }
+    }
+}
+
+/// One collected stream: its tail, whether bytes were dropped, and where
+/// the full output went.
+#[derive(Debug, Default)]
+struct Collected {
+    tail: Vec<u8>,
+    truncated: bool,
+    spill: Option<PathBuf>,
+}
+
+impl Collected {
+    fn value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("text".into(), Value::String(self.text()));
+        m.insert("truncated".into(), Value::Bool(self.truncated));
+        if let Some(p) = &self.spill {
+            m.insert("spillPath".into(), Value::String(p.display().to_string()));
+        }
+        Value::Object(m)
+    }
+
+    /// The kept tail, starting at a character boundary.
+    fn text(&self) -> String {
+        let mut start = 0;
+        if self.truncated {
+            while start < self.tail.len() && start < 3 && (self.tail[start] & 0xC0) == 0x80 {
+                start += 1;
+            }
+        }
+        String::from_utf8_lossy(&self.tail[start..]).into_owned()
+    }
+
+    /// The stream's text with its truncation marker (TL-21).
+    fn rendered(&self) -> String {
+        let t = self.text();
+        if !self.truncated {
+            return t;
+        }
+        let path = self
+            .spill
+            .as_ref()
+            .map_or_else(|| "(unavailable)".to_string(), |p| p.display().to_string());
+        format!("{t}\n[output truncated; full output: {path}]")
+    }
+}
+
+/// Reads `src` to the end into `out`, keeping the last `cap` bytes; with
+/// a spill path, everything is also written there once the cap is first
+/// exceeded. `out` is shared so the caller can take what was read even if
+/// an escaped process keeps the pipe open.
+fn collect(mut src: impl Read, cap: usize, spill_path: Option<PathBuf>, out: &Mutex<Collected>) {
+    let mut spill: Option<File> = None;
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let chunk = buf.get(..n).unwrap_or(&[]);
+        if let Some(f) = spill.as_mut() {
+            let _ = f.write_all(chunk);
+        }
+        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+        out.tail.extend_from_slice(chunk);
+        if out.tail.len() > cap {
+            if !out.truncated {
+                out.truncated = true;
+                if let Some(p) = &spill_path {
+                    if let Ok(mut f) = File::create(p) {
+                        // The tail still holds everything read so far.
+                        if f.write_all(&out.tail).is_ok() {
+                            spill = Some(f);
+                            out.spill = Some(p.clone());
+                        }
+                    }
+                }
+            }
+            let excess = out.tail.len() - cap;
+            out.tail.drain(..excess);
+        }
+    }
+}
+
+/// A stream being collected on its own thread.
+struct Reader {
+    state: Arc<Mutex<Collected>>,
+    done: mpsc::Receiver<()>,
+}
+
+impl Reader {
+    fn spawn(src: impl Read + Send + 'static, cap: usize, spill: Option<PathBuf>) -> Reader {
+        let state = Arc::new(Mutex::new(Collected::default()));
+        let (tx, done) = mpsc::channel();
+        let shared = Arc::clone(&state);
+        thread::spawn(move || {
+            collect(src, cap, spill, &shared);
+            let _ = tx.send(());
+        });
+        Reader { state, done }
+    }
+
+    /// Waits for end of stream until `deadline`, then takes what was read.
+    /// A process that left the group (`setsid`) may hold the pipe open;
+    /// its reader thread is then left behind rather than blocking the call.
+    fn finish(self, deadline: Instant) -> Collected {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let _ = self.done.recv_timeout(wait);
+        core::mem::take(&mut *self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The signal's name, e.g. `SIGKILL`.
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("SIG{sig}"),
+    };
+    name.to_string()
+}
+
+/// A number as JavaScript would hold it: integral values as integers.
+fn json_number(v: f64) -> Value {
+    if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        Value::from(v as i64)
+    } else {
+        Value::from(v)
+    }
+}
+
+/// `SIGKILL` to the whole process group `pgid`.
+fn kill_group(pgid: u32) {
+    if let Ok(pgid) = i32::try_from(pgid) {
+        if pgid > 0 {
+            // SAFETY: kill(2) with a negative pid signals a process group;
+            // it has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn sanitize(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect()
+}
+
+impl BashTool {
+    fn run(&self, call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
+        let args = &call.arguments;
+        let command = match args.get("command").and_then(Value::as_str) {
+            Some(c) if !c.trim().is_empty() => c,
+            _ => {
+                return Err(ToolOutcome::error(
+                    "invalid command: expected a non-empty string",
+                ));
+            }
+        };
+        match args.get("description").and_then(Value::as_str) {
+            Some(d) if !d.trim().is_empty() => {}
+            _ => {
+                return Err(ToolOutcome::error(
+                    "invalid description: expected a non-empty string",
+                ));
+            }
+        }
+        let mut timeout_ms = match args.get("timeoutMs") {
+            None => self.config.default_timeout_ms,
+            Some(v) => match v.as_f64() {
+                Some(n) if n.is_finite() && n > 0.0 => n.min(self.config.max_timeout_ms),
+                _ => {
+                    return Err(ToolOutcome::error(format!(
+                        "invalid timeoutMs: expected a positive number, got {}",
+                        match v {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        }
+                    )));
+                }
+            },
+        };
+        if let Some(t) = ctx.timeout {
+            timeout_ms = timeout_ms.min(t.as_secs_f64() * 1000.0);
+        }
+        if args.get("run_in_background") == Some(&Value::Bool(true)) {
+            return Err(ToolOutcome::error(
+                "background execution is disabled for this bash tool",
+            ));
+        }
+        let workdir = match args.get("workdir").and_then(Value::as_str) {
+            Some(w) if !w.is_empty() => {
+                let p = Path::new(w);
+                if p.is_absolute() {
+                    p.to_path_buf()
+                } else {
+                    ctx.workspace.root().join(p)
+                }
+            }
+            _ => ctx.workspace.root().to_path_buf(),
+        };
+        if !workdir.is_dir() {
+            return Err(ToolOutcome::error(format!(
+                "invalid workdir: \"{}\" is not a directory",
+                workdir.display()
+            )));
+        }
+        let mut child = Command::new(&self.config.shell)
+            .arg("-c")
+            .arg(command)
+            .current_dir(&workdir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| ToolOutcome::error(format!("failed to start bash: {e}")))?;
+        let pgid = child.id();
+        let cap = self.config.max_output_bytes;
+        let spill = |stream: &str| {
+            ctx.spill_dir
+                .as_ref()
+                .map(|d| d.join(format!("bash-{}-{stream}.txt", sanitize(&call.call_id))))
+        };
+        let stdout_reader = child
+            .stdout
+            .take()
+            .map(|s| Reader::spawn(s, cap, spill("stdout")));
+        let stderr_reader = child
+            .stderr
+            .take()
+            .map(|s| Reader::spawn(s, cap, spill("stderr")));
+        let deadline = Instant::now() + Duration::from_secs_f64(timeout_ms / 1000.0);
+        let mut timed_out = false;
+        let mut aborted = false;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) => {}
+                Err(_) => break None,
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                timed_out = true;
+                kill_group(pgid);
+                break child.wait().ok();
+            }
+            let step = (deadline - now).min(Duration::from_millis(10));
+            if ctx.cancel.wait_timeout(step) {
+                aborted = true;
+                kill_group(pgid);
+                break child.wait().ok();
+            }
+        };
+        // Whatever the command left running in its group goes too, so the
+        // pipes close and nothing outlives the call.
+        kill_group(pgid);
+        let drain = Instant::now() + self.config.drain_grace;
+        let stdout = stdout_reader.map(|r| r.finish(drain)).unwrap_or_default();
+        let stderr = stderr_reader.map(|r| r.finish(drain)).unwrap_or_default();
+        if aborted {
+            return Err(ToolOutcome::aborted());
+        }
+        let exit_code = status.and_then(|s| s.code());
+        let signal = status.and_then(|s| s.signal()).map(signal_name);
+        let mut body = stdout.rendered();
+        let err = stderr.rendered();
+        if !err.is_empty() {
+            if !body.is_empty() && !body.ends_with('\n') {
+                body.push('\n');
+            }
+            body.push_str("[stderr]\n");
+            body.push_str(&err);
+        }
+        if body.is_empty() {
+            body.push_str("(no output)");
+        }
+        let ms = js_number(timeout_ms);
+        let mut markers = Vec::new();
+        if timed_out {
+            markers.push(format!("[timed out after {ms}ms]"));
+        }
+        if let Some(sig) = &signal {
+            markers.push(format!("[killed by signal: {sig}]"));
+        } else if let Some(code) = exit_code.filter(|c| *c != 0) {
+            markers.push(format!("[exit code: {code}]"));
+        }
+        if !markers.is_empty() {
+            if !body.ends_with('\n') {
+                body.push('\n');
+            }
+            body.push_str(&markers.join("\n"));
+        }
+        let value = json!({
+            "kind": "foreground",
+            "exitCode": exit_code,
+            "signal": signal,
+            "timedOut": timed_out,
+            "aborted": false,
+            "timeoutMs": json_number(timeout_ms),
+            "stdout": stdout.value(),
+            "stderr": stderr.value(),
+        });
+        Ok(ToolOutcome::success(text(body)).with_value(value))
+    }
+}

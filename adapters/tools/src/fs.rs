@@ -1,0 +1,479 @@
+//! `read`, `write` and `edit` (TL-22), confined to the workspace.
+//!
+//! Failures are `Error: <message>`; filesystem ones carry
+//! `{name:"FsError", code}` with the reference's codes (`FS_NOT_FOUND`,
+//! `FS_NOT_REGULAR_FILE`, `FS_NOT_TEXT`, `FS_SANDBOX_DENIED`,
+//! `FS_EDIT_NOT_FOUND`, `FS_AMBIGUOUS_EDIT`, `FS_IO_ERROR`), argument
+//! checks are plain errors (no `info`), as the reference's thrown `Error`s.
+
+use std::fs;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
+use serde_json::{Map, Value, json};
+
+use crate::path::{Resolved, Workspace, is_symlink_refusal, open_nofollow};
+use crate::{Tool, ToolCallRequest, ToolContext, fs_error, prop, text};
+
+/// `read` limits (the reference's `readLimit`, `readMaxLineLength`,
+/// `readMaxBytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadConfig {
+    /// Default and maximum lines per call (2000).
+    pub limit: usize,
+    /// Characters kept per line (2000).
+    pub max_line_chars: usize,
+    /// Byte cap on the selected lines (51200).
+    pub max_bytes: usize,
+}
+
+impl Default for ReadConfig {
+    fn default() -> Self {
+        ReadConfig {
+            limit: 2000,
+            max_line_chars: 2000,
+            max_bytes: 51200,
+        }
+    }
+}
+
+/// The `read` tool (parallel, TL-16).
+#[derive(Clone, Debug, Default)]
+pub struct ReadTool {
+    /// Its limits.
+    pub config: ReadConfig,
+}
+
+/// The `write` tool (exclusive).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteTool;
+
+/// The `edit` tool (exclusive).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EditTool;
+
+fn file_path_arg(args: &Value) -> Result<&str, ToolOutcome> {
+    match args.get("file_path").and_then(Value::as_str) {
+        Some(p) if !p.trim().is_empty() => Ok(p),
+        _ => Err(ToolOutcome::error("file_path must be a non-empty string")),
+    }
+}
+
+/// A positive integer argument, or `None` when absent.
+fn positive_int(args: &Value, key: &str) -> Result<Option<usize>, ToolOutcome> {
+    match args.get(key) {
+        None => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(n) if n >= 1.0 && n.fract() == 0.0 && n <= 9.0e15 => Ok(Some(n as usize)),
+            _ => Err(ToolOutcome::error(format!(
+                "{key} must be a positive integer"
+            ))),
+        },
+    }
+}
+
+fn io_outcome(e: &io::Error, verb: &str, r: &Resolved) -> ToolOutcome {
+    let p = &r.display;
+    if is_symlink_refusal(e) {
+        return fs_error(
+            format!("cannot {verb} \"{p}\": the path is a symbolic link"),
+            "FS_SANDBOX_DENIED",
+        );
+    }
+    match e.kind() {
+        io::ErrorKind::NotFound => {
+            fs_error(format!("cannot {verb} \"{p}\": not found"), "FS_NOT_FOUND")
+        }
+        io::ErrorKind::NotADirectory => {
+            fs_error(format!("cannot {verb} \"{p}\": not found"), "FS_NOT_FOUND")
+        }
+        io::ErrorKind::IsADirectory => fs_error(
+            format!("cannot {verb} \"{p}\": not a regular file"),
+            "FS_NOT_REGULAR_FILE",
+        ),
+        io::ErrorKind::PermissionDenied => fs_error(
+            format!("cannot {verb} \"{p}\": permission denied"),
+            "FS_PERMISSION_DENIED",
+        ),
+        _ => fs_error(format!("cannot {verb} \"{p}\": {e}"), "FS_IO_ERROR"),
+    }
+}
+
+fn not_regular(verb: &str, r: &Resolved) -> ToolOutcome {
+    fs_error(
+        format!("cannot {verb} \"{}\": not a regular file", r.display),
+        "FS_NOT_REGULAR_FILE",
+    )
+}
+
+fn not_text(verb: &str, r: &Resolved) -> ToolOutcome {
+    fs_error(
+        format!("cannot {verb} \"{}\": not a UTF-8 text file", r.display),
+        "FS_NOT_TEXT",
+    )
+}
+
+/// Reads a whole regular file as UTF-8 without following a final symlink.
+fn read_text(ws: &Workspace, verb: &str, r: &Resolved) -> Result<String, ToolOutcome> {
+    let file = open_checked(ws, verb, r)?;
+    let meta = file.metadata().map_err(|e| io_outcome(&e, verb, r))?;
+    if !meta.is_file() {
+        return Err(not_regular(verb, r));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| io_outcome(&e, verb, r))?;
+    String::from_utf8(bytes).map_err(|_| not_text(verb, r))
+}
+
+fn moved(verb: &str, r: &Resolved) -> ToolOutcome {
+    fs_error(
+        format!(
+            "cannot {verb} \"{}\": the path changed to leave the workspace while it was used",
+            r.display
+        ),
+        "FS_SANDBOX_DENIED",
+    )
+}
+
+/// Opens `r` for reading (no final symlink) and checks where it landed.
+fn open_checked(ws: &Workspace, verb: &str, r: &Resolved) -> Result<fs::File, ToolOutcome> {
+    let file = open_nofollow(&r.path).map_err(|e| io_outcome(&e, verb, r))?;
+    if !ws.check_opened(&file) {
+        return Err(moved(verb, r));
+    }
+    Ok(file)
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Replaces (or creates) `path` atomically: a fresh temp file beside it
+/// (`O_EXCL`, so never a pre-planted symlink), then `rename`, which replaces
+/// a symlink rather than following it. Existing permissions are kept.
+fn atomic_write(ws: &Workspace, path: &Path, content: &str) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let perms = fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.permissions());
+    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.dsh-{}-{n}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        if !ws.check_opened(&f) {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        f.write_all(content.as_bytes())?;
+        if let Some(p) = perms {
+            f.set_permissions(p)?;
+        }
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn relative_str(r: &Resolved) -> String {
+    r.relative.display().to_string()
+}
+
+impl Tool for ReadTool {
+    fn definition(&self) -> ToolDefinition {
+        let mut d = ToolDefinition::typed(
+            "read",
+            "Read a UTF-8 text file and return line-numbered content.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "file_path": prop("string", "Path to read, resolved by the filesystem backend."),
+                    "offset": prop("number", "1-based first line to return. Defaults to 1."),
+                    "limit": prop("number", &format!("Maximum number of lines to return. Defaults to {}.", self.config.limit)),
+                },
+                "required": ["file_path"]
+            }),
+        );
+        d.concurrency_safe = true;
+        d
+    }
+
+    fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
+        match self.run(call, ctx) {
+            Ok(o) | Err(o) => o,
+        }
+    }
+}
+
+impl ReadTool {
+    fn run(&self, call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
+        let args = &call.arguments;
+        let raw = file_path_arg(args)?;
+        let offset = positive_int(args, "offset")?.unwrap_or(1);
+        let limit = positive_int(args, "limit")?.unwrap_or(self.config.limit);
+        if limit > self.config.limit {
+            return Err(ToolOutcome::error(format!(
+                "limit must be less than or equal to {}",
+                self.config.limit
+            )));
+        }
+        let r = ctx.workspace.resolve_for(raw, "read")?;
+        let file = open_checked(&ctx.workspace, "read", &r)?;
+        let meta = file.metadata().map_err(|e| io_outcome(&e, "read", &r))?;
+        if !meta.is_file() {
+            return Err(not_regular("read", &r));
+        }
+        // Stream the file: only the selected window is kept.
+        let mut reader = BufReader::new(file);
+        let mut buf = Vec::new();
+        let mut total = 0usize;
+        let mut selected: Vec<(usize, String)> = Vec::new();
+        let mut bytes = 0usize;
+        let mut capped = false;
+        loop {
+            if ctx.cancel.is_cancelled() {
+                return Err(ToolOutcome::aborted());
+            }
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| io_outcome(&e, "read", &r))?;
+            if n == 0 {
+                break;
+            }
+            total += 1;
+            if buf.last() == Some(&b'\n') {
+                buf.pop();
+            }
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            let line = std::str::from_utf8(&buf).map_err(|_| not_text("read", &r))?;
+            if total < offset || capped || selected.len() >= limit {
+                continue;
+            }
+            let shown = truncate_line(line, self.config.max_line_chars);
+            let rendered = format!("{total}: {shown}").len() + 1;
+            if bytes + rendered > self.config.max_bytes && !selected.is_empty() {
+                capped = true;
+                continue;
+            }
+            bytes += rendered;
+            selected.push((total, shown));
+        }
+        if offset > total && !(offset == 1 && total == 0) {
+            return Err(ToolOutcome::error(format!(
+                "offset {offset} is out of range for \"{}\" ({total} lines)",
+                r.display
+            )));
+        }
+        let footer = match selected.last() {
+            Some(&(last, _)) if capped => format!(
+                "(Output capped. Showing lines {offset}-{last}. Use offset={} to continue.)",
+                last + 1
+            ),
+            Some(&(last, _)) if last < total => format!(
+                "(Showing lines {offset}-{last} of {total}. Use offset={} to continue.)",
+                last + 1
+            ),
+            _ => format!("(End of file - total {total} lines)"),
+        };
+        let mut out = format!("<path>{}</path>\n<type>file</type>\n<content>\n", r.display);
+        if !selected.is_empty() {
+            let lines: Vec<String> = selected.iter().map(|(n, t)| format!("{n}: {t}")).collect();
+            out.push_str(&lines.join("\n"));
+            out.push_str("\n\n");
+        }
+        out.push_str(&footer);
+        out.push_str("\n</content>");
+        let lines: Vec<Value> = selected
+            .iter()
+            .map(|(n, t)| json!({"number": n, "text": t}))
+            .collect();
+        let meta =
+            json!({"path": r.display, "offset": offset, "lines": lines, "totalLines": total});
+        Ok(ToolOutcome::success(text(out))
+            .with_value(meta.clone())
+            .with_meta(meta))
+    }
+}
+
+/// Keeps the first `max` characters, marking a cut (TL-22).
+fn truncate_line(line: &str, max: usize) -> String {
+    match line.char_indices().nth(max) {
+        None => line.to_string(),
+        Some((cut, _)) => format!("{}... (line truncated to {max} chars)", &line[..cut]),
+    }
+}
+
+impl Tool for WriteTool {
+    fn definition(&self) -> ToolDefinition {
+        ToolDefinition::typed(
+            "write",
+            "Create or fully replace a UTF-8 text file.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "file_path": prop("string", "Path to write, resolved by the filesystem backend."),
+                    "content": prop("string", "Full UTF-8 text content to write."),
+                },
+                "required": ["file_path", "content"]
+            }),
+        )
+    }
+
+    fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
+        match write_run(call, ctx) {
+            Ok(o) | Err(o) => o,
+        }
+    }
+}
+
+fn write_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
+    let args = &call.arguments;
+    let raw = file_path_arg(args)?;
+    let Some(content) = args.get("content").and_then(Value::as_str) else {
+        return Err(ToolOutcome::error("content must be a string"));
+    };
+    let r = ctx.workspace.resolve_for(raw, "write")?;
+    let before = match fs::symlink_metadata(&r.path) {
+        Ok(m) if m.is_file() => Some(read_text(&ctx.workspace, "write", &r)?),
+        Ok(_) => return Err(not_regular("write", &r)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_outcome(&e, "write", &r)),
+    };
+    if ctx.cancel.is_cancelled() {
+        return Err(ToolOutcome::aborted());
+    }
+    if let Some(parent) = r.path.parent() {
+        fs::create_dir_all(parent).map_err(|e| io_outcome(&e, "write", &r))?;
+        if !ctx.workspace.check_dir(parent) {
+            return Err(moved("write", &r));
+        }
+    }
+    atomic_write(&ctx.workspace, &r.path, content).map_err(|e| io_outcome(&e, "write", &r))?;
+    let verb = if before.is_some() {
+        "Updated file"
+    } else {
+        "Created file"
+    };
+    let mut diffs = Vec::new();
+    if let Some(old) = &before {
+        if old != content {
+            diffs.push(diff(&r, old, content));
+        }
+    }
+    let value = json!({
+        "path": r.display,
+        "operation": if before.is_some() { "update" } else { "create" },
+        "before": before,
+        "after": content,
+    });
+    Ok(ToolOutcome::success(text(format!(
+        "<path>{}</path>\n<type>file</type>\n<content>\n{verb}\n</content>",
+        r.display
+    )))
+    .with_value(value)
+    .with_meta(json!({"diffs": diffs})))
+}
+
+fn diff(r: &Resolved, old: &str, new: &str) -> Value {
+    let mut m = Map::new();
+    m.insert("path".into(), Value::String(relative_str(r)));
+    m.insert("oldText".into(), Value::String(old.to_string()));
+    m.insert("newText".into(), Value::String(new.to_string()));
+    Value::Object(m)
+}
+
+impl Tool for EditTool {
+    fn definition(&self) -> ToolDefinition {
+        ToolDefinition::typed(
+            "edit",
+            "Edit an existing UTF-8 text file by replacing literal text.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "file_path": prop("string", "Path to edit, resolved by the filesystem backend."),
+                    "old_string": prop("string", "Literal text to replace. Must match exactly."),
+                    "new_string": prop("string", "Literal replacement text. Use an empty string to delete the match."),
+                    "replace_all": prop("boolean", "Replace all matches. Defaults to false; when false, old_string must appear exactly once."),
+                },
+                "required": ["file_path", "old_string", "new_string"]
+            }),
+        )
+    }
+
+    fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
+        match edit_run(call, ctx) {
+            Ok(o) | Err(o) => o,
+        }
+    }
+}
+
+fn edit_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
+    let args = &call.arguments;
+    let raw = file_path_arg(args)?;
+    let old = match args.get("old_string").and_then(Value::as_str) {
+        Some(s) if !s.is_empty() => s,
+        _ => return Err(ToolOutcome::error("old_string must be a non-empty string")),
+    };
+    let Some(new) = args.get("new_string").and_then(Value::as_str) else {
+        return Err(ToolOutcome::error("new_string must be a string"));
+    };
+    if old == new {
+        return Err(ToolOutcome::error("old_string and new_string must differ"));
+    }
+    let replace_all = args.get("replace_all").and_then(Value::as_bool) == Some(true);
+    let r = ctx.workspace.resolve_for(raw, "edit")?;
+    let before = read_text(&ctx.workspace, "edit", &r)?;
+    let matches = before.matches(old).count();
+    if matches == 0 {
+        return Err(fs_error(
+            format!("cannot edit \"{}\": old_string not found", r.display),
+            "FS_EDIT_NOT_FOUND",
+        ));
+    }
+    if matches > 1 && !replace_all {
+        return Err(fs_error(
+            format!(
+                "cannot edit \"{}\": old_string matches {matches} locations; provide a more specific old_string or set replace_all to true",
+                r.display
+            ),
+            "FS_AMBIGUOUS_EDIT",
+        ));
+    }
+    let after = if replace_all {
+        before.replace(old, new)
+    } else {
+        before.replacen(old, new, 1)
+    };
+    if ctx.cancel.is_cancelled() {
+        return Err(ToolOutcome::aborted());
+    }
+    atomic_write(&ctx.workspace, &r.path, &after).map_err(|e| io_outcome(&e, "edit", &r))?;
+    let message = if replace_all {
+        format!(
+            "The file {} has been updated. All occurrences were successfully replaced.",
+            r.display
+        )
+    } else {
+        format!("The file {} has been updated successfully.", r.display)
+    };
+    let meta = json!({"diffs": [diff(&r, &before, &after)]});
+    Ok(ToolOutcome::success(text(message))
+        .with_value(json!({"path": r.display, "before": before, "after": after}))
+        .with_meta(meta))
+}
