@@ -1,14 +1,13 @@
 //! The agent task: one loop that owns the core machine, feeds it every
 //! input that arrives on the agent's channel, and drains its outputs.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_channel::{Receiver, Sender};
-use dsh_core::agent::tools::{ToolOutcome, ToolRegistry};
+use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
     Agent as Core, AgentConfig as CoreConfig, AgentOptions, AgentStatus, ApprovalOutcome,
     CancelCause, Checkpoint, HookAnswer, HookCall, HookError, InboxTarget, InputError, ModelCall,
@@ -21,8 +20,11 @@ use dsh_store::{Cancel, SessionStore, StoreError};
 
 use crate::hooks::ShellHooks;
 use crate::ids::{UuidIds, now_ms};
-use crate::tools::{ApprovalDecision, ToolCall, ToolSet};
 use crate::{Agent, AgentConfig, AgentEvent, ApprovalRequestId, ShellError, TurnSummary};
+use dsh_tools::{
+    ApprovalDecision, ApprovalPolicy, CancelToken as ToolCancel, CollectingSink, ToolContext,
+    ToolSet, Workspace,
+};
 
 /// Everything that reaches an agent task.
 pub(crate) enum Msg {
@@ -53,6 +55,8 @@ pub(crate) enum Msg {
     ToolDone {
         token: u64,
         outcome: ToolOutcome,
+        /// Tool-owned events the body emitted (TL-24), appended first.
+        events: Vec<EventData>,
     },
 }
 
@@ -136,12 +140,17 @@ pub(crate) fn spawn(
 ) -> Result<Agent, ShellError> {
     let client = DeepSeekClient::with_options(config.model.clone(), config.client_options.clone())
         .map_err(|e| ShellError::Config(e.to_string()))?;
-    let mut registry = ToolRegistry::new();
-    for def in config.tools.definitions() {
-        registry
-            .register(def)
-            .map_err(|e| ShellError::Config(format!("{e:?}")))?;
-    }
+    let registry = config
+        .tools
+        .registry()
+        .map_err(|e| ShellError::Config(format!("{e:?}")))?;
+    let workspace = Workspace::new(config.cwd.clone()).map_err(|e| {
+        ShellError::Config(format!(
+            "workspace {} is not usable: {e}",
+            config.cwd.display()
+        ))
+    })?;
+    let policy = Arc::new(Mutex::new(config.approval));
     let call = &config.call_config;
     let core_config = CoreConfig {
         options: AgentOptions {
@@ -167,7 +176,7 @@ pub(crate) fn spawn(
         None => (UuidIds::new(), UuidIds::new(), UuidIds::new()),
     };
     let hooks = ShellHooks {
-        approval: config.approval.clone(),
+        policy: policy.clone(),
         retry_policy: config.retry_policy.clone().unwrap_or_default(),
         call_config: config.call_config.clone(),
     };
@@ -184,9 +193,10 @@ pub(crate) fn spawn(
         id: id.clone(),
         store,
         client: Arc::new(client),
-        tools: config.tools,
+        tools: Arc::new(config.tools),
+        workspace,
+        policy,
         tool_timeout: config.tool_timeout,
-        cwd: config.cwd,
         rx,
         tx: tx.clone(),
         running: running.clone(),
@@ -196,7 +206,7 @@ pub(crate) fn spawn(
         flush_failed: None,
         model: None,
         tool: None,
-        approvals: BTreeSet::new(),
+        approvals: BTreeMap::new(),
         disposing: None,
     };
     let task = smol::spawn(driver.run());
@@ -235,9 +245,10 @@ struct Driver {
     id: SessionId,
     store: Arc<dyn SessionStore>,
     client: Arc<DeepSeekClient>,
-    tools: ToolSet,
+    tools: Arc<ToolSet>,
     tool_timeout: Duration,
-    cwd: PathBuf,
+    workspace: Workspace,
+    policy: Arc<Mutex<ApprovalPolicy>>,
     rx: Receiver<Msg>,
     tx: Sender<Msg>,
     running: Arc<AtomicBool>,
@@ -250,9 +261,9 @@ struct Driver {
     /// The model attempt in flight and its cancel token.
     model: Option<(u64, CancelToken)>,
     /// The tool body in flight (core token) and its cancel token.
-    tool: Option<(u64, CancelToken)>,
-    /// Hook ids of pending approval requests.
-    approvals: BTreeSet<u64>,
+    tool: Option<(u64, ToolCancel)>,
+    /// Pending approval requests: hook id to tool name.
+    approvals: BTreeMap<u64, String>,
     /// Set once disposal began: who waits for it.
     disposing: Option<Vec<Sender<()>>>,
 }
@@ -299,11 +310,12 @@ impl Driver {
             Msg::Subscribe(tx) => self.subscribers.push(tx),
             Msg::WaitIdle(reply) => self.idle_waiters.push(reply),
             Msg::Approval { id, decision } => {
-                if self.approvals.remove(&id) {
-                    let outcome = match decision {
-                        ApprovalDecision::Allow => ApprovalOutcome::AllowedOnce,
-                        ApprovalDecision::Reject => ApprovalOutcome::Rejected,
-                    };
+                if let Some(tool) = self.approvals.remove(&id) {
+                    let outcome = self
+                        .policy
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .resolve(&tool, Some(decision));
                     let _ = self
                         .core
                         .complete_hook(now, id, HookAnswer::ToolApproval(outcome));
@@ -328,9 +340,18 @@ impl Driver {
                     let _ = self.core.handle_stream_end(now, attempt);
                 }
             }
-            Msg::ToolDone { token, outcome } => {
+            Msg::ToolDone {
+                token,
+                outcome,
+                events,
+            } => {
                 if self.tool.as_ref().is_some_and(|(t, _)| *t == token) {
                     self.tool = None;
+                    for data in events {
+                        if let Err(e) = self.core.append_event(now, data, None) {
+                            self.publish(AgentEvent::Error(format!("tool event refused: {e}")));
+                        }
+                    }
                     let _ = self.core.handle_tool_result(now, token, outcome);
                 }
             }
@@ -408,12 +429,15 @@ impl Driver {
                 .core
                 .handle_tool_result(now, token, ToolOutcome::aborted());
         }
-        for id in std::mem::take(&mut self.approvals) {
-            let _ = self.core.complete_hook(
-                now,
-                id,
-                HookAnswer::ToolApproval(ApprovalOutcome::Cancelled),
-            );
+        for (id, tool) in std::mem::take(&mut self.approvals) {
+            let outcome = self
+                .policy
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .resolve(&tool, None);
+            let _ = self
+                .core
+                .complete_hook(now, id, HookAnswer::ToolApproval(outcome));
         }
     }
 
@@ -428,7 +452,7 @@ impl Driver {
                     );
                     return;
                 }
-                self.approvals.insert(id);
+                self.approvals.insert(id, exec.name.clone());
                 self.publish(AgentEvent::ApprovalRequested {
                     id: ApprovalRequestId(id),
                     tool: exec.name,
@@ -463,35 +487,36 @@ impl Driver {
         .detach();
     }
 
+    /// Runs the body on the blocking pool (`dsh-tools` dispatch: unknown
+    /// tools, argument validation, panics, cancellation), raced against its
+    /// deadline (TL-14). Tool-owned events are collected and appended before
+    /// the result.
     fn start_tool(&mut self, exec: ToolExecution) {
-        let Some(tool) = self.tools.get(&exec.name).cloned() else {
-            let _ = self.core.handle_tool_result(
-                now_ms(),
-                exec.token,
-                ToolOutcome::unknown_tool(&exec.name),
-            );
-            return;
-        };
-        let deadline = tool
-            .definition()
-            .timeout_ms
+        let deadline = self
+            .core
+            .config()
+            .tools
+            .get(&exec.name)
+            .and_then(|d| d.timeout_ms)
             .filter(|ms| ms.is_finite() && *ms > 0.0)
             .map(|ms| Duration::from_millis(ms.ceil() as u64))
             .or_else(|| Some(self.tool_timeout).filter(|d| !d.is_zero()));
-        let cancel = CancelToken::new();
+        let cancel = ToolCancel::new();
         self.tool = Some((exec.token, cancel.clone()));
-        let call = ToolCall {
-            call_id: exec.call_id,
-            name: exec.name,
-            arguments: exec.arguments,
-            cwd: self.cwd.clone(),
-        };
+        let sink = Arc::new(CollectingSink::new());
+        let mut ctx = ToolContext::new(self.workspace.clone())
+            .with_cancel(cancel.clone())
+            .with_events(sink.clone());
+        ctx.timeout = deadline;
+        let tools = self.tools.clone();
         let tx = self.tx.clone();
         let token = exec.token;
         smol::spawn(async move {
-            let body_cancel = cancel.clone();
-            let body = smol::unblock(move || tool.run(&call, &body_cancel));
-            let outcome = match deadline {
+            let body = smol::unblock(move || {
+                let outcome = tools.execute(&exec, &ctx);
+                (outcome, sink.take())
+            });
+            let (outcome, events) = match deadline {
                 None => body.await,
                 Some(limit) => {
                     smol::future::or(body, async move {
@@ -499,16 +524,23 @@ impl Driver {
                         cancel.cancel();
                         let ms = limit.as_millis();
                         // TL-14.
-                        ToolOutcome::coded_error(
+                        let outcome = ToolOutcome::coded_error(
                             format!("tool call timed out after {ms}ms"),
                             "ToolTimeoutError",
                             "TOOL_TIMEOUT",
-                        )
+                        );
+                        (outcome, Vec::new())
                     })
                     .await
                 }
             };
-            let _ = tx.send(Msg::ToolDone { token, outcome }).await;
+            let _ = tx
+                .send(Msg::ToolDone {
+                    token,
+                    outcome,
+                    events,
+                })
+                .await;
         })
         .detach();
     }

@@ -1,18 +1,20 @@
 //! The seams the shell installs on its core machine.
 
+use std::sync::{Arc, Mutex};
+
 use dsh_core::LlmCallConfig;
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::{
     ApprovalOutcome, Hook, HookCx, HookError, Hooks, PreToolDecision, PreparedCall, ToolExecution,
 };
+use dsh_tools::ApprovalPolicy;
 
-use crate::tools::{ApprovalMode, ApprovalPolicy};
-
-/// Approval policy at `tools/pre-execute`, a deferred approval service,
-/// the route's retry policy at `prepare`, and the configured effort /
-/// temperature / stop filled into each request seed.
+/// The approval policy at `tools/pre-execute` with every `ask` deferred to
+/// the shell (as `dsh_tools::PolicyHooks`), the route's retry policy at
+/// `prepare`, and the configured effort / temperature / stop filled into
+/// each request seed.
 pub(crate) struct ShellHooks {
-    pub approval: ApprovalPolicy,
+    pub policy: Arc<Mutex<ApprovalPolicy>>,
     pub retry_policy: RetryPolicy,
     pub call_config: LlmCallConfig,
 }
@@ -52,13 +54,8 @@ impl Hooks for ShellHooks {
         _cx: &mut HookCx<'_>,
         exec: &ToolExecution,
     ) -> Hook<Result<PreToolDecision, HookError>> {
-        Hook::Ready(Ok(match self.approval.mode(&exec.name) {
-            ApprovalMode::Auto => PreToolDecision::Allow,
-            ApprovalMode::Ask => PreToolDecision::Ask { reason: None },
-            ApprovalMode::Deny => PreToolDecision::Deny {
-                reason: format!("tool \"{}\" is denied by the approval policy", exec.name),
-            },
-        }))
+        let policy = self.policy.lock().unwrap_or_else(|e| e.into_inner());
+        Hook::Ready(Ok(policy.pre_execute(&exec.name)))
     }
 
     fn tool_approval(

@@ -44,7 +44,6 @@
 mod driver;
 mod hooks;
 pub mod ids;
-pub mod tools;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -62,12 +61,13 @@ use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, TokenUsage};
 use dsh_deepseek::{ClientOptions, DeepSeekConfig};
 use dsh_store::{SessionStore, StoreError};
 
-pub use tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, ShellTool, ToolCall, ToolSet};
+pub use dsh_tools;
+pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, Tool, ToolSet};
 
 use driver::Msg;
 
 /// Everything needed to run an agent.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct AgentConfig {
     /// The DeepSeek adapter configuration (base URL, API-key variable,
     /// idle watchdog, models).
@@ -79,9 +79,11 @@ pub struct AgentConfig {
     pub call_config: LlmCallConfig,
     /// The system prompt, one section.
     pub system_prompt: Option<String>,
-    /// The tools the model may call.
+    /// The tools the model may call (`dsh-tools`); the file tools are
+    /// confined to `cwd`.
     pub tools: ToolSet,
-    /// Which calls need a human's approval.
+    /// `ask | auto | deny` per tool (TL-10); an `AllowAlways` answer
+    /// switches the tool to `auto` for the rest of the session.
     pub approval: ApprovalPolicy,
     /// Deadline of a tool body without its own `timeoutMs` (TL-14);
     /// `Duration::ZERO`: none.
@@ -104,7 +106,7 @@ impl AgentConfig {
             call_config,
             system_prompt: None,
             tools: ToolSet::new(),
-            approval: ApprovalPolicy::auto(),
+            approval: ApprovalPolicy::default(),
             tool_timeout: Duration::ZERO,
             cwd: std::env::current_dir().unwrap_or_default(),
             retry_policy: None,

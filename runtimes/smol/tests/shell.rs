@@ -19,7 +19,8 @@ use dsh_core::session::{
 };
 use dsh_core::{ContentBlock, Message, SessionId, StreamChunk};
 use dsh_deepseek::{CancelToken, DeepSeekClient};
-use dsh_smol::{Agent, AgentEvent, ShellTool, ToolCall};
+use dsh_smol::{Agent, AgentEvent};
+use dsh_tools::{Tool, ToolCallRequest, ToolContext, Workspace};
 use serde_json::{Value, json};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(30));
@@ -106,13 +107,8 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
                 core.handle_stream_end(2, call.attempt).unwrap();
             }
             Output::ExecuteTool(exec) => {
-                let call = ToolCall {
-                    call_id: exec.call_id.clone(),
-                    name: exec.name.clone(),
-                    arguments: exec.arguments.clone(),
-                    cwd: std::env::temp_dir(),
-                };
-                let outcome = Echo.run(&call, &CancelToken::new());
+                let ctx = ToolContext::new(Workspace::new(std::env::temp_dir()).unwrap());
+                let outcome = Echo.execute(&ToolCallRequest::from(&exec), &ctx);
                 core.handle_tool_result(3, exec.token, outcome).unwrap();
             }
             _ => {}
@@ -393,7 +389,7 @@ fn approval_is_asked_and_answered() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let mut cfg = config(&server);
-    cfg.approval = dsh_smol::ApprovalPolicy::ask();
+    cfg.approval = dsh_smol::ApprovalPolicy::new(dsh_smol::ApprovalMode::Ask);
     let summary = smol::block_on(async {
         let agent = Agent::create(cfg, store.clone(), SessionId::new("approval"))
             .await
@@ -410,7 +406,7 @@ fn approval_is_asked_and_answered() {
                     assert_eq!(tool, "echo");
                     assert_eq!(arguments, r#"{"text":"ping"}"#);
                     agent
-                        .answer_approval(id, dsh_smol::ApprovalDecision::Reject)
+                        .answer_approval(id, dsh_smol::ApprovalDecision::Deny)
                         .await;
                     break;
                 }

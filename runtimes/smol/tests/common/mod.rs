@@ -9,9 +9,10 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::session::{EventData, InvariantChecker, SessionEvent, TurnEndReason};
 use dsh_core::{ContentBlock, LlmCallConfig, SessionId};
 use dsh_deepseek::mock::{MockServer, Script};
-use dsh_deepseek::{CancelToken, ClientOptions, DeepSeekConfig};
-use dsh_smol::{AgentConfig, ShellTool, ToolCall, ToolSet};
+use dsh_deepseek::{ClientOptions, DeepSeekConfig};
+use dsh_smol::AgentConfig;
 use dsh_store::{Cancel, SessionStore};
+use dsh_tools::{Tool, ToolCallRequest, ToolContext, ToolSet};
 use serde_json::{Value, json};
 
 pub const KEY: &str = "sk-test-smol";
@@ -43,7 +44,7 @@ pub fn tool_turn_script() -> Value {
 /// Echoes `text`: `echo: <text>`.
 pub struct Echo;
 
-impl ShellTool for Echo {
+impl Tool for Echo {
     fn definition(&self) -> ToolDefinition {
         ToolDefinition::typed(
             "echo",
@@ -52,7 +53,7 @@ impl ShellTool for Echo {
         )
     }
 
-    fn run(&self, call: &ToolCall, _cancel: &CancelToken) -> ToolOutcome {
+    fn execute(&self, call: &ToolCallRequest, _ctx: &ToolContext) -> ToolOutcome {
         let text = call
             .arguments
             .get("text")
@@ -85,7 +86,9 @@ pub fn config(server: &MockServer) -> AgentConfig {
         LlmCallConfig::new("deepseek", MODEL),
     );
     c.client_options = client_options();
-    c.tools = ToolSet::new().with(Arc::new(Echo));
+    let mut tools = ToolSet::new();
+    tools.insert(Box::new(Echo));
+    c.tools = tools;
     c.cwd = std::env::temp_dir();
     c
 }
