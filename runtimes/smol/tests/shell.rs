@@ -470,3 +470,112 @@ fn dropping_the_handle_stops_a_running_turn() {
         }]
     );
 }
+
+/// A store that records the event types of every appended batch.
+struct Recording {
+    inner: Arc<dyn dsh_store::SessionStore>,
+    batches: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+impl dsh_store::SessionStore for Recording {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn locate(&self, header: &SessionHeader) -> Option<dsh_store::Location> {
+        self.inner.locate(header)
+    }
+    fn create(&self, header: SessionHeader) -> Result<(), dsh_store::StoreError> {
+        self.inner.create(header)
+    }
+    fn append(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
+        self.batches.lock().unwrap().push(types(events));
+        self.inner.append(id, events)
+    }
+    fn enqueue(
+        &self,
+        id: &SessionId,
+        events: &[SessionEvent],
+    ) -> Result<(), dsh_store::StoreError> {
+        self.inner.enqueue(id, events)
+    }
+    fn flush(&self, id: &SessionId) -> Result<(), dsh_store::StoreError> {
+        self.inner.flush(id)
+    }
+    fn flush_all(&self) -> Result<(), dsh_store::StoreError> {
+        self.inner.flush_all()
+    }
+    fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
+        self.inner.load(id)
+    }
+    fn inspect(
+        &self,
+        id: &SessionId,
+        cancel: &dsh_store::Cancel,
+    ) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
+        self.inner.inspect(id, cancel)
+    }
+    fn read_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+        cancel: &dsh_store::Cancel,
+    ) -> Result<(SessionHeader, Vec<SessionEvent>), dsh_store::StoreError> {
+        self.inner.read_from(id, from_seq, cancel)
+    }
+    fn list(
+        &self,
+        cancel: &dsh_store::Cancel,
+    ) -> Result<Vec<SessionHeader>, dsh_store::StoreError> {
+        self.inner.list(cancel)
+    }
+    fn list_snapshots(
+        &self,
+        cancel: &dsh_store::Cancel,
+    ) -> Result<Vec<dsh_store::Snapshot>, dsh_store::StoreError> {
+        self.inner.list_snapshots(cancel)
+    }
+    fn revision(&self, id: &SessionId) -> Result<dsh_store::Revision, dsh_store::StoreError> {
+        self.inner.revision(id)
+    }
+    fn release(&self, id: &SessionId) -> Result<(), dsh_store::StoreError> {
+        self.inner.release(id)
+    }
+}
+
+#[test]
+fn store_writes_are_batched_at_the_checkpoints() {
+    let server = server(tool_turn_script());
+    let dir = tempfile::tempdir().unwrap();
+    let recording = Arc::new(Recording {
+        inner: store(dir.path()),
+        batches: std::sync::Mutex::new(Vec::new()),
+    });
+    let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
+    smol::block_on(async {
+        let agent = Agent::create(config(&server), as_store, SessionId::new("batched"))
+            .await
+            .unwrap();
+        agent.send("hi").await.unwrap();
+        agent.wait_idle(WAIT).await.unwrap();
+        agent.dispose().await;
+    });
+    let batches = recording.batches.lock().unwrap().clone();
+    let last: Vec<&str> = batches
+        .iter()
+        .map(|b| b.last().map(String::as_str).unwrap_or(""))
+        .collect();
+    // SM-12/SM-13: writes happen only at checkpoints, never per event. The
+    // hooks answer synchronously, so a step's pre-step and before-model
+    // checkpoints reach the shell in one drain and coalesce into one write,
+    // made before the request is dispatched: the request prefix is durable
+    // before any provider I/O. Then before the tool body (the call), before
+    // the second request (the result and the new step), after turn/end.
+    assert_eq!(
+        last,
+        ["request/context", "tool/call", "step/start", "turn/end"],
+        "{batches:?}"
+    );
+    // Nothing was written twice or left out.
+    let total: usize = batches.iter().map(Vec::len).sum();
+    assert_eq!(total, stored(&recording.inner, "batched").len());
+}
