@@ -113,7 +113,7 @@ fn store(dir: &std::path::Path) -> Arc<dyn SessionStore> {
 
 fn bench(c: &mut Criterion) {
     let n = chunk_count();
-    let workloads = Workloads::generate(1, n, 10);
+    let workloads = Workloads::generate(1, n, 100);
     let sse = std::fs::read_to_string(workloads.stream_sse()).expect("stream.sse");
     let dir = tempfile::tempdir().expect("tempdir");
     let store = store(dir.path());
