@@ -428,6 +428,7 @@ fn dropping_the_handle_stops_a_running_turn() {
 struct Recording {
     inner: Arc<dyn dsh_store::SessionStore>,
     batches: std::sync::Mutex<Vec<Vec<String>>>,
+    fail: std::sync::atomic::AtomicBool,
 }
 
 impl dsh_store::SessionStore for Recording {
@@ -441,6 +442,11 @@ impl dsh_store::SessionStore for Recording {
         self.inner.create(header)
     }
     fn append(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(dsh_store::StoreError::Invalid {
+                message: "disk full (test)".into(),
+            });
+        }
         self.batches.lock().unwrap().push(types(events));
         self.inner.append(id, events)
     }
@@ -502,6 +508,7 @@ fn store_writes_are_batched_at_the_checkpoints() {
     let recording = Arc::new(Recording {
         inner: store(dir.path()),
         batches: std::sync::Mutex::new(Vec::new()),
+        fail: std::sync::atomic::AtomicBool::new(false),
     });
     let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
     smol::block_on(async {
@@ -531,4 +538,138 @@ fn store_writes_are_batched_at_the_checkpoints() {
     // Nothing was written twice or left out.
     let total: usize = batches.iter().map(Vec::len).sum();
     assert_eq!(total, stored(&recording.inner, "batched").len());
+}
+
+#[test]
+fn a_failed_write_before_the_model_stops_the_request() {
+    let server = server(tool_turn_script());
+    let dir = tempfile::tempdir().unwrap();
+    let recording = Arc::new(Recording {
+        inner: store(dir.path()),
+        batches: std::sync::Mutex::new(Vec::new()),
+        fail: std::sync::atomic::AtomicBool::new(true),
+    });
+    let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
+    let (summary, live) = smol::block_on(async {
+        let agent = Agent::create(config(&server), as_store, SessionId::new("failing"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        let s = agent.wait_idle(WAIT).await.unwrap();
+        agent.dispose().await;
+        (s, drain_events(&sub))
+    });
+    // SM-14: the request is never dispatched; the turn ends in error.
+    assert_eq!(server.requests().len(), 0);
+    match summary.reason {
+        Some(TurnEndReason::Error { error }) => {
+            assert!(error.message.contains("disk full (test)"), "{error:?}")
+        }
+        other => panic!("expected an error turn end, got {other:?}"),
+    }
+    assert!(
+        live.iter()
+            .any(|e| matches!(e, AgentEvent::Error(m) if m.contains("session store write failed")))
+    );
+    // The log the agent kept is still complete and valid.
+    let events = session_events(&live);
+    check_invariants(&events);
+}
+
+/// Blocks until cancelled (or 30 s); records that it started and that it
+/// saw the cancel.
+struct Block {
+    started: Arc<std::sync::atomic::AtomicBool>,
+    saw_cancel: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Tool for Block {
+    fn definition(&self) -> dsh_core::agent::tools::ToolDefinition {
+        dsh_core::agent::tools::ToolDefinition::untyped("block", "Block", json!({"type":"object"}))
+    }
+
+    fn execute(
+        &self,
+        _call: &ToolCallRequest,
+        ctx: &ToolContext,
+    ) -> dsh_core::agent::tools::ToolOutcome {
+        self.started
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if ctx.cancel.wait_timeout(Duration::from_secs(30)) {
+            self.saw_cancel
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        dsh_core::agent::tools::ToolOutcome::success(vec![ContentBlock::text("finished")])
+    }
+}
+
+#[test]
+fn cancel_during_a_tool_body_aborts_it() {
+    let server = server(json!({"perSession": true, "responses": [
+        {"turn": {"toolCalls": [{"id": "c1", "name": "block", "arguments": ["{}"]}]}},
+        {"turn": {"text": ["never"]}}
+    ]}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let saw_cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut cfg = config(&server);
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    cfg.tools.insert(Box::new(Block {
+        started: started.clone(),
+        saw_cancel: saw_cancel.clone(),
+    }));
+    let summary = smol::block_on(async {
+        let agent = Agent::create(cfg, store.clone(), SessionId::new("tool-cancel"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        loop {
+            match sub.next().await {
+                Some(AgentEvent::Event(e)) if e.event_type() == "tool/call" => break,
+                Some(_) => {}
+                None => panic!("agent stopped"),
+            }
+        }
+        // The body is running on the blocking pool.
+        while !started.load(std::sync::atomic::Ordering::SeqCst) {
+            smol::Timer::after(Duration::from_millis(2)).await;
+        }
+        agent
+            .cancel(dsh_core::agent::CancelCause::User, false)
+            .await;
+        let s = agent
+            .wait_idle(Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        agent.dispose().await;
+        s
+    });
+    assert_eq!(
+        summary.reason,
+        Some(TurnEndReason::Aborted {
+            cause: AbortCause::User
+        })
+    );
+    // The body was told to stop (its token), not left to run 30 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !saw_cancel.load(std::sync::atomic::Ordering::SeqCst)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(saw_cancel.load(std::sync::atomic::Ordering::SeqCst));
+    let events = stored(&store, "tool-cancel");
+    check_invariants(&events);
+    // V13: the running call gets an aborted result; one request only.
+    assert_eq!(server.requests().len(), 1);
+    let result = events
+        .iter()
+        .find_map(|e| match e.data() {
+            EventData::ToolResult(r) => Some(serde_json::to_value(&**r).unwrap()),
+            _ => None,
+        })
+        .expect("a tool/result for the running call");
+    assert_eq!(result["message"]["content"][0]["isError"], true, "{result}");
 }
