@@ -673,3 +673,37 @@ fn cancel_during_a_tool_body_aborts_it() {
         .expect("a tool/result for the running call");
     assert_eq!(result["message"]["content"][0]["isError"], true, "{result}");
 }
+
+#[test]
+fn dispose_cancels_a_pending_approval() {
+    let server = server(tool_turn_script());
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let mut cfg = config(&server);
+    cfg.approval = dsh_smol::ApprovalPolicy::new(dsh_smol::ApprovalMode::Ask);
+    smol::block_on(async {
+        let agent = Agent::create(cfg, store.clone(), SessionId::new("pending"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        loop {
+            match sub.next().await {
+                Some(AgentEvent::ApprovalRequested { .. }) => break,
+                Some(_) => {}
+                None => panic!("agent stopped"),
+            }
+        }
+        // Nobody answers: disposal must not wait for the approval.
+        agent.dispose().await;
+    });
+    let events = stored(&store, "pending");
+    check_invariants(&events);
+    assert_eq!(
+        turn_ends(&events),
+        [TurnEndReason::Aborted {
+            cause: AbortCause::Disposed
+        }]
+    );
+    assert_eq!(server.requests().len(), 1);
+}
