@@ -12,6 +12,9 @@
 //! - `smol_shell/steps`: one agent, one turn of 20 tool steps (a one-call
 //!   stream, an echo tool, the next request) and a final answer.
 //!   Throughput in steps: the per-step cost, one HTTP request included.
+//! - `smol_shell/chunks_nostore`, `smol_shell/steps_nostore`: the same with
+//!   a store that discards writes, isolating the checkpoint writes (zstd
+//!   frame + fsync each) from the shell and transport.
 //! - `smol_shell/agents200`: 200 agents at once, each one tool turn (two
 //!   requests). Throughput in turns; the bench prints the chunks per turn
 //!   (chunks/s = turns/s x that).
@@ -23,12 +26,12 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dsh_benches::Workloads;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
-use dsh_core::session::TurnEndReason;
+use dsh_core::session::{SessionEvent, SessionHeader, TurnEndReason};
 use dsh_core::{ContentBlock, GenerateOptions, LlmCallConfig, Message, SessionId};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{CancelToken, ClientOptions, DeepSeekClient, DeepSeekConfig};
 use dsh_smol::{Agent, AgentConfig};
-use dsh_store::SessionStore;
+use dsh_store::{SessionStore, StoreError};
 use dsh_tools::{Tool, ToolCallRequest, ToolContext, ToolSet};
 use serde_json::{Value, json};
 
@@ -107,6 +110,73 @@ async fn one_turn(server: &MockServer, store: Arc<dyn SessionStore>, cwd: &std::
     agent.dispose().await;
 }
 
+/// A store that discards every write: isolates the shell and transport
+/// from the disk (fsync per checkpoint) in the `*_nostore` variants.
+struct NullStore;
+
+impl SessionStore for NullStore {
+    fn kind(&self) -> &'static str {
+        "null"
+    }
+    fn locate(&self, _header: &SessionHeader) -> Option<dsh_store::Location> {
+        None
+    }
+    fn create(&self, _header: SessionHeader) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn append(&self, _id: &SessionId, _events: &[SessionEvent]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn enqueue(&self, _id: &SessionId, _events: &[SessionEvent]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn flush(&self, _id: &SessionId) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn flush_all(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, StoreError> {
+        Err(not_found(id))
+    }
+    fn inspect(
+        &self,
+        id: &SessionId,
+        _cancel: &dsh_store::Cancel,
+    ) -> Result<dsh_store::Inspection, StoreError> {
+        Err(not_found(id))
+    }
+    fn read_from(
+        &self,
+        id: &SessionId,
+        _from_seq: u64,
+        _cancel: &dsh_store::Cancel,
+    ) -> Result<(SessionHeader, Vec<SessionEvent>), StoreError> {
+        Err(not_found(id))
+    }
+    fn list(&self, _cancel: &dsh_store::Cancel) -> Result<Vec<SessionHeader>, StoreError> {
+        Ok(Vec::new())
+    }
+    fn list_snapshots(
+        &self,
+        _cancel: &dsh_store::Cancel,
+    ) -> Result<Vec<dsh_store::Snapshot>, StoreError> {
+        Ok(Vec::new())
+    }
+    fn revision(&self, id: &SessionId) -> Result<dsh_store::Revision, StoreError> {
+        Err(not_found(id))
+    }
+    fn release(&self, _id: &SessionId) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+fn not_found(id: &SessionId) -> StoreError {
+    StoreError::NotFound {
+        id: id.as_str().to_string(),
+    }
+}
+
 fn store(dir: &std::path::Path) -> Arc<dyn SessionStore> {
     Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir)).expect("store"))
 }
@@ -131,6 +201,10 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(n));
     group.bench_function("chunks", |b| {
         b.iter(|| smol::block_on(one_turn(&chunk_server, store.clone(), &cwd)))
+    });
+    let null: Arc<dyn SessionStore> = Arc::new(NullStore);
+    group.bench_function("chunks_nostore", |b| {
+        b.iter(|| smol::block_on(one_turn(&chunk_server, null.clone(), &cwd)))
     });
 
     let client = DeepSeekClient::with_options(deepseek(chunk_server.url()), client_options())
@@ -162,6 +236,9 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(STEPS + 1));
     group.bench_function("steps", |b| {
         b.iter(|| smol::block_on(one_turn(&step_server, store.clone(), &cwd)))
+    });
+    group.bench_function("steps_nostore", |b| {
+        b.iter(|| smol::block_on(one_turn(&step_server, null.clone(), &cwd)))
     });
 
     // 200 agents at once, one tool turn each.

@@ -271,7 +271,6 @@ impl MockServer {
     /// Starts serving `script` on 127.0.0.1:`port` (0: ephemeral).
     pub fn start_on(script: Script, port: u16) -> io::Result<MockServer> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))?;
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             script: script.responses,
@@ -314,7 +313,11 @@ impl MockServer {
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(handle) = self.accept.take() {
-            let _ = handle.join();
+            // Wake the blocked accept; if that fails, leave the thread be
+            // rather than wait forever.
+            if TcpStream::connect_timeout(&self.addr, Duration::from_secs(2)).is_ok() {
+                let _ = handle.join();
+            }
         }
     }
 }
@@ -326,8 +329,15 @@ impl Drop for MockServer {
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    while !shared.stop.load(Ordering::SeqCst) {
-        match listener.accept() {
+    // A blocking accept serves a connection as soon as it arrives (polling
+    // a non-blocking listener added up to 5 ms to every request); `stop`
+    // wakes it with a connection of its own.
+    loop {
+        let accepted = listener.accept();
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match accepted {
             Ok((stream, _)) => {
                 let shared = shared.clone();
                 let _ = thread::Builder::new()
@@ -336,10 +346,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                         let _ = serve(stream, &shared);
                     });
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(5));
-            }
-            Err(_) => thread::sleep(Duration::from_millis(5)),
+            Err(_) => thread::sleep(Duration::from_millis(1)),
         }
     }
 }
