@@ -15,9 +15,9 @@
 //! - `smol_shell/chunks_nostore`, `smol_shell/steps_nostore`: the same with
 //!   a store that discards writes, isolating the checkpoint writes (zstd
 //!   frame + fsync each) from the shell and transport.
-//! - `smol_shell/agents200`: 200 agents at once, each one tool turn (two
-//!   requests). Throughput in turns; the bench prints the chunks per turn
-//!   (chunks/s = turns/s x that).
+//! - `smol_shell/agents200` (and `_nostore`): 200 agents at once, each
+//!   one tool turn (two requests). Throughput in turns; the bench prints
+//!   the chunks per turn (chunks/s = turns/s x that).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -271,42 +271,44 @@ fn bench(c: &mut Criterion) {
         .count();
     eprintln!("smol_shell/agents200: {per_turn} assistant/chunk events per tool turn");
     group.throughput(Throughput::Elements(AGENTS as u64));
-    group.bench_function("agents200", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
+    for (name, store) in [
+        ("agents200", store.clone()),
+        ("agents200_nostore", null.clone()),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
                 let start = Instant::now();
-                smol::block_on(async {
-                    let tasks: Vec<_> = (0..AGENTS)
-                        .map(|_| {
-                            let store = store.clone();
-                            let cwd = cwd.clone();
-                            let server = &turn_server;
-                            let cfg = config(server, &cwd);
-                            smol::spawn(async move {
-                                let agent =
-                                    Agent::create(cfg, store, fresh_id()).await.expect("agent");
-                                agent.send("go").await.expect("send");
-                                let s = agent
-                                    .wait_idle(Some(Duration::from_secs(120)))
-                                    .await
-                                    .expect("idle");
-                                assert_eq!(s.reason, Some(TurnEndReason::Completed));
-                                agent.dispose().await;
-                            })
-                        })
-                        .collect();
-                    for t in tasks {
-                        t.await;
-                    }
-                });
-                total += start.elapsed();
-            }
-            total
-        })
-    });
+                for _ in 0..iters {
+                    smol::block_on(many_agents(&turn_server, &store, &cwd));
+                }
+                start.elapsed()
+            })
+        });
+    }
     group.finish();
 }
 
+/// `AGENTS` agents at once on the global executor, one turn each.
+async fn many_agents(server: &MockServer, store: &Arc<dyn SessionStore>, cwd: &std::path::Path) {
+    let tasks: Vec<_> = (0..AGENTS)
+        .map(|_| {
+            let store = store.clone();
+            let cfg = config(server, cwd);
+            smol::spawn(async move {
+                let agent = Agent::create(cfg, store, fresh_id()).await.expect("agent");
+                agent.send("go").await.expect("send");
+                let s = agent
+                    .wait_idle(Some(Duration::from_secs(120)))
+                    .await
+                    .expect("idle");
+                assert_eq!(s.reason, Some(TurnEndReason::Completed));
+                agent.dispose().await;
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await;
+    }
+}
 criterion_group!(benches, bench);
 criterion_main!(benches);
