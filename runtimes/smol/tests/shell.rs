@@ -707,3 +707,61 @@ fn dispose_cancels_a_pending_approval() {
     );
     assert_eq!(server.requests().len(), 1);
 }
+
+#[test]
+fn cancel_during_a_retry_wait_ends_the_turn_at_once() {
+    let server = server(json!({"responses": [
+        {"fault": {"kind": "http", "status": 500, "body": {"error": {"message": "boom"}}}},
+        {"turn": {"text": ["never"]}}
+    ]}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let mut cfg = config(&server);
+    // A 30 s backoff: only the cancel can end the wait in time.
+    cfg.retry_policy = Some(RetryPolicy::Normal {
+        max_retries: 3,
+        retryable_codes: DEFAULT_RETRYABLE_CODES
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        backoff: Backoff {
+            initial_delay_ms: 30_000.0,
+            max_delay_ms: 30_000.0,
+            jitter_ratio: 0.0,
+        },
+    });
+    let summary = smol::block_on(async {
+        let agent = Agent::create(cfg, store.clone(), SessionId::new("retry-cancel"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        loop {
+            match sub.next().await {
+                Some(AgentEvent::Event(e)) if e.event_type() == "llm/retry" => break,
+                Some(_) => {}
+                None => panic!("agent stopped"),
+            }
+        }
+        agent
+            .cancel(dsh_core::agent::CancelCause::User, false)
+            .await;
+        let s = agent
+            .wait_idle(Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        agent.dispose().await;
+        s
+    });
+    assert_eq!(
+        summary.reason,
+        Some(TurnEndReason::Aborted {
+            cause: AbortCause::User
+        })
+    );
+    assert_eq!(server.requests().len(), 1, "the retry never ran");
+    let events = stored(&store, "retry-cancel");
+    check_invariants(&events);
+    // a cancelled wait logs no llm/retry-started.
+    assert!(!types(&events).contains(&"llm/retry-started".to_string()));
+}
