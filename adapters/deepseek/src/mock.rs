@@ -64,9 +64,13 @@ use std::time::Instant;
 /// A mock script (see the module docs).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Script {
     /// The responses, served in order.
     pub responses: Vec<ScriptedResponse>,
+    /// Serve the responses to each session id separately.
+    #[serde(default)]
+    pub per_session: bool,
 }
 
 impl Script {
@@ -238,6 +242,7 @@ impl RecordedRequest {
 struct Shared {
     script: Vec<ScriptedResponse>,
     next: AtomicUsize,
+    per_session: Option<Mutex<BTreeMap<String, usize>>>,
     requests: Mutex<Vec<RecordedRequest>>,
     stop: AtomicBool,
 }
@@ -266,11 +271,11 @@ impl MockServer {
     /// Starts serving `script` on 127.0.0.1:`port` (0: ephemeral).
     pub fn start_on(script: Script, port: u16) -> io::Result<MockServer> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))?;
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             script: script.responses,
             next: AtomicUsize::new(0),
+            per_session: script.per_session.then(|| Mutex::new(BTreeMap::new())),
             requests: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
         });
@@ -308,7 +313,11 @@ impl MockServer {
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(handle) = self.accept.take() {
-            let _ = handle.join();
+            // Wake the blocked accept; if that fails, leave the thread be
+            // rather than wait forever.
+            if TcpStream::connect_timeout(&self.addr, Duration::from_secs(2)).is_ok() {
+                let _ = handle.join();
+            }
         }
     }
 }
@@ -320,8 +329,15 @@ impl Drop for MockServer {
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    while !shared.stop.load(Ordering::SeqCst) {
-        match listener.accept() {
+    // A blocking accept serves a connection as soon as it arrives (polling
+    // a non-blocking listener added up to 5 ms to every request); `stop`
+    // wakes it with a connection of its own.
+    loop {
+        let accepted = listener.accept();
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match accepted {
             Ok((stream, _)) => {
                 let shared = shared.clone();
                 let _ = thread::Builder::new()
@@ -330,10 +346,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                         let _ = serve(stream, &shared);
                     });
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(5));
-            }
-            Err(_) => thread::sleep(Duration::from_millis(5)),
+            Err(_) => thread::sleep(Duration::from_millis(1)),
         }
     }
 }
@@ -412,10 +425,24 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let Some(request) = read_request(&mut stream)? else {
         return Ok(());
     };
+    let session = request
+        .header_values("x-deepseek-harness-session-id")
+        .first()
+        .map(|s| s.to_string());
     if let Ok(mut r) = shared.requests.lock() {
         r.push(request);
     }
-    let i = shared.next.fetch_add(1, Ordering::SeqCst);
+    let i = match (&shared.per_session, session) {
+        (Some(counters), Some(session)) => match counters.lock() {
+            Ok(mut counters) => {
+                let n = counters.entry(session).or_insert(0);
+                *n += 1;
+                *n - 1
+            }
+            Err(_) => usize::MAX,
+        },
+        _ => shared.next.fetch_add(1, Ordering::SeqCst),
+    };
     let Some(response) = shared.script.get(i) else {
         let body = json!({"error":{"message":"mock script exhausted"}}).to_string();
         return write_plain(&mut stream, 500, &BTreeMap::new(), body.as_bytes());
