@@ -1,0 +1,90 @@
+//! Embedding the async smol shell: one prompt, the live text printed as it
+//! streams, approvals answered, then idle and dispose.
+//!
+//! ```text
+//! cargo run -p dsh-smol --example embed [PROMPT]
+//! ```
+//!
+//! With `DEEPSEEK_API_KEY` set the prompt goes to DeepSeek; without it the
+//! bundled mock server (`dsh_deepseek::mock`) answers one scripted turn, so
+//! the example runs offline.
+
+use std::error::Error;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_core::LlmCallConfig;
+use dsh_core::agent::AgentStatus;
+use dsh_core::session::{ChunkView, EventData};
+use dsh_deepseek::mock::{MockServer, Script};
+use dsh_deepseek::{ClientOptions, DEFAULT_API_KEY_ENV, DeepSeekConfig};
+use dsh_smol::{Agent, AgentConfig, AgentEvent, ApprovalDecision, ToolSet};
+
+/// The one-turn script the mock server answers with.
+const SCRIPT: &str =
+    r#"{"responses":[{"turn":{"text":["Hello ","from ","the ","mock ","server."]}}]}"#;
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let prompt = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| String::from("Say hello."));
+    let dir = tempfile::tempdir()?; // sessions and the tools' workspace
+
+    // The model: DeepSeek with the key from the environment, or the mock.
+    let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
+    let mut mock = None;
+    let mut config = if std::env::var_os(DEFAULT_API_KEY_ENV).is_some() {
+        AgentConfig::new(DeepSeekConfig::default(), call)
+    } else {
+        let server = MockServer::start(Script::from_json(SCRIPT)?)?;
+        let model = DeepSeekConfig {
+            base_url: Some(server.url()),
+            ..DeepSeekConfig::default()
+        };
+        mock = Some(server);
+        let mut config = AgentConfig::new(model, call);
+        config.client_options = ClientOptions {
+            credentials: Some(Arc::new(|_: &str| Some(String::from("sk-mock")))),
+            proxy_from_env: false,
+            ..ClientOptions::default()
+        };
+        config
+    };
+    config.tools = ToolSet::builtin();
+    config.cwd = dir.path().to_path_buf();
+
+    let store = Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir.path()))?);
+    smol::block_on(async {
+        let agent = Agent::create(config, store, "embed".into()).await?;
+        let events = agent.subscribe(); // a futures_core::Stream<Item = AgentEvent>
+        agent.send(&prompt).await?;
+        while let Some(event) = events.next().await {
+            match event {
+                AgentEvent::Event(e) => {
+                    if let EventData::AssistantChunk(c) = e.data() {
+                        if let ChunkView::TextDelta { text, .. } = c.view() {
+                            print!("{text}");
+                            std::io::stdout().flush()?;
+                        }
+                    }
+                }
+                AgentEvent::ApprovalRequested { id, tool, .. } => {
+                    eprintln!("[approving {tool}]");
+                    agent.answer_approval(id, ApprovalDecision::Allow).await;
+                }
+                AgentEvent::Error(message) => eprintln!("[error: {message}]"),
+                AgentEvent::Status(AgentStatus::Idle) => break,
+                _ => {}
+            }
+        }
+        println!();
+
+        let summary = agent.wait_idle(Some(Duration::from_secs(60))).await?;
+        println!("turn {} ended {:?}", summary.turn, summary.reason);
+        agent.dispose().await; // flushes the log, waits for the task to stop
+        Ok::<_, Box<dyn Error>>(())
+    })?;
+    drop(mock);
+    Ok(())
+}

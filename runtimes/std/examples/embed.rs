@@ -1,0 +1,85 @@
+//! Embedding the blocking std shell: one prompt, the live text printed as
+//! it streams, approvals answered, then idle and dispose.
+//!
+//! ```text
+//! cargo run -p dsh-std --example embed [PROMPT]
+//! ```
+//!
+//! With `DEEPSEEK_API_KEY` set the prompt goes to DeepSeek; without it the
+//! bundled mock server (`dsh_deepseek::mock`) answers one scripted turn, so
+//! the example runs offline.
+
+use std::error::Error;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_core::LlmCallConfig;
+use dsh_core::session::{ChunkView, EventData};
+use dsh_deepseek::mock::{MockServer, Script};
+use dsh_deepseek::{ClientOptions, DEFAULT_API_KEY_ENV, DeepSeekClient, DeepSeekConfig};
+use dsh_std::{Agent, AgentConfig, AgentEvent, AgentStatus, ApprovalDecision, new_session_id};
+
+/// The one-turn script the mock server answers with.
+const SCRIPT: &str =
+    r#"{"responses":[{"turn":{"text":["Hello ","from ","the ","mock ","server."]}}]}"#;
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let prompt = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| String::from("Say hello."));
+    let dir = tempfile::tempdir()?; // sessions and the tools' workspace
+
+    // The model: DeepSeek with the key from the environment, or the mock.
+    let mut mock = None;
+    let client = if std::env::var_os(DEFAULT_API_KEY_ENV).is_some() {
+        DeepSeekClient::new(DeepSeekConfig::default())?
+    } else {
+        let server = MockServer::start(Script::from_json(SCRIPT)?)?;
+        let config = DeepSeekConfig {
+            base_url: Some(server.url()),
+            ..DeepSeekConfig::default()
+        };
+        let options = ClientOptions {
+            credentials: Some(Arc::new(|_: &str| Some(String::from("sk-mock")))),
+            proxy_from_env: false,
+            ..ClientOptions::default()
+        };
+        mock = Some(server);
+        DeepSeekClient::with_options(config, options)?
+    };
+
+    let store = Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir.path()))?);
+    let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
+    let config = AgentConfig::new(Arc::new(client), call, dir.path());
+    let agent = Agent::create(config, store, new_session_id())?;
+
+    let events = agent.subscribe(); // std::sync::mpsc::Receiver<AgentEvent>
+    agent.send(&prompt)?;
+    for event in events.iter() {
+        match event {
+            AgentEvent::Event(e) => {
+                if let EventData::AssistantChunk(c) = e.data() {
+                    if let ChunkView::TextDelta { text, .. } = c.view() {
+                        print!("{text}");
+                        std::io::stdout().flush()?;
+                    }
+                }
+            }
+            AgentEvent::ApprovalRequested { id, tool, .. } => {
+                eprintln!("[approving {tool}]");
+                agent.answer_approval(id, ApprovalDecision::Allow);
+            }
+            AgentEvent::Error(message) => eprintln!("[error: {message}]"),
+            AgentEvent::Status(AgentStatus::Idle) => break,
+            _ => {}
+        }
+    }
+    println!();
+
+    let summary = agent.wait_idle(Some(Duration::from_secs(60)))?;
+    println!("turn {} ended {:?}", summary.turn, summary.reason);
+    agent.dispose(); // flushes the store, waits for the driver to stop
+    drop(mock);
+    Ok(())
+}
