@@ -19,16 +19,22 @@ use dsh_core::agent::AgentStatus;
 use dsh_core::session::{ChunkView, EventData};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{ClientOptions, DEFAULT_API_KEY_ENV, DeepSeekConfig};
-use dsh_smol::{Agent, AgentConfig, AgentEvent, ApprovalDecision, ToolSet};
+use dsh_smol::{
+    Agent, AgentConfig, AgentEvent, ApprovalDecision, ApprovalMode, ApprovalPolicy, ToolSet,
+};
 
-/// The one-turn script the mock server answers with.
-const SCRIPT: &str =
-    r#"{"responses":[{"turn":{"text":["Hello ","from ","the ","mock ","server."]}}]}"#;
+/// The mock's one agent turn: a `write` call (which asks for approval),
+/// then the answer text.
+const SCRIPT: &str = r#"{"responses":[
+  {"turn":{"toolCalls":[{"id":"call_1","name":"write",
+    "arguments":["{\"file_path\":\"hello.txt\",","\"content\":\"hello\\n\"}"]}]}},
+  {"turn":{"text":["Wrote ","hello.txt ","for ","you."]}}
+]}"#;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let prompt = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| String::from("Say hello."));
+        .unwrap_or_else(|| String::from("Write hello.txt."));
     let dir = tempfile::tempdir()?; // sessions and the tools' workspace
 
     // The model: DeepSeek with the key from the environment, or the mock.
@@ -52,6 +58,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         config
     };
     config.tools = ToolSet::builtin();
+    config.approval = ApprovalPolicy::new(ApprovalMode::Ask); // every tool call asks
     config.cwd = dir.path().to_path_buf();
 
     let store = Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir.path()))?);
@@ -69,9 +76,19 @@ fn main() -> Result<(), Box<dyn Error>> {
                         }
                     }
                 }
-                AgentEvent::ApprovalRequested { id, tool, .. } => {
-                    eprintln!("[approving {tool}]");
-                    agent.answer_approval(id, ApprovalDecision::Allow).await;
+                AgentEvent::ApprovalRequested {
+                    id,
+                    tool,
+                    arguments,
+                } => {
+                    // Every tool asks first (policy below); refuse `bash`.
+                    let decision = if tool == "bash" {
+                        ApprovalDecision::Deny
+                    } else {
+                        ApprovalDecision::Allow
+                    };
+                    println!("[{tool} {arguments}: {decision:?}]");
+                    agent.answer_approval(id, decision).await;
                 }
                 AgentEvent::Error(message) => eprintln!("[error: {message}]"),
                 AgentEvent::Status(AgentStatus::Idle) => break,
@@ -85,6 +102,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         agent.dispose().await; // flushes the log, waits for the task to stop
         Ok::<_, Box<dyn Error>>(())
     })?;
+    if let Ok(text) = std::fs::read_to_string(dir.path().join("hello.txt")) {
+        println!("hello.txt: {text:?}");
+    }
     drop(mock);
     Ok(())
 }

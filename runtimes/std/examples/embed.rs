@@ -18,16 +18,23 @@ use dsh_core::LlmCallConfig;
 use dsh_core::session::{ChunkView, EventData};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{ClientOptions, DEFAULT_API_KEY_ENV, DeepSeekClient, DeepSeekConfig};
-use dsh_std::{Agent, AgentConfig, AgentEvent, AgentStatus, ApprovalDecision, new_session_id};
+use dsh_std::{
+    Agent, AgentConfig, AgentEvent, AgentStatus, ApprovalDecision, ApprovalMode, ApprovalPolicy,
+    new_session_id,
+};
 
-/// The one-turn script the mock server answers with.
-const SCRIPT: &str =
-    r#"{"responses":[{"turn":{"text":["Hello ","from ","the ","mock ","server."]}}]}"#;
+/// The mock's one agent turn: a `write` call (which asks for approval),
+/// then the answer text.
+const SCRIPT: &str = r#"{"responses":[
+  {"turn":{"toolCalls":[{"id":"call_1","name":"write",
+    "arguments":["{\"file_path\":\"hello.txt\",","\"content\":\"hello\\n\"}"]}]}},
+  {"turn":{"text":["Wrote ","hello.txt ","for ","you."]}}
+]}"#;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let prompt = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| String::from("Say hello."));
+        .unwrap_or_else(|| String::from("Write hello.txt."));
     let dir = tempfile::tempdir()?; // sessions and the tools' workspace
 
     // The model: DeepSeek with the key from the environment, or the mock.
@@ -51,7 +58,8 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let store = Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir.path()))?);
     let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
-    let config = AgentConfig::new(Arc::new(client), call, dir.path());
+    let mut config = AgentConfig::new(Arc::new(client), call, dir.path());
+    config.approval = ApprovalPolicy::new(ApprovalMode::Ask); // every tool call asks
     let agent = Agent::create(config, store, new_session_id())?;
 
     let events = agent.subscribe(); // std::sync::mpsc::Receiver<AgentEvent>
@@ -66,9 +74,19 @@ fn main() -> Result<(), Box<dyn Error>> {
                     }
                 }
             }
-            AgentEvent::ApprovalRequested { id, tool, .. } => {
-                eprintln!("[approving {tool}]");
-                agent.answer_approval(id, ApprovalDecision::Allow);
+            AgentEvent::ApprovalRequested {
+                id,
+                tool,
+                arguments,
+            } => {
+                // Every tool asks first (policy below); refuse `bash`.
+                let decision = if tool == "bash" {
+                    ApprovalDecision::Deny
+                } else {
+                    ApprovalDecision::Allow
+                };
+                println!("[{tool} {arguments}: {decision:?}]");
+                agent.answer_approval(id, decision);
             }
             AgentEvent::Error(message) => eprintln!("[error: {message}]"),
             AgentEvent::Status(AgentStatus::Idle) => break,
@@ -80,6 +98,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let summary = agent.wait_idle(Some(Duration::from_secs(60)))?;
     println!("turn {} ended {:?}", summary.turn, summary.reason);
     agent.dispose(); // flushes the store, waits for the driver to stop
+    if let Ok(text) = std::fs::read_to_string(dir.path().join("hello.txt")) {
+        println!("hello.txt: {text:?}");
+    }
     drop(mock);
     Ok(())
 }
