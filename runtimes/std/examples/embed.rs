@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 tool,
                 arguments,
             } => {
-                // Every tool asks first (policy below); refuse `bash`.
+                // Every tool asks first (the policy above); refuse `bash`.
                 let decision = if tool == "bash" {
                     ApprovalDecision::Deny
                 } else {
