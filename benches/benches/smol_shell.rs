@@ -214,7 +214,10 @@ fn bench(c: &mut Criterion) {
             let mut options = GenerateOptions::new(
                 "deepseek",
                 "deepseek-v4-flash",
-                vec![Message::user("m1", vec![ContentBlock::text("go")])],
+                vec![std::sync::Arc::new(Message::user(
+                    "m1",
+                    vec![ContentBlock::text("go")],
+                ))],
             );
             // A fresh session id: the first scripted response again.
             options.session_id = Some(fresh_id());

@@ -158,7 +158,10 @@ fn bench(c: &mut Criterion) {
             let opts = dsh_core::GenerateOptions::new(
                 "deepseek",
                 "deepseek-v4-flash",
-                vec![dsh_core::Message::user("m", vec![ContentBlock::text("x")])],
+                vec![std::sync::Arc::new(dsh_core::Message::user(
+                    "m",
+                    vec![ContentBlock::text("x")],
+                ))],
             );
             decoder
                 .stream_chunks(&opts, &dsh_deepseek::CancelToken::new())

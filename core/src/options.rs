@@ -2,6 +2,7 @@
 //! (streaming.md 7).
 
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -45,7 +46,9 @@ pub struct GenerateOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<ReasoningEffortId>,
     /// History after the system slot, exactly as the provider should see it.
-    pub messages: Vec<Message>,
+    /// Messages are immutable and shared with the session's derived history,
+    /// so building a request does not copy them.
+    pub messages: Vec<Arc<Message>>,
     /// System prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
@@ -78,7 +81,7 @@ impl GenerateOptions {
     pub fn new(
         provider: impl Into<String>,
         model: impl Into<String>,
-        messages: Vec<Message>,
+        messages: Vec<Arc<Message>>,
     ) -> Self {
         GenerateOptions {
             provider: provider.into(),

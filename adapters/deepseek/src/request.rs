@@ -6,6 +6,7 @@
 
 use alloc::format;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use dsh_core::{ContentBlock, GenerateOptions, ImageAttachment, LlmError, Message, Purpose, Role};
 use serde::ser::{SerializeMap, SerializeSeq};
@@ -39,7 +40,7 @@ fn blocks_have_image(blocks: &[ContentBlock]) -> bool {
 
 /// Whether any message contains an image, nested tool-result content
 /// included (D-10 step 2).
-pub fn has_images(messages: &[Message]) -> bool {
+pub fn has_images(messages: &[Arc<Message>]) -> bool {
     messages.iter().any(|m| blocks_have_image(&m.content))
 }
 
@@ -348,7 +349,7 @@ fn text_user_message<'a>(m: &'a Message, out: &mut Vec<WireMessage<'a>>) {
 }
 
 /// 5.7: the text-only path.
-fn text_messages(messages: &[Message]) -> Result<Vec<WireMessage<'_>>, LlmError> {
+fn text_messages(messages: &[Arc<Message>]) -> Result<Vec<WireMessage<'_>>, LlmError> {
     let mut out = Vec::with_capacity(messages.len() + 1);
     for m in messages {
         // W-2
@@ -458,7 +459,7 @@ fn flush_images(pending: &mut Vec<Part>, out: &mut Vec<WireMessage<'_>>) {
 
 /// 5.8: the image-capable path.
 fn image_messages<'a>(
-    messages: &'a [Message],
+    messages: &'a [Arc<Message>],
     config: &DeepSeekConfig,
     source: &mut dyn AttachmentSource,
 ) -> Result<Vec<WireMessage<'a>>, LlmError> {

@@ -27,7 +27,10 @@ fn key_and_base_url_come_from_the_environment() {
     let o = GenerateOptions::new(
         "deepseek-official",
         "m",
-        vec![Message::user("1", vec![ContentBlock::text("hi")])],
+        vec![std::sync::Arc::new(Message::user(
+            "1",
+            vec![ContentBlock::text("hi")],
+        ))],
     );
 
     // SAFETY: this binary has a single test; no other thread touches the environment.

@@ -41,10 +41,10 @@ fn options() -> GenerateOptions {
     let mut o = GenerateOptions::new(
         "deepseek-official",
         "deepseek-v4-flash",
-        vec![Message::user(
+        vec![std::sync::Arc::new(Message::user(
             "m1",
             vec![dsh_core::ContentBlock::text("hi")],
-        )],
+        ))],
     );
     o.max_tokens = Some(100);
     o

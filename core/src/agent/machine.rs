@@ -186,12 +186,12 @@ enum Stage {
     },
     RequestConfig {
         hook: u64,
-        messages: Vec<Message>,
+        messages: Vec<Arc<Message>>,
     },
     Prepare {
         hook: u64,
         proposed: LlmCallConfig,
-        messages: Vec<Message>,
+        messages: Vec<Arc<Message>>,
     },
     Streaming(Box<Stream>),
     RequestError {
@@ -1532,12 +1532,7 @@ impl Agent {
 
     /// LC-13.
     fn request(&mut self, now: i64) {
-        let messages: Vec<Message> = self
-            .session
-            .derive_messages()
-            .iter()
-            .map(|m| (**m).clone())
-            .collect();
+        let messages: Vec<Arc<Message>> = self.session.derive_messages().to_vec();
         let seed = self.seed();
         let (turn, step) = self.coords();
         let hook = self.next_id();
@@ -1598,7 +1593,7 @@ impl Agent {
     fn request_config_done(
         &mut self,
         now: i64,
-        messages: Vec<Message>,
+        messages: Vec<Arc<Message>>,
         result: Result<LlmCallConfig, HookError>,
     ) {
         if self.aborted() {
@@ -1647,7 +1642,7 @@ impl Agent {
         &mut self,
         now: i64,
         proposed: LlmCallConfig,
-        messages: Vec<Message>,
+        messages: Vec<Arc<Message>>,
         result: Result<PreparedCall, HookError>,
     ) {
         if self.aborted() {

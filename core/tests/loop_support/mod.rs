@@ -54,8 +54,8 @@ pub struct Script {
 #[derive(Clone)]
 pub struct ScriptHooks(pub Arc<Mutex<Script>>);
 
-fn ids(messages: &[Message]) -> String {
-    let ids: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
+fn ids<M: std::borrow::Borrow<Message>>(messages: &[M]) -> String {
+    let ids: Vec<&str> = messages.iter().map(|m| m.borrow().id.as_str()).collect();
     format!("[{}]", ids.join(","))
 }
 

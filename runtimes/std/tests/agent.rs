@@ -36,7 +36,10 @@ fn decoded_chunks(script: &str, n: usize) -> Vec<Vec<StreamChunk>> {
             let opts = GenerateOptions::new(
                 "deepseek",
                 "deepseek-v4-flash",
-                vec![Message::user("m", vec![ContentBlock::text("x")])],
+                vec![std::sync::Arc::new(Message::user(
+                    "m",
+                    vec![ContentBlock::text("x")],
+                ))],
             );
             client.stream_chunks(&opts, &CancelToken::new()).collect()
         })
