@@ -160,24 +160,14 @@ impl ContentBlock {
                 })
             }
             "tool-result" if fields.only(&["type", "toolCallId", "content", "isError"]) => {
-                let valid_error = match fields.entries.iter().find(|(k, _)| k == "isError") {
-                    None => true,
-                    Some((_, v)) => v.is_boolean(),
-                };
-                if !valid_error || fields.str_of("toolCallId").is_none() {
+                let field = |key: &str| fields.entries.iter().find(|(k, _)| k == key);
+                let valid_error = field("isError").is_none_or(|(_, v)| v.is_boolean());
+                let content_is_array = field("content").is_some_and(|(_, v)| v.is_array());
+                if !valid_error || !content_is_array || fields.str_of("toolCallId").is_none() {
+                    // Kept whole, in its original key order.
                     return Ok(ContentBlock::Unknown(fields.into_object()));
                 }
-                let content_value = match fields.take("content") {
-                    Some(v @ Value::Array(_)) => v,
-                    Some(other) => {
-                        fields.entries.insert(
-                            2.min(fields.entries.len()),
-                            (String::from("content"), other),
-                        );
-                        return Ok(ContentBlock::Unknown(fields.into_object()));
-                    }
-                    None => return Ok(ContentBlock::Unknown(fields.into_object())),
-                };
+                let content_value = fields.take("content").unwrap_or_default();
                 let content: Vec<ContentBlock> =
                     match Vec::<ContentBlock>::deserialize(content_value) {
                         Ok(c) => c,
@@ -334,7 +324,8 @@ mod tests {
         // A known type with an extra key is kept whole rather than losing the key.
         let t = round_trip(r#"{"type":"text","text":"a","cache":true}"#);
         assert!(matches!(t, ContentBlock::Unknown(_)));
-        // A known type whose field has the wrong type is kept too.
+        // A known type whose field has the wrong type is kept too, keys in place.
+        round_trip(r#"{"content":"x","type":"tool-result","toolCallId":"c"}"#);
         round_trip(r#"{"type":"text","text":5}"#);
     }
 
