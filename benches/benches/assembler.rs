@@ -1,6 +1,6 @@
 //! BlockAssembler throughput over the standard chunk workload.
 //!
-//! Input: `chunks.jsonl` from `../shared/bench/gen_workloads.py` (seed 1,
+//! Input: `chunks.jsonl` from `testdata/bench/gen_workloads.py` (seed 1,
 //! 200000 chunks: one long reasoning block, one text block, three tool calls,
 //! deferred block-ends, usage, finish), parsed into `StreamChunk`s before
 //! timing. Throughput is in elements (chunks): criterion's time per iteration

@@ -1,7 +1,7 @@
 //! The README's fresh-machine commands.
 //!
 //! The full check clones the working repository into a temporary folder
-//! (with `shared/` beside it, as CI lays it out) and runs the demo command
+//! (nothing beside it: the tests read the vendored `testdata/`) and runs the demo command
 //! there: it rebuilds the workspace, which takes minutes, so it is
 //! `#[ignore]`d; `.ci/run` does the cheap equivalent by running the demo
 //! binary that `cargo test --workspace` already built.
@@ -43,14 +43,6 @@ fn readme_demo_works_in_a_fresh_clone() {
         .status()
         .unwrap();
     assert!(st.success());
-    let shared = repo_root().join("../shared");
-    if shared.exists() {
-        std::os::unix::fs::symlink(
-            std::fs::canonicalize(&shared).unwrap(),
-            tmp.path().join("shared"),
-        )
-        .unwrap();
-    }
     let data = tmp.path().join("data");
     // The README command, run as written (plus a private data dir).
     let mut words = DEMO.split_whitespace();

@@ -3,15 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("DSH_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    }
+/// The vendored test data (`testdata/` at the repository root).
+fn testdata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
 }
 
 fn log(name: &str) -> PathBuf {
-    shared_dir().join("conformance/sessions").join(name)
+    testdata_dir().join("conformance/sessions").join(name)
 }
 
 fn dsh(args: &[&str]) -> Output {
@@ -62,7 +60,7 @@ fn check_reports_each_file_and_fails_if_any_fails() {
 
 #[test]
 fn check_passes_every_non_legacy_conformance_log() {
-    let dir = shared_dir().join("conformance/sessions");
+    let dir = testdata_dir().join("conformance/sessions");
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())

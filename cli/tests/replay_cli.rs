@@ -3,15 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("DSH_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    }
+/// The vendored test data (`testdata/` at the repository root).
+fn testdata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
 }
 
 fn log(name: &str) -> String {
-    let p = shared_dir().join("conformance/sessions").join(name);
+    let p = testdata_dir().join("conformance/sessions").join(name);
     p.to_str().unwrap().to_string()
 }
 

@@ -1,4 +1,4 @@
-//! Conformance over `../shared/conformance/sessions` (its README, items 1–4):
+//! Conformance over `testdata/conformance/sessions` (its README, items 1–4):
 //! every log passes the full check of `dsh log check --fixture-tokens`
 //! (load and validate, byte-exact round trip, re-packed rows, re-assembly,
 //! invariants, tool pairing), except the 11 legacy-header logs, which must
@@ -12,15 +12,13 @@ use dsh_core::session::EventData;
 use dsh_core::{BlockAssembler, ContentBlock, StreamChunk};
 use serde_json::Value;
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("DSH_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    }
+/// The vendored test data (`testdata/` at the repository root).
+fn testdata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
 }
 
 fn logs() -> Vec<PathBuf> {
-    let dir = shared_dir().join("conformance/sessions");
+    let dir = testdata_dir().join("conformance/sessions");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -153,7 +151,7 @@ fn every_conformance_log_checks() {
 #[test]
 fn without_fixture_tokens_the_placeholders_fail_validation() {
     let path =
-        shared_dir().join("conformance/sessions/examples-acp-agent__text-turn__session.jsonl");
+        testdata_dir().join("conformance/sessions/examples-acp-agent__text-turn__session.jsonl");
     let bytes = std::fs::read(path).unwrap();
     let err = jsonl::verify_log(&bytes).unwrap_err();
     assert!(err.contains("failed validation"), "{err}");
@@ -162,7 +160,7 @@ fn without_fixture_tokens_the_placeholders_fail_validation() {
 #[test]
 fn derived_history_of_a_packed_log() {
     let path =
-        shared_dir().join("conformance/sessions/examples-acp-agent__packed-chunks__session.jsonl");
+        testdata_dir().join("conformance/sessions/examples-acp-agent__packed-chunks__session.jsonl");
     let bytes = jsonl::fixture_tokens(&std::fs::read(path).unwrap());
     let mut loaded = jsonl::load_log(&bytes, &[]).unwrap();
     assert_eq!(loaded.session.len(), 124);

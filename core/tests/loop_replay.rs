@@ -1,18 +1,16 @@
-//! Replay of the conformance recordings (`../shared/conformance/sessions`):
+//! Replay of the conformance recordings (`testdata/conformance/sessions`):
 //! each log's inputs, model streams and tool results drive the agent loop,
 //! and the core events it writes are compared with the recorded ones. The
 //! expected outcome of every file is pinned so regressions show; the table
 //! is printed (`cargo test --test loop_replay -- --nocapture`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use dsh_core::agent::replay::{ReplayOptions, ReplayReport, replay_jsonl};
 
-fn shared_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("DSH_SHARED_DIR") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+/// The vendored test data (`testdata/` at the repository root).
+fn testdata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
 }
 
 fn replay_file(path: &std::path::Path) -> Result<ReplayReport, String> {
@@ -94,7 +92,7 @@ fn expected(name: &str) -> Expect {
 
 #[test]
 fn conformance_recordings_replay_as_pinned() {
-    let dir = shared_dir().join("conformance/sessions");
+    let dir = testdata_dir().join("conformance/sessions");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -150,7 +148,7 @@ fn a_changed_recording_is_caught() {
     // Replay must fail, and say where, when the recording disagrees with
     // what the loop writes: change one assistant message's text.
     let path =
-        shared_dir().join("conformance/sessions/examples-acp-agent__text-turn__session.jsonl");
+        testdata_dir().join("conformance/sessions/examples-acp-agent__text-turn__session.jsonl");
     let bytes = std::fs::read(path).unwrap();
     let text = String::from_utf8(bytes).unwrap();
     let changed = text.replacen(

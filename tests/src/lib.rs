@@ -8,17 +8,14 @@ pub mod packed;
 
 pub use packed::{Log, LogEvent, read_log};
 
-/// The shared directory beside the repository (`DSH_SHARED_DIR` overrides).
-pub fn shared_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("DSH_SHARED_DIR") {
-        return PathBuf::from(dir);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+/// The vendored test data (`testdata/` at the repository root).
+pub fn testdata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata")
 }
 
-/// Every `*.jsonl` file of `../shared/conformance/sessions`, sorted by name.
+/// Every `*.jsonl` file of `testdata/conformance/sessions`, sorted by name.
 pub fn conformance_logs() -> Vec<PathBuf> {
-    let dir = shared_dir().join("conformance/sessions");
+    let dir = testdata_dir().join("conformance/sessions");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
         .filter_map(|entry| entry.ok().map(|e| e.path()))

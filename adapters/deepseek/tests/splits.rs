@@ -93,11 +93,9 @@ proptest! {
     }
 }
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("DSH_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    }
+/// The vendored test data (`testdata/` at the repository root).
+fn testdata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../testdata")
 }
 
 /// The workload generator's note: `chunks.jsonl` is exactly what the
@@ -106,7 +104,7 @@ fn shared_dir() -> PathBuf {
 fn workload_stream_decodes_to_the_reference_chunks() {
     let dir = std::env::temp_dir().join(format!("dsh-deepseek-wl-{}", std::process::id()));
     let status = Command::new("python3")
-        .arg(shared_dir().join("bench/gen_workloads.py"))
+        .arg(testdata_dir().join("bench/gen_workloads.py"))
         .arg("--out")
         .arg(&dir)
         .args(["--seed", "7", "--chunks", "3000", "--events", "50"])

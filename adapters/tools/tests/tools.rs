@@ -91,15 +91,14 @@ fn assert_fs_error(o: &ToolOutcome, code: &str) {
     assert_eq!(text_of(o), format!("Error: {}", e.message));
 }
 
-fn shared_dir() -> PathBuf {
-    std::env::var_os("DSH_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+/// The vendored test data (`testdata/` at the repository root).
+fn testdata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../testdata")
 }
 
 /// The tool schemas the reference sent, from a recorded `request/header`.
 fn reference_tools() -> Vec<Value> {
-    let path = shared_dir()
+    let path = testdata_dir()
         .join("conformance/sessions/examples-headless-agent__compaction-recovery__session.jsonl");
     let log = fs::read_to_string(path).unwrap();
     for line in log.lines() {
