@@ -33,7 +33,7 @@ use super::prompt::{
 };
 use super::retry::{RetryPolicy, RetryRecord, RetrySchedule};
 use super::schema::validate_value;
-use super::tools::{ToolOutcome, ToolRegistry, feedback_text, parse_arguments};
+use super::tools::{ExecutionMode, ToolOutcome, ToolRegistry, feedback_text, parse_arguments};
 
 mod inbox;
 mod inputs;
@@ -41,6 +41,8 @@ mod recovery;
 mod step;
 mod tools;
 mod turn;
+
+use tools::{PlannedCall, ToolPhase};
 
 /// The agent's request options (IB-13).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -54,7 +56,7 @@ pub struct AgentOptions {
 }
 
 /// Everything an [`Agent`] is configured with.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
     /// Request options.
     pub options: AgentOptions,
@@ -77,6 +79,32 @@ pub struct AgentConfig {
     /// [HEAD Δ H-2] Latch wakes that arrive while an aborted activity
     /// winds down, and start a new driver when it stops.
     pub wake_latch: bool,
+    /// `maxParallelToolCalls` (LC-24): how many calls of a parallel group
+    /// may be in flight at once; read when a group starts (H-3). Default
+    /// 10; 0 counts as 1. Tools not marked
+    /// [`concurrency_safe`](super::tools::ToolDefinition::concurrency_safe)
+    /// always run alone (LC-23).
+    pub max_parallel_tool_calls: usize,
+}
+
+/// The default `maxParallelToolCalls` (LC-24).
+pub const DEFAULT_MAX_PARALLEL_TOOL_CALLS: usize = 10;
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            options: AgentOptions::default(),
+            sections: Vec::new(),
+            contexts: Vec::new(),
+            variables: BTreeMap::new(),
+            tools: ToolRegistry::default(),
+            tool_order: None,
+            retry_executor: false,
+            interrupted_prefix: false,
+            wake_latch: false,
+            max_parallel_tool_calls: DEFAULT_MAX_PARALLEL_TOOL_CALLS,
+        }
+    }
 }
 
 /// Why a stored log cannot be resumed.
@@ -214,44 +242,6 @@ enum Stage {
     TurnStopping {
         hook: u64,
     },
-}
-
-struct PlannedCall {
-    call_id: CallId,
-    name: String,
-    raw: String,
-}
-
-struct ToolPhase {
-    calls: Vec<PlannedCall>,
-    cursor: usize,
-    concluded: bool,
-    current: Option<CallRun>,
-}
-
-enum CallStage {
-    PreExecute { hook: u64 },
-    Approval { hook: u64 },
-    Body,
-    PostExecute { hook: u64 },
-}
-
-struct CallRun {
-    exec: ToolExecution,
-    call_seq: u64,
-    stage: CallStage,
-    body_invoked: bool,
-    outcome: Option<ToolOutcome>,
-}
-
-/// What to do with a call after a pipeline stage (TL-9).
-enum Next {
-    /// Waiting for an answer.
-    Wait,
-    /// Run post-execute on this outcome.
-    Post(ToolOutcome),
-    /// Commit this outcome without post-execute.
-    Commit(ToolOutcome),
 }
 
 /// The agent loop as a sans-IO state machine. See the [module
@@ -625,23 +615,34 @@ impl Agent {
         }
     }
 
-    fn running_body(&self, token: u64) -> Result<(), InputError> {
-        if let Some(Run {
-            stage: Stage::Tools(t),
-            ..
-        }) = self.run()
-        {
-            if let Some(c) = &t.current {
-                if c.exec.token == token && matches!(c.stage, CallStage::Body) {
-                    return Ok(());
-                }
-            }
+    /// Whether `id` was issued by this agent (attempts, tool tokens and
+    /// hook ids share one counter).
+    fn issued(&self, id: u64) -> bool {
+        id > 0 && id <= self.counter
+    }
+
+    fn tools_ref(&self) -> Option<&ToolPhase> {
+        match self.run().map(|r| &r.stage) {
+            Some(Stage::Tools(t)) => Some(t),
+            _ => None,
         }
-        Err(InputError::UnknownToolCall { token })
+    }
+
+    /// The index of the running call whose body has `token`.
+    fn running_body(&self, token: u64) -> Result<usize, InputError> {
+        match self.tools_ref().and_then(|t| t.body(token)) {
+            Some(i) => Ok(i),
+            None if self.issued(token) => Err(InputError::StaleToolCall { token }),
+            None => Err(InputError::UnknownToolCall { token }),
+        }
     }
 
     fn pending_hook(&self, id: u64) -> Result<&'static str, InputError> {
-        let unknown = Err(InputError::UnknownHook { id });
+        let unknown = if self.issued(id) {
+            Err(InputError::StaleHook { id })
+        } else {
+            Err(InputError::UnknownHook { id })
+        };
         let Some(run) = self.run() else {
             return unknown;
         };
@@ -652,11 +653,9 @@ impl Agent {
             Stage::Prepare { hook, .. } => (*hook, "prepare"),
             Stage::RequestError { hook, .. } => (*hook, "request-error"),
             Stage::TurnStopping { hook } => (*hook, "turn-stopping"),
-            Stage::Tools(t) => match t.current.as_ref().map(|c| &c.stage) {
-                Some(CallStage::PreExecute { hook }) => (*hook, "tool pre-execute"),
-                Some(CallStage::Approval { hook }) => (*hook, "tool approval"),
-                Some(CallStage::PostExecute { hook }) => (*hook, "tool post-execute"),
-                _ => return unknown,
+            Stage::Tools(t) => match t.hook(id) {
+                Some((_, name)) => (id, name),
+                None => return unknown,
             },
             _ => return unknown,
         };

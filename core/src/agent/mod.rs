@@ -109,4 +109,7 @@ pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
 };
 pub(crate) use machine::append_foreign;
-pub use machine::{Agent, AgentConfig, AgentOptions, InboxEdit, ResumeError, is_loop_owned};
+pub use machine::{
+    Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, InboxEdit, ResumeError,
+    is_loop_owned,
+};

@@ -213,9 +213,8 @@ impl Agent {
         token: u64,
         outcome: ToolOutcome,
     ) -> Result<(), InputError> {
-        self.running_body(token)?;
-        let next = self.body_done(outcome);
-        self.continue_call(now, next);
+        let i = self.running_body(token)?;
+        self.tool_body_done(now, i, outcome);
         self.after_input();
         Ok(())
     }
@@ -228,9 +227,8 @@ impl Agent {
         token: u64,
         error: HookError,
     ) -> Result<(), InputError> {
-        self.running_body(token)?;
-        self.take_stage();
-        self.turn_error(now, error);
+        let i = self.running_body(token)?;
+        self.tool_runner_failed(now, i, error);
         self.after_input();
         Ok(())
     }
@@ -286,30 +284,27 @@ impl Agent {
                 self.take_stage();
                 self.turn_stopping_done(now, r);
             }
-            HookAnswer::ToolPreExecute(r) => {
-                let next = self.pre_execute_done(now, r);
-                self.continue_call(now, next);
-            }
-            HookAnswer::ToolApproval(outcome) => {
-                let next = self.approval_done(now, outcome);
-                self.continue_call(now, next);
-            }
-            HookAnswer::ToolPostExecute(r) => {
-                let next = self.post_execute_done(r);
-                self.continue_call(now, next);
+            answer @ (HookAnswer::ToolPreExecute(_)
+            | HookAnswer::ToolApproval(_)
+            | HookAnswer::ToolPostExecute(_)) => {
+                if let Some((i, _)) = self.tools_ref().and_then(|t| t.hook(id)) {
+                    self.tool_hook_done(now, i, answer);
+                }
             }
         }
         self.after_input();
         Ok(())
     }
 
-    /// The retry timer (`poll_timeout`) may have passed.
+    /// The deadline of [`poll_timeout`](Self::poll_timeout) may have
+    /// passed (the retry wait, R-14). Idempotent: a spurious wake-up (no
+    /// timer armed, `now` before the deadline, or a second call for a
+    /// timer already fired) is `Ok` and changes nothing. It never returns
+    /// an error today; the `Result` leaves room for one.
     pub fn handle_timeout(&mut self, now: i64) -> Result<(), InputError> {
-        let Some(deadline) = self.poll_timeout() else {
-            return Err(InputError::NoTimer);
-        };
-        if now < deadline {
-            return Ok(());
+        match self.poll_timeout() {
+            Some(deadline) if now >= deadline => {}
+            _ => return Ok(()),
         }
         if let Some(Stage::RetryWait { record, .. }) = self.take_stage() {
             let started = LlmRetryStarted {

@@ -505,13 +505,7 @@ impl Agent {
         } else if calls.is_empty() {
             self.step_finished(now, Some(StepEnd::Completed));
         } else {
-            self.set_stage(Stage::Tools(Box::new(ToolPhase {
-                calls,
-                cursor: 0,
-                concluded: false,
-                current: None,
-            })));
-            self.run_tools(now);
+            self.start_tools(now, calls);
         }
     }
 }
