@@ -244,8 +244,61 @@ enum Stage {
     },
 }
 
-/// The agent loop as a sans-IO state machine. See the [module
-/// docs](super) for the driving loop.
+/// The agent loop (loop.md) as a sans-IO state machine. See the [module
+/// docs](super) for a driving loop.
+///
+/// # Contract
+///
+/// **Inputs** are the `&mut self` methods that take `now`: user input
+/// ([`send`](Self::send), [`followup`](Self::followup),
+/// [`steer`](Self::steer), [`inject`](Self::inject),
+/// [`cancel`](Self::cancel), [`edit_inbox`](Self::edit_inbox)),
+/// completions ([`handle_chunk`](Self::handle_chunk),
+/// [`handle_stream_end`](Self::handle_stream_end),
+/// [`handle_stream_error`](Self::handle_stream_error),
+/// [`handle_tool_result`](Self::handle_tool_result),
+/// [`handle_tool_failure`](Self::handle_tool_failure),
+/// [`complete_hook`](Self::complete_hook)), the timer
+/// ([`handle_timeout`](Self::handle_timeout)) and plugin calls
+/// ([`append_event`](Self::append_event),
+/// [`begin_maintenance`](Self::begin_maintenance),
+/// [`end_maintenance`](Self::end_maintenance)). Each runs to completion
+/// synchronously; the installed [`Hooks`] run inside it.
+///
+/// **Outputs** are queued in the order they arise and taken with
+/// [`poll`](Self::poll). [`Output::Appended`] for new events always comes
+/// before the output that follows them (the `tool/call` is announced
+/// before its [`Output::ExecuteTool`]), so a shell that persists appended
+/// events as it polls writes ahead of every effect it starts.
+///
+/// **Drain before the next input.** After every input, call `poll` until
+/// it returns `None`, act on (or hand off) each output, then read
+/// [`poll_timeout`](Self::poll_timeout) again: it may have changed. Only
+/// then feed the next input. Answers always name what they answer (an
+/// attempt, a tool token, a hook id), so completions of several outputs
+/// may come back in any order: the outputs of a parallel tool group
+/// ([`Output::ExecuteTool`] several times before any result, LC-24) are
+/// answered by token as each body ends.
+///
+/// **`now`** is wall-clock time in epoch milliseconds, supplied by the
+/// shell; the core has no clock. It becomes the `time` of the events the
+/// input appends (written as given) and the base of the retry deadline
+/// (`deadline = now + delay`). It need not be monotonic and a step back is
+/// never an error: event times follow it, and a timer simply fires when
+/// a later `now` reaches its deadline (a clock that goes back delays a
+/// retry, one that jumps ahead fires it early). Pass a non-decreasing
+/// clock for sensible logs.
+///
+/// **Refusals.** An input that does not fit the current state returns an
+/// [`InputError`] and changes nothing. [`InputError::is_benign`] tells a
+/// harmless race (a chunk of a cancelled attempt, a tool result or hook
+/// answer that arrives after its call or turn ended) from misuse that
+/// deserves a report. [`handle_timeout`](Self::handle_timeout) is
+/// idempotent: a spurious or duplicate wake-up is `Ok` and does nothing.
+///
+/// **Determinism.** Ids come from the [`IdSource`], jitter from the
+/// [`JitterSource`], time from `now`: the same inputs in the same order
+/// give a byte-identical log.
 pub struct Agent {
     id: SessionId,
     config: AgentConfig,
@@ -475,15 +528,17 @@ impl Agent {
         &self.faults
     }
 
-    /// The next output, or `None` when drained. Drain completely after
-    /// every input.
+    /// The next output, in the order they arose, or `None` when drained.
+    /// Drain completely after every input, before the next one.
     pub fn poll(&mut self) -> Option<Output> {
         self.announce();
         self.outputs.pop_front()
     }
 
-    /// The deadline (epoch ms) of the armed timer, if any: feed
-    /// [`handle_timeout`](Self::handle_timeout) when it passes.
+    /// The deadline (epoch ms, on the shell's `now` scale) of the armed
+    /// timer, if any: feed [`handle_timeout`](Self::handle_timeout) once
+    /// `now` reaches it. Read it again after every drain. Only the retry
+    /// wait arms a timer; tool timeouts belong to the shell (TL-14).
     pub fn poll_timeout(&self) -> Option<i64> {
         match &self.phase {
             Phase::Running(r) => match &r.stage {
