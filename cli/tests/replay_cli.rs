@@ -38,21 +38,34 @@ fn identical_replay_exits_zero() {
 
 #[test]
 fn a_difference_exits_one_and_says_where_and_why() {
+    // A recording changed by hand: one assistant message gains a text
+    // block the model never streamed.
+    let text =
+        std::fs::read_to_string(log("examples-acp-agent__text-turn__session.jsonl")).unwrap();
+    let changed = text.replacen(
+        r#""content":[{"type":"reasoning","#,
+        r#""content":[{"type":"text","text":"X"},{"type":"reasoning","#,
+        1,
+    );
+    assert_ne!(changed, text);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("changed.jsonl");
+    std::fs::write(&path, changed).unwrap();
     let o = dsh(&[
         "replay",
         "--check",
         "--fixture-tokens",
-        &log("examples-acp-agent__parallel-tool-calls__session.jsonl"),
+        path.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "reproduced 18/31 core events");
+    assert_eq!(lines[0], "reproduced 36/39 core events");
     assert!(lines[1].starts_with(
-        "first difference at seq 19: the recording starts this tool call while another one runs"
+        "first difference at seq 37: assistant/message differs at .data.message.content"
     ));
-    assert!(lines[2].starts_with(r#"  recorded: {"type":"tool/call","seq":19"#));
-    assert_eq!(lines[3], "  produced: (no event)");
+    assert!(lines[2].starts_with(r#"  recorded: {"type":"assistant/message","seq":37"#));
+    assert!(lines[3].starts_with(r#"  produced: {"type":"assistant/message","seq":37"#));
 }
 
 #[test]

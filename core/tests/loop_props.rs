@@ -2,9 +2,10 @@
 //! order of user input, cancellations, model chunks, tool results and hook
 //! answers, the log always passes the invariant checker (checked after every
 //! drain by the harness), every `tool/call` gets exactly one `tool/result`
-//! in its step (unless the runner itself failed, LC-36), a cancel at any
-//! point leaves a balanced log once pending work is answered, and nothing
-//! panics.
+//! in its step (unless the runner itself failed, LC-36) and results come
+//! in call order even when a parallel group's bodies end out of order
+//! (LC-24), a cancel at any point leaves a balanced log once pending work
+//! is answered, and nothing panics.
 
 mod loop_support;
 
@@ -34,9 +35,9 @@ enum Op {
     BadCall,
     End(u8),
     StreamError,
-    ToolOk(bool, bool),
-    ToolErr,
-    ToolFail,
+    ToolOk(u8, bool, bool),
+    ToolErr(u8),
+    ToolFail(u8),
     Answer(bool),
     Timeout(u16),
     Plugin,
@@ -55,9 +56,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::BadCall),
         4 => any::<u8>().prop_map(Op::End),
         1 => Just(Op::StreamError),
-        4 => (any::<bool>(), any::<bool>()).prop_map(|(c, x)| Op::ToolOk(c, x)),
-        1 => Just(Op::ToolErr),
-        1 => Just(Op::ToolFail),
+        4 => (any::<u8>(), any::<bool>(), any::<bool>()).prop_map(|(k, c, x)| Op::ToolOk(k, c, x)),
+        1 => any::<u8>().prop_map(Op::ToolErr),
+        1 => any::<u8>().prop_map(Op::ToolFail),
         4 => any::<bool>().prop_map(Op::Answer),
         1 => any::<u16>().prop_map(Op::Timeout),
         1 => Just(Op::Plugin),
@@ -73,6 +74,8 @@ struct Setup {
     wake_latch: bool,
     always_retry: bool,
     ask: bool,
+    /// `maxParallelToolCalls` (LC-24).
+    max_parallel: usize,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -94,14 +97,16 @@ fn setup() -> impl Strategy<Value = Setup> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        1usize..4,
     )
-        .prop_map(|(d, r, i, w, a, ask)| Setup {
+        .prop_map(|(d, r, i, w, a, ask, max_parallel)| Setup {
             defer: d.into_iter().map(|i| SEAMS[i]).collect(),
             retry_executor: r,
             interrupted_prefix: i,
             wake_latch: w,
             always_retry: a,
             ask,
+            max_parallel,
         })
 }
 
@@ -117,7 +122,15 @@ fn cause(c: u8) -> CancelCause {
 }
 
 fn harness(s: &Setup) -> T {
-    let mut config = f0_config(vec![echo(), plain_tool("slow")]);
+    // `look` may run in parallel groups (TL-15); the others run alone.
+    let mut look = dsh_core::agent::tools::ToolDefinition::untyped(
+        "look",
+        "look",
+        serde_json::json!({"type":"object"}),
+    );
+    look.concurrency_safe = true;
+    let mut config = f0_config(vec![echo(), plain_tool("slow"), look]);
+    config.max_parallel_tool_calls = s.max_parallel;
     config.retry_executor = s.retry_executor;
     config.interrupted_prefix = s.interrupted_prefix;
     config.wake_latch = s.wake_latch;
@@ -234,6 +247,17 @@ impl Run {
         }
     }
 
+    /// One of the last few executed tools (a parallel group has several
+    /// bodies out; stale ones are refused harmlessly).
+    fn pick_tool(&self, k: u8) -> Option<dsh_core::agent::ToolExecution> {
+        let n = self.t.tools.len();
+        if n == 0 {
+            return None;
+        }
+        let back = usize::from(k % 4).min(n - 1);
+        self.t.tools.get(n - 1 - back).cloned()
+    }
+
     fn apply(&mut self, op: Op) {
         let now = self.t.tick();
         self.track();
@@ -271,7 +295,7 @@ impl Run {
             Op::Call(i, n) => {
                 if let Some(a) = self.attempt() {
                     self.call_seq += 1;
-                    let name = ["echo", "slow", "nope", ""][usize::from(n) % 4];
+                    let name = ["echo", "slow", "nope", "", "look", "look"][usize::from(n) % 6];
                     let id = format!("c{}", self.call_seq);
                     let index = u64::from(i % 4) + 1;
                     let _ = self.t.agent.handle_chunk(
@@ -332,8 +356,8 @@ impl Run {
                     }
                 }
             }
-            Op::ToolOk(conclude, ctx) => {
-                if let Some(exec) = self.t.tools.last().cloned() {
+            Op::ToolOk(k, conclude, ctx) => {
+                if let Some(exec) = self.pick_tool(k) {
                     let mut o = echo_result("ok");
                     if conclude {
                         o = o.concluding();
@@ -345,8 +369,8 @@ impl Run {
                     let _ = self.t.agent.handle_tool_result(now, exec.token, o);
                 }
             }
-            Op::ToolErr => {
-                if let Some(exec) = self.t.tools.last().cloned() {
+            Op::ToolErr(k) => {
+                if let Some(exec) = self.pick_tool(k) {
                     let _ = self.t.agent.handle_tool_result(
                         now,
                         exec.token,
@@ -354,8 +378,8 @@ impl Run {
                     );
                 }
             }
-            Op::ToolFail => {
-                if let Some(exec) = self.t.tools.last().cloned() {
+            Op::ToolFail(k) => {
+                if let Some(exec) = self.pick_tool(k) {
                     if self
                         .t
                         .agent
@@ -415,11 +439,18 @@ impl Run {
                     .t
                     .agent
                     .complete_hook(now, id, default_answer(&call, false));
-            } else if let Some(exec) = self.t.tools.last().cloned() {
-                let _ = self
-                    .t
-                    .agent
-                    .handle_tool_result(now, exec.token, echo_result("late"));
+            } else {
+                // Answer the newest body that still runs.
+                for exec in self.t.tools.clone().iter().rev() {
+                    match self
+                        .t
+                        .agent
+                        .handle_tool_result(now, exec.token, echo_result("late"))
+                    {
+                        Ok(()) => break,
+                        Err(e) => assert!(e.is_benign(), "{e}"),
+                    }
+                }
             }
             self.t.drain();
         }
@@ -444,6 +475,20 @@ fn check_tool_pairs(t: &T, runner_failed: &[(u64, u64)]) {
                 *answers.entry(src[0]).or_default() += 1;
             }
             _ => {}
+        }
+    }
+    // LC-24: within a step, results commit in call order.
+    let mut last: HashMap<(u64, u64), u64> = HashMap::new();
+    for e in events {
+        if let EventData::ToolResult(r) = e.data() {
+            let src = e.source_event_seqs().expect("a tool/result cites its call")[0];
+            if let Some(prev) = last.insert((r.turn, r.step), src) {
+                assert!(
+                    prev < src,
+                    "result for call #{src} after #{prev}\n{}",
+                    t.log().join("\n")
+                );
+            }
         }
     }
     for (seq, (turn, step)) in calls {

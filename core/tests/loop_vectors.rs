@@ -1552,7 +1552,8 @@ fn impossible_inputs_are_refused_and_change_nothing() {
             .complete_hook(1, 9, HookAnswer::TurnStopping(Ok(()))),
         Err(InputError::UnknownHook { id: 9 })
     );
-    assert_eq!(t.agent.handle_timeout(1), Err(InputError::NoTimer));
+    // A spurious timer wake-up is harmless (no timer armed): Ok, no effect.
+    assert_eq!(t.agent.handle_timeout(1), Ok(()));
     assert!(t.agent.session().is_empty());
     assert!(t.agent.poll().is_none());
     // A duplicate pending id (IB-1).

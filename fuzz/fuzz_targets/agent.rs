@@ -113,7 +113,7 @@ enum Input {
     Maintenance(bool),
 }
 
-const NAMES: [&str; 4] = ["echo", "slow", "nope", ""];
+const NAMES: [&str; 5] = ["echo", "slow", "nope", "", "look"];
 
 fn chunk(c: FuzzChunk) -> StreamChunk {
     let i = |x: u8| u64::from(x % 8);
@@ -128,7 +128,7 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
         FuzzChunk::EndText(x, text) => StreamChunk::BlockEnd { index: i(x), block: ContentBlock::text(text) },
         FuzzChunk::EndCall(x, id, n, args) => StreamChunk::BlockEnd {
             index: i(x),
-            block: ContentBlock::tool_call(id, NAMES[usize::from(n) % 4], args),
+            block: ContentBlock::tool_call(id, NAMES[usize::from(n) % NAMES.len()], args),
         },
         FuzzChunk::Usage(a, b) => StreamChunk::Usage { usage: TokenUsage { input_tokens: a, output_tokens: b, ..TokenUsage::default() } },
         FuzzChunk::Finish(f) => StreamChunk::finish(match f {
@@ -190,12 +190,17 @@ fuzz_target!(|case: Case| {
     let mut tools = ToolRegistry::new();
     let _ = tools.register(ToolDefinition::typed("echo", "", serde_json::json!({"type":"object","properties":{"text":{"type":"string"}},"required":["text"]})));
     let _ = tools.register(ToolDefinition::untyped("slow", "", serde_json::json!({})));
+    // A parallel-safe tool: consecutive calls run as a group (LC-24).
+    let mut look = ToolDefinition::untyped("look", "", serde_json::json!({}));
+    look.concurrency_safe = true;
+    let _ = tools.register(look);
     let config = AgentConfig {
         options: AgentOptions { provider: Some("mock".into()), model: Some("mock".into()), max_tokens: None },
         tools,
         retry_executor: case.retry_executor,
         interrupted_prefix: case.interrupted_prefix,
         wake_latch: case.wake_latch,
+        max_parallel_tool_calls: usize::from(case.defer % 4),
         ..AgentConfig::default()
     };
     let Ok(agent) = Agent::new(config, Session::new(SessionHeader::new("fuzz", 0))) else { return };

@@ -248,13 +248,27 @@ pub enum InputError {
         /// The attempt named.
         attempt: u64,
     },
-    /// A tool result names no running tool call.
+    /// A tool result names a token this agent never issued.
     UnknownToolCall {
         /// The token named.
         token: u64,
     },
-    /// A hook answer names no pending hook.
+    /// A tool result (or runner failure) names a call that no longer runs:
+    /// its result was already taken, or the turn ended (an abort, a turn
+    /// error) before it arrived. Benign: the late result is dropped.
+    StaleToolCall {
+        /// The token named.
+        token: u64,
+    },
+    /// A hook answer names an id this agent never issued.
     UnknownHook {
+        /// The id named.
+        id: u64,
+    },
+    /// A hook answer names a hook that is no longer pending: it was
+    /// answered already, or the stage that asked ended (a turn error, a
+    /// runner failure). Benign: the late answer is dropped.
+    StaleHook {
         /// The id named.
         id: u64,
     },
@@ -265,7 +279,9 @@ pub enum InputError {
         /// The answer's kind.
         got: &'static str,
     },
-    /// A timeout arrived while no timer is armed.
+    /// A timeout arrived while no timer is armed. Benign.
+    /// [`handle_timeout`](super::Agent::handle_timeout) no longer returns
+    /// it (a spurious wake-up is `Ok`); kept for compatibility.
     NoTimer,
     /// IB-1: the message id is already pending.
     DuplicateMessage(MessageId),
@@ -279,6 +295,25 @@ pub enum InputError {
     /// `begin_maintenance` outside `Idle`, or `end_maintenance` outside
     /// maintenance (LC-39).
     NotAllowedNow(&'static str),
+}
+
+impl InputError {
+    /// Whether this refusal is a harmless race rather than misuse: the
+    /// input answers something that ended meanwhile (a stream of a
+    /// cancelled or superseded attempt, a tool result or hook answer that
+    /// arrives after the call or turn ended, a timer that is no longer
+    /// armed). A runtime may drop a benign refusal silently; any other
+    /// refusal is a bug in the caller and worth reporting. Either way the
+    /// agent is unchanged.
+    pub fn is_benign(&self) -> bool {
+        matches!(
+            self,
+            InputError::StaleAttempt { .. }
+                | InputError::StaleToolCall { .. }
+                | InputError::StaleHook { .. }
+                | InputError::NoTimer
+        )
+    }
 }
 
 impl From<InboxError> for InputError {
@@ -300,7 +335,13 @@ impl fmt::Display for InputError {
             InputError::UnknownToolCall { token } => {
                 write!(f, "no running tool call has token {token}")
             }
+            InputError::StaleToolCall { token } => {
+                write!(f, "tool call {token} no longer runs (a late result)")
+            }
             InputError::UnknownHook { id } => write!(f, "no pending hook has id {id}"),
+            InputError::StaleHook { id } => {
+                write!(f, "hook {id} is no longer pending (a late answer)")
+            }
             InputError::HookMismatch { expected, got } => {
                 write!(f, "the pending hook is {expected}, not {got}")
             }

@@ -12,7 +12,7 @@
 //! | [`handle_chunk`](Agent::handle_chunk), [`handle_stream_end`](Agent::handle_stream_end), [`handle_stream_error`](Agent::handle_stream_error) | the model stream of an [`Output::CallModel`] |
 //! | [`handle_tool_result`](Agent::handle_tool_result), [`handle_tool_failure`](Agent::handle_tool_failure) | the tool body of an [`Output::ExecuteTool`] |
 //! | [`complete_hook`](Agent::complete_hook) | the answer to an [`Output::Hook`] |
-//! | [`handle_timeout`](Agent::handle_timeout) | [`Agent::poll_timeout`] passed (retry delays) |
+//! | [`handle_timeout`](Agent::handle_timeout) | [`Agent::poll_timeout`] passed (retry delays); a spurious call is harmless |
 //! | [`append_event`](Agent::append_event), [`edit_inbox`](Agent::edit_inbox), [`begin_maintenance`](Agent::begin_maintenance) / [`end_maintenance`](Agent::end_maintenance) | plugins |
 //!
 //! | output | the shell… |
@@ -20,7 +20,7 @@
 //! | [`Output::Appended`] | persists / publishes the new session events |
 //! | [`Output::CallModel`] | starts the model stream (tagged with its attempt) |
 //! | [`Output::CancelModelCall`] | stops that stream |
-//! | [`Output::ExecuteTool`] | runs the tool body |
+//! | [`Output::ExecuteTool`] | runs the tool body (several at once for a parallel group, LC-24) |
 //! | [`Output::AbortTurn`] | aborts in-flight hooks and tools |
 //! | [`Output::Hook`] | answers a deferred seam |
 //! | [`Output::Flush`] | may flush the store (durability barrier) |
@@ -34,7 +34,9 @@
 //!
 //! An input that is impossible in the current state (a chunk when no stream
 //! is open, a result for an unknown tool call, a stale attempt) returns an
-//! [`InputError`] and changes nothing.
+//! [`InputError`] and changes nothing; [`InputError::is_benign`] separates
+//! late answers from misuse. The exact contract (polling order, `now`,
+//! drain-before-next-input) is on [`Agent`].
 //!
 //! # A driving loop
 //!
@@ -109,4 +111,7 @@ pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
 };
 pub(crate) use machine::append_foreign;
-pub use machine::{Agent, AgentConfig, AgentOptions, InboxEdit, ResumeError, is_loop_owned};
+pub use machine::{
+    Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, InboxEdit, ResumeError,
+    is_loop_owned,
+};

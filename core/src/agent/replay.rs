@@ -541,7 +541,6 @@ impl IdSource for ReplayIds {
 enum Waiting {
     Nothing,
     Model { attempt: u64 },
-    Tool { token: u64, call_id: String },
 }
 
 /// Reads a raw JSONL recording (persistence.md 6) and replays it. With
@@ -622,13 +621,12 @@ pub fn replay(
             _ => None,
         })
         .collect();
+    let (parallel, widest) = parallel_tools(live);
     let mut registry = ToolRegistry::new();
     for name in names {
-        let _ = registry.register(ToolDefinition::untyped(
-            name,
-            "",
-            Value::Object(Default::default()),
-        ));
+        let mut tool = ToolDefinition::untyped(name, "", Value::Object(Default::default()));
+        tool.concurrency_safe = parallel.contains(&tool.schema.name);
+        let _ = registry.register(tool);
     }
     let first_header = live.iter().find_map(|e| match e.data() {
         EventData::RequestHeader(h) => Some(h.header.config.clone()),
@@ -643,6 +641,7 @@ pub fn replay(
         tools: registry,
         interrupted_prefix: options.interrupted_prefix,
         wake_latch: options.wake_latch,
+        max_parallel_tool_calls: widest.max(super::DEFAULT_MAX_PARALLEL_TOOL_CALLS),
         ..AgentConfig::default()
     };
     let rec = Arc::new(Recording { events });
@@ -672,6 +671,7 @@ pub fn replay(
         agent,
         rec,
         waiting: Waiting::Nothing,
+        bodies: Vec::new(),
         checked: seed_len as u64,
         report,
     };
@@ -679,11 +679,45 @@ pub fn replay(
     driver.report
 }
 
+/// The tools the recording ran in parallel groups (LC-24), and the most
+/// calls it had in flight at once. A `tool/call` appended while an earlier
+/// call of the same step has no result yet shows a group: every call open
+/// at that moment was classified `parallel` (TL-15).
+fn parallel_tools(live: &[SessionEvent]) -> (BTreeSet<String>, usize) {
+    let mut parallel = BTreeSet::new();
+    let mut open: Vec<(String, String)> = Vec::new();
+    let mut widest = 0;
+    for e in live {
+        match e.data() {
+            EventData::ToolCall(c) => {
+                open.push((c.call_id.0.clone(), c.name.clone()));
+                if open.len() > 1 {
+                    parallel.extend(open.iter().map(|(_, name)| name.clone()));
+                }
+                widest = widest.max(open.len());
+            }
+            EventData::ToolResult(r) if is_core_event(e) => {
+                if let Some(crate::content::ContentBlock::ToolResult { tool_call_id, .. }) =
+                    r.message.content.first()
+                {
+                    open.retain(|(id, _)| *id != tool_call_id.0);
+                }
+            }
+            EventData::StepEnd(_) | EventData::TurnEnd(_) => open.clear(),
+            _ => {}
+        }
+    }
+    (parallel, widest)
+}
+
 struct Driver {
     fixture_tokens: bool,
     agent: Agent,
     rec: Arc<Recording>,
     waiting: Waiting,
+    /// Tool bodies the agent started and the recording has not answered:
+    /// (token, call id), in start order.
+    bodies: Vec<(u64, String)>,
     checked: u64,
     report: ReplayReport,
 }
@@ -718,12 +752,7 @@ impl Driver {
                         attempt: call.attempt,
                     }
                 }
-                Output::ExecuteTool(exec) => {
-                    self.waiting = Waiting::Tool {
-                        token: exec.token,
-                        call_id: exec.call_id.0.clone(),
-                    }
-                }
+                Output::ExecuteTool(exec) => self.bodies.push((exec.token, exec.call_id.0)),
                 Output::CancelModelCall { .. } => self.waiting = Waiting::Nothing,
                 _ => {}
             }
@@ -784,11 +813,9 @@ impl Driver {
                 return;
             };
             if !self.step(&next) {
-                if matches!(self.waiting, Waiting::Tool { .. })
-                    && matches!(next.data(), EventData::ToolCall(_))
-                {
+                if !self.bodies.is_empty() && matches!(next.data(), EventData::ToolCall(_)) {
                     let reason = String::from(
-                        "the recording starts this tool call while another one runs (a parallel tool group, LC-24); the core runs calls one at a time (LC-23)",
+                        "the recording starts this tool call while another one runs (a parallel tool group, LC-24); the agent waits for the running call first",
                     );
                     self.differ(pos, None, reason);
                     return;
@@ -797,9 +824,9 @@ impl Driver {
                     "no input explains the recorded {} here (the agent is {})",
                     next.event_type(),
                     match self.waiting {
-                        Waiting::Nothing => "waiting for input",
                         Waiting::Model { .. } => "streaming",
-                        Waiting::Tool { .. } => "running a tool",
+                        Waiting::Nothing if !self.bodies.is_empty() => "running a tool",
+                        Waiting::Nothing => "waiting for input",
                     }
                 );
                 self.differ(pos, None, reason);
@@ -848,11 +875,7 @@ impl Driver {
         }
         match self.waiting {
             Waiting::Model { attempt } => self.model(now, attempt, next),
-            Waiting::Tool { token, ref call_id } => {
-                let call_id = call_id.clone();
-                self.tool(now, token, &call_id, next)
-            }
-            Waiting::Nothing => false,
+            Waiting::Nothing => self.tool(now, next),
         }
     }
 
@@ -934,13 +957,25 @@ impl Driver {
         self.agent.handle_stream_end(now, attempt).is_ok()
     }
 
-    fn tool(&mut self, now: i64, token: u64, call_id: &str, next: &SessionEvent) -> bool {
+    /// Answers the running body whose call the recorded `tool/result`
+    /// `next` names.
+    fn tool(&mut self, now: i64, next: &SessionEvent) -> bool {
         let EventData::ToolResult(r) = next.data() else {
             return false;
         };
         if r.message.source.kind() != "tool" {
             return false;
         }
+        let Some(i) = self.bodies.iter().position(|(_, id)| {
+            matches!(
+                r.message.content.first(),
+                Some(crate::content::ContentBlock::ToolResult { tool_call_id, .. })
+                    if tool_call_id.0 == *id
+            )
+        }) else {
+            return false;
+        };
+        let (token, _) = self.bodies.remove(i);
         let pos = self.pos();
         let mut outcome = outcome_of(r);
         // Contexts staged right after the result came with it (LC-23.5).
@@ -981,8 +1016,6 @@ impl Driver {
                 self.agent.cancel(now, cause, keep);
             }
         }
-        let _ = call_id;
-        self.waiting = Waiting::Nothing;
         self.agent.handle_tool_result(now, token, outcome).is_ok()
     }
 }

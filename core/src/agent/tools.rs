@@ -40,8 +40,10 @@ pub struct ToolDefinition {
     pub output_schema: Option<Value>,
     /// Cooperative timeout the shell enforces (TL-14).
     pub timeout_ms: Option<f64>,
-    /// Whether calls may overlap (TL-15). The core runs every call
-    /// sequentially (LC-23), so this only informs
+    /// `isConcurrencySafe` (TL-15): consecutive calls of such tools whose
+    /// arguments validate run as a parallel group (LC-24, at most
+    /// [`AgentConfig::max_parallel_tool_calls`](super::AgentConfig::max_parallel_tool_calls)
+    /// in flight); every other call runs alone (LC-23). See
     /// [`ToolRegistry::execution_mode`].
     pub concurrency_safe: bool,
 }

@@ -1,0 +1,322 @@
+//! The inputs of the Agent surface (loop.md §3) and the completions the
+//! shell feeds back.
+
+use super::*;
+
+impl Agent {
+    // ------------------------------------------------------------------
+    // Inputs: the Agent surface (§3)
+
+    /// `send(message, target, wakeup)` (IB-6).
+    pub fn send(
+        &mut self,
+        now: i64,
+        message: Message,
+        target: InboxTarget,
+        wakeup: bool,
+    ) -> Result<(), InputError> {
+        self.check_user_message(&message)?;
+        let target = if wakeup && self.activity_aborted() {
+            InboxTarget::NextTurn
+        } else {
+            target
+        };
+        let len = self.inbox.list(target).len() as i64;
+        let splice = self
+            .inbox
+            .plan(target, len, 0, alloc::vec![message], false)?;
+        if let Some(splice) = splice {
+            self.commit_splice(now, splice);
+        }
+        if wakeup {
+            self.wake(now);
+        }
+        self.after_input();
+        Ok(())
+    }
+
+    /// `followup(m)`: `send(m, next-turn, wake)`.
+    pub fn followup(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+        self.send(now, message, InboxTarget::NextTurn, true)
+    }
+
+    /// `steer(m)`: `send(m, next-step, wake)`.
+    pub fn steer(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+        self.send(now, message, InboxTarget::NextStep, true)
+    }
+
+    /// `inject(m)`: `send(m, next-step, no wake)`.
+    pub fn inject(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+        self.send(now, message, InboxTarget::NextStep, false)
+    }
+
+    /// `cancel(cause, keep_inbox)` (LC-33).
+    pub fn cancel(&mut self, now: i64, cause: CancelCause, keep_inbox: bool) {
+        self.cancel_inner(now, cause, keep_inbox);
+        self.after_input();
+    }
+
+    /// Direct inbox edits (IB-7); they never wake the driver. Returns
+    /// whether the edit found its target (always true for inserts).
+    pub fn edit_inbox(&mut self, now: i64, edit: InboxEdit) -> Result<bool, InputError> {
+        let (splice, found) = match edit {
+            InboxEdit::Replace(id, message) => {
+                self.check_user_message(&message)?;
+                match self.inbox.find(&id) {
+                    None => (None, false),
+                    Some((target, i)) => (
+                        self.inbox
+                            .plan(target, i as i64, 1, alloc::vec![message], false)?,
+                        true,
+                    ),
+                }
+            }
+            InboxEdit::Remove(id) => match self.inbox.find(&id) {
+                None => (None, false),
+                Some((target, i)) => (
+                    self.inbox.plan(target, i as i64, 1, Vec::new(), false)?,
+                    true,
+                ),
+            },
+            InboxEdit::Append(target, message) => {
+                self.check_user_message(&message)?;
+                let len = self.inbox.list(target).len() as i64;
+                (
+                    self.inbox
+                        .plan(target, len, 0, alloc::vec![message], false)?,
+                    true,
+                )
+            }
+            InboxEdit::Prepend(target, message) => {
+                self.check_user_message(&message)?;
+                (
+                    self.inbox.plan(target, 0, 0, alloc::vec![message], false)?,
+                    true,
+                )
+            }
+        };
+        if let Some(s) = splice {
+            self.commit_splice(now, s);
+        }
+        self.after_input();
+        Ok(found)
+    }
+
+    /// Appends a plugin or tool-owned event (TL-24), or a surface
+    /// replacement (compaction, CP-1). Loop-owned types are refused.
+    pub fn append_event(
+        &mut self,
+        now: i64,
+        data: EventData,
+        intent: Option<SurfaceIntent>,
+    ) -> Result<u64, InputError> {
+        let seq = append_foreign(&mut self.session, now, data, intent)?;
+        self.after_input();
+        Ok(seq)
+    }
+
+    /// `MaintenanceBegin` (LC-39): only from `Idle`.
+    pub fn begin_maintenance(&mut self, _now: i64) -> Result<(), InputError> {
+        match self.phase {
+            Phase::Idle { last_turn } => {
+                self.phase = Phase::Maintenance {
+                    last_turn,
+                    aborted: None,
+                    wake_requested: false,
+                };
+                Ok(())
+            }
+            _ => Err(InputError::NotAllowedNow(
+                "maintenance can begin only while idle",
+            )),
+        }
+    }
+
+    /// `MaintenanceEnd` (LC-39): back to `Idle`, then a requested wake.
+    pub fn end_maintenance(&mut self, now: i64) -> Result<(), InputError> {
+        let Phase::Maintenance {
+            last_turn,
+            wake_requested,
+            ..
+        } = self.phase
+        else {
+            return Err(InputError::NotAllowedNow("no maintenance is running"));
+        };
+        self.phase = Phase::Idle { last_turn };
+        if wake_requested && (!self.config.wake_latch || !self.inbox.is_empty()) {
+            self.wake(now);
+        }
+        self.after_input();
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------
+    // Inputs: completions
+
+    /// A chunk of model attempt `attempt` (LC-19).
+    pub fn handle_chunk(
+        &mut self,
+        now: i64,
+        attempt: u64,
+        chunk: StreamChunk,
+    ) -> Result<(), InputError> {
+        let (turn, step) = self.open_stream(attempt)?;
+        if let Some(Stage::Streaming(s)) = self.stage_mut() {
+            s.assembler.push(&chunk);
+        }
+        match self
+            .session
+            .append(AssistantChunk::new(turn, step, chunk), None, now)
+        {
+            Ok(e) => {
+                let seq = e.seq();
+                if let Some(Stage::Streaming(s)) = self.stage_mut() {
+                    s.chunk_seqs.push(seq);
+                }
+            }
+            Err(e) => self.faults.push(format!("assistant/chunk refused: {e}")),
+        }
+        Ok(())
+    }
+
+    /// The model stream of `attempt` ended normally (LC-20).
+    pub fn handle_stream_end(&mut self, now: i64, attempt: u64) -> Result<(), InputError> {
+        self.open_stream(attempt)?;
+        let Some(Stage::Streaming(stream)) = self.take_stage() else {
+            return Err(InputError::NoOpenStream);
+        };
+        self.stream_ended(now, *stream);
+        self.after_input();
+        Ok(())
+    }
+
+    /// The model stream of `attempt` failed outside the adapter (a throwing
+    /// stream middleware or consumer, `ModelThrew`): a turn error (LC-27).
+    /// Adapter failures must arrive as a terminal `finish` chunk instead.
+    pub fn handle_stream_error(
+        &mut self,
+        now: i64,
+        attempt: u64,
+        error: HookError,
+    ) -> Result<(), InputError> {
+        self.open_stream(attempt)?;
+        self.take_stage();
+        self.turn_error(now, error);
+        self.after_input();
+        Ok(())
+    }
+
+    /// The result of the tool body started by [`Output::ExecuteTool`].
+    pub fn handle_tool_result(
+        &mut self,
+        now: i64,
+        token: u64,
+        outcome: ToolOutcome,
+    ) -> Result<(), InputError> {
+        let i = self.running_body(token)?;
+        self.tool_body_done(now, i, outcome);
+        self.after_input();
+        Ok(())
+    }
+
+    /// The tool runner itself failed (`ToolRunnerFailed`): no result is
+    /// written for the call and the turn ends in error (LC-36).
+    pub fn handle_tool_failure(
+        &mut self,
+        now: i64,
+        token: u64,
+        error: HookError,
+    ) -> Result<(), InputError> {
+        let i = self.running_body(token)?;
+        self.tool_runner_failed(now, i, error);
+        self.after_input();
+        Ok(())
+    }
+
+    /// The answer to [`Output::Hook`] `id`.
+    pub fn complete_hook(
+        &mut self,
+        now: i64,
+        id: u64,
+        answer: HookAnswer,
+    ) -> Result<(), InputError> {
+        let expected = self.pending_hook(id)?;
+        let got = answer.name();
+        if expected != got {
+            return Err(InputError::HookMismatch { expected, got });
+        }
+        match answer {
+            HookAnswer::Assemble(r) => {
+                if let Some(Stage::Assembly {
+                    proposed, claimed, ..
+                }) = self.take_stage()
+                {
+                    self.assembly_done(now, proposed, claimed, r);
+                }
+            }
+            HookAnswer::PreStep(r) => {
+                if let Some(Stage::PreStep {
+                    proposed, assembly, ..
+                }) = self.take_stage()
+                {
+                    self.pre_step_done(now, proposed, assembly, r);
+                }
+            }
+            HookAnswer::Request(r) => {
+                if let Some(Stage::RequestConfig { messages, .. }) = self.take_stage() {
+                    self.request_config_done(now, messages, r);
+                }
+            }
+            HookAnswer::Prepare(r) => {
+                if let Some(Stage::Prepare {
+                    proposed, messages, ..
+                }) = self.take_stage()
+                {
+                    self.prepare_done(now, proposed, messages, r);
+                }
+            }
+            HookAnswer::RequestError(r) => {
+                if let Some(Stage::RequestError { failed, phase, .. }) = self.take_stage() {
+                    self.request_error_done(now, *failed, phase, r);
+                }
+            }
+            HookAnswer::TurnStopping(r) => {
+                self.take_stage();
+                self.turn_stopping_done(now, r);
+            }
+            answer @ (HookAnswer::ToolPreExecute(_)
+            | HookAnswer::ToolApproval(_)
+            | HookAnswer::ToolPostExecute(_)) => {
+                if let Some((i, _)) = self.tools_ref().and_then(|t| t.hook(id)) {
+                    self.tool_hook_done(now, i, answer);
+                }
+            }
+        }
+        self.after_input();
+        Ok(())
+    }
+
+    /// The deadline of [`poll_timeout`](Self::poll_timeout) may have
+    /// passed (the retry wait, R-14). Idempotent: a spurious wake-up (no
+    /// timer armed, `now` before the deadline, or a second call for a
+    /// timer already fired) is `Ok` and changes nothing. It never returns
+    /// an error today; the `Result` leaves room for one.
+    pub fn handle_timeout(&mut self, now: i64) -> Result<(), InputError> {
+        match self.poll_timeout() {
+            Some(deadline) if now >= deadline => {}
+            _ => return Ok(()),
+        }
+        if let Some(Stage::RetryWait { record, .. }) = self.take_stage() {
+            let started = LlmRetryStarted {
+                retry_id: record.retry_id.clone(),
+                turn: record.turn,
+                step: record.step,
+                retry: record.retry,
+            };
+            self.append(now, started, None);
+            self.request(now);
+        }
+        self.after_input();
+        Ok(())
+    }
+}
