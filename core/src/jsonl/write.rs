@@ -213,6 +213,11 @@ pub fn write_event_json(e: &SessionEvent, out: &mut Vec<u8>) {
         out.extend_from_slice(raw.get().as_bytes());
         return;
     }
+    write_event_canonical(e, out);
+}
+
+/// Appends the canonical line of `e` (E9), ignoring any source text it keeps.
+pub fn write_event_canonical(e: &SessionEvent, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"type\":");
     push_str(out, e.event_type());
     out.extend_from_slice(b",\"seq\":");
