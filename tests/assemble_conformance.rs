@@ -12,7 +12,7 @@ use dsh_core::{BlockAssembler, StreamChunk, validate_stream};
 use dsh_integration::{LogEvent, conformance_logs, read_log};
 use serde_json::Value;
 
-/// The number of recorded `assistant/message`s in `../shared/conformance`
+/// The number of recorded `assistant/message`s in `testdata/conformance`
 /// whose step has chunks. A changed count means the data or the step
 /// grouping changed, and must be looked at.
 const EXPECTED_STEPS: usize = 70;

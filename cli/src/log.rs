@@ -14,11 +14,17 @@ use crate::input::read_input;
 pub enum LogCommand {
     /// Check logs: load and validate, byte-exact round trip, packed rows,
     /// re-assembly of every model call, invariants. Prints `<path>: ok` or
-    /// `<path>: FAIL <reason>` per file.
+    /// `<path>: FAIL <reason>` per file. Core payloads with extra keys or
+    /// other shapes load leniently (as the reference's logs need); `--strict`
+    /// fails on them and lists each with its rule id.
     Check {
         /// Apply the conformance fixture-token substitutions before reading.
         #[arg(long)]
         fixture_tokens: bool,
+        /// Also fail on core payloads that are not in the exact shapes of
+        /// session.md section 4 (for producers), one line per event.
+        #[arg(long)]
+        strict: bool,
         /// Log files.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -45,8 +51,9 @@ pub fn run(cmd: LogCommand) -> Outcome {
     match cmd {
         LogCommand::Check {
             fixture_tokens,
+            strict,
             paths,
-        } => check(&paths, fixture_tokens),
+        } => check(&paths, fixture_tokens, strict),
         LogCommand::Derive {
             fixture_tokens,
             path,
@@ -64,12 +71,24 @@ fn read(path: &Path, fixture_tokens: bool) -> Result<Vec<u8>, String> {
     })
 }
 
-fn check(paths: &[PathBuf], fixture_tokens: bool) -> Outcome {
+fn check(paths: &[PathBuf], fixture_tokens: bool, strict: bool) -> Outcome {
     let mut out = io::stdout().lock();
     let mut failed = false;
     for path in paths {
         let result = read(path, fixture_tokens).and_then(|b| jsonl::verify_log(&b));
         let line = match result {
+            Ok(report) if strict && !report.deviations.is_empty() => {
+                failed = true;
+                let mut line = format!(
+                    "{}: FAIL strict: {} event(s) not in the exact shape of session.md 4",
+                    path.display(),
+                    report.deviations.len()
+                );
+                for (seq, why) in &report.deviations {
+                    line.push_str(&format!("\n  seq {seq}: {} {why}", why.rule()));
+                }
+                line
+            }
             Ok(_) => format!("{}: ok", path.display()),
             Err(why) => {
                 failed = true;

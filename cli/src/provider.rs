@@ -11,7 +11,7 @@ pub const DEFAULT_MODEL: &str = "deepseek-v4-flash";
 #[derive(Args, Clone, Debug, Default)]
 pub struct ProviderArgs {
     /// Base URL of an OpenAI-compatible endpoint (default: `$DEEPSEEK_BASE_URL`,
-    /// else https://api.deepseek.com).
+    /// else <https://api.deepseek.com>).
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// Model id.

@@ -28,11 +28,17 @@ fn logs() -> Vec<PathBuf> {
     files
 }
 
-/// The legacy-header logs the conformance README names.
-fn is_legacy(name: &str) -> bool {
-    name.starts_with("apps-web__")
-        || name.starts_with("packages-test-support__")
-        || name == "examples-acp-agent__goal-snapshots__goal-round-driver__session.jsonl"
+/// The number of recordings in `testdata/conformance/sessions`.
+const RECORDINGS: usize = 44;
+
+/// The legacy-header logs the conformance README names
+/// (`legacy-headers.txt`): exactly these are rejected.
+fn legacy() -> Vec<String> {
+    let list = std::fs::read_to_string(testdata_dir().join("conformance/legacy-headers.txt"))
+        .expect("testdata/conformance/legacy-headers.txt");
+    let mut names: Vec<String> = list.lines().map(String::from).collect();
+    names.sort();
+    names
 }
 
 /// Re-assembles the chunk runs of a log read line by line (legacy shapes
@@ -103,7 +109,14 @@ fn reassemble_lines(bytes: &[u8]) -> (usize, Vec<String>) {
 #[test]
 fn every_conformance_log_checks() {
     let files = logs();
-    assert!(!files.is_empty());
+    assert_eq!(files.len(), RECORDINGS, "the number of recordings changed");
+    let legacy_names = legacy();
+    assert_eq!(
+        legacy_names.len(),
+        11,
+        "the README names 11 legacy-header logs"
+    );
+    let mut rejected = Vec::new();
     let (mut passed, mut legacy, mut events, mut rows, mut steps, mut legacy_steps) =
         (0, 0, 0, 0, 0, 0);
     let mut verbatim = 0;
@@ -112,7 +125,10 @@ fn every_conformance_log_checks() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let bytes = jsonl::fixture_tokens(&std::fs::read(path).unwrap());
         let result = jsonl::verify_log(&bytes);
-        if is_legacy(&name) {
+        if result.is_err() {
+            rejected.push(name.clone());
+        }
+        if legacy_names.contains(&name) {
             match result {
                 Err(why) if why.contains("first line is not a session header") => legacy += 1,
                 other => failures.push(format!("{name}: legacy header not rejected: {other:?}")),
@@ -143,9 +159,24 @@ fn every_conformance_log_checks() {
         files.len()
     );
     assert!(failures.is_empty(), "{failures:#?}");
-    assert_eq!(legacy, 11, "the README names 11 legacy-header logs");
+    assert_eq!(
+        rejected, legacy_names,
+        "exactly the legacy-header logs are rejected"
+    );
     assert_eq!(passed + legacy, files.len());
-    assert!(steps > 0 && legacy_steps > 0 && rows > 0);
+    // Pinned totals: a change means the data or the reader changed.
+    assert_eq!(
+        (events, rows, steps, legacy_steps),
+        (2231, 54, 58, 12),
+        "events, packed rows, re-assembled model calls (full logs, legacy)"
+    );
+    // The round trip writes every event with the canonical writer except the
+    // ones that keep their source text; a writer that stopped reproducing
+    // the reference's lines would fall back to the source text silently, so
+    // the count is pinned (the one is the reference's crash-repair
+    // tool/result in `tool-outcome-unknown__session.expected`, whose
+    // tool-result block has `isError` before `content`).
+    assert_eq!(verbatim, 1, "events kept as source text");
 }
 
 #[test]

@@ -94,7 +94,7 @@ fn conformance_recordings_replay_as_pinned() {
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
     files.sort();
-    assert!(!files.is_empty());
+    assert_eq!(files.len(), 44, "the number of recordings changed");
     let mut failures = Vec::new();
     println!("{:<100} {:>9}  outcome", "recording", "core");
     for f in &files {

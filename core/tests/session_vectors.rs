@@ -863,8 +863,16 @@ fn decode_errors_name_their_rules() {
         let err = decode(&format!("{base}{tail}")).unwrap_err();
         assert_eq!(err.rule(), rule, "{tail}: {err}");
     }
-    let err = decode(r#"{"type":"session/end-seed","seq":0,"time":1,"data":{"x":1}}"#).unwrap_err();
-    assert_eq!(err.rule(), "E4");
+    // An extra key in a core payload loads leniently, naming E4 as the
+    // deviation; the strict decoder refuses it with the same rule.
+    let end_seed = r#"{"type":"session/end-seed","seq":0,"time":1,"data":{"x":1}}"#;
+    let e = decode(end_seed).unwrap();
+    assert_eq!(e.deviation().map(|d| d.rule()), Some("E4"));
+    assert_eq!(e.to_json(), end_seed);
+    match Decoder::strict().decode_line(end_seed.as_bytes()) {
+        Ok(Record::One(Decoded::Invalid(i))) => assert_eq!(i.error.rule(), "E4"),
+        other => panic!("{other:?}"),
+    }
     let err = decode(r#"{"type":"turn/start","seq":0,"time":1}"#).unwrap_err();
     assert!(err.to_string().contains("\"data\" is required"), "{err}");
 }

@@ -38,7 +38,7 @@ fn ev(line: &str) -> SessionEvent {
     }
 }
 
-/// The text of the user message at `seq` (the crash test checks it).
+/// The text of the user message at `seq`.
 pub fn user_text(seq: u64) -> String {
     format!("u{seq}")
 }

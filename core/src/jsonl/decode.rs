@@ -90,10 +90,17 @@ pub enum Record {
 /// Decodes storage lines. It keeps a little state between lines (the tool
 /// head shared by consecutive tool-call deltas, a scratch buffer), so reuse
 /// one decoder for a whole log.
+///
+/// By default a core payload with keys or shapes dsh does not model (an
+/// extra key, an older or newer shape of a field it does not interpret) is
+/// read leniently: the event keeps what dsh owns, keeps its source line, and
+/// reports the deviation ([`SessionEvent::deviation`], rule E4).
+/// [`Decoder::strict`] turns such a payload into an invalid event.
 #[derive(Debug, Default)]
 pub struct Decoder {
     last_head: Option<Arc<ToolHead>>,
     scratch: Vec<u8>,
+    strict: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -148,6 +155,15 @@ impl Decoder {
     /// A fresh decoder.
     pub fn new() -> Self {
         Decoder::default()
+    }
+
+    /// A decoder that accepts core payloads only in the exact shapes of
+    /// session.md section 4 (for producers checking what they write).
+    pub fn strict() -> Self {
+        Decoder {
+            strict: true,
+            ..Decoder::default()
+        }
     }
 
     /// Decodes one storage line (without its `\n`): an event, an invalid
@@ -248,7 +264,7 @@ impl Decoder {
             .get("seq")
             .and_then(Value::as_u64)
             .filter(|n| *n <= MAX_SAFE_INTEGER);
-        match event_from_value(obj, &mut self.last_head) {
+        match event_from_value(obj, &mut self.last_head, !self.strict) {
             Ok(mut e) => {
                 self.keep_text(&mut e, line);
                 Ok(Record::One(Decoded::Event(e)))
@@ -445,6 +461,7 @@ const ENVELOPE_KEYS: [&str; 7] = [
 fn event_from_value(
     mut obj: serde_json::Map<String, Value>,
     last: &mut Option<Arc<ToolHead>>,
+    lenient: bool,
 ) -> Result<SessionEvent, AppendError> {
     if let Some(k) = obj.keys().find(|k| !ENVELOPE_KEYS.contains(&k.as_str())) {
         return Err(AppendError::UnknownEnvelopeKey { key: k.clone() });
@@ -464,7 +481,7 @@ fn event_from_value(
         .filter(|n| n.unsigned_abs() <= MAX_SAFE_INTEGER)
         .ok_or_else(|| envelope("\"time\" must be a safe integer"))?;
     let data = obj
-        .remove("data")
+        .shift_remove("data")
         .ok_or_else(|| envelope("\"data\" is required"))?;
     let ignorable = match obj.get("ignorable") {
         None => false,
@@ -506,16 +523,18 @@ fn event_from_value(
         (Some(a), Some(b)) => a < b,
         _ => false,
     };
-    let data = data_from_value(&event_type, data, last)?;
-    let extra = (surface_op.is_some() || sources.is_some() || ignorable).then(|| {
-        Box::new(Extra {
-            surface_op,
-            sources,
-            ignorable,
-            op_first,
-            verbatim: None,
-        })
-    });
+    let (data, deviation) = data_from_value(&event_type, data, last, lenient)?;
+    let extra = (surface_op.is_some() || sources.is_some() || ignorable || deviation.is_some())
+        .then(|| {
+            Box::new(Extra {
+                surface_op,
+                sources,
+                ignorable,
+                op_first,
+                verbatim: None,
+                deviation,
+            })
+        });
     Ok(SessionEvent::from_parts(seq, time, data, extra))
 }
 
@@ -572,7 +591,40 @@ fn payload_err(event_type: &str, e: impl fmt::Display) -> AppendError {
     }
 }
 
+/// The typed data of an event. When `lenient` and the strict reading of a
+/// core payload fails, the payload reduced to what dsh owns is read instead
+/// (see [`super::lenient`]); the strict error comes back as the deviation
+/// (rule E4). What the reduced payload still breaks is the error.
 fn data_from_value(
+    event_type: &str,
+    data: Value,
+    last: &mut Option<Arc<ToolHead>>,
+    lenient: bool,
+) -> Result<(EventData, Option<AppendError>), AppendError> {
+    let reduced = if lenient {
+        super::lenient::reduce(event_type, &data)
+    } else {
+        None
+    };
+    let strict = match strict_data_from_value(event_type, data, last) {
+        Ok(d) => return Ok((d, None)),
+        Err(e) => e,
+    };
+    let Some(reduced) = reduced else {
+        return Err(strict);
+    };
+    let typed = strict_data_from_value(event_type, reduced, last)?;
+    let deviation = match strict {
+        e @ AppendError::InvalidPayload { .. } => e,
+        other => AppendError::InvalidPayload {
+            event_type: String::from(event_type),
+            detail: format!("{other}"),
+        },
+    };
+    Ok((typed, Some(deviation)))
+}
+
+fn strict_data_from_value(
     event_type: &str,
     data: Value,
     last: &mut Option<Arc<ToolHead>>,
@@ -967,7 +1019,11 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
             DataSlot::Raw(raw) => {
                 let v: Value = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
                 *self.canonical = false;
-                data_from_value(name, v, self.last).map_err(de::Error::custom)?
+                // Strict here: a lenient reading takes the slow path,
+                // which records the deviation.
+                data_from_value(name, v, self.last, false)
+                    .map_err(de::Error::custom)?
+                    .0
             }
             DataSlot::None | DataSlot::Row(_) => return Err(de::Error::custom("missing data")),
         };
@@ -979,6 +1035,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                 ignorable,
                 op_first,
                 verbatim: None,
+                deviation: None,
             })
         });
         Ok(Parsed::Event(SessionEvent::from_parts(

@@ -13,6 +13,7 @@
 //! zstd store feeds each frame's plaintext to a [`Scanner`].
 
 mod decode;
+mod lenient;
 mod packed;
 mod paths;
 mod repair;
@@ -36,7 +37,9 @@ pub use packed::{MIN_RUN, REASONING_CHUNKS, RowKind, TEXT_CHUNKS, TOOL_CALL_CHUN
 pub use paths::{check_batch_seqs, project_key, session_id_segment, transcript_path};
 pub use repair::{TOOL_NOT_STARTED_TEXT, TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers};
 pub use verify::{VerifyReport, verify_log};
-pub use write::{encode_event_line, encode_header_line, write_event_json, write_value_js};
+pub use write::{
+    encode_event_line, encode_header_line, write_event_canonical, write_event_json, write_value_js,
+};
 
 /// Why a stored log cannot be read (persistence.md OP12, 6.6).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use hashbrown::HashMap;
 use crate::assembler::BlockAssembler;
 use crate::chunk::StreamChunk;
 use crate::content::ContentBlock;
-use crate::session::{EventData, InvariantChecker, SessionEvent};
+use crate::session::{AppendError, EventData, InvariantChecker, SessionEvent};
 
 use super::decode::{Decoded, Decoder, Record};
 use super::packed::encode_batch;
@@ -29,6 +29,10 @@ pub struct VerifyReport {
     pub reassembled: usize,
     /// Messages in the derived history.
     pub messages: usize,
+    /// The events read leniently (an extra key or another shape in a core
+    /// payload, rule E4): seq and deviation, in log order. Empty for a log
+    /// a strict producer wrote.
+    pub deviations: Vec<(u64, AppendError)>,
 }
 
 /// Checks a raw log completely:
@@ -41,6 +45,10 @@ pub struct VerifyReport {
 ///    the interrupted prefix);
 /// 4. the invariants of session.md 11 hold and the derived history answers
 ///    every tool call with exactly one tool result.
+///
+/// Core payloads with keys or shapes dsh does not model load leniently (see
+/// [`Decoder`]); they are listed in [`VerifyReport::deviations`] for a
+/// strict check.
 pub fn verify_log(bytes: &[u8]) -> Result<VerifyReport, String> {
     let loaded = load_log(bytes, &[]).map_err(|e| format!("{e}"))?;
     if let Some(at) = loaded.truncate_to {
@@ -61,6 +69,10 @@ pub fn verify_log(bytes: &[u8]) -> Result<VerifyReport, String> {
     };
     round_trip(bytes, &mut report)?;
     let events = loaded.session.events();
+    report.deviations = events
+        .iter()
+        .filter_map(|e| e.deviation().map(|d| (e.seq(), d.clone())))
+        .collect();
     report.reassembled = reassemble(events)?;
     InvariantChecker::check_log(events).map_err(|v| format!("invariant {v}"))?;
     let mut session = loaded.session;

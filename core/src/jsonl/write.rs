@@ -64,8 +64,9 @@ pub(crate) fn push_i64(out: &mut Vec<u8>, n: i64) {
 }
 
 /// Appends `v` as `JSON.stringify` would write it (J6): numbers in
-/// JavaScript form (`1`, not `1.0`; `1e+21`), strings escaped as in
-/// [`push_str`], no whitespace, object keys in their order.
+/// JavaScript form (`1`, not `1.0`; `1e+21`), strings escaped like
+/// `JSON.stringify` (only `"`, `\` and U+0000–U+001F), no whitespace,
+/// object keys in their order.
 pub fn write_value_js(out: &mut Vec<u8>, v: &serde_json::Value) {
     use serde_json::Value;
     match v {
@@ -212,6 +213,11 @@ pub fn write_event_json(e: &SessionEvent, out: &mut Vec<u8>) {
         out.extend_from_slice(raw.get().as_bytes());
         return;
     }
+    write_event_canonical(e, out);
+}
+
+/// Appends the canonical line of `e` (E9), ignoring any source text it keeps.
+pub fn write_event_canonical(e: &SessionEvent, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"type\":");
     push_str(out, e.event_type());
     out.extend_from_slice(b",\"seq\":");

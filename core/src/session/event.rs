@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 use crate::message::Message;
 
 use super::chunk_event::AssistantChunk;
+use super::error::AppendError;
 use super::payload::{
     AssistantMessage, InboxSpliced, LlmRetry, LlmRetryStarted, PluginEvent, RequestContext,
     RequestHeader, Step, TodoWrite, ToolCall, ToolResult, TurnEnd, TurnStart,
@@ -349,6 +350,8 @@ pub(crate) struct Extra {
     /// The exact JSON text the event was read with, when the canonical
     /// serialization would differ (J7, key orders); written back as is.
     pub(crate) verbatim: Option<Box<RawValue>>,
+    /// How the payload deviates from section 4 when it was read leniently.
+    pub(crate) deviation: Option<AppendError>,
 }
 
 /// One immutable event of the session log (section 3).
@@ -479,6 +482,25 @@ impl SessionEvent {
             EventData::ToolResult(r) => Some(&r.message),
             _ => None,
         }
+    }
+
+    /// How the stored payload deviates from the exact shape of section 4
+    /// (rule E4: an extra key, an older or newer shape of a field dsh does
+    /// not interpret), when the event was read leniently; `None` for events
+    /// in the exact shape and events built in memory. Such an event keeps its
+    /// source text, so it writes back unchanged.
+    pub fn deviation(&self) -> Option<&AppendError> {
+        self.extra.as_ref().and_then(|e| e.deviation.as_ref())
+    }
+
+    /// The event as dsh models it, as one line of JSON: the canonical
+    /// serialization of the typed data (E9), ignoring the source text kept
+    /// for a byte-exact write-back. Differs from [`to_json`](Self::to_json)
+    /// only for events read from a log.
+    pub fn to_canonical_json(&self) -> String {
+        let mut out = Vec::with_capacity(128);
+        super::super::jsonl::write_event_canonical(self, &mut out);
+        String::from_utf8(out).unwrap_or_default()
     }
 
     /// The event as one line of JSON (no newline), exactly as a log stores it.

@@ -4,7 +4,9 @@
 //! order the reference writes them. Reading is strict about the shape (an
 //! unknown key in a core payload is an error that names it) except where the
 //! spec declares an open set (turn-end reasons, messages, content blocks),
-//! which are kept losslessly.
+//! which are kept losslessly. The log reader ([`crate::jsonl::Decoder`])
+//! falls back to a lenient reading of a payload that fails this, keeping the
+//! event's source text and reporting the deviation.
 
 use alloc::boxed::Box;
 use alloc::string::String;
