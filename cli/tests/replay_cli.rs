@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 /// The vendored test data (`testdata/` at the repository root).
 fn testdata_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata")
 }
 
 fn log(name: &str) -> String {

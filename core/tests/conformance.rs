@@ -14,7 +14,7 @@ use serde_json::Value;
 
 /// The vendored test data (`testdata/` at the repository root).
 fn testdata_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata")
 }
 
 fn logs() -> Vec<PathBuf> {

@@ -10,7 +10,7 @@ use dsh_core::agent::replay::{ReplayOptions, ReplayReport, replay_jsonl};
 
 /// The vendored test data (`testdata/` at the repository root).
 fn testdata_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata")
 }
 
 fn replay_file(path: &std::path::Path) -> Result<ReplayReport, String> {

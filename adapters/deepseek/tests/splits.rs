@@ -95,7 +95,7 @@ proptest! {
 
 /// The vendored test data (`testdata/` at the repository root).
 fn testdata_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../testdata")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
 }
 
 /// The workload generator's note: `chunks.jsonl` is exactly what the

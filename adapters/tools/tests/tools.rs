@@ -93,7 +93,7 @@ fn assert_fs_error(o: &ToolOutcome, code: &str) {
 
 /// The vendored test data (`testdata/` at the repository root).
 fn testdata_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../testdata")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
 }
 
 /// The tool schemas the reference sent, from a recorded `request/header`.
