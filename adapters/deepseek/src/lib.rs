@@ -124,7 +124,10 @@ pub use translate::{
 #[cfg(feature = "std")]
 pub use cancel::CancelToken;
 #[cfg(feature = "std")]
-pub use client::{ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, user_agent};
+pub use client::{
+    ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, SessionHeader,
+    is_deepseek_url, is_loopback_url, redact_url, user_agent,
+};
 
 pub use dsh_core::{LlmError, StreamChunk};
 
