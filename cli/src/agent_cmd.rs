@@ -37,11 +37,18 @@ pub struct ViewArgs {
 impl ViewArgs {
     /// The render options these flags select.
     pub fn options(&self) -> RenderOptions {
+        let terminal = io::stdout().is_terminal();
         RenderOptions {
             hide_reasoning: self.hide_reasoning,
             color: !self.no_color
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-                && io::stdout().is_terminal(),
+                && terminal,
+            live: terminal,
+            columns: std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.trim().parse().ok())
+                .filter(|c| *c > 0)
+                .unwrap_or(80),
             ..RenderOptions::default()
         }
     }
@@ -125,10 +132,14 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
     let store = args.store.open()?;
     let config = agent_config(&provider, cwd, interactive, approve_all)?;
+    let mut render = args.view.options();
+    render.max_retry_wait_ms = provider.client.max_retry_wait_ms();
+    // `run` keeps stdout for the answer: notices and errors go to stderr.
+    render.stderr_notices = !interactive;
     Ok(Setup {
         store,
         config,
-        render: args.view.options(),
+        render,
     })
 }
 
@@ -253,6 +264,7 @@ pub fn drive_one_turn(
     let mut waiting = true;
     let mut cancelled = false;
     let mut outcome = None;
+    let mut errors = PendingErrors::default();
     loop {
         let msg = match rx.recv_timeout(Duration::from_millis(120)) {
             Ok(m) => m,
@@ -275,10 +287,16 @@ pub fn drive_one_turn(
                     if first_output(&ev) {
                         waiting = false;
                     }
+                    if let EventData::LlmRetry(_) = ev.data() {
+                        waiting = true;
+                    }
                     let _ = renderer.event(&mut out, &ev);
                 }
                 if let EventData::TurnEnd(_) = ev.data() {
                     outcome = Some(turn_outcome(&ev, &renderer));
+                    for e in errors.after_turn(&ev) {
+                        eprintln!("error: {e}");
+                    }
                 }
             }
             Ui::Event(AgentEvent::ApprovalRequested {
@@ -308,9 +326,7 @@ pub fn drive_one_turn(
                 agent.answer_approval(id, decision);
             }
             Ui::Event(AgentEvent::Status(AgentStatus::Idle)) if outcome.is_some() => break,
-            Ui::Event(AgentEvent::Error(e)) => {
-                let _ = renderer.notice(&mut out, &format!("error: {e}"));
-            }
+            Ui::Event(AgentEvent::Error(e)) => errors.push(e),
             Ui::Event(_) => {}
             Ui::Interrupt => {
                 if cancelled {
@@ -326,7 +342,39 @@ pub fn drive_one_turn(
             Ui::Line(_) | Ui::Eof => {}
         }
     }
+    for e in errors.take() {
+        eprintln!("error: {e}");
+    }
     outcome.ok_or_else(|| "the agent stopped before the turn ended".to_string())
+}
+
+/// Runtime error notifications, held so that the one repeating the turn's
+/// own error is not shown twice.
+#[derive(Default)]
+struct PendingErrors(Vec<String>);
+
+impl PendingErrors {
+    fn push(&mut self, e: String) {
+        self.0.push(e);
+    }
+
+    /// The held errors other than the one `turn_end` reports.
+    fn after_turn(&mut self, turn_end: &SessionEvent) -> Vec<String> {
+        let shown = match turn_end.data() {
+            EventData::TurnEnd(end) => match &end.reason {
+                dsh_core::session::TurnEndReason::Error { error } => Some(error.message.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let mut rest = self.take();
+        rest.retain(|e| Some(e) != shown.as_ref());
+        rest
+    }
+
+    fn take(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.0)
+    }
 }
 
 /// The renderer's outcome, or one read from the `turn/end` event itself
@@ -450,6 +498,7 @@ fn repl(
     // Piped input: at its end, let the running turn finish, then exit.
     let mut quit_when_idle = false;
     let mut approvals: VecDeque<ApprovalRequestId> = VecDeque::new();
+    let mut errors = PendingErrors::default();
     prompt(&mut out, running);
     loop {
         let msg = match rx.recv_timeout(Duration::from_millis(120)) {
@@ -467,10 +516,15 @@ fn repl(
                 if first_output(&ev) {
                     waiting = false;
                 }
-                if let EventData::StepStart(_) = ev.data() {
+                if let EventData::StepStart(_) | EventData::LlmRetry(_) = ev.data() {
                     waiting = true;
                 }
                 let _ = r.event(&mut out, &ev);
+                if let EventData::TurnEnd(_) = ev.data() {
+                    for e in errors.after_turn(&ev) {
+                        let _ = r.notice(&mut out, &format!("error: {e}"));
+                    }
+                }
             }
             Ui::Event(AgentEvent::Status(status)) => {
                 let now_running = !matches!(status, AgentStatus::Idle);
@@ -479,6 +533,9 @@ fn repl(
                 }
                 if running && !now_running {
                     waiting = false;
+                    for e in errors.take() {
+                        let _ = r.notice(&mut out, &format!("error: {e}"));
+                    }
                     let _ = r.clear_status(&mut out);
                     prompt(&mut out, false);
                 }
@@ -502,7 +559,11 @@ fn repl(
                 approvals.push_back(id);
             }
             Ui::Event(AgentEvent::Error(e)) => {
-                let _ = r.notice(&mut out, &format!("error: {e}"));
+                if running {
+                    errors.push(e);
+                } else {
+                    let _ = r.notice(&mut out, &format!("error: {e}"));
+                }
             }
             Ui::Event(_) => {}
             Ui::Line(line) => {

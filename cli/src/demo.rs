@@ -78,6 +78,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         model: DEFAULT_MODEL.to_string(),
         api_key_env: "DSH_DEMO_API_KEY".to_string(),
         has_key: false,
+        client: crate::provider::ClientSettings::default(),
     };
     let store = args.store.open()?;
     let config = crate::shell::agent_config(&provider, workspace.clone(), false, true)?;

@@ -20,10 +20,100 @@ pub struct ProviderArgs {
     /// The environment variable holding the API key.
     #[arg(long, value_name = "NAME", default_value = dsh_deepseek::DEFAULT_API_KEY_ENV)]
     pub api_key_env: String,
+    #[command(flatten)]
+    pub client: ClientSettings,
+}
+
+/// How patiently the model client talks to the server: one struct the
+/// flags fill (and, later, the config file).
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct ClientSettings {
+    /// Give up on a model response after this many seconds without data.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0, value_parser = seconds)]
+    pub idle_timeout: f64,
+    /// Model request attempts per step, the first one included (1: never
+    /// retry).
+    #[arg(long, value_name = "N", default_value_t = 6,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub attempts: u64,
+    /// Longest wait before a retry, in seconds. A server asking (Retry-After)
+    /// for a longer wait ends the turn instead, and says so.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = seconds)]
+    pub max_retry_wait: f64,
+    /// Largest SSE line, event or JSON body accepted from the server, in
+    /// bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = dsh_deepseek::DEFAULT_MAX_EVENT_BYTES,
+          value_parser = event_bytes)]
+    pub max_event_bytes: usize,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        ClientSettings {
+            idle_timeout: 300.0,
+            attempts: 6,
+            max_retry_wait: 10.0,
+            max_event_bytes: dsh_deepseek::DEFAULT_MAX_EVENT_BYTES,
+        }
+    }
+}
+
+impl ClientSettings {
+    /// The idle budget in whole milliseconds (at least 1).
+    pub fn idle_timeout_ms(&self) -> u64 {
+        ((self.idle_timeout * 1000.0).round() as u64).max(1)
+    }
+
+    /// The longest retry wait in milliseconds (at least 1).
+    pub fn max_retry_wait_ms(&self) -> f64 {
+        (self.max_retry_wait * 1000.0).round().max(1.0)
+    }
+
+    /// The retry policy these settings give: the default policy with
+    /// `attempts - 1` retries and delays capped at `--max-retry-wait`.
+    pub fn retry_policy(&self) -> dsh_core::agent::retry::RetryPolicy {
+        use dsh_core::agent::retry::{Backoff, DEFAULT_INITIAL_DELAY_MS, RetryPolicy};
+        let max = self.max_retry_wait_ms();
+        let mut policy = RetryPolicy::default();
+        if let RetryPolicy::Normal {
+            max_retries,
+            backoff,
+            ..
+        } = &mut policy
+        {
+            *max_retries = self.attempts.saturating_sub(1);
+            *backoff = Backoff {
+                initial_delay_ms: DEFAULT_INITIAL_DELAY_MS.min(max),
+                max_delay_ms: max,
+                ..Backoff::default()
+            };
+        }
+        policy
+    }
+}
+
+/// A byte limit between 1 KiB and 4 GiB.
+fn event_bytes(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(v) if (1024..=(1usize << 32)).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a byte count between 1024 and 4294967296"
+        )),
+    }
+}
+
+/// A positive, finite number of seconds, at most 2147483 (the timer limit).
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 2_147_483.0 => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds between 0 and 2147483"
+        )),
+    }
 }
 
 /// The resolved endpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Provider {
     /// Explicit base URL (`None`: the adapter's default rule).
     pub base_url: Option<String>,
@@ -34,6 +124,8 @@ pub struct Provider {
     /// Whether the key variable is set (non-empty). A keyless local endpoint
     /// still needs a placeholder key on the wire; see [`Provider::key_placeholder`].
     pub has_key: bool,
+    /// Timeouts, retries and limits.
+    pub client: ClientSettings,
 }
 
 impl Provider {
@@ -74,6 +166,7 @@ pub fn resolve(
         model: args.model.clone(),
         api_key_env: args.api_key_env.clone(),
         has_key,
+        client: args.client.clone(),
     })
 }
 
@@ -86,7 +179,45 @@ mod tests {
             base_url: None,
             model: DEFAULT_MODEL.into(),
             api_key_env: "DEEPSEEK_API_KEY".into(),
+            client: ClientSettings::default(),
         }
+    }
+
+    #[test]
+    fn item9_settings_become_the_retry_policy_and_idle_budget() {
+        use dsh_core::agent::retry::RetryPolicy;
+        let s = ClientSettings {
+            idle_timeout: 1.5,
+            attempts: 2,
+            max_retry_wait: 30.0,
+            ..ClientSettings::default()
+        };
+        assert_eq!(s.idle_timeout_ms(), 1500);
+        match s.retry_policy() {
+            RetryPolicy::Normal {
+                max_retries,
+                backoff,
+                ..
+            } => {
+                assert_eq!(max_retries, 1);
+                assert_eq!(backoff.max_delay_ms, 30_000.0);
+                assert_eq!(backoff.initial_delay_ms, 500.0);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The defaults are the spec's: 5 retries, 10 s cap.
+        assert_eq!(
+            ClientSettings::default().retry_policy(),
+            RetryPolicy::default()
+        );
+        let tiny = ClientSettings {
+            max_retry_wait: 0.1,
+            ..ClientSettings::default()
+        };
+        if let RetryPolicy::Normal { backoff, .. } = tiny.retry_policy() {
+            assert!(backoff.initial_delay_ms <= backoff.max_delay_ms);
+        }
+        assert!(seconds("0").is_err() && seconds("nan").is_err() && seconds("2.5").is_ok());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! with cache hits after every turn.
 
 use std::io::{self, Write};
+use std::time::{Duration, Instant};
 
 use dsh_core::session::{ChunkView, EventData, SessionEvent, TurnEndReason};
 use dsh_core::{ContentBlock, TokenUsage};
@@ -26,6 +27,18 @@ pub struct RenderOptions {
     pub result_lines: usize,
     /// Characters per shown line (argument summaries, result lines).
     pub width: usize,
+    /// The output is a terminal: text streams as it arrives, and the text
+    /// of an attempt that is retried is erased. Otherwise an attempt's text
+    /// is held until the attempt succeeds, so the output matches the log.
+    pub live: bool,
+    /// Retry notices and turn errors go to stderr (`dsh run`), not into
+    /// the answer.
+    pub stderr_notices: bool,
+    /// The longest retry wait (`--max-retry-wait`), in milliseconds, to
+    /// explain a turn ended by a longer `Retry-After`.
+    pub max_retry_wait_ms: f64,
+    /// Terminal columns, to count wrapped rows when erasing.
+    pub columns: usize,
 }
 
 impl Default for RenderOptions {
@@ -35,6 +48,10 @@ impl Default for RenderOptions {
             color: false,
             result_lines: 6,
             width: 100,
+            live: false,
+            stderr_notices: false,
+            max_retry_wait_ms: 10_000.0,
+            columns: 80,
         }
     }
 }
@@ -73,6 +90,18 @@ pub struct Renderer {
     /// A status line ("waiting for the model") is on screen.
     status_shown: bool,
     spinner: usize,
+    /// Not live: the current attempt's rendered text, not yet shown.
+    held: Vec<u8>,
+    /// The mode when the current attempt began.
+    mode_at_attempt: Mode,
+    /// Live: terminal rows completed and the column reached by the current
+    /// attempt's text.
+    rows: usize,
+    col: usize,
+    /// Inside an ANSI escape sequence while counting.
+    in_escape: bool,
+    /// A scheduled retry: when it starts.
+    retry_at: Option<Instant>,
 }
 
 impl Renderer {
@@ -85,7 +114,87 @@ impl Renderer {
             saw_usage: false,
             status_shown: false,
             spinner: 0,
+            held: Vec::new(),
+            mode_at_attempt: Mode::LineStart,
+            rows: 0,
+            col: 0,
+            in_escape: false,
+            retry_at: None,
         }
+    }
+
+    /// A new model attempt begins: what follows is its text.
+    fn begin_attempt(&mut self) {
+        self.mode_at_attempt = self.mode;
+        self.rows = 0;
+        self.col = 0;
+        self.in_escape = false;
+    }
+
+    /// Writes an attempt's rendered text: live to `out` (counting rows),
+    /// otherwise into the held buffer.
+    fn emit(&mut self, out: &mut dyn Write, bytes: &[u8]) -> io::Result<()> {
+        if !self.options.live {
+            self.held.extend_from_slice(bytes);
+            return Ok(());
+        }
+        let columns = self.options.columns.max(1);
+        for ch in String::from_utf8_lossy(bytes).chars() {
+            if self.in_escape {
+                self.in_escape = !ch.is_ascii_alphabetic();
+                continue;
+            }
+            match ch {
+                '\x1b' => self.in_escape = true,
+                '\n' => {
+                    self.rows += 1;
+                    self.col = 0;
+                }
+                '\r' => self.col = 0,
+                _ => {
+                    if self.col >= columns {
+                        self.rows += 1;
+                        self.col = 0;
+                    }
+                    self.col += 1;
+                }
+            }
+        }
+        out.write_all(bytes)
+    }
+
+    /// Shows the held text of a successful attempt.
+    fn release(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        if !self.held.is_empty() {
+            out.write_all(&self.held)?;
+            self.held.clear();
+        }
+        Ok(())
+    }
+
+    /// The attempt failed and will be retried: its text disappears, from
+    /// the screen (live) or before it was shown (held), so the output ends
+    /// up as the log's answer.
+    fn discard_attempt(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        self.clear_status(out)?;
+        if self.options.live {
+            if self.rows > 0 || self.col > 0 {
+                write!(out, "{}\r", self.style(RESET))?;
+                if self.rows > 0 {
+                    write!(out, "\x1b[{}A", self.rows)?;
+                }
+                write!(out, "\x1b[J")?;
+            }
+        } else {
+            self.held.clear();
+        }
+        self.mode = if self.options.live {
+            Mode::LineStart
+        } else {
+            self.mode_at_attempt
+        };
+        self.begin_attempt();
+        Ok(())
     }
 
     fn style(&self, style: &'static str) -> &'static str {
@@ -112,9 +221,16 @@ impl Renderer {
         }
         let frame = FRAMES[self.spinner % FRAMES.len()];
         self.spinner = self.spinner.wrapping_add(1);
+        let what = match self.retry_at {
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                format!("retrying in {} s…", left.as_secs_f64().ceil() as u64)
+            }
+            None => "waiting for the model…".to_string(),
+        };
         write!(
             out,
-            "\r{}{frame} waiting for the model…{}",
+            "\r\x1b[K{}{frame} {what}{}",
             self.style(DIM),
             self.style(RESET)
         )?;
@@ -134,7 +250,10 @@ impl Renderer {
     /// A line of the front end's own (notices, errors), on its own line.
     pub fn notice(&mut self, out: &mut dyn Write, text: &str) -> io::Result<()> {
         self.clear_status(out)?;
+        self.release(out)?;
         self.end_line(out)?;
+        // A notice ends the live attempt's region: it is never erased.
+        self.begin_attempt();
         writeln!(out, "{}{text}{}", self.style(DIM), self.style(RESET))?;
         out.flush()
     }
@@ -151,34 +270,67 @@ impl Renderer {
                 self.usage = TokenUsage::default();
                 self.saw_usage = false;
             }
-            EventData::AssistantChunk(chunk) => match chunk.view() {
-                ChunkView::TextDelta { text, .. } if !text.is_empty() => {
-                    self.clear_status(out)?;
-                    if self.mode == Mode::Reasoning {
-                        self.end_line(out)?;
-                    }
-                    write!(out, "{text}")?;
-                    self.mode = if text.ends_with('\n') {
-                        Mode::LineStart
-                    } else {
-                        Mode::Text
-                    };
+            EventData::StepStart(_) | EventData::LlmRetryStarted(_) => {
+                self.retry_at = None;
+                self.begin_attempt();
+            }
+            EventData::LlmRetry(retry) => {
+                self.discard_attempt(out)?;
+                let delay = retry.delay_ms.max(0.0) / 1000.0;
+                let of = match retry.max_retries {
+                    Some(m) => format!("{} of {m}", retry.retry),
+                    None => format!("{}", retry.retry),
+                };
+                let text = format!(
+                    "retrying in {delay:.1} s ({of}): {} ({})",
+                    retry.failure.message, retry.failure.code
+                );
+                self.retry_at = Some(Instant::now() + Duration::from_secs_f64(delay.min(1e6)));
+                if self.options.stderr_notices {
+                    eprintln!("dsh: {text}");
+                } else {
+                    self.notice(out, &text)?;
                 }
-                ChunkView::ReasoningDelta { text, .. }
-                    if !text.is_empty() && !self.options.hide_reasoning =>
-                {
-                    self.clear_status(out)?;
-                    if self.mode == Mode::Text {
-                        self.end_line(out)?;
+            }
+            EventData::AssistantChunk(chunk) => {
+                let mut buf: Vec<u8> = Vec::new();
+                match chunk.view() {
+                    ChunkView::TextDelta { text, .. } if !text.is_empty() => {
+                        self.clear_status(out)?;
+                        self.retry_at = None;
+                        if self.mode == Mode::Reasoning {
+                            self.end_line(&mut buf)?;
+                        }
+                        write!(buf, "{text}")?;
+                        self.mode = if text.ends_with('\n') {
+                            Mode::LineStart
+                        } else {
+                            Mode::Text
+                        };
                     }
-                    // Re-open the style on every delta: other output (a
-                    // notice, the status line) may have reset it.
-                    write!(out, "{}{text}", self.style(DIM))?;
-                    self.mode = Mode::Reasoning;
+                    ChunkView::ReasoningDelta { text, .. }
+                        if !text.is_empty() && !self.options.hide_reasoning =>
+                    {
+                        self.clear_status(out)?;
+                        self.retry_at = None;
+                        if self.mode == Mode::Text {
+                            self.end_line(&mut buf)?;
+                        }
+                        // Re-open the style on every delta: other output (a
+                        // notice, the status line) may have reset it.
+                        write!(buf, "{}{text}", self.style(DIM))?;
+                        self.mode = Mode::Reasoning;
+                    }
+                    _ => {}
                 }
-                _ => {}
-            },
+                if !buf.is_empty() {
+                    self.emit(out, &buf)?;
+                }
+            }
             EventData::AssistantMessage(m) => {
+                // The attempt succeeded: its text stays.
+                self.release(out)?;
+                self.begin_attempt();
                 if let Some(u) = &m.usage {
                     self.saw_usage = true;
                     add_usage(&mut self.usage, u);
@@ -190,6 +342,7 @@ impl Renderer {
             }
             EventData::ToolCall(call) => {
                 self.clear_status(out)?;
+                self.release(out)?;
                 self.end_line(out)?;
                 let summary = summarize_arguments(&call.arguments, self.options.width);
                 writeln!(
@@ -233,6 +386,10 @@ impl Renderer {
             }
             EventData::TurnEnd(end) => {
                 self.clear_status(out)?;
+                self.retry_at = None;
+                // A failed last attempt's partial text is shown before the
+                // error that ended it.
+                self.release(out)?;
                 self.end_line(out)?;
                 let reason = end.reason.kind().to_string();
                 let error = match &end.reason {
@@ -247,14 +404,24 @@ impl Renderer {
                         self.style(DIM),
                         self.style(RESET)
                     )?,
-                    TurnEndReason::Error { error } => writeln!(
-                        out,
-                        "{}error: {} ({}){}",
-                        self.style(RED),
-                        error.message,
-                        error.code,
-                        self.style(RESET)
-                    )?,
+                    TurnEndReason::Error { error } => {
+                        let mut line = format!("error: {} ({})", error.message, error.code);
+                        if let Some(wait) = error
+                            .provider_retry_after_ms
+                            .filter(|w| *w > self.options.max_retry_wait_ms)
+                        {
+                            line.push_str(&format!(
+                                "\nnot retried: the server asked to wait {:.0} s (Retry-After), longer than --max-retry-wait {:.0} s",
+                                wait / 1000.0,
+                                self.options.max_retry_wait_ms / 1000.0
+                            ));
+                        }
+                        if self.options.stderr_notices {
+                            eprintln!("{line}");
+                        } else {
+                            writeln!(out, "{}{line}{}", self.style(RED), self.style(RESET))?;
+                        }
+                    }
                     other => writeln!(
                         out,
                         "{}[turn ended: {}]{}",

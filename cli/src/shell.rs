@@ -3,9 +3,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dsh_core::LlmCallConfig;
-use dsh_deepseek::{ClientOptions, DeepSeekClient, DeepSeekConfig, PROVIDER_ROUTE};
-use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
+use dsh_core::agent::PreparedCall;
+use dsh_core::agent::retry::RetryPolicy;
+use dsh_core::{GenerateOptions, LlmCallConfig, LlmError};
+use dsh_deepseek::{
+    CancelToken, ClientOptions, DeepSeekClient, DeepSeekConfig, PROVIDER_ROUTE, Profile,
+    SessionHeader,
+};
+use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ChunkStream, ModelProvider, ToolSet};
 
 use crate::provider::Provider;
 
@@ -36,9 +41,17 @@ pub fn agent_config(
     let config = DeepSeekConfig {
         api_key_env: provider.api_key_env.clone(),
         base_url: provider.base_url.clone(),
+        stream_idle_timeout_ms: provider.client.idle_timeout_ms(),
         ..DeepSeekConfig::default()
     };
-    let mut options = ClientOptions::default();
+    // Any OpenAI-compatible server: the tolerant decoder, neutral errors,
+    // the session id only where it helps.
+    let mut options = ClientOptions {
+        profile: Profile::Interop,
+        session_header: SessionHeader::DeepSeekOnly,
+        max_event_bytes: provider.client.max_event_bytes,
+        ..ClientOptions::default()
+    };
     if let Some(placeholder) = provider.key_placeholder() {
         // A keyless endpoint (local server, the demo's mock) still gets a
         // syntactically valid bearer token.
@@ -47,11 +60,38 @@ pub fn agent_config(
     let client = DeepSeekClient::with_options(config, options)
         .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
     let call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
-    let mut agent = AgentConfig::new(Arc::new(client), call, cwd.clone());
+    let model = Arc::new(Model {
+        client,
+        retry_policy: provider.client.retry_policy(),
+    });
+    let mut agent = AgentConfig::new(model, call, cwd.clone());
     agent.tools = ToolSet::builtin();
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)
+}
+
+/// The client with the retry policy of the CLI settings (`--attempts`,
+/// `--max-retry-wait`).
+struct Model {
+    client: DeepSeekClient,
+    retry_policy: RetryPolicy,
+}
+
+impl ModelProvider for Model {
+    fn stream(
+        &self,
+        opts: &GenerateOptions,
+        cancel: &CancelToken,
+    ) -> Result<ChunkStream, LlmError> {
+        ModelProvider::stream(&self.client, opts, cancel)
+    }
+
+    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
+        let mut prepared = ModelProvider::prepare(&self.client, config)?;
+        prepared.retry_policy = Some(self.retry_policy.clone());
+        Ok(prepared)
+    }
 }
 
 /// Whether the built-in tool set has a tool named `name`.

@@ -8,7 +8,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use dsh_deepseek::{StreamDecoder, error_finish};
+use dsh_deepseek::{DecodeOptions, StreamDecoder, error_finish};
 
 use crate::Outcome;
 
@@ -20,17 +20,38 @@ pub enum SseCommand {
         /// The body; stdin when absent or `-`. Read and translated
         /// incrementally, so a live stream can be piped in.
         path: Option<PathBuf>,
+        /// Decode as `dsh chat`/`run` do for any OpenAI-compatible server
+        /// (in-band errors, no `[DONE]`, tool calls without index or id,
+        /// stop synonyms, `reasoning`, JSON bodies); without it, exactly
+        /// the reference DeepSeek adapter (streaming.md 5.10–5.14).
+        #[arg(long)]
+        interop: bool,
+        /// Largest SSE line or event (or JSON body) accepted, in bytes.
+        #[arg(long, value_name = "BYTES", default_value_t = dsh_deepseek::DEFAULT_MAX_EVENT_BYTES)]
+        max_event_bytes: usize,
     },
 }
 
 /// Runs one `sse` subcommand.
 pub fn run(cmd: SseCommand) -> Outcome {
     match cmd {
-        SseCommand::Translate { path } => translate(path),
+        SseCommand::Translate {
+            path,
+            interop,
+            max_event_bytes,
+        } => {
+            let mut options = if interop {
+                DecodeOptions::interop()
+            } else {
+                DecodeOptions::default()
+            };
+            options.max_event_bytes = max_event_bytes;
+            translate(path, &options)
+        }
     }
 }
 
-fn translate(path: Option<PathBuf>) -> Outcome {
+fn translate(path: Option<PathBuf>, options: &DecodeOptions) -> Outcome {
     let mut input: Box<dyn Read> = match path {
         Some(p) if p.as_os_str() != "-" => match File::open(&p) {
             Ok(f) => Box::new(f),
@@ -42,12 +63,18 @@ fn translate(path: Option<PathBuf>) -> Outcome {
         _ => Box::new(io::stdin().lock()),
     };
     let mut out = BufWriter::new(io::stdout().lock());
-    let mut decoder = StreamDecoder::new();
+    let mut decoder = StreamDecoder::with_options(options);
     let mut chunks = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     let failure = loop {
         let n = match input.read(&mut buf) {
-            Ok(0) => break decoder.finish().err(),
+            Ok(0) => {
+                let result = decoder.finish_into(&mut chunks);
+                for chunk in chunks.drain(..) {
+                    write_chunk(&mut out, &chunk);
+                }
+                break result.err();
+            }
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {

@@ -149,6 +149,67 @@ pub fn classify_http_error(response: &HttpErrorResponse<'_>) -> LlmError {
     LlmError::new(failure).unwrap_or(fallback)
 }
 
+/// Interop profile: the typed error for an error the server reported with
+/// a success status: an in-band `{"error":…}` payload, the data of an
+/// `event: error` frame, or a JSON error body. `text` is that payload.
+///
+/// The error object is `error` when present (an object, or a string taken
+/// as the message), else the payload itself. Its code: CL-1 gives
+/// `CONTEXT_WINDOW_EXCEEDED`, CL-2 `QUOTA`; a numeric `code` or `status`
+/// between 400 and 599 is classified like that HTTP status (H-3);
+/// otherwise `PROVIDER_ERROR`. The message is the server's `message`, or
+/// the start of the payload.
+pub fn classify_inband_error(text: &str) -> LlmError {
+    let excerpt: String = text.chars().take(200).collect();
+    let value = serde_json::from_str::<Value>(text).ok();
+    let object = match &value {
+        Some(Value::Object(root)) => match root.get("error") {
+            Some(Value::Object(e)) => Some(e),
+            Some(_) => None,
+            None => Some(root),
+        },
+        _ => None,
+    };
+    let field = |key: &str| match object.and_then(|o| o.get(key)) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    };
+    let status = ["code", "status"]
+        .iter()
+        .find_map(|k| object.and_then(|o| o.get(*k)).and_then(Value::as_u64))
+        .filter(|s| (400..=599).contains(s))
+        .map(|s| s as u16);
+    let provider = ProviderError {
+        message: match &value {
+            Some(Value::Object(root)) => match root.get("error") {
+                Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+                _ => field("message"),
+            },
+            _ => None,
+        },
+        kind: field("type"),
+        code: field("code"),
+    };
+    let detail = provider.detail();
+    let code = if is_context_overflow(&detail) {
+        String::from(codes::CONTEXT_WINDOW_EXCEEDED)
+    } else if is_quota_exhausted(&detail) {
+        String::from(codes::QUOTA)
+    } else if let Some(status) = status {
+        http_error_code(status, &detail)
+    } else {
+        String::from(codes::PROVIDER_ERROR)
+    };
+    let message = match provider.message {
+        Some(m) => m,
+        None => format!("the server reported an error: {excerpt}"),
+    };
+    let mut failure = LlmFailure::new(code, message);
+    failure.status = status;
+    let fallback = LlmError::coded(&failure.code, &failure.message);
+    LlmError::new(failure).unwrap_or(fallback)
+}
+
 /// H-5 with the Q-12 recommendation: `x-request-id`, falling back to
 /// `x-deepseek-request-id` when the first is absent **or empty** (the
 /// reference only falls back when it is absent). An empty chosen value is no id.
@@ -562,5 +623,36 @@ mod tests {
         assert_eq!(request_id(Some(""), Some("b")), Some("b"), "Q-12 deviation");
         assert_eq!(request_id(Some(""), None), None);
         assert_eq!(request_id(None, Some("")), None);
+    }
+
+    #[test]
+    fn inband_errors_are_classified_with_the_servers_message() {
+        let f = |t: &str| classify_inband_error(t).into_failure();
+        let e = f(
+            r#"{"error":{"message":"context length exceeded","code":"context_length_exceeded"}}"#,
+        );
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("CONTEXT_WINDOW_EXCEEDED", "context length exceeded")
+        );
+        let e = f(r#"{"error":{"message":"Rate limited","code":429}}"#);
+        assert_eq!((e.code.as_str(), e.status), ("RATE_LIMIT", Some(429)));
+        let e = f(r#"{"error":{"message":"upstream died","code":502}}"#);
+        assert_eq!(e.code, "SERVER");
+        let e = f(r#"{"error":{"message":"the engine fell over","type":"internal"}}"#);
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("PROVIDER_ERROR", "the engine fell over")
+        );
+        let e = f(r#"{"error":"plain text error"}"#);
+        assert_eq!(e.message, "plain text error");
+        // An `event: error` frame whose data is the error object itself.
+        let e = f(r#"{"message":"overloaded","status":503}"#);
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("SERVER", "overloaded")
+        );
+        let e = f("not json at all");
+        assert_eq!(e.message, "the server reported an error: not json at all");
     }
 }

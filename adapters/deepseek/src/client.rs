@@ -32,6 +32,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Condvar, Mutex};
 use std::thread;
@@ -47,7 +48,8 @@ use crate::classify::{HttpErrorResponse, classify_http_error};
 use crate::codes;
 use crate::config::{BASE_URL_ENV, ConfigError, DEFAULT_BASE_URL, DeepSeekConfig, PROVIDER_ROUTE};
 use crate::request::{build_request_body, precheck_images};
-use crate::translate::{StreamDecoder, error_finish};
+use crate::sse::DEFAULT_MAX_EVENT_BYTES;
+use crate::translate::{DecodeOptions, Profile, StreamDecoder, error_finish};
 
 /// The default attribution header value (AC-12).
 pub fn user_agent() -> String {
@@ -121,6 +123,31 @@ pub struct ClientOptions {
     pub max_error_body: usize,
     /// Read buffer size for the body.
     pub read_buffer: usize,
+    /// Which wire shapes and error wording: [`Profile::Reference`] (the
+    /// default) is the reference adapter exactly; [`Profile::Interop`] is
+    /// tolerant of other OpenAI-compatible servers, names the server by its
+    /// URL instead of "DeepSeek", gives the cause of transport errors and
+    /// accepts more base URL forms (see [`DeepSeekClient::endpoints`]).
+    pub profile: Profile,
+    /// Bound on one SSE line, event or JSON body (`RESPONSE_TOO_LARGE`).
+    pub max_event_bytes: usize,
+    /// Where the `x-deepseek-harness-session-id` header goes.
+    pub session_header: SessionHeader,
+}
+
+/// Where the session-id header is sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionHeader {
+    /// On every request (the reference, D-10).
+    #[default]
+    Always,
+    /// Only to DeepSeek hosts (`deepseek.com` and its subdomains) and to
+    /// loopback hosts (local servers and the bundled mock, which routes by
+    /// it): never to a third-party host.
+    DeepSeekOnly,
+    /// Never.
+    Never,
 }
 
 impl Default for ClientOptions {
@@ -133,8 +160,116 @@ impl Default for ClientOptions {
             proxy_from_env: true,
             max_error_body: 64 * 1024,
             read_buffer: 16 * 1024,
+            profile: Profile::Reference,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            session_header: SessionHeader::Always,
         }
     }
+}
+
+/// The host of an `http(s)://` URL, lowercased, without port, userinfo or
+/// brackets.
+fn url_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = hostport.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        hostport.split(':').next().unwrap_or("")
+    };
+    host.to_ascii_lowercase()
+}
+
+/// Whether `url` points at DeepSeek (`deepseek.com` or a subdomain).
+pub fn is_deepseek_url(url: &str) -> bool {
+    let host = url_host(url);
+    host == "deepseek.com" || host.ends_with(".deepseek.com")
+}
+
+/// Whether `url` points at a loopback host.
+pub fn is_loopback_url(url: &str) -> bool {
+    let host = url_host(url);
+    host == "localhost" || host.starts_with("127.") || host == "::1"
+}
+
+/// `url` fit to show or store: userinfo (`user:KEY@`) and query values
+/// (`?api_key=…`) are replaced by `<redacted>`.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let mut out = String::new();
+    if let Some(s) = scheme {
+        out.push_str(s);
+        out.push_str("://");
+    }
+    match authority.rsplit_once('@') {
+        Some((_, host)) => {
+            out.push_str("<redacted>@");
+            out.push_str(host);
+        }
+        None => out.push_str(authority),
+    }
+    match tail.split_once('?') {
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let (query, fragment) = match query.split_once('#') {
+                Some((q, f)) => (q, Some(f)),
+                None => (query, None),
+            };
+            let parts: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) => format!("{k}=<redacted>"),
+                    None => String::from(kv),
+                })
+                .collect();
+            out.push_str(&parts.join("&"));
+            if let Some(f) = fragment {
+                out.push('#');
+                out.push_str(f);
+            }
+        }
+        None => out.push_str(tail),
+    }
+    out
+}
+
+/// `error` with every occurrence of `secret` (at least 8 characters) in its
+/// message replaced by `<redacted>`: a server that echoes the key in an
+/// error body must not get it onto the screen or into the log.
+fn redact_error(error: LlmError, secrets: &[&str]) -> LlmError {
+    let failure = error.failure();
+    let hits: Vec<&&str> = secrets
+        .iter()
+        .filter(|s| s.len() >= 8 && failure.message.contains(**s))
+        .collect();
+    if hits.is_empty() {
+        return error;
+    }
+    let mut failure = failure.clone();
+    for secret in hits {
+        failure.message = failure.message.replace(*secret, "<redacted>");
+    }
+    let fallback = LlmError::coded(&failure.code, &failure.message);
+    LlmError::new(failure).unwrap_or(fallback)
+}
+
+/// A fresh id prefix for tool calls without an id (interop): unique per
+/// call within the process and across runs.
+fn call_id_prefix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("call_{ms:x}{n:x}_")
 }
 
 impl fmt::Debug for ClientOptions {
@@ -150,6 +285,9 @@ impl fmt::Debug for ClientOptions {
             .field("proxy_from_env", &self.proxy_from_env)
             .field("max_error_body", &self.max_error_body)
             .field("read_buffer", &self.read_buffer)
+            .field("profile", &self.profile)
+            .field("max_event_bytes", &self.max_event_bytes)
+            .field("session_header", &self.session_header)
             .finish()
     }
 }
@@ -173,6 +311,24 @@ impl fmt::Debug for ClientOptions {
 pub struct DeepSeekClient {
     config: DeepSeekConfig,
     options: ClientOptions,
+    shared: Arc<Shared>,
+}
+
+/// State the calls of one client share.
+#[derive(Default)]
+struct Shared {
+    /// An agent whose last call ended cleanly, with its idle connection
+    /// pooled: the next call reuses it (keep-alive).
+    agent: Mutex<Option<Agent>>,
+    /// Interop: the chat-completions URL that answered, for a base URL that
+    /// needed a guess.
+    endpoint: Mutex<Option<(String, String)>>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
 }
 
 impl DeepSeekClient {
@@ -187,7 +343,86 @@ impl DeepSeekClient {
         options: ClientOptions,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        Ok(DeepSeekClient { config, options })
+        Ok(DeepSeekClient {
+            config,
+            options,
+            shared: Arc::new(Shared::default()),
+        })
+    }
+
+    /// The chat-completions URLs a call tries, in order (a 404 moves on to
+    /// the next one).
+    ///
+    /// Reference profile: `<baseURL>/chat/completions` only. Interop: a base
+    /// URL that already ends in `/chat/completions` is used as is; a bare
+    /// `http://host:port` (no path) of a server other than DeepSeek tries
+    /// `/v1/chat/completions`, then `/chat/completions`; a query string
+    /// (`?api-version=…`) stays at the end.
+    pub fn endpoints(&self) -> Vec<String> {
+        let base = self.base_url();
+        let (path_part, query) = match base.split_once('?') {
+            Some((p, q)) => (p.trim_end_matches('/'), Some(q)),
+            None => (base.as_str(), None),
+        };
+        let join = |suffix: &str| match query {
+            Some(q) => format!("{path_part}{suffix}?{q}"),
+            None => format!("{path_part}{suffix}"),
+        };
+        if self.options.profile != Profile::Interop {
+            return vec![format!("{base}/chat/completions")];
+        }
+        if path_part.ends_with("/chat/completions") {
+            return vec![join("")];
+        }
+        let after_scheme = path_part.split_once("://").map_or(path_part, |(_, r)| r);
+        let bare = !after_scheme.contains('/');
+        if bare && !is_deepseek_url(path_part) {
+            if let Ok(memo) = self.shared.endpoint.lock() {
+                if let Some((b, url)) = memo.as_ref() {
+                    if *b == base {
+                        return vec![url.clone()];
+                    }
+                }
+            }
+            return vec![join("/v1/chat/completions"), join("/chat/completions")];
+        }
+        vec![join("/chat/completions")]
+    }
+
+    fn session_header_for(&self, url: &str) -> bool {
+        match self.options.session_header {
+            SessionHeader::Always => true,
+            SessionHeader::DeepSeekOnly => is_deepseek_url(url) || is_loopback_url(url),
+            SessionHeader::Never => false,
+        }
+    }
+
+    /// A fresh agent, or the pooled one of the last clean call.
+    fn agent(&self, ua: String) -> Agent {
+        if let Ok(mut slot) = self.shared.agent.lock() {
+            if let Some(agent) = slot.take() {
+                return agent;
+            }
+        }
+        let agent_config = Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .user_agent(AutoHeaderValue::Provided(Arc::new(ua)))
+            .accept(AutoHeaderValue::Provided(Arc::new(String::from(
+                "text/event-stream",
+            ))))
+            .accept_encoding(AutoHeaderValue::None)
+            .timeout_connect(Some(self.options.connect_timeout))
+            .proxy(if self.options.proxy_from_env {
+                ureq::Proxy::try_from_env()
+            } else {
+                None
+            })
+            .max_idle_connections(2)
+            .max_idle_connections_per_host(2)
+            .build();
+        Agent::new_with_config(agent_config)
     }
 
     /// The configuration.
@@ -250,6 +485,7 @@ impl DeepSeekClient {
             Err(_) if cancel.is_cancelled() => return Err(aborted()),
             Err(e) => return Err(e),
         };
+        let urls = self.endpoints();
         let mut headers = vec![
             ("authorization", key.bearer()),
             ("content-type", String::from("application/json")),
@@ -258,7 +494,9 @@ impl DeepSeekClient {
             headers.push(("x-deepseek-harness-user-id", id.clone()));
         }
         if let Some(sid) = &options.session_id {
-            headers.push(("x-deepseek-harness-session-id", sid.as_str().to_string()));
+            if self.session_header_for(&base_url) {
+                headers.push(("x-deepseek-harness-session-id", sid.as_str().to_string()));
+            }
         }
         if options.purpose == Some(Purpose::Compaction) {
             headers.push(("x-deepseek-harness-compact", String::from("1")));
@@ -267,24 +505,7 @@ impl DeepSeekClient {
             Some(ua) if !ua.is_empty() => String::from(ua),
             _ => user_agent(),
         };
-        let agent_config = Agent::config_builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .max_redirects_will_error(false)
-            .user_agent(AutoHeaderValue::Provided(Arc::new(ua)))
-            .accept(AutoHeaderValue::Provided(Arc::new(String::from(
-                "text/event-stream",
-            ))))
-            .accept_encoding(AutoHeaderValue::None)
-            .timeout_connect(Some(self.options.connect_timeout))
-            .proxy(if self.options.proxy_from_env {
-                ureq::Proxy::try_from_env()
-            } else {
-                None
-            })
-            .max_idle_connections(0)
-            .build();
-        let agent = Agent::new_with_config(agent_config);
+        let agent = self.agent(ua);
         let watch = Arc::new(Watch::default());
         let hook = {
             let agent = agent.clone();
@@ -294,12 +515,40 @@ impl DeepSeekClient {
                 agent.clone().shutdown();
             })
         };
+        let decode = DecodeOptions {
+            profile: self.options.profile,
+            max_event_bytes: self.options.max_event_bytes,
+            call_id_prefix: call_id_prefix(),
+        };
+        let shown_url = redact_url(&base_url);
+        let mut secrets = vec![key.0.clone()];
+        // Credentials inside the base URL itself.
+        if let Some((userinfo, _)) = base_url
+            .split_once("://")
+            .and_then(|(_, r)| r.split(['/', '?', '#']).next())
+            .and_then(|a| a.rsplit_once('@'))
+        {
+            secrets.extend(userinfo.split(':').map(String::from));
+        }
+        if let Some((_, query)) = base_url.split_once('?') {
+            secrets.extend(
+                query
+                    .split('&')
+                    .filter_map(|kv| kv.split_once('=').map(|(_, v)| String::from(v))),
+            );
+        }
         Ok(DeepSeekStream {
             state: State::Pending(Box::new(PendingRequest {
-                url: format!("{base_url}/chat/completions"),
+                urls,
+                tried: Vec::new(),
                 headers,
                 body: body.into_bytes(),
             })),
+            decode,
+            secrets,
+            shown_url,
+            shared: self.shared.clone(),
+            base_raw: base_url.clone(),
             queue: VecDeque::new(),
             scratch: Vec::new(),
             buf: vec![0; self.options.read_buffer.max(1)],
@@ -312,6 +561,7 @@ impl DeepSeekClient {
             cancel: cancel.clone(),
             _hook: hook,
             armed: false,
+            released: false,
         })
     }
 
@@ -355,7 +605,10 @@ fn aborted() -> LlmError {
 }
 
 struct PendingRequest {
-    url: String,
+    /// The URLs still to try (the first is next).
+    urls: Vec<String>,
+    /// The URLs that answered 404.
+    tried: Vec<String>,
     headers: Vec<(&'static str, String)>,
     body: Vec<u8>,
 }
@@ -363,6 +616,9 @@ struct PendingRequest {
 enum State {
     Pending(Box<PendingRequest>),
     Body(Box<(ureq::BodyReader<'static>, StreamDecoder)>),
+    /// The reply is complete: read the rest of the body (normally only the
+    /// chunked terminator) so the connection can be reused.
+    Draining(Box<ureq::BodyReader<'static>>),
     /// An error to yield once the queued chunks are delivered.
     Failed(LlmError),
     Done,
@@ -462,10 +718,11 @@ impl Watch {
 enum Failure {
     /// Already a typed error (HTTP status, SSE/translation errors).
     Typed(LlmError),
-    /// The request could not be made (connect, TLS, response head).
-    Request,
-    /// The body read failed.
-    Read,
+    /// The request could not be made (connect, TLS, response head), with
+    /// the cause when known.
+    Request(Option<String>),
+    /// The body read failed, with the cause when known.
+    Read(Option<String>),
 }
 
 /// One model call in flight: an iterator of chunks (the adapter stream of
@@ -486,6 +743,16 @@ pub struct DeepSeekStream {
     cancel: CancelToken,
     _hook: HookGuard,
     armed: bool,
+    /// The agent went back to the client for reuse: do not shut it down.
+    released: bool,
+    decode: DecodeOptions,
+    /// Strings never to show: the key, credentials in the base URL.
+    secrets: Vec<String>,
+    /// The base URL as shown in messages (credentials redacted).
+    shown_url: String,
+    shared: Arc<Shared>,
+    /// The base URL as configured (for the endpoint memo).
+    base_raw: String,
 }
 
 impl fmt::Debug for DeepSeekStream {
@@ -500,6 +767,12 @@ impl fmt::Debug for DeepSeekStream {
 impl Drop for DeepSeekStream {
     fn drop(&mut self) {
         self.watch.close();
+        if self.released && !self.watch.fired() && !self.cancel.is_cancelled() {
+            if let Ok(mut slot) = self.shared.agent.lock() {
+                *slot = Some(self.agent.clone());
+                return;
+            }
+        }
         self.agent.clone().shutdown();
     }
 }
@@ -510,26 +783,54 @@ impl DeepSeekStream {
         self.armed = true;
     }
 
-    /// WD-5.
+    fn interop(&self) -> bool {
+        self.decode.profile == Profile::Interop
+    }
+
+    /// WD-5 (interop: provider-neutral wording, the URL and the cause).
     fn classify(&self, failure: Failure) -> LlmError {
+        let e = self.classify_raw(failure);
+        let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+        redact_error(e, &secrets)
+    }
+
+    fn classify_raw(&self, failure: Failure) -> LlmError {
+        let url = &self.shown_url;
         if self.watch.fired() {
-            return LlmError::coded(
-                codes::TIMEOUT,
-                &format!("DeepSeek stream idle timeout after {}ms", self.idle_ms),
-            );
+            let message = if self.interop() {
+                format!(
+                    "no data from {url} for {} ms: idle timeout (streamIdleTimeoutMs)",
+                    self.idle_ms
+                )
+            } else {
+                format!("DeepSeek stream idle timeout after {}ms", self.idle_ms)
+            };
+            return LlmError::coded(codes::TIMEOUT, &message);
         }
         if self.cancel.is_cancelled() {
+            if self.interop() {
+                return LlmError::coded(codes::ABORTED, "request aborted by caller");
+            }
             return aborted();
         }
+        let cause = |c: Option<String>| c.map(|c| format!(": {c}")).unwrap_or_default();
         match failure {
             Failure::Typed(e) => e,
-            Failure::Request => LlmError::coded(
+            Failure::Request(c) if self.interop() => LlmError::coded(
                 codes::TRANSPORT,
-                &format!("DeepSeek API request to {} failed", self.base_url),
+                &format!("request to {url} failed{}", cause(c)),
             ),
-            Failure::Read => LlmError::coded(
+            Failure::Read(c) if self.interop() => LlmError::coded(
                 codes::TRANSPORT,
-                &format!("DeepSeek API stream from {} failed", self.base_url),
+                &format!("reading the response from {url} failed{}", cause(c)),
+            ),
+            Failure::Request(_) => LlmError::coded(
+                codes::TRANSPORT,
+                &format!("DeepSeek API request to {url} failed"),
+            ),
+            Failure::Read(_) => LlmError::coded(
+                codes::TRANSPORT,
+                &format!("DeepSeek API stream from {url} failed"),
             ),
         }
     }
@@ -542,33 +843,37 @@ impl DeepSeekStream {
     }
 
     /// D-10 step 7: the POST, on a helper thread.
-    fn send(&mut self, request: PendingRequest) -> Result<Response<Body>, Failure> {
+    fn send(&mut self, url: &str, request: &PendingRequest) -> Result<Response<Body>, Failure> {
         if self.cancel.is_cancelled() {
             return Err(Failure::Typed(aborted()));
         }
         let (tx, rx) = mpsc::sync_channel(1);
         let agent = self.agent.clone();
+        let url = String::from(url);
+        let headers = request.headers.clone();
+        let body = request.body.clone();
         let spawned = thread::Builder::new()
             .name(String::from("dsh-deepseek-request"))
             .spawn(move || {
-                let mut builder = agent.post(&request.url);
-                for (name, value) in &request.headers {
+                let mut builder = agent.post(&url);
+                for (name, value) in &headers {
                     builder = builder.header(*name, value.as_str());
                 }
-                let _ = tx.send(builder.send(&request.body[..]));
+                let _ = tx.send(builder.send(&body[..]));
             });
         if spawned.is_err() {
-            return Err(Failure::Request);
+            return Err(Failure::Request(None));
         }
         loop {
             match rx.recv_timeout(Duration::from_millis(25)) {
                 Ok(Ok(response)) => return Ok(response),
-                Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(Failure::Request);
+                Ok(Err(e)) => return Err(Failure::Request(Some(transport_cause(&e)))),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Failure::Request(None));
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if self.cancel.is_cancelled() || self.watch.fired() {
-                        return Err(Failure::Request);
+                        return Err(Failure::Request(None));
                     }
                 }
             }
@@ -580,9 +885,17 @@ impl DeepSeekStream {
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
             if status == 204 || status == 205 {
+                let message = if self.interop() {
+                    format!(
+                        "{} returned no response body (HTTP {status})",
+                        self.shown_url
+                    )
+                } else {
+                    String::from("DeepSeek API returned no response body")
+                };
                 return Err(Failure::Typed(LlmError::coded(
                     codes::EMPTY_RESPONSE,
-                    "DeepSeek API returned no response body",
+                    &message,
                 )));
             }
             return Ok(response.into_body().into_reader());
@@ -606,20 +919,81 @@ impl DeepSeekStream {
             .take(limit)
             .read_to_end(&mut body);
         if self.watch.fired() || self.cancel.is_cancelled() {
-            return Err(Failure::Read);
+            return Err(Failure::Read(None));
         }
         let now_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .ok()
             .and_then(|d| i64::try_from(d.as_millis()).ok());
-        Err(Failure::Typed(classify_http_error(&HttpErrorResponse {
+        let e = classify_http_error(&HttpErrorResponse {
             status,
             body: &body,
             retry_after: retry_after.as_deref(),
             x_request_id: x_request_id.as_deref(),
             x_deepseek_request_id: x_deepseek.as_deref(),
             now_unix_ms,
-        })))
+        });
+        if !self.interop() {
+            return Err(Failure::Typed(e));
+        }
+        // Interop: say which server answered, and keep its words.
+        let mut failure = e.failure().clone();
+        let url = &self.shown_url;
+        failure.message = match crate::classify::ProviderError::parse(&body).message {
+            Some(m) => format!("{m} (HTTP {status} from {url})"),
+            None => {
+                let text = String::from_utf8_lossy(&body);
+                let excerpt: String = text.trim().chars().take(200).collect();
+                if excerpt.is_empty() {
+                    format!("HTTP {status} from {url}")
+                } else {
+                    format!("HTTP {status} from {url}: {excerpt}")
+                }
+            }
+        };
+        let fallback = LlmError::coded(&failure.code, &failure.message);
+        Err(Failure::Typed(LlmError::new(failure).unwrap_or(fallback)))
+    }
+
+    /// Interop: the 404 after every candidate URL failed.
+    fn not_found(&self, tried: &[String]) -> LlmError {
+        let shown: Vec<String> = tried.iter().map(|u| redact_url(u)).collect();
+        let mut failure = dsh_core::LlmFailure::new(
+            String::from("HTTP_404"),
+            format!(
+                "HTTP 404: no chat-completions endpoint at {}; check the base URL (it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)",
+                shown.join(" or ")
+            ),
+        );
+        failure.status = Some(404);
+        let fallback = LlmError::coded(&failure.code, &failure.message);
+        LlmError::new(failure).unwrap_or(fallback)
+    }
+
+    /// The call ended cleanly with the body read to its end: hand the agent
+    /// (and its pooled connection) to the next call.
+    fn release_agent(&mut self) {
+        self.released = true;
+    }
+}
+
+/// A short cause for a ureq error (no URL, no header: nothing secret).
+fn transport_cause(e: &ureq::Error) -> String {
+    match e {
+        ureq::Error::Io(io) => match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => String::from("connection refused"),
+            std::io::ErrorKind::TimedOut => String::from("timed out"),
+            std::io::ErrorKind::ConnectionReset => String::from("connection reset"),
+            kind => format!("{kind}"),
+        },
+        ureq::Error::HostNotFound => String::from("host not found"),
+        ureq::Error::Timeout(t) => format!("timed out ({t})"),
+        ureq::Error::ConnectionFailed => String::from("connection failed"),
+        ureq::Error::Tls(m) => format!("TLS: {m}"),
+        other => {
+            let text = other.to_string();
+            text.chars().take(160).collect()
+        }
     }
 }
 
@@ -645,18 +1019,77 @@ impl Iterator for DeepSeekStream {
                     self.watch.close();
                     return Some(Err(e));
                 }
-                State::Pending(request) => {
+                State::Pending(mut request) => {
                     self.arm();
-                    let response = match self.send(*request) {
+                    if request.urls.is_empty() {
+                        let e = self.not_found(&request.tried);
+                        return self.fail(Failure::Typed(e));
+                    }
+                    let url = request.urls.remove(0);
+                    let response = match self.send(&url, &request) {
                         Ok(r) => r,
                         Err(f) => return self.fail(f),
                     };
+                    let status = response.status().as_u16();
+                    if status == 404 && self.interop() {
+                        let mut sink = Vec::new();
+                        let _ = response
+                            .into_body()
+                            .into_reader()
+                            .take(64 * 1024)
+                            .read_to_end(&mut sink);
+                        if let Some(m) = crate::classify::ProviderError::parse(&sink).message {
+                            // The server exists and explains (e.g. an
+                            // unknown model): its words, not a URL guess.
+                            let mut failure = dsh_core::LlmFailure::new(
+                                String::from("HTTP_404"),
+                                format!("{m} (HTTP 404 from {})", self.shown_url),
+                            );
+                            failure.status = Some(404);
+                            let fallback = LlmError::coded(&failure.code, &failure.message);
+                            let e = LlmError::new(failure).unwrap_or(fallback);
+                            return self.fail(Failure::Typed(e));
+                        }
+                        request.tried.push(url);
+                        if request.urls.is_empty() {
+                            let e = self.not_found(&request.tried);
+                            return self.fail(Failure::Typed(e));
+                        }
+                        self.state = State::Pending(request);
+                        continue;
+                    }
+                    if (200..300).contains(&status) && !request.tried.is_empty() {
+                        if let Ok(mut memo) = self.shared.endpoint.lock() {
+                            *memo = Some((self.base_raw.clone(), url.clone()));
+                        }
+                    }
                     match self.open(response) {
                         Ok(reader) => {
-                            self.state = State::Body(Box::new((reader, StreamDecoder::new())))
+                            let decoder = StreamDecoder::with_options(&self.decode);
+                            self.state = State::Body(Box::new((reader, decoder)))
                         }
                         Err(f) => return self.fail(f),
                     }
+                }
+                State::Draining(mut reader) => {
+                    // The reply is delivered; a server that holds the body
+                    // open after it costs at most this long.
+                    self.watch
+                        .arm(Duration::from_millis(2_000).min(self.idle), &self.agent);
+                    let mut total = 0usize;
+                    loop {
+                        match reader.read(&mut self.buf) {
+                            Ok(0) => {
+                                drop(reader);
+                                self.release_agent();
+                                break;
+                            }
+                            Ok(n) if total + n <= 64 * 1024 => total += n,
+                            _ => break,
+                        }
+                    }
+                    self.watch.close();
+                    return None;
                 }
                 State::Body(mut body) => {
                     let (reader, decoder) = &mut *body;
@@ -664,18 +1097,41 @@ impl Iterator for DeepSeekStream {
                         self.arm();
                     }
                     if self.cancel.is_cancelled() {
-                        return self.fail(Failure::Read);
+                        return self.fail(Failure::Read(None));
                     }
                     let n = match reader.read(&mut self.buf) {
                         Ok(n) => n,
-                        Err(_) => return self.fail(Failure::Read),
+                        Err(e) => {
+                            let cause = match e.kind() {
+                                std::io::ErrorKind::ConnectionReset => "connection reset",
+                                std::io::ErrorKind::ConnectionAborted => "connection aborted",
+                                std::io::ErrorKind::UnexpectedEof => "connection closed mid-body",
+                                std::io::ErrorKind::TimedOut => "timed out",
+                                _ => "connection error",
+                            };
+                            return self.fail(Failure::Read(Some(String::from(cause))));
+                        }
                     };
                     if n == 0 {
-                        // SSE-7 / SSE-8: a clean end before [DONE].
-                        return match decoder.finish() {
-                            Ok(()) => None,
-                            Err(e) => self.fail(Failure::Typed(e)),
-                        };
+                        // SSE-7 / SSE-8: a clean end before [DONE] (the
+                        // interop profile may still complete the reply).
+                        let result = decoder.finish_into(&mut self.scratch);
+                        self.queue.extend(self.scratch.drain(..));
+                        match result {
+                            Ok(()) => {
+                                drop(body);
+                                self.release_agent();
+                                continue;
+                            }
+                            Err(e) => {
+                                let e = self.closed_error(e);
+                                if self.queue.is_empty() {
+                                    return self.fail(Failure::Typed(e));
+                                }
+                                self.state = State::Failed(self.classify(Failure::Typed(e)));
+                                continue;
+                            }
+                        }
                     }
                     let result = decoder.push(&self.buf[..n], &mut self.scratch);
                     self.queue.extend(self.scratch.drain(..));
@@ -687,8 +1143,12 @@ impl Iterator for DeepSeekStream {
                             }
                             if !outcome.finished {
                                 self.state = State::Body(body);
+                            } else {
+                                // SSE-6: no more events are read; the rest
+                                // of the body is drained after the reply.
+                                let (reader, _) = *body;
+                                self.state = State::Draining(Box::new(reader));
                             }
-                            // On [DONE] the reader is dropped: reading stops.
                         }
                         Err(e) => {
                             if self.queue.is_empty() {
@@ -701,5 +1161,21 @@ impl Iterator for DeepSeekStream {
                 }
             }
         }
+    }
+}
+
+impl DeepSeekStream {
+    /// Interop: `STREAM_CLOSED` says which server and what was missing.
+    fn closed_error(&self, e: LlmError) -> LlmError {
+        if !self.interop() || e.failure().code != codes::STREAM_CLOSED {
+            return e;
+        }
+        LlmError::coded(
+            codes::STREAM_CLOSED,
+            &format!(
+                "the response from {} ended before the reply was complete (no [DONE] and no finish_reason)",
+                self.shown_url
+            ),
+        )
     }
 }

@@ -32,3 +32,9 @@ pub const INVALID_CREDENTIAL: &str = "INVALID_CREDENTIAL";
 pub const UNSUPPORTED_CONTENT: &str = "UNSUPPORTED_CONTENT";
 /// A reasoning effort the deployment or model does not support.
 pub const UNSUPPORTED_REASONING_EFFORT: &str = "UNSUPPORTED_REASONING_EFFORT";
+/// A server-reported error: an in-band `{"error":…}` payload, an
+/// `event: error` frame or a JSON error body with status 200 that no other
+/// code describes (interop profile).
+pub const PROVIDER_ERROR: &str = "PROVIDER_ERROR";
+/// An SSE line, event or JSON body larger than the configured limit.
+pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";

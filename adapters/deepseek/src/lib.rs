@@ -28,7 +28,15 @@
 //!   not parse as a typed image (kept as `ContentBlock::Unknown`) is not
 //!   treated as an image: it is dropped like any unknown block.
 //! - **Q-4** In-band `{"error":…}` payloads are ignored, as in the reference
-//!   (E-1): an overflow reported that way ends as `EMPTY_RESPONSE`.
+//!   (E-1): an overflow reported that way ends as `EMPTY_RESPONSE`. The
+//!   [`Profile::Interop`] decoder (what `dsh` uses against any server)
+//!   takes the guarded improvement instead: the server's error ends the
+//!   stream, classified by [`classify_inband_error`].
+//! - Profiles: [`Profile::Reference`] (the default everywhere in this
+//!   crate) is the reference byte for byte and keeps every spec vector;
+//!   [`Profile::Interop`] adds the tolerance listed on it, for servers
+//!   other than DeepSeek. Both bound SSE lines and events
+//!   ([`DEFAULT_MAX_EVENT_BYTES`], `RESPONSE_TOO_LARGE`).
 //! - **Q-6** Assistant `content` is always a string, never `null`.
 //! - **Q-7** An empty `finish_reason` (`""`) is treated as absent, so no
 //!   failure with an empty code is ever produced.
@@ -95,8 +103,8 @@ mod client;
 pub mod mock;
 
 pub use classify::{
-    HttpErrorResponse, ProviderError, classify_http_error, http_error_code, is_context_overflow,
-    is_quota_exhausted, parse_http_date, parse_retry_after, request_id,
+    HttpErrorResponse, ProviderError, classify_http_error, classify_inband_error, http_error_code,
+    is_context_overflow, is_quota_exhausted, parse_http_date, parse_retry_after, request_id,
 };
 pub use config::{
     BASE_URL_ENV, ConfigError, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT_MS,
@@ -106,16 +114,20 @@ pub use request::{
     AttachmentSource, IMAGE_OMITTED, WireThinking, base64, build_request_body, has_images,
     precheck_images, wire_thinking,
 };
-pub use sse::{DONE, SseEvent, SseFramer};
+pub use sse::{DEFAULT_MAX_EVENT_BYTES, DONE, SseEvent, SseFramer, SseLimitError};
 pub use translate::{
-    PushOutcome, StreamDecoder, Translator, decode_body, decode_pieces, empty_response_finish,
-    error_finish, malformed, map_finish_reason,
+    DecodeOptions, Profile, PushOutcome, StreamDecoder, Translator, decode_body, decode_pieces,
+    decode_pieces_with, empty_response_finish, error_finish, malformed, map_finish_reason,
+    map_finish_reason_for,
 };
 
 #[cfg(feature = "std")]
 pub use cancel::CancelToken;
 #[cfg(feature = "std")]
-pub use client::{ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, user_agent};
+pub use client::{
+    ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, SessionHeader,
+    is_deepseek_url, is_loopback_url, redact_url, user_agent,
+};
 
 pub use dsh_core::{LlmError, StreamChunk};
 

@@ -11,8 +11,12 @@
 //! # Script format
 //!
 //! ```json
-//! {"responses": [RESPONSE, ...]}
+//! {"responses": [RESPONSE, ...], "perSession": false, "keepAliveConnections": false}
 //! ```
+//!
+//! With `keepAliveConnections`, complete `turn` and `http` responses leave
+//! the connection open for the next request (the client's connection reuse
+//! is then visible in [`MockServer::connections`]).
 //!
 //! A `RESPONSE` is `{"turn": TURN}` or `{"fault": FAULT}`.
 //!
@@ -71,6 +75,11 @@ pub struct Script {
     /// Serve the responses to each session id separately.
     #[serde(default)]
     pub per_session: bool,
+    /// Keep connections open after complete `turn` and `http` responses
+    /// (HTTP/1.1 keep-alive) and serve further requests on them; by default
+    /// every response closes its connection.
+    #[serde(default)]
+    pub keep_alive_connections: bool,
 }
 
 impl Script {
@@ -245,6 +254,8 @@ struct Shared {
     per_session: Option<Mutex<BTreeMap<String, usize>>>,
     requests: Mutex<Vec<RecordedRequest>>,
     stop: AtomicBool,
+    keep_alive: bool,
+    connections: AtomicUsize,
 }
 
 /// A running mock server; stops when dropped.
@@ -278,6 +289,8 @@ impl MockServer {
             per_session: script.per_session.then(|| Mutex::new(BTreeMap::new())),
             requests: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
+            keep_alive: script.keep_alive_connections,
+            connections: AtomicUsize::new(0),
         });
         let accept_shared = shared.clone();
         let accept = thread::Builder::new()
@@ -298,6 +311,11 @@ impl MockServer {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// How many connections were accepted so far.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
     }
 
     /// The requests received so far.
@@ -339,6 +357,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         match accepted {
             Ok((stream, _)) => {
+                shared.connections.fetch_add(1, Ordering::SeqCst);
                 let shared = shared.clone();
                 let _ = thread::Builder::new()
                     .name(String::from("dsh-mock-conn"))
@@ -422,8 +441,18 @@ fn reason_phrase(status: u16) -> &'static str {
 
 fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let Some(request) = read_request(&mut stream)? else {
-        return Ok(());
+    loop {
+        if !serve_one(&mut stream, shared)? || shared.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+    }
+}
+
+/// Answers one request; returns whether the connection stays open.
+fn serve_one(stream: &mut TcpStream, shared: &Shared) -> io::Result<bool> {
+    let keep = shared.keep_alive;
+    let Some(request) = read_request(stream)? else {
+        return Ok(false);
     };
     let session = request
         .header_values("x-deepseek-harness-session-id")
@@ -445,21 +474,25 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     };
     let Some(response) = shared.script.get(i) else {
         let body = json!({"error":{"message":"mock script exhausted"}}).to_string();
-        return write_plain(&mut stream, 500, &BTreeMap::new(), body.as_bytes());
+        write_plain(stream, 500, &BTreeMap::new(), body.as_bytes(), false)?;
+        return Ok(false);
     };
     let mut w = Chunked {
         stream,
         shared,
         delay: Duration::ZERO,
         chunk_size: None,
+        keep: false,
     };
     match response {
         ScriptedResponse::Turn(turn) => {
+            w.keep = keep;
             w.configure(turn);
             w.head(200, &turn.headers)?;
             w.events(&render(turn), usize::MAX, turn.keep_alive)?;
             w.done()?;
-            w.end()
+            w.end()?;
+            Ok(keep)
         }
         ScriptedResponse::Fault(fault) => match fault {
             Fault::Http {
@@ -472,7 +505,8 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
                     Some(Value::String(s)) => s.clone(),
                     Some(v) => v.to_string(),
                 };
-                write_plain(&mut w.stream, *status, headers, body.as_bytes())
+                write_plain(w.stream, *status, headers, body.as_bytes(), keep)?;
+                Ok(keep)
             }
             Fault::Stall {
                 turn,
@@ -492,7 +526,7 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
                     w.done()?;
                     w.end()?;
                 }
-                Ok(())
+                Ok(false)
             }
             Fault::Close {
                 turn,
@@ -508,9 +542,10 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
                     w.stream.write_all(b"40\r\ndata: {\"choi")?;
                     w.stream.flush()?;
                     let _ = w.stream.shutdown(std::net::Shutdown::Both);
-                    Ok(())
+                    Ok(false)
                 } else {
-                    w.end()
+                    w.end()?;
+                    Ok(false)
                 }
             }
             Fault::InbandError { error, done } => {
@@ -520,7 +555,8 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
                 if *done {
                     w.done()?;
                 }
-                w.end()
+                w.end()?;
+                Ok(false)
             }
             Fault::Raw {
                 status,
@@ -533,7 +569,8 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
                 w.delay = Duration::from_millis(*delay_ms);
                 w.head(*status, headers)?;
                 w.write(body.as_bytes())?;
-                w.end()
+                w.end()?;
+                Ok(false)
             }
         },
     }
@@ -544,11 +581,13 @@ fn write_plain(
     status: u16,
     headers: &BTreeMap<String, String>,
     body: &[u8],
+    keep: bool,
 ) -> io::Result<()> {
     let mut head = format!(
-        "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}",
         reason_phrase(status),
-        body.len()
+        body.len(),
+        if keep { "" } else { "connection: close\r\n" }
     );
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -625,10 +664,12 @@ fn render(turn: &Turn) -> Vec<String> {
 
 /// A chunked-encoding response writer.
 struct Chunked<'a> {
-    stream: TcpStream,
+    stream: &'a mut TcpStream,
     shared: &'a Shared,
     delay: Duration,
     chunk_size: Option<usize>,
+    /// Keep the connection open after this response.
+    keep: bool,
 }
 
 impl Chunked<'_> {
@@ -639,8 +680,13 @@ impl Chunked<'_> {
 
     fn head(&mut self, status: u16, headers: &BTreeMap<String, String>) -> io::Result<()> {
         let mut head = format!(
-            "HTTP/1.1 {status} {}\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n",
-            reason_phrase(status)
+            "HTTP/1.1 {status} {}\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n{}",
+            reason_phrase(status),
+            if self.keep {
+                ""
+            } else {
+                "connection: close\r\n"
+            }
         );
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));

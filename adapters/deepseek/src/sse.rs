@@ -21,11 +21,16 @@ use alloc::vec::Vec;
 
 /// One thing the framer reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SseEvent<'a> {
     /// A dispatched event's data (SSE-3), e.g. a JSON payload or `[DONE]`.
     Data(&'a str),
     /// A comment line's text after `:` and one optional space (SSE-4).
     Comment(&'a str),
+    /// The data of an event whose `event` field was `error`; only reported
+    /// by a framer made with `error_events` on ([`SseFramer::with_options`]),
+    /// otherwise such data is a plain [`SseEvent::Data`] (SSE-5).
+    Error(&'a str),
 }
 
 /// [`SseEvent`] before UTF-8 decoding (the decoder's fast path).
@@ -35,6 +40,39 @@ pub(crate) enum RawEvent<'a> {
     Data(&'a [u8]),
     /// A comment's bytes.
     Comment(&'a [u8]),
+    /// The data bytes of an `event: error` event (error events on).
+    Error(&'a [u8]),
+}
+
+/// The default bound on one SSE line and on one event's data, in bytes
+/// (16 MiB).
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// A line or an event's data grew beyond the framer's limit: the body is
+/// not read further (an endless line would otherwise be buffered until
+/// allocation fails).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SseLimitError {
+    /// The limit, in bytes.
+    pub limit: usize,
+}
+
+impl core::fmt::Display for SseLimitError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "SSE line or event larger than the limit of {} bytes (maxEventBytes)",
+            self.limit
+        )
+    }
+}
+
+impl core::error::Error for SseLimitError {}
+
+impl From<SseLimitError> for dsh_core::LlmError {
+    fn from(e: SseLimitError) -> Self {
+        dsh_core::LlmError::coded(crate::codes::RESPONSE_TOO_LARGE, &alloc::format!("{e}"))
+    }
 }
 
 /// The exact `[DONE]` marker (SSE-6).
@@ -66,6 +104,12 @@ pub struct SseFramer {
     /// How many bytes of a leading BOM have been matched; `None` once past it.
     bom: Option<usize>,
     done: bool,
+    /// Bound on a line and on an event's data.
+    max: usize,
+    /// Report `event: error` events as [`RawEvent::Error`].
+    error_events: bool,
+    /// The pending event has `event: error`.
+    event_error: bool,
 }
 
 impl Default for SseFramer {
@@ -75,8 +119,16 @@ impl Default for SseFramer {
 }
 
 impl SseFramer {
-    /// A framer at the start of a body.
+    /// A framer at the start of a body, exactly as the reference frames
+    /// (5.10), with lines and events bounded by [`DEFAULT_MAX_EVENT_BYTES`].
     pub fn new() -> Self {
+        SseFramer::with_options(DEFAULT_MAX_EVENT_BYTES, false)
+    }
+
+    /// A framer bounding every line and every event's data to
+    /// `max_event_bytes` (at least 1), reporting `event: error` events
+    /// separately when `error_events` is on.
+    pub fn with_options(max_event_bytes: usize, error_events: bool) -> Self {
         SseFramer {
             line: Vec::new(),
             data: Vec::new(),
@@ -84,6 +136,17 @@ impl SseFramer {
             skip_lf: false,
             bom: Some(0),
             done: false,
+            max: max_event_bytes.max(1),
+            error_events,
+            event_error: false,
+        }
+    }
+
+    fn limit<E: From<SseLimitError>>(&self, len: usize) -> Result<(), E> {
+        if len > self.max {
+            Err(E::from(SseLimitError { limit: self.max }))
+        } else {
+            Ok(())
         }
     }
 
@@ -95,7 +158,10 @@ impl SseFramer {
     /// Feeds one piece of the body. `on_event` sees every dispatched payload
     /// and comment in order; an error from it stops framing and is returned
     /// (the framer should then be dropped).
-    pub fn push<E>(
+    ///
+    /// A line or an event's data longer than the limit fails with
+    /// [`SseLimitError`] (converted into `E`), whatever the split.
+    pub fn push<E: From<SseLimitError>>(
         &mut self,
         input: &[u8],
         on_event: &mut impl FnMut(SseEvent<'_>) -> Result<(), E>,
@@ -103,11 +169,12 @@ impl SseFramer {
         self.push_raw(input, &mut |event| match event {
             RawEvent::Data(d) => on_event(SseEvent::Data(&decode(d))),
             RawEvent::Comment(c) => on_event(SseEvent::Comment(&decode(c))),
+            RawEvent::Error(d) => on_event(SseEvent::Error(&decode(d))),
         })
     }
 
     /// [`SseFramer::push`] without UTF-8 decoding.
-    pub(crate) fn push_raw<E>(
+    pub(crate) fn push_raw<E: From<SseLimitError>>(
         &mut self,
         mut input: &[u8],
         on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
@@ -147,7 +214,7 @@ impl SseFramer {
         result
     }
 
-    fn lines<E>(
+    fn lines<E: From<SseLimitError>>(
         &mut self,
         input: &[u8],
         on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
@@ -164,6 +231,7 @@ impl SseFramer {
         while pos < input.len() {
             let rest = &input[pos..];
             let Some(rel) = memchr::memchr2(b'\n', b'\r', rest) else {
+                self.limit(self.line.len() + rest.len())?;
                 self.line.extend_from_slice(rest);
                 return Ok(());
             };
@@ -181,6 +249,7 @@ impl SseFramer {
             } else {
                 end + 1
             };
+            self.limit(self.line.len() + (end - pos))?;
             if self.line.is_empty() {
                 self.line_borrowed(input, pos, end, on_event)?;
             } else {
@@ -200,7 +269,7 @@ impl SseFramer {
     }
 
     /// A complete line at `input[start..end]`.
-    fn line_borrowed<E>(
+    fn line_borrowed<E: From<SseLimitError>>(
         &mut self,
         input: &[u8],
         start: usize,
@@ -218,6 +287,7 @@ impl SseFramer {
                 match self.pending {
                     Pending::None => self.pending = Pending::Borrowed(vs, ve),
                     Pending::Borrowed(s, e) => {
+                        self.limit((e - s) + 1 + (ve - vs))?;
                         self.data.clear();
                         self.data.extend_from_slice(&input[s..e]);
                         self.data.push(b'\n');
@@ -225,10 +295,15 @@ impl SseFramer {
                         self.pending = Pending::Owned;
                     }
                     Pending::Owned => {
+                        self.limit(self.data.len() + 1 + (ve - vs))?;
                         self.data.push(b'\n');
                         self.data.extend_from_slice(&input[vs..ve]);
                     }
                 }
+                Ok(())
+            }
+            Field::Event(value) => {
+                self.event_error = value == b"error";
                 Ok(())
             }
             Field::Other => Ok(()),
@@ -236,7 +311,7 @@ impl SseFramer {
     }
 
     /// A complete line assembled in a buffer (it spanned pieces).
-    fn line_owned<E>(
+    fn line_owned<E: From<SseLimitError>>(
         &mut self,
         line: &[u8],
         input: &[u8],
@@ -255,17 +330,23 @@ impl SseFramer {
                         self.data.extend_from_slice(value);
                     }
                     Pending::Borrowed(s, e) => {
+                        self.limit((e - s) + 1 + value.len())?;
                         self.data.clear();
                         self.data.extend_from_slice(&input[s..e]);
                         self.data.push(b'\n');
                         self.data.extend_from_slice(value);
                     }
                     Pending::Owned => {
+                        self.limit(self.data.len() + 1 + value.len())?;
                         self.data.push(b'\n');
                         self.data.extend_from_slice(value);
                     }
                 }
                 self.pending = Pending::Owned;
+                Ok(())
+            }
+            Field::Event(value) => {
+                self.event_error = value == b"error";
                 Ok(())
             }
             Field::Other => Ok(()),
@@ -279,8 +360,17 @@ impl SseFramer {
         on_event: &mut impl FnMut(RawEvent<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         let pending = core::mem::replace(&mut self.pending, Pending::None);
+        let error = core::mem::take(&mut self.event_error) && self.error_events;
         match pending {
             Pending::None => Ok(()),
+            Pending::Borrowed(s, e) if error => on_event(RawEvent::Error(&input[s..e])),
+            Pending::Owned if error => {
+                let data = core::mem::take(&mut self.data);
+                let r = on_event(RawEvent::Error(&data));
+                self.data = data;
+                self.data.clear();
+                r
+            }
             Pending::Borrowed(s, e) => self.emit(&input[s..e], on_event),
             Pending::Owned => {
                 let data = core::mem::take(&mut self.data);
@@ -309,6 +399,8 @@ enum Field<'a> {
     Comment(&'a [u8]),
     /// A `data` field; its value starts at this offset of the line.
     Data(usize),
+    /// An `event` field's value.
+    Event(&'a [u8]),
     /// Any other field (SSE-5: ignored).
     Other,
 }
@@ -326,6 +418,11 @@ fn field(line: &[u8]) -> Field<'_> {
             }
         }
         None if line == b"data" => Field::Data(4),
+        Some(5) if line.starts_with(b"event") => {
+            let value = &line[6..];
+            Field::Event(value.strip_prefix(b" ").unwrap_or(value))
+        }
+        None if line == b"event" => Field::Event(b""),
         _ => Field::Other,
     }
 }
@@ -351,9 +448,9 @@ mod tests {
         let mut comments = Vec::new();
         for piece in pieces {
             framer
-                .push::<()>(piece, &mut |e| {
+                .push::<SseLimitError>(piece, &mut |e| {
                     match e {
-                        SseEvent::Data(d) => data.push(d.to_string()),
+                        SseEvent::Data(d) | SseEvent::Error(d) => data.push(d.to_string()),
                         SseEvent::Comment(c) => comments.push(c.to_string()),
                     }
                     Ok(())
@@ -465,5 +562,64 @@ mod tests {
     fn invalid_utf8_becomes_replacement_characters() {
         let (d, _, _) = frame(&[b"data: a\xFFb\xE4\n\n"]);
         assert_eq!(d, vec![String::from("a\u{FFFD}b\u{FFFD}")]);
+    }
+
+    /// Frames `body` split into `piece`-byte reads with a `max`-byte limit.
+    fn limited(body: &[u8], piece: usize, max: usize) -> Result<Vec<String>, SseLimitError> {
+        let mut framer = SseFramer::with_options(max, true);
+        let mut data = Vec::new();
+        for p in body.chunks(piece) {
+            framer.push::<SseLimitError>(p, &mut |e| {
+                match e {
+                    SseEvent::Data(d) => data.push(d.to_string()),
+                    SseEvent::Error(d) => data.push(alloc::format!("error:{d}")),
+                    _ => {}
+                }
+                Ok(())
+            })?;
+        }
+        Ok(data)
+    }
+
+    #[test]
+    fn issue_19_3_an_endless_line_is_a_typed_error_whatever_the_split() {
+        // An unterminated line longer than the limit fails at once, split or not.
+        let endless = vec![b'x'; 100];
+        for piece in [1, 7, 100] {
+            assert_eq!(
+                limited(&endless, piece, 64),
+                Err(SseLimitError { limit: 64 })
+            );
+        }
+        // So does a long `data` event assembled from short lines.
+        let many = "data: 0123456789\n".repeat(10);
+        for piece in [1, 5, many.len()] {
+            assert_eq!(
+                limited(many.as_bytes(), piece, 64),
+                Err(SseLimitError { limit: 64 })
+            );
+        }
+        // At the limit it is fine.
+        let ok = "data: 0123456789\n\n";
+        assert_eq!(limited(ok.as_bytes(), 3, 16).unwrap(), vec!["0123456789"]);
+        let e: dsh_core::LlmError = SseLimitError { limit: 64 }.into();
+        assert_eq!(e.failure().code, "RESPONSE_TOO_LARGE");
+        assert!(
+            e.failure().message.contains("64 bytes"),
+            "{}",
+            e.failure().message
+        );
+    }
+
+    #[test]
+    fn error_events_are_reported_only_when_asked() {
+        let body = b"event: error\ndata: {\"error\":{\"message\":\"boom\"}}\n\ndata: x\n\n";
+        assert_eq!(
+            limited(body, 4, 1024).unwrap(),
+            vec!["error:{\"error\":{\"message\":\"boom\"}}", "x"]
+        );
+        // SV-12: the reference framer ignores the event type.
+        let (d, _, _) = frame(&[body]);
+        assert_eq!(d, vec!["{\"error\":{\"message\":\"boom\"}}", "x"]);
     }
 }

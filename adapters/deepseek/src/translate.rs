@@ -2,13 +2,81 @@
 //! chains the SSE framer and the translator.
 
 use alloc::collections::BTreeMap;
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use dsh_core::{ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage};
 
+use crate::classify::classify_inband_error;
 use crate::codes;
-use crate::sse::{DONE, RawEvent as SseEvent, SseFramer};
+use crate::sse::{DEFAULT_MAX_EVENT_BYTES, DONE, RawEvent as SseEvent, SseFramer, SseLimitError};
 use crate::wire::{self, List, ToolKey, WireUsage};
+
+/// Which servers' wire shapes the decoder accepts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Profile {
+    /// Exactly the reference DeepSeek adapter (5.10–5.14), quirks included:
+    /// the spec's vectors. The default.
+    #[default]
+    Reference,
+    /// The reference plus tolerance for other OpenAI-compatible servers
+    /// (vLLM, llama.cpp, Ollama, LM Studio, TGI, LiteLLM, OpenRouter,
+    /// Gemini). Where the reference would lose an answer or hide an error:
+    ///
+    /// - an in-band `{"error":…}` payload or an `event: error` frame ends the
+    ///   stream with the server's error ([`crate::classify_inband_error`]),
+    ///   after the chunks before it;
+    /// - a body that ends without `[DONE]` after a `finish_reason` arrived is
+    ///   complete (flushed as if `[DONE]` had come);
+    /// - tool-call deltas without `index` are told apart by `id` (a new id,
+    ///   or a new name without id, opens a new call) instead of being merged;
+    /// - a tool call that never gets an `id` gets `<callIdPrefix><index>`;
+    /// - the stop synonyms `eos_token`, `eos`, `stop_sequence`, `end_turn`
+    ///   and any case of `stop` map to `stop`; every other reason keeps the
+    ///   reference mapping (T-6, 5.12);
+    /// - the `reasoning` delta field counts as `reasoning_content` when that
+    ///   is absent or empty;
+    /// - a body that is a JSON document instead of SSE (a non-streaming
+    ///   `chat.completion`, or an error object sent with status 200) is
+    ///   translated as one complete reply, or as that error.
+    Interop,
+}
+
+/// Decoder settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DecodeOptions {
+    /// Which wire shapes are accepted.
+    pub profile: Profile,
+    /// Bound on one SSE line, one event's data and a JSON body, in bytes.
+    pub max_event_bytes: usize,
+    /// Interop: the prefix of the id given to a tool call that has none;
+    /// the block index follows. Make it unique per call (the client does).
+    pub call_id_prefix: String,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            profile: Profile::Reference,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            call_id_prefix: String::from("call_"),
+        }
+    }
+}
+
+impl DecodeOptions {
+    /// The interop profile with the default limits.
+    pub fn interop() -> Self {
+        DecodeOptions {
+            profile: Profile::Interop,
+            ..DecodeOptions::default()
+        }
+    }
+}
+
+/// Interop: finish reasons other servers use for a normal stop.
+const STOP_SYNONYMS: [&str; 4] = ["eos_token", "eos", "stop_sequence", "end_turn"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -41,6 +109,11 @@ pub struct Translator {
     pending_finish: Option<FinishReason>,
     pending_usage: Option<TokenUsage>,
     done: bool,
+    profile: Profile,
+    call_id_prefix: String,
+    /// Interop: the block of the last tool-call delta without `index`, and
+    /// the wire id it got.
+    unindexed: Option<(usize, Option<String>)>,
 }
 
 /// T-1: the `MALFORMED_RESPONSE` error for `payload`, quoting its first 120
@@ -50,6 +123,17 @@ pub fn malformed(payload: &str) -> LlmError {
     let mut message = String::from("malformed SSE payload: ");
     message.push_str(&excerpt);
     LlmError::coded(codes::MALFORMED_RESPONSE, &message)
+}
+
+/// [`map_finish_reason`] under `profile`: the interop profile also maps the
+/// stop synonyms of other servers to `stop`.
+pub fn map_finish_reason_for(reason: &str, profile: Profile) -> FinishReason {
+    if profile == Profile::Interop
+        && (reason.eq_ignore_ascii_case("stop") || STOP_SYNONYMS.contains(&reason))
+    {
+        return FinishReason::Stop;
+    }
+    map_finish_reason(reason)
 }
 
 /// 5.12: a wire `finish_reason` as a [`FinishReason`].
@@ -93,9 +177,29 @@ pub fn empty_response_finish() -> FinishReason {
 }
 
 impl Translator {
-    /// A translator for a new call.
+    /// A translator for a new call (the reference profile).
     pub fn new() -> Self {
         Translator::default()
+    }
+
+    /// A translator for a new call with `options`.
+    pub fn with_options(options: &DecodeOptions) -> Self {
+        Translator {
+            profile: options.profile,
+            call_id_prefix: options.call_id_prefix.clone(),
+            ..Translator::default()
+        }
+    }
+
+    fn interop(&self) -> bool {
+        self.profile == Profile::Interop
+    }
+
+    /// Interop: an `event: error` frame's data, as the stream's error.
+    /// Nothing is emitted.
+    pub fn push_error_event(&mut self, data: &str) -> LlmError {
+        self.done = true;
+        classify_inband_error(data)
     }
 
     /// Whether `[DONE]` was translated.
@@ -146,6 +250,9 @@ impl Translator {
             // or `tool_calls` that is not an array of objects, is malformed.
             Ok(false) | Err(_) => return Err(malformed(payload)),
         }
+        if parsed.error && self.interop() {
+            return Err(self.push_error_event(payload));
+        }
         if !self.apply(&parsed, out) {
             return Err(malformed(payload));
         }
@@ -166,7 +273,7 @@ impl Translator {
         }
         let mut parsed = wire::Payload::default();
         if let Ok(true) = wire::parse_slice_into(payload, &mut parsed) {
-            if self.apply(&parsed, out) {
+            if !(parsed.error && self.interop()) && self.apply(&parsed, out) {
                 return Ok(false);
             }
         }
@@ -193,12 +300,12 @@ impl Translator {
         for choice in choices.iter() {
             let delta = &choice.delta;
             // T-3
-            if let Some(text) = delta
-                .reasoning_content
-                .0
-                .as_deref()
-                .filter(|t| !t.is_empty())
-            {
+            let reasoning = match delta.reasoning_content.0.as_deref() {
+                Some(t) if !t.is_empty() => Some(t),
+                _ if self.interop() => delta.reasoning.0.as_deref().filter(|t| !t.is_empty()),
+                _ => None,
+            };
+            if let Some(text) = reasoning {
                 let slot = match self.reasoning {
                     Some(slot) => slot,
                     None => {
@@ -237,6 +344,7 @@ impl Translator {
             if let List::Items(calls) = &delta.tool_calls {
                 for call in calls.iter() {
                     let slot = match &call.key {
+                        ToolKey::Absent if self.interop() => self.unindexed_slot(call, out),
                         ToolKey::Unique => self.open(Kind::ToolCall, out),
                         key => match self.tools.get(key) {
                             Some(slot) => *slot,
@@ -261,6 +369,12 @@ impl Translator {
                             block.name = Some(String::from(name));
                         }
                     }
+                    if block.id.as_deref().is_none_or(str::is_empty)
+                        && self.profile == Profile::Interop
+                    {
+                        // Interop: a call without id gets one unique to this call.
+                        block.id = Some(alloc::format!("{}{}", self.call_id_prefix, block.index));
+                    }
                     let fragment = call.arguments.0.as_deref().unwrap_or_default();
                     block.buf.push_str(fragment);
                     out.push(StreamChunk::ToolCallDelta {
@@ -273,7 +387,7 @@ impl Translator {
             }
             // T-6, with the Q-7 choice: an empty string is treated as absent.
             if let Some(reason) = choice.finish_reason.0.as_deref().filter(|r| !r.is_empty()) {
-                self.pending_finish = Some(map_finish_reason(reason));
+                self.pending_finish = Some(map_finish_reason_for(reason, self.profile));
             }
         }
         // T-7
@@ -281,6 +395,96 @@ impl Translator {
             self.pending_usage = Some(map_usage(usage));
         }
         true
+    }
+
+    /// Interop: the block for a tool-call delta without `index`: the last
+    /// such block, unless this delta starts another call (an id other than
+    /// the block's, or a name when the block already has one and no id
+    /// came).
+    fn unindexed_slot(&mut self, call: &wire::ToolCall<'_>, out: &mut Vec<StreamChunk>) -> usize {
+        let id = call.id.0.as_deref().filter(|i| !i.is_empty());
+        if let Some((slot, wire_id)) = &self.unindexed {
+            let has_name = self.blocks.get(*slot).is_some_and(|b| b.name.is_some());
+            let other_id = id.is_some_and(|i| wire_id.as_deref().is_some_and(|w| w != i));
+            let another_name =
+                call.name.0.is_some() && has_name && (id.is_none() || id != wire_id.as_deref());
+            if !other_id && !another_name {
+                let slot = *slot;
+                if let (Some(i), Some((_, w))) = (id, self.unindexed.as_mut()) {
+                    *w = Some(String::from(i));
+                }
+                return slot;
+            }
+        }
+        let slot = self.open(Kind::ToolCall, out);
+        self.unindexed = Some((slot, id.map(String::from)));
+        slot
+    }
+
+    /// The body ended: like [`Translator::end`], but the interop profile
+    /// completes a stream that already received a `finish_reason` (flushing
+    /// it into `out`) instead of failing.
+    pub fn end_into(&mut self, out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
+        if !self.done && self.interop() && self.pending_finish.is_some() {
+            self.flush(out);
+        }
+        self.end()
+    }
+
+    /// Interop: translates a whole JSON body (a non-streaming
+    /// `chat.completion`, or an error object) into `out`.
+    fn push_json_body(&mut self, body: &[u8], out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
+        use serde_json::{Map, Value};
+        let text = String::from_utf8_lossy(body);
+        let Ok(Value::Object(root)) = serde_json::from_str::<Value>(&text) else {
+            return Err(malformed(&text));
+        };
+        if root.get("error").is_some_and(|e| !e.is_null()) || root.get("choices").is_none() {
+            if root.get("error").is_some_and(|e| !e.is_null()) {
+                return Err(self.push_error_event(&text));
+            }
+            return Err(malformed(&text));
+        }
+        let mut choices = Vec::new();
+        if let Some(Value::Array(items)) = root.get("choices") {
+            for item in items {
+                let Value::Object(choice) = item else {
+                    continue;
+                };
+                let mut delta = match choice.get("message").or_else(|| choice.get("delta")) {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => Map::new(),
+                };
+                if let Some(Value::Array(calls)) = delta.get_mut("tool_calls") {
+                    for (i, call) in calls.iter_mut().enumerate() {
+                        let Value::Object(call) = call else { continue };
+                        call.entry("index").or_insert(Value::from(i));
+                        if let Some(Value::Object(f)) = call.get_mut("function") {
+                            if let Some(args) = f.get_mut("arguments") {
+                                if !args.is_string() && !args.is_null() {
+                                    *args = Value::String(args.to_string());
+                                }
+                            }
+                        }
+                    }
+                }
+                let mut c = Map::new();
+                c.insert(String::from("delta"), Value::Object(delta));
+                if let Some(reason) = choice.get("finish_reason") {
+                    c.insert(String::from("finish_reason"), reason.clone());
+                }
+                choices.push(Value::Object(c));
+            }
+        }
+        let mut payload = Map::new();
+        payload.insert(String::from("choices"), Value::Array(choices));
+        if let Some(usage) = root.get("usage") {
+            payload.insert(String::from("usage"), usage.clone());
+        }
+        let payload = Value::Object(payload).to_string();
+        self.push_payload(&payload, out)?;
+        self.flush(out);
+        Ok(())
     }
 
     /// T-9: block-ends in opening order, usage, finish.
@@ -354,17 +558,53 @@ pub struct StreamDecoder {
     framer: SseFramer,
     translator: Translator,
     failed: Option<LlmError>,
+    /// Interop: how the body is read.
+    body: BodyKind,
+    max_event_bytes: usize,
+}
+
+/// What the body turned out to be (interop sniffs its first byte).
+#[derive(Clone, Debug, Default)]
+enum BodyKind {
+    /// Reference profile: always SSE.
+    #[default]
+    Sse,
+    /// Interop, nothing but whitespace or a BOM seen yet.
+    Sniffing,
+    /// Interop: a JSON document, buffered whole.
+    Json(Vec<u8>),
 }
 
 impl StreamDecoder {
-    /// A decoder for a new response body.
+    /// A decoder for a new response body (the reference profile).
     pub fn new() -> Self {
-        StreamDecoder::default()
+        StreamDecoder::with_options(&DecodeOptions::default())
+    }
+
+    /// A decoder for a new response body with `options`.
+    pub fn with_options(options: &DecodeOptions) -> Self {
+        let interop = options.profile == Profile::Interop;
+        StreamDecoder {
+            framer: SseFramer::with_options(options.max_event_bytes, interop),
+            translator: Translator::with_options(options),
+            failed: None,
+            body: if interop {
+                BodyKind::Sniffing
+            } else {
+                BodyKind::Sse
+            },
+            max_event_bytes: options.max_event_bytes.max(1),
+        }
     }
 
     /// Whether `[DONE]` was reached.
     pub fn is_finished(&self) -> bool {
         self.translator.is_done()
+    }
+
+    fn fail(&mut self, e: LlmError) -> Result<PushOutcome, LlmError> {
+        self.failed = Some(e.clone());
+        Err(e)
     }
 
     /// Feeds one piece of the body, appending the chunks it completes to
@@ -375,11 +615,42 @@ impl StreamDecoder {
     /// returns the same error again.
     pub fn push(
         &mut self,
-        bytes: &[u8],
+        mut bytes: &[u8],
         out: &mut Vec<StreamChunk>,
     ) -> Result<PushOutcome, LlmError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
+        }
+        if self.translator.is_done() {
+            return Ok(PushOutcome {
+                comments: 0,
+                finished: true,
+            });
+        }
+        match &mut self.body {
+            BodyKind::Sse => {}
+            BodyKind::Sniffing => {
+                let skip = bytes
+                    .iter()
+                    .position(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n' | 0xEF | 0xBB | 0xBF));
+                match skip {
+                    Some(i) if bytes[i] == b'{' => {
+                        self.body = BodyKind::Json(Vec::new());
+                        bytes = &bytes[i..];
+                    }
+                    Some(_) => self.body = BodyKind::Sse,
+                    None => {}
+                }
+            }
+            BodyKind::Json(_) => {}
+        }
+        if let BodyKind::Json(buf) = &mut self.body {
+            if buf.len() + bytes.len() > self.max_event_bytes {
+                let limit = self.max_event_bytes;
+                return self.fail(SseLimitError { limit }.into());
+            }
+            buf.extend_from_slice(bytes);
+            return Ok(PushOutcome::default());
         }
         let mut outcome = PushOutcome::default();
         let translator = &mut self.translator;
@@ -389,21 +660,42 @@ impl StreamDecoder {
                 Ok(())
             }
             SseEvent::Data(payload) => translator.push_payload_bytes(payload, out).map(|_| ()),
+            SseEvent::Error(data) => {
+                Err(translator.push_error_event(&String::from_utf8_lossy(data)))
+            }
         });
         if let Err(e) = result {
-            self.failed = Some(e.clone());
-            return Err(e);
+            return self.fail(e);
         }
         outcome.finished = self.translator.is_done();
         Ok(outcome)
     }
 
     /// The body ended (SSE-7): `STREAM_CLOSED` unless `[DONE]` was reached.
+    /// Chunks the interop profile completes only at the end of the body are
+    /// dropped here: with that profile, call [`StreamDecoder::finish_into`].
     pub fn finish(&mut self) -> Result<(), LlmError> {
+        self.finish_into(&mut Vec::new())
+    }
+
+    /// [`StreamDecoder::finish`] for the interop profile, which may still
+    /// complete the reply at the end of the body (a `finish_reason` without
+    /// `[DONE]`, a JSON body): its last chunks go to `out`.
+    pub fn finish_into(&mut self, out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
         if self.translator.is_done() {
+            return Ok(());
+        }
+        if let BodyKind::Json(body) = core::mem::take(&mut self.body) {
+            if let Err(e) = self.translator.push_json_body(&body, out) {
+                self.failed = Some(e.clone());
+                return Err(e);
+            }
+            return Ok(());
+        }
+        if self.translator.end_into(out).is_ok() {
             return Ok(());
         }
         let e = LlmError::coded(codes::STREAM_CLOSED, "SSE stream ended without [DONE]");
@@ -428,7 +720,15 @@ pub fn error_finish(error: &LlmError, caller_cancelled: bool) -> StreamChunk {
 /// Decodes a whole body given in `pieces` (any split) and applies AC-6: the
 /// chunk sequence always ends in a `finish`, a failure included.
 pub fn decode_pieces<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> Vec<StreamChunk> {
-    let mut decoder = StreamDecoder::new();
+    decode_pieces_with(pieces, &DecodeOptions::default())
+}
+
+/// [`decode_pieces`] with decoder `options`.
+pub fn decode_pieces_with<'a>(
+    pieces: impl IntoIterator<Item = &'a [u8]>,
+    options: &DecodeOptions,
+) -> Vec<StreamChunk> {
+    let mut decoder = StreamDecoder::with_options(options);
     let mut out = Vec::new();
     for piece in pieces {
         match decoder.push(piece, &mut out) {
@@ -440,7 +740,7 @@ pub fn decode_pieces<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> Vec<Stre
             }
         }
     }
-    if let Err(e) = decoder.finish() {
+    if let Err(e) = decoder.finish_into(&mut out) {
         out.push(error_finish(&e, false));
     }
     out

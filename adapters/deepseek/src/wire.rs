@@ -84,6 +84,9 @@ impl<T> Default for List<T> {
 pub(crate) struct Payload<'a> {
     pub choices: List<Choice<'a>>,
     pub usage: Option<Box<WireUsage>>,
+    /// A top-level `error` key holds a non-null value (read only by the
+    /// interop profile).
+    pub error: bool,
 }
 
 /// One `choices[]` element. `None` delta when absent, `null` or not an object.
@@ -97,6 +100,9 @@ pub(crate) struct Choice<'a> {
 pub(crate) struct Delta<'a> {
     pub content: Str<'a>,
     pub reasoning_content: Str<'a>,
+    /// `reasoning` (Ollama, OpenRouter, vLLM; read only by the interop
+    /// profile).
+    pub reasoning: Str<'a>,
     pub tool_calls: List<ToolCall<'a>>,
 }
 
@@ -233,6 +239,26 @@ impl<'de> Deserialize<'de> for Str<'de> {
             }
             fn visit_string<E: de::Error>(self, v: String) -> Result<Str<'de>, E> {
                 Ok(Str(Some(Cow::Owned(v))))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Whether a value is anything but `null` (the value itself is skipped).
+struct NotNull(bool);
+
+impl<'de> Deserialize<'de> for NotNull {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NotNull;
+            default_visits!(NotNull, NotNull(true); bool, str, num, seq, map);
+            fn visit_unit<E: de::Error>(self) -> Result<NotNull, E> {
+                Ok(NotNull(false))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<NotNull, E> {
+                Ok(NotNull(false))
             }
         }
         d.deserialize_any(V)
@@ -421,6 +447,7 @@ impl<'de> ObjectVisit<'de> for Payload<'de> {
                     let mut u = Box::<WireUsage>::default();
                     self.usage = map.next_value_seed(FillObject(&mut *u))?.then_some(u);
                 }
+                "error" => self.error = map.next_value::<NotNull>()?.0,
                 _ => skip(&mut map)?,
             }
         }
@@ -449,6 +476,7 @@ impl<'de> ObjectVisit<'de> for Delta<'de> {
             match &*key.0 {
                 "content" => self.content = map.next_value()?,
                 "reasoning_content" => self.reasoning_content = map.next_value()?,
+                "reasoning" => self.reasoning = map.next_value()?,
                 "tool_calls" => map.next_value_seed(FillList(&mut self.tool_calls))?,
                 _ => skip(&mut map)?,
             }
