@@ -1,0 +1,539 @@
+//! The ACP server loop: one thread owns every session; the stdin reader,
+//! the agents' event forwarders and the client's answers reach it as
+//! messages.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::thread;
+
+use agent_client_protocol_schema::v1::{
+    self as acp, AgentCapabilities, CancelNotification, ClientCapabilities, ClientNotification,
+    ClientRequest, EmbeddedResourceResource, ErrorCode, Implementation, InitializeRequest,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest,
+    PromptResponse, RequestId, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SessionNotification, SessionUpdate, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields,
+};
+use agent_client_protocol_schema::{MethodDispatchError, ProtocolVersion};
+use dsh_core::SessionId;
+use dsh_core::session::EventData;
+use dsh_std::{
+    Agent, AgentEvent, ApprovalDecision, ApprovalMode, ApprovalPolicy, ApprovalRequestId,
+    CancelCause, ShellError,
+};
+use dsh_store::{SessionStore, StoreError};
+use serde_json::Value;
+
+use super::map::{self, Calls, Mode};
+use super::rpc::{Incoming, Peer, params_object, read_loop, rpc_error};
+use crate::provider::ProviderArgs;
+use crate::store::{new_session_id, now_ms};
+
+/// Option ids of a permission request.
+const ALLOW_ONCE: &str = "allow_once";
+const ALLOW_ALWAYS: &str = "allow_always";
+const REJECT_ONCE: &str = "reject_once";
+
+/// What reaches the server loop.
+enum Msg {
+    Rpc(Incoming),
+    Agent(String, AgentEvent),
+    Permission {
+        session: String,
+        call_id: String,
+        approval: ApprovalRequestId,
+        answer: Result<Value, acp::Error>,
+    },
+}
+
+/// A call whose result has not arrived (to match an approval request,
+/// which names the tool and arguments but not the call id).
+struct OpenCall {
+    id: String,
+    name: String,
+    arguments: String,
+    asked: bool,
+}
+
+/// One open session.
+struct Live {
+    agent: Agent,
+    cwd: PathBuf,
+    policy: ApprovalPolicy,
+    calls: Calls,
+    open: Vec<OpenCall>,
+    /// The running `session/prompt` request.
+    prompt: Option<RequestId>,
+    /// `session/cancel` arrived for the running prompt.
+    cancel_requested: bool,
+}
+
+struct Server {
+    peer: Arc<Peer>,
+    tx: Sender<Msg>,
+    store: Arc<dyn SessionStore>,
+    provider: ProviderArgs,
+    initialized: bool,
+    client: ClientCapabilities,
+    sessions: HashMap<String, Live>,
+}
+
+/// Serves until the input ends or the output fails; then disposes every
+/// agent (a running turn closes as aborted, the logs are flushed).
+pub fn serve(
+    peer: Arc<Peer>,
+    input: impl Read + Send + 'static,
+    store: Arc<dyn SessionStore>,
+    provider: ProviderArgs,
+) {
+    let (tx, rx) = mpsc::channel();
+    let reader_tx = tx.clone();
+    let reader_peer = peer.clone();
+    let spawned = thread::Builder::new()
+        .name("dsh-acp-stdin".into())
+        .spawn(move || {
+            let input: Box<dyn BufRead> = Box::new(BufReader::with_capacity(1 << 16, input));
+            read_loop(&reader_peer, input, |m| reader_tx.send(Msg::Rpc(m)).is_ok());
+        });
+    if let Err(e) = spawned {
+        eprintln!("dsh acp: cannot start the reader thread: {e}");
+        return;
+    }
+    let mut server = Server {
+        peer: peer.clone(),
+        tx,
+        store,
+        provider,
+        initialized: false,
+        client: ClientCapabilities::default(),
+        sessions: HashMap::new(),
+    };
+    while let Ok(msg) = rx.recv() {
+        match msg {
+            Msg::Rpc(Incoming::Closed) => break,
+            Msg::Rpc(Incoming::Invalid { id, error }) => peer.respond::<()>(&id, Err(error)),
+            Msg::Rpc(Incoming::Request { id, method, params }) => {
+                server.request(id, &method, &params)
+            }
+            Msg::Rpc(Incoming::Notification { method, params }) => {
+                server.notification(&method, &params)
+            }
+            Msg::Agent(session, event) => server.agent_event(&session, event),
+            Msg::Permission {
+                session,
+                call_id,
+                approval,
+                answer,
+            } => server.permission_answer(&session, call_id, approval, answer),
+        }
+        if peer.is_closed() {
+            break;
+        }
+    }
+    for (_, live) in server.sessions.drain() {
+        live.agent.dispose();
+    }
+}
+
+fn invalid_params(message: impl Into<String>) -> acp::Error {
+    rpc_error(ErrorCode::InvalidParams, message)
+}
+
+fn internal(message: impl Into<String>) -> acp::Error {
+    acp::Error::internal_error().data(Value::String(message.into()))
+}
+
+impl Server {
+    fn request(&mut self, id: RequestId, method: &str, params: &Value) {
+        let parsed = ClientRequest::from_method_and_params(method, &params_object(params));
+        let request = match parsed {
+            Err(MethodDispatchError::InvalidPayload { source, .. })
+                if self.initialized_for(method) =>
+            {
+                return self.peer.respond::<()>(
+                    &id,
+                    Err(invalid_params(format!(
+                        "Invalid params for {method}: {source}"
+                    ))),
+                );
+            }
+            Err(MethodDispatchError::InvalidPayload { .. }) | Ok(_)
+                if !self.initialized_for(method) && supported(method) =>
+            {
+                return self.peer.respond::<()>(
+                    &id,
+                    Err(rpc_error(
+                        ErrorCode::InvalidRequest,
+                        format!("Invalid Request: call `initialize` before `{method}`"),
+                    )),
+                );
+            }
+            Ok(r) if supported(method) => r,
+            _ => {
+                return self.peer.respond::<()>(
+                    &id,
+                    Err(rpc_error(
+                        ErrorCode::MethodNotFound,
+                        format!("Method not found: {method}"),
+                    )),
+                );
+            }
+        };
+        match request {
+            ClientRequest::InitializeRequest(r) => self.initialize(&id, r),
+            ClientRequest::NewSessionRequest(r) => {
+                let result = self.new_session(r);
+                self.peer.respond(&id, result)
+            }
+            ClientRequest::LoadSessionRequest(r) => {
+                let result = self.load_session(r);
+                self.peer.respond(&id, result)
+            }
+            ClientRequest::PromptRequest(r) => self.prompt(id, r),
+            _ => self.peer.respond::<()>(
+                &id,
+                Err(rpc_error(
+                    ErrorCode::MethodNotFound,
+                    format!("Method not found: {method}"),
+                )),
+            ),
+        }
+    }
+
+    /// `initialize` is always allowed; everything else needs it first.
+    fn initialized_for(&self, method: &str) -> bool {
+        self.initialized || method == "initialize"
+    }
+
+    fn initialize(&mut self, id: &RequestId, r: InitializeRequest) {
+        self.initialized = true;
+        self.client = r.client_capabilities;
+        let capabilities = AgentCapabilities::new()
+            .load_session(true)
+            .prompt_capabilities(PromptCapabilities::new().embedded_context(true));
+        let response = InitializeResponse::new(ProtocolVersion::V1)
+            .agent_capabilities(capabilities)
+            .agent_info(
+                Implementation::new("dsh", env!("CARGO_PKG_VERSION"))
+                    .title("dsh (DeepSeek Harness)"),
+            );
+        self.peer.respond(id, Ok(response));
+    }
+
+    fn config(&self, cwd: &std::path::Path) -> Result<(dsh_std::AgentConfig, PathBuf), acp::Error> {
+        if !cwd.is_absolute() {
+            return Err(invalid_params("cwd must be an absolute path"));
+        }
+        let cwd = std::fs::canonicalize(cwd)
+            .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
+        let env = |name: &str| std::env::var(name).ok();
+        let provider = crate::provider::resolve(&self.provider, &env).map_err(internal)?;
+        let config =
+            crate::shell::agent_config(&provider, cwd.clone(), true, false).map_err(internal)?;
+        Ok((config, cwd))
+    }
+
+    fn register(&mut self, agent: Agent, cwd: PathBuf, policy: ApprovalPolicy) -> String {
+        let session = agent.session_id().as_str().to_string();
+        let events = agent.subscribe();
+        let tx = self.tx.clone();
+        let name = session.clone();
+        let _ = thread::Builder::new()
+            .name("dsh-acp-events".into())
+            .spawn(move || {
+                while let Ok(ev) = events.recv() {
+                    if tx.send(Msg::Agent(name.clone(), ev)).is_err() {
+                        break;
+                    }
+                }
+            });
+        self.sessions.insert(
+            session.clone(),
+            Live {
+                agent,
+                cwd,
+                policy,
+                calls: Calls::default(),
+                open: Vec::new(),
+                prompt: None,
+                cancel_requested: false,
+            },
+        );
+        session
+    }
+
+    fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {
+        let (config, cwd) = self.config(&r.cwd)?;
+        let policy = config.approval.clone();
+        let agent = Agent::create(config, self.store.clone(), new_session_id(now_ms()))
+            .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
+        let session = self.register(agent, cwd, policy);
+        Ok(NewSessionResponse::new(session))
+    }
+
+    fn load_session(&mut self, r: LoadSessionRequest) -> Result<LoadSessionResponse, acp::Error> {
+        let session = r.session_id.0.to_string();
+        if !self.sessions.contains_key(&session) {
+            let (config, cwd) = self.config(&r.cwd)?;
+            let policy = config.approval.clone();
+            let agent = Agent::resume(config, self.store.clone(), &SessionId::new(session.clone()))
+                .map_err(|e| match e {
+                    ShellError::Store(StoreError::NotFound { .. }) => {
+                        acp::Error::session_not_found(session.clone())
+                    }
+                    e => internal(format!("cannot load session {session}: {e}")),
+                })?;
+            self.register(agent, cwd, policy);
+        }
+        let Some(live) = self.sessions.get_mut(&session) else {
+            return Err(acp::Error::session_not_found(session));
+        };
+        let events = live
+            .agent
+            .events()
+            .map_err(|e| internal(format!("cannot read session {session}: {e}")))?;
+        // The replay has its own call table; live calls keep theirs.
+        let mut calls = Calls::default();
+        for ev in &events {
+            for update in map::updates(ev, Mode::Replay, &live.cwd, &mut calls, &|_| true) {
+                notify(&self.peer, &session, update);
+            }
+        }
+        Ok(LoadSessionResponse::new())
+    }
+
+    fn prompt(&mut self, id: RequestId, r: PromptRequest) {
+        let session = r.session_id.0.to_string();
+        let Some(live) = self.sessions.get_mut(&session) else {
+            return self
+                .peer
+                .respond::<()>(&id, Err(acp::Error::session_not_found(session)));
+        };
+        if live.prompt.is_some() {
+            return self.peer.respond::<()>(
+                &id,
+                Err(rpc_error(
+                    ErrorCode::InvalidRequest,
+                    "Invalid Request: a prompt is already running in this session",
+                )),
+            );
+        }
+        let text = match prompt_text(&r.prompt) {
+            Ok(t) => t,
+            Err(e) => return self.peer.respond::<()>(&id, Err(e)),
+        };
+        match live.agent.send(&text) {
+            Ok(()) => {
+                live.prompt = Some(id);
+                live.cancel_requested = false;
+            }
+            Err(e) => self
+                .peer
+                .respond::<()>(&id, Err(internal(format!("cannot send the prompt: {e}")))),
+        }
+    }
+
+    fn notification(&mut self, method: &str, params: &Value) {
+        if !self.initialized {
+            return;
+        }
+        match ClientNotification::from_method_and_params(method, &params_object(params)) {
+            Ok(ClientNotification::CancelNotification(CancelNotification {
+                session_id, ..
+            })) => {
+                if let Some(live) = self.sessions.get_mut(session_id.0.as_ref())
+                    && live.prompt.is_some()
+                {
+                    live.cancel_requested = true;
+                    live.agent.cancel(CancelCause::User, false);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("dsh acp: ignored notification: {e}"),
+        }
+    }
+
+    fn agent_event(&mut self, session: &str, event: AgentEvent) {
+        let Some(live) = self.sessions.get_mut(session) else {
+            return;
+        };
+        match event {
+            AgentEvent::Event(ev) => {
+                let policy = &live.policy;
+                let asks = |tool: &str| policy.mode_for(tool) == ApprovalMode::Ask;
+                for update in map::updates(&ev, Mode::Live, &live.cwd, &mut live.calls, &asks) {
+                    notify(&self.peer, session, update);
+                }
+                match ev.data() {
+                    EventData::ToolCall(c) => live.open.push(OpenCall {
+                        id: c.call_id.as_str().to_string(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                        asked: false,
+                    }),
+                    EventData::ToolResult(r) => {
+                        let answered: Vec<&str> = r
+                            .message
+                            .content
+                            .iter()
+                            .filter_map(|b| match b {
+                                dsh_core::ContentBlock::ToolResult { tool_call_id, .. } => {
+                                    Some(tool_call_id.as_str())
+                                }
+                                _ => None,
+                            })
+                            .collect();
+                        live.open.retain(|c| !answered.contains(&c.id.as_str()));
+                    }
+                    EventData::TurnEnd(end) => {
+                        live.open.clear();
+                        if let Some(id) = live.prompt.take() {
+                            let result = map::stop_reason(&end.reason, live.cancel_requested)
+                                .map(PromptResponse::new);
+                            live.cancel_requested = false;
+                            self.peer.respond(&id, result);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            AgentEvent::ApprovalRequested {
+                id,
+                tool,
+                arguments,
+            } => {
+                let call_id = match live
+                    .open
+                    .iter_mut()
+                    .find(|c| !c.asked && c.name == tool && c.arguments == arguments)
+                {
+                    Some(c) => {
+                        c.asked = true;
+                        c.id.clone()
+                    }
+                    None => format!("approval-{}", id.0),
+                };
+                let args: Value = serde_json::from_str(&arguments).unwrap_or(Value::Null);
+                let request = RequestPermissionRequest::new(
+                    session.to_string(),
+                    ToolCallUpdate::new(call_id.clone(), map::call_fields(&tool, &args, &live.cwd)),
+                    vec![
+                        PermissionOption::new(ALLOW_ONCE, "Allow", PermissionOptionKind::AllowOnce),
+                        PermissionOption::new(
+                            ALLOW_ALWAYS,
+                            format!("Always allow {tool}"),
+                            PermissionOptionKind::AllowAlways,
+                        ),
+                        PermissionOption::new(
+                            REJECT_ONCE,
+                            "Reject",
+                            PermissionOptionKind::RejectOnce,
+                        ),
+                    ],
+                );
+                let tx = self.tx.clone();
+                let session = session.to_string();
+                self.peer
+                    .request("session/request_permission", &request, move |answer| {
+                        let _ = tx.send(Msg::Permission {
+                            session,
+                            call_id,
+                            approval: id,
+                            answer,
+                        });
+                    });
+            }
+            AgentEvent::Error(e) => eprintln!("dsh acp: session {session}: {e}"),
+            _ => {}
+        }
+    }
+
+    fn permission_answer(
+        &mut self,
+        session: &str,
+        call_id: String,
+        approval: ApprovalRequestId,
+        answer: Result<Value, acp::Error>,
+    ) {
+        let Some(live) = self.sessions.get(session) else {
+            return;
+        };
+        let decision = match answer.map(serde_json::from_value::<RequestPermissionResponse>) {
+            Ok(Ok(RequestPermissionResponse {
+                outcome: RequestPermissionOutcome::Selected(selected),
+                ..
+            })) => match selected.option_id.0.as_ref() {
+                ALLOW_ONCE => ApprovalDecision::Allow,
+                ALLOW_ALWAYS => ApprovalDecision::AllowAlways,
+                _ => ApprovalDecision::Deny,
+            },
+            Ok(Ok(_)) => ApprovalDecision::Deny,
+            Ok(Err(e)) => {
+                eprintln!("dsh acp: unreadable permission answer (denied): {e}");
+                ApprovalDecision::Deny
+            }
+            Err(e) => {
+                eprintln!("dsh acp: permission request failed (denied): {}", e.message);
+                ApprovalDecision::Deny
+            }
+        };
+        if decision != ApprovalDecision::Deny && !live.cancel_requested {
+            let fields = ToolCallUpdateFields::new().status(ToolCallStatus::InProgress);
+            notify(
+                &self.peer,
+                session,
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(call_id, fields)),
+            );
+        }
+        live.agent.answer_approval(approval, decision);
+    }
+}
+
+/// Methods this agent implements (others answer "method not found").
+fn supported(method: &str) -> bool {
+    matches!(
+        method,
+        "initialize" | "session/new" | "session/load" | "session/prompt"
+    )
+}
+
+fn notify(peer: &Peer, session: &str, update: SessionUpdate) {
+    peer.notify(
+        "session/update",
+        &SessionNotification::new(session.to_string(), update),
+    );
+}
+
+/// The prompt's blocks as one text: text as is, resource links as
+/// `@name (uri)`, embedded text resources inside `<context>`; images and
+/// audio are refused (not offered in `promptCapabilities`).
+fn prompt_text(blocks: &[acp::ContentBlock]) -> Result<String, acp::Error> {
+    let mut parts = Vec::new();
+    for block in blocks {
+        match block {
+            acp::ContentBlock::Text(t) => parts.push(t.text.clone()),
+            acp::ContentBlock::ResourceLink(l) => parts.push(format!("@{} ({})", l.name, l.uri)),
+            acp::ContentBlock::Resource(r) => match &r.resource {
+                EmbeddedResourceResource::TextResourceContents(t) => parts.push(format!(
+                    "<context uri=\"{}\">\n{}\n</context>",
+                    t.uri, t.text
+                )),
+                _ => return Err(invalid_params("binary resources are not supported")),
+            },
+            _ => {
+                return Err(invalid_params(
+                    "only text, resource links and text resources are supported in prompts",
+                ));
+            }
+        }
+    }
+    let text = parts.join("\n\n");
+    if text.trim().is_empty() {
+        return Err(invalid_params("the prompt has no text"));
+    }
+    Ok(text)
+}
