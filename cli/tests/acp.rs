@@ -644,3 +644,39 @@ fn disconnect_mid_prompt_exits_cleanly_with_a_closed_log() {
     );
     log_check(data.path(), &log);
 }
+
+#[test]
+fn allow_always_stops_asking_for_that_tool() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(
+        r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"b1","name":"bash","arguments":["{\"command\": \"echo 1 >> n.txt\", \"description\": \"Append one\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"b2","name":"bash","arguments":["{\"command\": \"echo 2 >> n.txt\", \"description\": \"Append two\"}"]}]}},
+ {"turn":{"text":["Both ran."]}}
+]}"#,
+    );
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Append twice");
+    let (before, response) = c.until_response(2, Some("allow_always"));
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("n.txt")).unwrap(),
+        "1\n2\n"
+    );
+    let asked: Vec<&Value> = before
+        .iter()
+        .filter(|m| m["method"] == "session/request_permission")
+        .collect();
+    assert_eq!(asked.len(), 1, "asked once");
+    let calls = updates(&before, "tool_call");
+    assert_eq!(
+        calls[0].get("status"),
+        None,
+        "the first call waits (pending)"
+    );
+    assert_eq!(calls[1]["status"], "in_progress", "the second runs at once");
+    c.finish();
+}

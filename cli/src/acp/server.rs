@@ -45,6 +45,7 @@ enum Msg {
     Permission {
         session: String,
         call_id: String,
+        tool: String,
         approval: ApprovalRequestId,
         answer: Result<Value, acp::Error>,
     },
@@ -126,9 +127,10 @@ pub fn serve(
             Msg::Permission {
                 session,
                 call_id,
+                tool,
                 approval,
                 answer,
-            } => server.permission_answer(&session, call_id, approval, answer),
+            } => server.permission_answer(&session, call_id, &tool, approval, answer),
         }
         if peer.is_closed() {
             break;
@@ -442,6 +444,7 @@ impl Server {
                         let _ = tx.send(Msg::Permission {
                             session,
                             call_id,
+                            tool,
                             approval: id,
                             answer,
                         });
@@ -456,10 +459,11 @@ impl Server {
         &mut self,
         session: &str,
         call_id: String,
+        tool: &str,
         approval: ApprovalRequestId,
         answer: Result<Value, acp::Error>,
     ) {
-        let Some(live) = self.sessions.get(session) else {
+        let Some(live) = self.sessions.get_mut(session) else {
             return;
         };
         let decision = match answer.map(serde_json::from_value::<RequestPermissionResponse>) {
@@ -481,6 +485,11 @@ impl Server {
                 ApprovalDecision::Deny
             }
         };
+        if decision == ApprovalDecision::AllowAlways {
+            // The agent's policy switches the tool to auto; so does ours
+            // (later calls of it start in progress).
+            live.policy.set(tool, ApprovalMode::Auto);
+        }
         if decision != ApprovalDecision::Deny && !live.cancel_requested {
             let fields = ToolCallUpdateFields::new().status(ToolCallStatus::InProgress);
             notify(
