@@ -9,6 +9,7 @@
 //! requests before `initialize`, and a client that disconnects mid-prompt
 //! (clean exit, a valid log closed as aborted, loop.md LC-40 dispose).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -33,6 +34,8 @@ struct Client {
     lines: Receiver<String>,
     /// Every line the agent wrote, in order.
     seen: Vec<Value>,
+    /// The editor's buffers by absolute path, when the client offers `fs`.
+    buffers: Option<BTreeMap<String, String>>,
 }
 
 fn dsh(data: &Path) -> Command {
@@ -68,6 +71,7 @@ impl Client {
             child,
             lines,
             seen: Vec::new(),
+            buffers: None,
         }
     }
 
@@ -109,6 +113,26 @@ impl Client {
             if m.get("method").is_none() && m["id"] == json!(id) {
                 return (before, m);
             }
+            if let Some(buffers) = self.buffers.as_mut()
+                && (m["method"] == "fs/read_text_file" || m["method"] == "fs/write_text_file")
+            {
+                let path = m["params"]["path"].as_str().unwrap().to_string();
+                let answer = if m["method"] == "fs/write_text_file" {
+                    let content = m["params"]["content"].as_str().unwrap().to_string();
+                    buffers.insert(path, content);
+                    json!({"jsonrpc": "2.0", "id": m["id"], "result": {}})
+                } else {
+                    match buffers.get(&path) {
+                        Some(text) => {
+                            json!({"jsonrpc": "2.0", "id": m["id"], "result": {"content": text}})
+                        }
+                        None => {
+                            json!({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32002, "message": "Resource not found"}})
+                        }
+                    }
+                };
+                self.send(answer);
+            }
             if m["method"] == "session/request_permission" {
                 let outcome = match option {
                     Some(o) => json!({"outcome": "selected", "optionId": o}),
@@ -123,10 +147,11 @@ impl Client {
     }
 
     fn initialize(&mut self) -> Value {
+        let fs = self.buffers.is_some();
         self.request(
             0,
             "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}}}),
+            json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": fs, "writeTextFile": fs}}}),
         );
         self.until_response(0, None).1
     }
@@ -678,5 +703,59 @@ fn allow_always_stops_asking_for_that_tool() {
         "the first call waits (pending)"
     );
     assert_eq!(calls[1]["status"], "in_progress", "the second runs at once");
+    c.finish();
+}
+
+#[test]
+fn file_tools_use_the_editors_buffers_when_the_client_offers_fs() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let file = ws_path.join("notes.txt");
+    std::fs::write(&file, "saved one\n").unwrap();
+    let server = mock(
+        r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"r1","name":"read","arguments":["{\"file_path\": \"notes.txt\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"e1","name":"edit","arguments":["{\"file_path\": \"notes.txt\", \"old_string\": \"one\", \"new_string\": \"two\"}"]}]}},
+ {"turn":{"text":["Edited."]}}
+]}"#,
+    );
+    let mut c = Client::start(data.path(), &server.url());
+    let key = file.to_str().unwrap().to_string();
+    c.buffers = Some(BTreeMap::from([(key.clone(), "unsaved one\n".to_string())]));
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Change one to two");
+    let (before, response) = c.until_response(2, Some("allow_once"));
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    // The read saw the unsaved buffer, not the disk.
+    let read_done = updates(&before, "tool_call_update")
+        .into_iter()
+        .find(|u| u["toolCallId"] == "r1" && u["status"] == "completed")
+        .expect("the read completed");
+    let text = read_done["content"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.contains("1: unsaved one"), "{text}");
+    // The edit went to the buffer; the file on disk is untouched.
+    assert_eq!(c.buffers.as_ref().unwrap()[&key], "unsaved two\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "saved one\n");
+    let fs_calls: Vec<(&str, &str)> = before
+        .iter()
+        .filter(|m| m["method"].as_str().is_some_and(|x| x.starts_with("fs/")))
+        .map(|m| {
+            assert_eq!(m["params"]["sessionId"], json!(session));
+            (
+                m["method"].as_str().unwrap(),
+                m["params"]["path"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fs_calls,
+        [
+            ("fs/read_text_file", key.as_str()),
+            ("fs/read_text_file", key.as_str()),
+            ("fs/write_text_file", key.as_str())
+        ]
+    );
     c.finish();
 }

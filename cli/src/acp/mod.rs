@@ -21,6 +21,7 @@ use crate::Outcome;
 use crate::provider::ProviderArgs;
 use crate::store::StoreArgs;
 
+mod files;
 mod map;
 mod rpc;
 mod server;

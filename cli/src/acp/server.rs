@@ -26,8 +26,10 @@ use dsh_std::{
     CancelCause, ShellError,
 };
 use dsh_store::{SessionStore, StoreError};
+use dsh_tools::{EditTool, Files, ReadTool, WriteTool};
 use serde_json::Value;
 
+use super::files::ClientFiles;
 use super::map::{self, Calls, Mode};
 use super::rpc::{Incoming, Peer, params_object, read_loop, rpc_error};
 use crate::provider::ProviderArgs;
@@ -226,7 +228,14 @@ impl Server {
         self.peer.respond(id, Ok(response));
     }
 
-    fn config(&self, cwd: &std::path::Path) -> Result<(dsh_std::AgentConfig, PathBuf), acp::Error> {
+    /// The agent configuration for `session` in `cwd`: the CLI's, with the
+    /// file tools reading and writing through the client when it offers
+    /// both `fs` capabilities.
+    fn config(
+        &self,
+        cwd: &std::path::Path,
+        session: &str,
+    ) -> Result<(dsh_std::AgentConfig, PathBuf), acp::Error> {
         if !cwd.is_absolute() {
             return Err(invalid_params("cwd must be an absolute path"));
         }
@@ -234,8 +243,22 @@ impl Server {
             .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
         let env = |name: &str| std::env::var(name).ok();
         let provider = crate::provider::resolve(&self.provider, &env).map_err(internal)?;
-        let config =
+        let mut config =
             crate::shell::agent_config(&provider, cwd.clone(), true, false).map_err(internal)?;
+        if self.client.fs.read_text_file && self.client.fs.write_text_file {
+            let files: Files = Some(Arc::new(ClientFiles::new(
+                self.peer.clone(),
+                session.to_string(),
+            )));
+            config.tools.insert(Box::new(ReadTool {
+                files: files.clone(),
+                ..ReadTool::default()
+            }));
+            config.tools.insert(Box::new(WriteTool {
+                files: files.clone(),
+            }));
+            config.tools.insert(Box::new(EditTool { files }));
+        }
         Ok((config, cwd))
     }
 
@@ -269,9 +292,10 @@ impl Server {
     }
 
     fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {
-        let (config, cwd) = self.config(&r.cwd)?;
+        let id = new_session_id(now_ms());
+        let (config, cwd) = self.config(&r.cwd, id.as_str())?;
         let policy = config.approval.clone();
-        let agent = Agent::create(config, self.store.clone(), new_session_id(now_ms()))
+        let agent = Agent::create(config, self.store.clone(), id)
             .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
         let session = self.register(agent, cwd, policy);
         Ok(NewSessionResponse::new(session))
@@ -280,7 +304,7 @@ impl Server {
     fn load_session(&mut self, r: LoadSessionRequest) -> Result<LoadSessionResponse, acp::Error> {
         let session = r.session_id.0.to_string();
         if !self.sessions.contains_key(&session) {
-            let (config, cwd) = self.config(&r.cwd)?;
+            let (config, cwd) = self.config(&r.cwd, &session)?;
             let policy = config.approval.clone();
             let agent = Agent::resume(config, self.store.clone(), &SessionId::new(session.clone()))
                 .map_err(|e| match e {

@@ -61,6 +61,8 @@ const requestTypes = {
   "session/load": ["LoadSessionRequest", "LoadSessionResponse"],
   "session/prompt": ["PromptRequest", "PromptResponse"],
   "session/request_permission": ["RequestPermissionRequest", "RequestPermissionResponse"],
+  "fs/read_text_file": ["ReadTextFileRequest", "ReadTextFileResponse"],
+  "fs/write_text_file": ["WriteTextFileRequest", "WriteTextFileResponse"],
 };
 const notificationTypes = {
   "session/update": "SessionNotification",
@@ -178,12 +180,22 @@ let permissionAnswer = "allow_once";
 let onChunk = null;
 const updates = [];
 const permissionRequests = [];
+// The "editor buffers" the agent reads and writes through `fs/*`.
+const buffers = new Map();
 
 const app = acp
   .client({ name: "dsh-acp-node-test" })
   .onRequest(acp.methods.client.session.requestPermission, async ({ params }) => {
     permissionRequests.push(params);
     return { outcome: { outcome: "selected", optionId: permissionAnswer } };
+  })
+  .onRequest(acp.methods.client.fs.readTextFile, async ({ params }) => {
+    if (!buffers.has(params.path)) throw acp.RequestError.resourceNotFound(params.path);
+    return { content: buffers.get(params.path) };
+  })
+  .onRequest(acp.methods.client.fs.writeTextFile, async ({ params }) => {
+    buffers.set(params.path, params.content);
+    return {};
   })
   .onNotification(acp.methods.client.session.update, async ({ params }) => {
     updates.push(params);
@@ -197,7 +209,7 @@ const first = startAgent();
 await app.connectWith(first.stream, async (agent) => {
   const init = await agent.request(acp.methods.agent.initialize, {
     protocolVersion: acp.PROTOCOL_VERSION,
-    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+    clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: false },
     clientInfo: { name: "dsh-acp-node-test", version: "0.0.0" },
   });
   check(init.protocolVersion === 1, `protocol version 1, got ${init.protocolVersion}`);
@@ -216,7 +228,8 @@ await app.connectWith(first.stream, async (agent) => {
     prompt: [{ type: "text", text: "Write two lines to notes.txt" }],
   });
   check(r1.stopReason === "end_turn", `prompt 1 ends end_turn, got ${r1.stopReason}`);
-  check(readFileSync(join(ws, "notes.txt"), "utf8") === "one\ntwo\n", "notes.txt written");
+  check(buffers.get(join(ws, "notes.txt")) === "one\ntwo\n", "notes.txt written to the editor's buffer");
+  check(!existsSync(join(ws, "notes.txt")), "not to the disk");
   check(permissionRequests.length === 2, `two permission requests, got ${permissionRequests.length}`);
   const plan = updates.find((u) => u.update.sessionUpdate === "plan");
   check(plan && plan.update.entries[0].content === "Write notes.txt" && plan.update.entries[0].status === "in_progress",
