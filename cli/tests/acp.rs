@@ -457,7 +457,7 @@ fn load_replays_the_stored_session_and_the_store_is_the_clis() {
         json!({"sessionId": session, "cwd": ws_path, "mcpServers": []}),
     );
     let (replay, r) = c.until_response(1, None);
-    assert_eq!(r["result"], json!({}), "{r}");
+    assert_eq!(r["result"]["modes"]["currentModeId"], "ask", "{r}");
     let kinds: Vec<&str> = replay
         .iter()
         .map(|m| m["params"]["update"]["sessionUpdate"].as_str().unwrap())
@@ -756,6 +756,60 @@ fn file_tools_use_the_editors_buffers_when_the_client_offers_fs() {
             ("fs/read_text_file", key.as_str()),
             ("fs/write_text_file", key.as_str())
         ]
+    );
+    c.finish();
+}
+
+#[test]
+fn modes_are_offered_and_auto_runs_tools_without_asking() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(BASH_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    c.request(
+        1,
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": []}),
+    );
+    let (_, r) = c.until_response(1, None);
+    let modes = &r["result"]["modes"];
+    assert_eq!(modes["currentModeId"], "ask");
+    let ids: Vec<&str> = modes["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["ask", "accept-edits", "auto"]);
+    let session = r["result"]["sessionId"].as_str().unwrap().to_string();
+    c.request(
+        2,
+        "session/set_mode",
+        json!({"sessionId": session, "modeId": "yolo"}),
+    );
+    assert_eq!(c.until_response(2, None).1["error"]["code"], -32602);
+    c.request(
+        3,
+        "session/set_mode",
+        json!({"sessionId": session, "modeId": "auto"}),
+    );
+    assert_eq!(c.until_response(3, None).1["result"], json!({}));
+    c.prompt(4, &session, "Run something");
+    // `None`: a permission request would be answered "cancelled" (denied).
+    let (before, response) = c.until_response(4, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(
+        before
+            .iter()
+            .all(|m| m["method"] != "session/request_permission"),
+        "auto mode does not ask"
+    );
+    assert!(ws.path().join("ran.txt").exists(), "the command ran");
+    assert_eq!(updates(&before, "tool_call")[0]["status"], "in_progress");
+    assert_eq!(
+        updates(&before, "tool_call_update").last().unwrap()["status"],
+        "completed"
     );
     c.finish();
 }

@@ -15,7 +15,8 @@ use agent_client_protocol_schema::v1::{
     InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
     NewSessionResponse, PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest,
     PromptResponse, RequestId, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SessionNotification, SessionUpdate, ToolCallStatus, ToolCallUpdate,
+    RequestPermissionResponse, SessionModeState, SessionNotification, SessionUpdate,
+    SetSessionModeRequest, SetSessionModeResponse, ToolCallStatus, ToolCallUpdate,
     ToolCallUpdateFields,
 };
 use agent_client_protocol_schema::{MethodDispatchError, ProtocolVersion};
@@ -53,6 +54,76 @@ enum Msg {
     },
 }
 
+/// The session modes offered: how much runs without asking. The CLI's
+/// policy (`ask` for every tool but `read`) is the floor; a mode answers
+/// the agent's approval requests itself for the tools it covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SessionMode {
+    /// Ask before every tool the policy asks about.
+    Ask,
+    /// Edits (`write`, `edit`) and plan updates (`todo_write`) run without
+    /// asking; commands still ask.
+    AcceptEdits,
+    /// Every tool runs without asking.
+    Auto,
+}
+
+impl SessionMode {
+    const ALL: [SessionMode; 3] = [
+        SessionMode::Ask,
+        SessionMode::AcceptEdits,
+        SessionMode::Auto,
+    ];
+
+    fn id(self) -> &'static str {
+        match self {
+            SessionMode::Ask => "ask",
+            SessionMode::AcceptEdits => "accept-edits",
+            SessionMode::Auto => "auto",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SessionMode::Ask => "Ask",
+            SessionMode::AcceptEdits => "Accept edits",
+            SessionMode::Auto => "Auto",
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            SessionMode::Ask => "Ask before running tools other than read",
+            SessionMode::AcceptEdits => "Edit files without asking; ask before commands",
+            SessionMode::Auto => "Run every tool without asking",
+        }
+    }
+
+    fn parse(id: &str) -> Option<SessionMode> {
+        SessionMode::ALL.into_iter().find(|m| m.id() == id)
+    }
+
+    /// Whether this mode allows `tool` without asking the client.
+    fn allows(self, tool: &str) -> bool {
+        match self {
+            SessionMode::Ask => false,
+            SessionMode::AcceptEdits => matches!(tool, "write" | "edit" | "todo_write"),
+            SessionMode::Auto => true,
+        }
+    }
+
+    /// The modes and the current one, for `session/new` and `session/load`.
+    fn state(self) -> SessionModeState {
+        SessionModeState::new(
+            self.id(),
+            SessionMode::ALL
+                .into_iter()
+                .map(|m| acp::SessionMode::new(m.id(), m.name()).description(m.description()))
+                .collect(),
+        )
+    }
+}
+
 /// A call whose result has not arrived (to match an approval request,
 /// which names the tool and arguments but not the call id).
 struct OpenCall {
@@ -73,6 +144,8 @@ struct Live {
     prompt: Option<RequestId>,
     /// `session/cancel` arrived for the running prompt.
     cancel_requested: bool,
+    /// The session mode (not stored: a loaded session starts in `ask`).
+    mode: SessionMode,
 }
 
 struct Server {
@@ -198,6 +271,10 @@ impl Server {
                 self.peer.respond(&id, result)
             }
             ClientRequest::PromptRequest(r) => self.prompt(id, r),
+            ClientRequest::SetSessionModeRequest(r) => {
+                let result = self.set_mode(r);
+                self.peer.respond(&id, result)
+            }
             _ => self.peer.respond::<()>(
                 &id,
                 Err(rpc_error(
@@ -286,6 +363,7 @@ impl Server {
                 open: Vec::new(),
                 prompt: None,
                 cancel_requested: false,
+                mode: SessionMode::Ask,
             },
         );
         session
@@ -298,7 +376,7 @@ impl Server {
         let agent = Agent::create(config, self.store.clone(), id)
             .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
         let session = self.register(agent, cwd, policy);
-        Ok(NewSessionResponse::new(session))
+        Ok(NewSessionResponse::new(session).modes(SessionMode::Ask.state()))
     }
 
     fn load_session(&mut self, r: LoadSessionRequest) -> Result<LoadSessionResponse, acp::Error> {
@@ -329,7 +407,7 @@ impl Server {
                 notify(&self.peer, &session, update);
             }
         }
-        Ok(LoadSessionResponse::new())
+        Ok(LoadSessionResponse::new().modes(live.mode.state()))
     }
 
     fn prompt(&mut self, id: RequestId, r: PromptRequest) {
@@ -363,6 +441,21 @@ impl Server {
         }
     }
 
+    fn set_mode(&mut self, r: SetSessionModeRequest) -> Result<SetSessionModeResponse, acp::Error> {
+        let session = r.session_id.0.to_string();
+        let Some(live) = self.sessions.get_mut(&session) else {
+            return Err(acp::Error::session_not_found(session));
+        };
+        let Some(mode) = SessionMode::parse(&r.mode_id.0) else {
+            return Err(invalid_params(format!(
+                "unknown mode {:?} (modes: ask, accept-edits, auto)",
+                r.mode_id.0
+            )));
+        };
+        live.mode = mode;
+        Ok(SetSessionModeResponse::new())
+    }
+
     fn notification(&mut self, method: &str, params: &Value) {
         if !self.initialized {
             return;
@@ -389,8 +482,9 @@ impl Server {
         };
         match event {
             AgentEvent::Event(ev) => {
-                let policy = &live.policy;
-                let asks = |tool: &str| policy.mode_for(tool) == ApprovalMode::Ask;
+                let (policy, mode) = (&live.policy, live.mode);
+                let asks =
+                    |tool: &str| policy.mode_for(tool) == ApprovalMode::Ask && !mode.allows(tool);
                 for update in map::updates(&ev, Mode::Live, &live.cwd, &mut live.calls, &asks) {
                     notify(&self.peer, session, update);
                 }
@@ -426,6 +520,21 @@ impl Server {
                     }
                     _ => {}
                 }
+            }
+            AgentEvent::ApprovalRequested {
+                id,
+                tool,
+                arguments,
+            } if live.mode.allows(&tool) => {
+                // The mode answers; the call already shows in progress.
+                if let Some(c) = live
+                    .open
+                    .iter_mut()
+                    .find(|c| !c.asked && c.name == tool && c.arguments == arguments)
+                {
+                    c.asked = true;
+                }
+                live.agent.answer_approval(id, ApprovalDecision::Allow);
             }
             AgentEvent::ApprovalRequested {
                 id,
@@ -530,7 +639,7 @@ impl Server {
 fn supported(method: &str) -> bool {
     matches!(
         method,
-        "initialize" | "session/new" | "session/load" | "session/prompt"
+        "initialize" | "session/new" | "session/load" | "session/prompt" | "session/set_mode"
     )
 }
 

@@ -60,6 +60,7 @@ const requestTypes = {
   "session/new": ["NewSessionRequest", "NewSessionResponse"],
   "session/load": ["LoadSessionRequest", "LoadSessionResponse"],
   "session/prompt": ["PromptRequest", "PromptResponse"],
+  "session/set_mode": ["SetSessionModeRequest", "SetSessionModeResponse"],
   "session/request_permission": ["RequestPermissionRequest", "RequestPermissionResponse"],
   "fs/read_text_file": ["ReadTextFileRequest", "ReadTextFileResponse"],
   "fs/write_text_file": ["WriteTextFileRequest", "WriteTextFileResponse"],
@@ -219,6 +220,8 @@ await app.connectWith(first.stream, async (agent) => {
   const created = await agent.request(acp.methods.agent.session.new, { cwd: ws, mcpServers: [] });
   sessionId = created.sessionId;
   check(typeof sessionId === "string" && sessionId.length > 0, "a session id");
+  check(created.modes && created.modes.currentModeId === "ask", "modes offered, starting in ask");
+  await agent.request(acp.methods.agent.session.setMode, { sessionId, modeId: "ask" });
 
   // Prompt 1: permission granted.
   updates.length = 0;
