@@ -35,7 +35,7 @@ pub mod path;
 pub mod todo;
 
 pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy, PolicyHooks};
-pub use bash::{BashConfig, BashTool};
+pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
 pub use fs::{EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
 pub use path::{PathError, Resolved, Workspace};
 pub use todo::TodoWriteTool;

@@ -1,6 +1,8 @@
-//! `read`, `write` and `edit` through a [`TextFiles`] backend (an editor's
-//! buffers over ACP `fs/*`): the same confinement, windowing, edit rules
-//! and results (TL-22) as on disk, and the disk is never touched.
+//! The tools over other backends: `read`, `write` and `edit` through a
+//! [`TextFiles`] backend (an editor's buffers over ACP `fs/*`) with the same
+//! confinement, windowing, edit rules and results (TL-22) as on disk, the
+//! disk never touched; `bash` through a [`CommandRunner`] (an editor's
+//! terminal) with the same checks and result text (TL-21).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_tools::{
-    CancelToken, EditTool, ReadTool, TextFiles, Tool, ToolCallRequest, ToolContext, Workspace,
-    WriteTool,
+    BashConfig, BashTool, CancelToken, CommandOutput, CommandRun, CommandRunner, EditTool,
+    ReadTool, TextFiles, Tool, ToolCallRequest, ToolContext, Workspace, WriteTool,
 };
 use serde_json::{Value, json};
 
@@ -155,4 +157,79 @@ fn a_failing_backend_is_an_io_error_for_the_model() {
     let o = call(&read, dir.path(), json!({"file_path": "a.txt"}));
     assert_eq!(code(&o), "FS_IO_ERROR");
     assert!(text(&o).ends_with("the editor refused"), "{}", text(&o));
+}
+
+/// Records what it was asked and answers `output`.
+struct Runner {
+    seen: Mutex<Vec<(String, PathBuf, u128)>>,
+    output: CommandOutput,
+}
+
+impl CommandRunner for Runner {
+    fn run(&self, run: &CommandRun<'_>, _cancel: &CancelToken) -> Result<CommandOutput, String> {
+        self.seen.lock().unwrap().push((
+            run.command.to_string(),
+            run.workdir.to_path_buf(),
+            run.timeout.as_millis(),
+        ));
+        Ok(self.output.clone())
+    }
+}
+
+#[test]
+fn bash_through_a_runner_keeps_the_checks_and_the_result_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let runner = Arc::new(Runner {
+        seen: Mutex::new(Vec::new()),
+        output: CommandOutput {
+            output: "hi\n".into(),
+            exit_code: Some(2),
+            ..CommandOutput::default()
+        },
+    });
+    let bash = BashTool {
+        config: BashConfig {
+            runner: Some(dsh_tools::Runner(runner.clone())),
+            ..BashConfig::default()
+        },
+    };
+    let o = call(
+        &bash,
+        &root,
+        json!({"command": "echo hi; exit 2", "description": "Say hi"}),
+    );
+    assert_eq!(text(&o), "hi\n[exit code: 2]");
+    assert_eq!(o.value.as_ref().unwrap()["exitCode"], 2);
+    assert_eq!(
+        runner.seen.lock().unwrap()[0],
+        ("echo hi; exit 2".to_string(), root.clone(), 120_000)
+    );
+    // The argument checks come first: nothing runs.
+    let o = call(&bash, &root, json!({"command": "ls"}));
+    assert!(o.is_error());
+    assert_eq!(runner.seen.lock().unwrap().len(), 1);
+    // A timeout the runner reports is marked as on a local run.
+    let timed = BashTool {
+        config: BashConfig {
+            runner: Some(dsh_tools::Runner(Arc::new(Runner {
+                seen: Mutex::new(Vec::new()),
+                output: CommandOutput {
+                    timed_out: true,
+                    signal: Some("SIGKILL".into()),
+                    ..CommandOutput::default()
+                },
+            }))),
+            ..BashConfig::default()
+        },
+    };
+    let o = call(
+        &timed,
+        &root,
+        json!({"command": "sleep 9", "description": "Wait", "timeoutMs": 1000}),
+    );
+    assert_eq!(
+        text(&o),
+        "(no output)\n[timed out after 1000ms]\n[killed by signal: SIGKILL]"
+    );
 }
