@@ -36,6 +36,9 @@ struct Client {
     seen: Vec<Value>,
     /// The editor's buffers by absolute path, when the client offers `fs`.
     buffers: Option<BTreeMap<String, String>>,
+    /// What the editor's terminal prints and its exit code, when the
+    /// client offers `terminal`.
+    terminal: Option<(String, u32)>,
 }
 
 fn dsh(data: &Path) -> Command {
@@ -49,8 +52,13 @@ fn dsh(data: &Path) -> Command {
 
 impl Client {
     fn start(data: &Path, url: &str) -> Client {
+        Client::start_with(data, url, &[])
+    }
+
+    fn start_with(data: &Path, url: &str, extra: &[&str]) -> Client {
         let mut child = dsh(data)
             .args(["acp", "--base-url", url])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -72,6 +80,7 @@ impl Client {
             lines,
             seen: Vec::new(),
             buffers: None,
+            terminal: None,
         }
     }
 
@@ -133,6 +142,20 @@ impl Client {
                 };
                 self.send(answer);
             }
+            if let Some((output, code)) = self.terminal.clone()
+                && m["method"]
+                    .as_str()
+                    .is_some_and(|x| x.starts_with("terminal/"))
+            {
+                let result = match m["method"].as_str().unwrap() {
+                    "terminal/create" => json!({"terminalId": "term-1"}),
+                    "terminal/wait_for_exit" => json!({"exitCode": code}),
+                    "terminal/output" => json!({"output": output, "truncated": false,
+                        "exitStatus": {"exitCode": code}}),
+                    _ => json!({}),
+                };
+                self.send(json!({"jsonrpc": "2.0", "id": m["id"], "result": result}));
+            }
             if m["method"] == "session/request_permission" {
                 let outcome = match option {
                     Some(o) => json!({"outcome": "selected", "optionId": o}),
@@ -148,10 +171,12 @@ impl Client {
 
     fn initialize(&mut self) -> Value {
         let fs = self.buffers.is_some();
+        let terminal = self.terminal.is_some();
         self.request(
             0,
             "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": fs, "writeTextFile": fs}}}),
+            json!({"protocolVersion": 1, "clientCapabilities": {
+                "fs": {"readTextFile": fs, "writeTextFile": fs}, "terminal": terminal}}),
         );
         self.until_response(0, None).1
     }
@@ -811,5 +836,71 @@ fn modes_are_offered_and_auto_runs_tools_without_asking() {
         updates(&before, "tool_call_update").last().unwrap()["status"],
         "completed"
     );
+    c.finish();
+}
+
+#[test]
+fn bash_runs_in_the_clients_terminal_with_client_terminal() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let server = mock(BASH_SCRIPT);
+    let mut c = Client::start_with(data.path(), &server.url(), &["--client-terminal"]);
+    c.terminal = Some(("ran in the editor\n".to_string(), 3));
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Run something");
+    let (before, response) = c.until_response(2, Some("allow_once"));
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(!ws_path.join("ran.txt").exists(), "nothing ran locally");
+    let methods: Vec<&str> = before
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .filter(|m| m.starts_with("terminal/"))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "terminal/create",
+            "terminal/wait_for_exit",
+            "terminal/output",
+            "terminal/release"
+        ]
+    );
+    let create = before
+        .iter()
+        .find(|m| m["method"] == "terminal/create")
+        .unwrap();
+    assert_eq!(create["params"]["command"], "bash");
+    assert_eq!(
+        create["params"]["args"],
+        json!(["-c", "echo ran > ran.txt"])
+    );
+    assert_eq!(create["params"]["cwd"], json!(ws_path));
+    let call_updates = updates(&before, "tool_call_update");
+    assert!(
+        call_updates
+            .iter()
+            .any(|u| u["content"][0] == json!({"type": "terminal", "terminalId": "term-1"})),
+        "the terminal is embedded in the call"
+    );
+    let done = call_updates.last().unwrap();
+    assert_eq!(done["status"], "completed");
+    assert_eq!(
+        done["content"][0]["content"]["text"],
+        "ran in the editor\n[exit code: 3]"
+    );
+    c.finish();
+
+    // Without the flag, an offered terminal is not used.
+    let server = mock(BASH_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.terminal = Some(("unused\n".to_string(), 0));
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Run something");
+    let (before, _) = c.until_response(2, Some("allow_once"));
+    assert!(before.iter().all(|m| m["method"] != "terminal/create"));
+    assert!(ws_path.join("ran.txt").exists(), "bash ran locally");
     c.finish();
 }

@@ -4,20 +4,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
     ReadTextFileRequest, ReadTextFileResponse, WriteTextFileRequest,
 };
 use dsh_tools::{CancelToken, TextFiles};
-use serde::Serialize;
-use serde_json::Value;
 
 use super::rpc::Peer;
-
-/// How often a waiting tool checks its cancel token.
-const POLL: Duration = Duration::from_millis(50);
 
 /// A [`TextFiles`] backend that asks the client for session `session`.
 pub struct ClientFiles {
@@ -30,38 +23,6 @@ impl ClientFiles {
     pub fn new(peer: Arc<Peer>, session: String) -> Self {
         ClientFiles { peer, session }
     }
-
-    /// Sends `method` and waits for the answer, the client's departure or
-    /// the call's cancellation, whichever comes first.
-    fn call<T: Serialize>(
-        &self,
-        method: &str,
-        params: &T,
-        cancel: &CancelToken,
-    ) -> Result<Value, String> {
-        let (tx, rx) = mpsc::channel();
-        self.peer.request(method, params, move |answer| {
-            let _ = tx.send(answer);
-        });
-        loop {
-            match rx.recv_timeout(POLL) {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => {
-                    return Err(match e.data {
-                        Some(Value::String(d)) => format!("{}: {d}", e.message),
-                        _ => e.message,
-                    });
-                }
-                Err(RecvTimeoutError::Timeout) if cancel.is_cancelled() => {
-                    return Err("cancelled".into());
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err("the client disconnected".into());
-                }
-            }
-        }
-    }
 }
 
 impl TextFiles for ClientFiles {
@@ -72,7 +33,7 @@ impl TextFiles for ClientFiles {
             return Ok(None);
         }
         let request = ReadTextFileRequest::new(self.session.clone(), path);
-        let value = self.call("fs/read_text_file", &request, cancel)?;
+        let value = self.peer.call("fs/read_text_file", &request, cancel)?;
         serde_json::from_value::<ReadTextFileResponse>(value)
             .map(|r| Some(r.content))
             .map_err(|e| format!("unreadable fs/read_text_file answer: {e}"))
@@ -80,7 +41,8 @@ impl TextFiles for ClientFiles {
 
     fn write(&self, path: &Path, content: &str, cancel: &CancelToken) -> Result<(), String> {
         let request = WriteTextFileRequest::new(self.session.clone(), path, content);
-        self.call("fs/write_text_file", &request, cancel)
+        self.peer
+            .call("fs/write_text_file", &request, cancel)
             .map(|_| ())
     }
 }

@@ -25,6 +25,7 @@ mod files;
 mod map;
 mod rpc;
 mod server;
+mod terminal;
 
 /// `dsh acp`
 #[derive(Args)]
@@ -33,6 +34,11 @@ pub struct AcpArgs {
     provider: ProviderArgs,
     #[command(flatten)]
     store: StoreArgs,
+    /// Run `bash` in the client's terminal when it offers one (the editor
+    /// runs the command and shows it live; dsh's own `bash` limits on the
+    /// process do not apply there).
+    #[arg(long)]
+    client_terminal: bool,
 }
 
 /// Serves ACP on stdin/stdout until the client closes stdin.
@@ -45,6 +51,10 @@ pub fn run(args: AcpArgs) -> Outcome {
         }
     };
     let peer = rpc::Peer::new(Box::new(io::stdout()));
-    server::serve(peer, io::stdin(), store, args.provider);
+    let options = server::Options {
+        provider: args.provider,
+        client_terminal: args.client_terminal,
+    };
+    server::serve(peer, io::stdin(), store, options);
     Outcome::Ok
 }

@@ -11,14 +11,28 @@
 use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{Error, ErrorCode, RequestId};
+use dsh_tools::CancelToken;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// The longest input line accepted (bytes, newline excluded).
 pub const MAX_LINE: usize = 16 << 20;
+
+/// How often a thread waiting for the client checks its cancel token.
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// An error answer as one line of text (message, then string data).
+pub fn error_text(e: &Error) -> String {
+    match &e.data {
+        Some(Value::String(d)) => format!("{}: {d}", e.message),
+        _ => e.message.clone(),
+    }
+}
 
 /// What the reader hands to the server loop.
 #[derive(Debug)]
@@ -147,6 +161,40 @@ impl Peer {
             p.insert(id, Box::new(reply));
         }
         self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    }
+
+    /// Sends `method` and waits (on the calling thread) for the answer, the
+    /// client's departure or `cancel`, whichever comes first. `Err` is a
+    /// message for the model.
+    pub fn call<T: Serialize>(
+        &self,
+        method: &str,
+        params: &T,
+        cancel: &CancelToken,
+    ) -> Result<Value, String> {
+        let answer = self.start(method, params);
+        loop {
+            match answer.recv_timeout(POLL) {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => return Err(error_text(&e)),
+                Err(RecvTimeoutError::Timeout) if cancel.is_cancelled() => {
+                    return Err("cancelled".into());
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err("the client disconnected".into());
+                }
+            }
+        }
+    }
+
+    /// Sends `method`; the answer arrives on the returned channel.
+    pub fn start<T: Serialize>(&self, method: &str, params: &T) -> Receiver<Result<Value, Error>> {
+        let (tx, rx) = mpsc::channel();
+        self.request(method, params, move |answer| {
+            let _ = tx.send(answer);
+        });
+        rx
     }
 
     /// Hands a response to the request it answers; unknown ids are dropped.

@@ -27,12 +27,13 @@ use dsh_std::{
     CancelCause, ShellError,
 };
 use dsh_store::{SessionStore, StoreError};
-use dsh_tools::{EditTool, Files, ReadTool, WriteTool};
+use dsh_tools::{BashTool, EditTool, Files, ReadTool, Runner, WriteTool};
 use serde_json::Value;
 
 use super::files::ClientFiles;
 use super::map::{self, Calls, Mode};
 use super::rpc::{Incoming, Peer, params_object, read_loop, rpc_error};
+use super::terminal::ClientTerminal;
 use crate::provider::ProviderArgs;
 use crate::store::{new_session_id, now_ms};
 
@@ -148,11 +149,19 @@ struct Live {
     mode: SessionMode,
 }
 
+/// How `dsh acp` was started.
+pub struct Options {
+    /// The model endpoint.
+    pub provider: ProviderArgs,
+    /// Run `bash` in the client's terminal when it offers one.
+    pub client_terminal: bool,
+}
+
 struct Server {
     peer: Arc<Peer>,
     tx: Sender<Msg>,
     store: Arc<dyn SessionStore>,
-    provider: ProviderArgs,
+    options: Options,
     initialized: bool,
     client: ClientCapabilities,
     sessions: HashMap<String, Live>,
@@ -164,7 +173,7 @@ pub fn serve(
     peer: Arc<Peer>,
     input: impl Read + Send + 'static,
     store: Arc<dyn SessionStore>,
-    provider: ProviderArgs,
+    options: Options,
 ) {
     let (tx, rx) = mpsc::channel();
     let reader_tx = tx.clone();
@@ -183,7 +192,7 @@ pub fn serve(
         peer: peer.clone(),
         tx,
         store,
-        provider,
+        options,
         initialized: false,
         client: ClientCapabilities::default(),
         sessions: HashMap::new(),
@@ -307,7 +316,8 @@ impl Server {
 
     /// The agent configuration for `session` in `cwd`: the CLI's, with the
     /// file tools reading and writing through the client when it offers
-    /// both `fs` capabilities.
+    /// both `fs` capabilities, and `bash` in the client's terminal when it
+    /// offers one and `--client-terminal` was given.
     fn config(
         &self,
         cwd: &std::path::Path,
@@ -319,7 +329,7 @@ impl Server {
         let cwd = std::fs::canonicalize(cwd)
             .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
         let env = |name: &str| std::env::var(name).ok();
-        let provider = crate::provider::resolve(&self.provider, &env).map_err(internal)?;
+        let provider = crate::provider::resolve(&self.options.provider, &env).map_err(internal)?;
         let mut config =
             crate::shell::agent_config(&provider, cwd.clone(), true, false).map_err(internal)?;
         if self.client.fs.read_text_file && self.client.fs.write_text_file {
@@ -335,6 +345,12 @@ impl Server {
                 files: files.clone(),
             }));
             config.tools.insert(Box::new(EditTool { files }));
+        }
+        if self.options.client_terminal && self.client.terminal {
+            let runner = ClientTerminal::new(self.peer.clone(), session.to_string());
+            let mut bash = BashTool::default();
+            bash.config.runner = Some(Runner(Arc::new(runner)));
+            config.tools.insert(Box::new(bash));
         }
         Ok((config, cwd))
     }

@@ -64,6 +64,11 @@ const requestTypes = {
   "session/request_permission": ["RequestPermissionRequest", "RequestPermissionResponse"],
   "fs/read_text_file": ["ReadTextFileRequest", "ReadTextFileResponse"],
   "fs/write_text_file": ["WriteTextFileRequest", "WriteTextFileResponse"],
+  "terminal/create": ["CreateTerminalRequest", "CreateTerminalResponse"],
+  "terminal/wait_for_exit": ["WaitForTerminalExitRequest", "WaitForTerminalExitResponse"],
+  "terminal/output": ["TerminalOutputRequest", "TerminalOutputResponse"],
+  "terminal/release": ["ReleaseTerminalRequest", "ReleaseTerminalResponse"],
+  "terminal/kill": ["KillTerminalRequest", "KillTerminalResponse"],
 };
 const notificationTypes = {
   "session/update": "SessionNotification",
@@ -130,7 +135,11 @@ const script = {
     { turn: { toolCalls: [{ id: "call_bash", name: "bash",
       arguments: ['{"command":"echo ran > ran.txt","description":"Mark that it ran"}'] }] } },
     { turn: { text: ["Not run."] } },
-    // Prompt 3: streams, then stalls until cancelled.
+    // Prompt 3: bash in the editor's terminal (granted).
+    { turn: { toolCalls: [{ id: "call_term", name: "bash",
+      arguments: ['{"command":"make test","description":"Run the tests"}'] }] } },
+    { turn: { text: ["Tests pass."] } },
+    // Prompt 4: streams, then stalls until cancelled.
     { fault: { kind: "stall", turn: { text: ["Partial ", "answer ", "never ", "finished"] }, afterEvents: 3 } },
   ],
 };
@@ -145,7 +154,8 @@ const mockUrl = await new Promise((resolve, reject) => {
 
 /** Starts `dsh acp` and returns an SDK stream that validates every message. */
 function startAgent() {
-  const child = spawn(dsh, ["acp", "--base-url", mockUrl], { stdio: ["pipe", "pipe", "inherit"], env });
+  const args = ["acp", "--base-url", mockUrl, "--client-terminal"];
+  const child = spawn(dsh, args, { stdio: ["pipe", "pipe", "inherit"], env });
   const inner = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
   const sentByClient = new Map();
   const sentByAgent = new Map();
@@ -183,6 +193,7 @@ const updates = [];
 const permissionRequests = [];
 // The "editor buffers" the agent reads and writes through `fs/*`.
 const buffers = new Map();
+const terminals = [];
 
 const app = acp
   .client({ name: "dsh-acp-node-test" })
@@ -198,6 +209,17 @@ const app = acp
     buffers.set(params.path, params.content);
     return {};
   })
+  // The "editor terminal": every command prints one line and exits 0.
+  .onRequest(acp.methods.client.terminal.create, async ({ params }) => {
+    terminals.push(params);
+    return { terminalId: `term-${terminals.length}` };
+  })
+  .onRequest(acp.methods.client.terminal.waitForExit, async () => ({ exitCode: 0 }))
+  .onRequest(acp.methods.client.terminal.output, async () => ({
+    output: "all tests passed\n", truncated: false, exitStatus: { exitCode: 0 },
+  }))
+  .onRequest(acp.methods.client.terminal.release, async () => ({}))
+  .onRequest(acp.methods.client.terminal.kill, async () => ({}))
   .onNotification(acp.methods.client.session.update, async ({ params }) => {
     updates.push(params);
     if (onChunk && params.update.sessionUpdate === "agent_message_chunk") onChunk(params);
@@ -210,7 +232,7 @@ const first = startAgent();
 await app.connectWith(first.stream, async (agent) => {
   const init = await agent.request(acp.methods.agent.initialize, {
     protocolVersion: acp.PROTOCOL_VERSION,
-    clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: false },
+    clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: true },
     clientInfo: { name: "dsh-acp-node-test", version: "0.0.0" },
   });
   check(init.protocolVersion === 1, `protocol version 1, got ${init.protocolVersion}`);
@@ -256,7 +278,21 @@ await app.connectWith(first.stream, async (agent) => {
   const bashDone = updates.filter((u) => u.update.sessionUpdate === "tool_call_update").pop();
   check(bashDone && bashDone.update.status === "failed", "the denied call ends failed");
 
-  // Prompt 3: cancel mid-stream.
+  // Prompt 3: bash in the editor's terminal.
+  updates.length = 0;
+  permissionAnswer = "allow_once";
+  const r3t = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId,
+    prompt: [{ type: "text", text: "Run the tests" }],
+  });
+  check(r3t.stopReason === "end_turn", `prompt 3 ends end_turn, got ${r3t.stopReason}`);
+  check(terminals.length === 1 && terminals[0].command === "bash" && terminals[0].args[1] === "make test"
+    && terminals[0].cwd === ws, `the command ran in the editor's terminal: ${JSON.stringify(terminals)}`);
+  const termDone = updates.filter((u) => u.update.sessionUpdate === "tool_call_update").pop();
+  check(termDone && termDone.update.status === "completed"
+    && termDone.update.content[0].content.text === "all tests passed\n", "the terminal's output is the result");
+
+  // Prompt 4: cancel mid-stream.
   updates.length = 0;
   const streaming = new Promise((resolve) => { onChunk = resolve; });
   const p3 = agent.request(acp.methods.agent.session.prompt, {
@@ -267,7 +303,7 @@ await app.connectWith(first.stream, async (agent) => {
   onChunk = null;
   await agent.notify(acp.methods.agent.session.cancel, { sessionId });
   const r3 = await p3;
-  check(r3.stopReason === "cancelled", `prompt 3 ends cancelled, got ${r3.stopReason}`);
+  check(r3.stopReason === "cancelled", `prompt 4 ends cancelled, got ${r3.stopReason}`);
 });
 first.child.stdin.end();
 check((await first.exited) === 0, "dsh acp exits 0 when the client closes stdin");
@@ -286,7 +322,7 @@ second.child.stdin.end();
 check((await second.exited) === 0, "the second dsh acp exits 0");
 const replayed = kinds(updates);
 const users = updates.filter((u) => u.update.sessionUpdate === "user_message_chunk").map((u) => u.update.content.text);
-check(JSON.stringify(users) === JSON.stringify(["Write two lines to notes.txt", "Run something", "Say something long"]),
+check(JSON.stringify(users) === JSON.stringify(["Write two lines to notes.txt", "Run something", "Run the tests", "Say something long"]),
   `the replay carries the three prompts, got ${JSON.stringify(users)}`);
 check(replayed.includes("plan") && replayed.includes("tool_call") && replayed.includes("tool_call_update"),
   `the replay carries plan and tool calls, got ${replayed.join(",")}`);
