@@ -24,16 +24,16 @@ use dsh_core::{ContentBlock, MessageSource};
 use serde_json::Value;
 
 /// What the mapper remembers about the calls of a session: name and parsed
-/// arguments by call id (a result names only the id).
+/// arguments by call id (a result names only the id), until the result.
 #[derive(Debug, Default)]
 pub struct Calls {
     by_id: HashMap<String, (String, Value)>,
 }
 
 impl Calls {
-    /// The name and arguments of call `id`.
-    pub fn get(&self, id: &str) -> Option<&(String, Value)> {
-        self.by_id.get(id)
+    /// Takes the name and arguments of call `id`.
+    fn take(&mut self, id: &str) -> Option<(String, Value)> {
+        self.by_id.remove(id)
     }
 }
 
@@ -191,7 +191,7 @@ pub fn call_fields(tool: &str, args: &Value, cwd: &Path) -> ToolCallUpdateFields
         .raw_input(args.clone())
 }
 
-fn tool_result(result: &ToolResult, cwd: &Path, calls: &Calls) -> Option<ToolCallUpdate> {
+fn tool_result(result: &ToolResult, cwd: &Path, calls: &mut Calls) -> Option<ToolCallUpdate> {
     let (id, content, is_error) = result.message.content.iter().find_map(|b| match b {
         ContentBlock::ToolResult {
             tool_call_id,
@@ -203,8 +203,10 @@ fn tool_result(result: &ToolResult, cwd: &Path, calls: &Calls) -> Option<ToolCal
     let failed = is_error || result.error.is_some();
     let text: Vec<&str> = content.iter().filter_map(ContentBlock::as_text).collect();
     let mut out = Vec::new();
-    if !failed && let Some((name, args)) = calls.get(id) {
-        out.extend(diffs(name, args, result, cwd));
+    if let Some((name, args)) = calls.take(id)
+        && !failed
+    {
+        out.extend(diffs(&name, &args, result, cwd));
     }
     if !text.is_empty() {
         out.push(ToolCallContent::Content(acp::Content::new(text_block(

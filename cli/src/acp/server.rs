@@ -235,11 +235,27 @@ fn internal(message: impl Into<String>) -> acp::Error {
 
 impl Server {
     fn request(&mut self, id: RequestId, method: &str, params: &Value) {
-        let parsed = ClientRequest::from_method_and_params(method, &params_object(params));
-        let request = match parsed {
-            Err(MethodDispatchError::InvalidPayload { source, .. })
-                if self.initialized_for(method) =>
-            {
+        let not_found = || {
+            rpc_error(
+                ErrorCode::MethodNotFound,
+                format!("Method not found: {method}"),
+            )
+        };
+        if !supported(method) {
+            return self.peer.respond::<()>(&id, Err(not_found()));
+        }
+        if !self.initialized && method != "initialize" {
+            return self.peer.respond::<()>(
+                &id,
+                Err(rpc_error(
+                    ErrorCode::InvalidRequest,
+                    format!("Invalid Request: call `initialize` before `{method}`"),
+                )),
+            );
+        }
+        let request = match ClientRequest::from_method_and_params(method, &params_object(params)) {
+            Ok(r) => r,
+            Err(MethodDispatchError::InvalidPayload { source, .. }) => {
                 return self.peer.respond::<()>(
                     &id,
                     Err(invalid_params(format!(
@@ -247,27 +263,7 @@ impl Server {
                     ))),
                 );
             }
-            Err(MethodDispatchError::InvalidPayload { .. }) | Ok(_)
-                if !self.initialized_for(method) && supported(method) =>
-            {
-                return self.peer.respond::<()>(
-                    &id,
-                    Err(rpc_error(
-                        ErrorCode::InvalidRequest,
-                        format!("Invalid Request: call `initialize` before `{method}`"),
-                    )),
-                );
-            }
-            Ok(r) if supported(method) => r,
-            _ => {
-                return self.peer.respond::<()>(
-                    &id,
-                    Err(rpc_error(
-                        ErrorCode::MethodNotFound,
-                        format!("Method not found: {method}"),
-                    )),
-                );
-            }
+            Err(_) => return self.peer.respond::<()>(&id, Err(not_found())),
         };
         match request {
             ClientRequest::InitializeRequest(r) => self.initialize(&id, r),
@@ -292,11 +288,6 @@ impl Server {
                 )),
             ),
         }
-    }
-
-    /// `initialize` is always allowed; everything else needs it first.
-    fn initialized_for(&self, method: &str) -> bool {
-        self.initialized || method == "initialize"
     }
 
     fn initialize(&mut self, id: &RequestId, r: InitializeRequest) {
@@ -355,12 +346,19 @@ impl Server {
         Ok((config, cwd))
     }
 
-    fn register(&mut self, agent: Agent, cwd: PathBuf, policy: ApprovalPolicy) -> String {
+    /// Starts forwarding `agent`'s events to the loop and keeps the
+    /// session; fails (the agent is disposed) when no thread can start.
+    fn register(
+        &mut self,
+        agent: Agent,
+        cwd: PathBuf,
+        policy: ApprovalPolicy,
+    ) -> Result<String, acp::Error> {
         let session = agent.session_id().as_str().to_string();
         let events = agent.subscribe();
         let tx = self.tx.clone();
         let name = session.clone();
-        let _ = thread::Builder::new()
+        thread::Builder::new()
             .name("dsh-acp-events".into())
             .spawn(move || {
                 while let Ok(ev) = events.recv() {
@@ -368,7 +366,8 @@ impl Server {
                         break;
                     }
                 }
-            });
+            })
+            .map_err(|e| internal(format!("cannot start the event thread: {e}")))?;
         self.sessions.insert(
             session.clone(),
             Live {
@@ -382,7 +381,7 @@ impl Server {
                 mode: SessionMode::Ask,
             },
         );
-        session
+        Ok(session)
     }
 
     fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {
@@ -391,7 +390,7 @@ impl Server {
         let policy = config.approval.clone();
         let agent = Agent::create(config, self.store.clone(), id)
             .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
-        let session = self.register(agent, cwd, policy);
+        let session = self.register(agent, cwd, policy)?;
         Ok(NewSessionResponse::new(session).modes(SessionMode::Ask.state()))
     }
 
@@ -407,7 +406,7 @@ impl Server {
                     }
                     e => internal(format!("cannot load session {session}: {e}")),
                 })?;
-            self.register(agent, cwd, policy);
+            self.register(agent, cwd, policy)?;
         }
         let Some(live) = self.sessions.get_mut(&session) else {
             return Err(acp::Error::session_not_found(session));
