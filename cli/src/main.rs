@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod acp;
 mod agent_cmd;
 mod data_dir;
 mod deepseek;
@@ -58,6 +59,8 @@ enum Command {
     Fork(agent_cmd::ForkArgs),
     /// Offline demo: a real agent turn against the bundled mock server.
     Demo(demo::DemoArgs),
+    /// Agent Client Protocol server on stdin/stdout (for editors such as Zed).
+    Acp(acp::AcpArgs),
 }
 
 /// What a command ended with.
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Run(args) => agent_cmd::run(args),
         Command::Fork(args) => agent_cmd::fork(args),
         Command::Demo(args) => demo::run(args),
+        Command::Acp(args) => acp::run(args),
     };
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,

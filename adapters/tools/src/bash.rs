@@ -5,6 +5,10 @@
 //! exit the group is killed too, so background children left by the command
 //! never outlive the call (each call is a fresh shell). A command that
 //! starts its own session (`setsid`) escapes the group and is not tracked.
+//!
+//! A tool given a [`CommandRunner`] runs the command through it instead
+//! (e.g. an editor's terminal over ACP `terminal/*`), with the same
+//! argument checks, timeout and result text.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -19,7 +23,45 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::json::js_number;
 use serde_json::{Map, Value, json};
 
-use crate::{Tool, ToolCallRequest, ToolContext, prop, text};
+use crate::{CancelToken, Tool, ToolCallRequest, ToolContext, prop, text};
+
+/// One command for a [`CommandRunner`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommandRun<'a> {
+    /// The provider's call id.
+    pub call_id: &'a str,
+    /// The command line, for `bash -c`.
+    pub command: &'a str,
+    /// The working directory (absolute, an existing directory).
+    pub workdir: &'a Path,
+    /// Kill the command after this long.
+    pub timeout: Duration,
+    /// Bytes of output to keep (the tail).
+    pub max_output_bytes: usize,
+}
+
+/// What a [`CommandRunner`] reports.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CommandOutput {
+    /// The output (stdout and stderr as the runner combines them), its
+    /// tail when truncated.
+    pub output: String,
+    /// Whether output was dropped.
+    pub truncated: bool,
+    /// The exit code, when the command exited.
+    pub exit_code: Option<i32>,
+    /// The signal name (e.g. `SIGKILL`), when a signal ended it.
+    pub signal: Option<String>,
+    /// The timeout killed it.
+    pub timed_out: bool,
+}
+
+/// Runs `bash -c` commands somewhere else than a local child process.
+pub trait CommandRunner: Send + Sync {
+    /// Runs `run` to its end, its timeout or `cancel` (then `Ok` or `Err`
+    /// promptly). `Err` is a message for the model.
+    fn run(&self, run: &CommandRun<'_>, cancel: &CancelToken) -> Result<CommandOutput, String>;
+}
 
 /// Executor limits.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +78,9 @@ pub struct BashConfig {
     /// How long to wait for the pipes to close after the process group was
     /// killed (a process that escaped the group may hold them); 1 s.
     pub drain_grace: Duration,
+    /// Where commands run instead of a local child process group (e.g. an
+    /// editor's terminal); `None` by default.
+    pub runner: Option<Runner>,
 }
 
 impl Default for BashConfig {
@@ -46,6 +91,7 @@ impl Default for BashConfig {
             max_output_bytes: 64_000,
             shell: PathBuf::from("bash"),
             drain_grace: Duration::from_secs(1),
+            runner: None,
         }
     }
 }
@@ -55,6 +101,23 @@ impl Default for BashConfig {
 pub struct BashTool {
     /// Its limits.
     pub config: BashConfig,
+}
+
+/// A shared [`CommandRunner`] for [`BashConfig::runner`] (equal when it is
+/// the same runner).
+#[derive(Clone)]
+pub struct Runner(pub Arc<dyn CommandRunner>);
+
+impl core::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Runner(..)")
+    }
+}
+
+impl PartialEq for Runner {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 const DESCRIPTION: &str = "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls \u{2014} pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available.";
@@ -313,6 +376,32 @@ impl BashTool {
                 workdir.display()
             )));
         }
+        if let Some(Runner(runner)) = &self.config.runner {
+            let run = CommandRun {
+                call_id: &call.call_id,
+                command,
+                workdir: &workdir,
+                timeout: Duration::from_secs_f64(timeout_ms / 1000.0),
+                max_output_bytes: self.config.max_output_bytes,
+            };
+            let out = runner.run(&run, &ctx.cancel).map_err(ToolOutcome::error)?;
+            if ctx.cancel.is_cancelled() {
+                return Err(ToolOutcome::aborted());
+            }
+            let stdout = Collected {
+                tail: out.output.into_bytes(),
+                truncated: out.truncated,
+                spill: None,
+            };
+            return Ok(outcome(
+                stdout,
+                Collected::default(),
+                out.exit_code,
+                out.signal,
+                out.timed_out,
+                timeout_ms,
+            ));
+        }
         let mut child = Command::new(&self.config.shell)
             .arg("-c")
             .arg(command)
@@ -371,44 +460,58 @@ impl BashTool {
         }
         let exit_code = status.and_then(|s| s.code());
         let signal = status.and_then(|s| s.signal()).map(signal_name);
-        let mut body = stdout.rendered();
-        let err = stderr.rendered();
-        if !err.is_empty() {
-            if !body.is_empty() && !body.ends_with('\n') {
-                body.push('\n');
-            }
-            body.push_str("[stderr]\n");
-            body.push_str(&err);
-        }
-        if body.is_empty() {
-            body.push_str("(no output)");
-        }
-        let ms = js_number(timeout_ms);
-        let mut markers = Vec::new();
-        if timed_out {
-            markers.push(format!("[timed out after {ms}ms]"));
-        }
-        if let Some(sig) = &signal {
-            markers.push(format!("[killed by signal: {sig}]"));
-        } else if let Some(code) = exit_code.filter(|c| *c != 0) {
-            markers.push(format!("[exit code: {code}]"));
-        }
-        if !markers.is_empty() {
-            if !body.ends_with('\n') {
-                body.push('\n');
-            }
-            body.push_str(&markers.join("\n"));
-        }
-        let value = json!({
-            "kind": "foreground",
-            "exitCode": exit_code,
-            "signal": signal,
-            "timedOut": timed_out,
-            "aborted": false,
-            "timeoutMs": json_number(timeout_ms),
-            "stdout": stdout.value(),
-            "stderr": stderr.value(),
-        });
-        Ok(ToolOutcome::success(text(body)).with_value(value))
+        Ok(outcome(
+            stdout, stderr, exit_code, signal, timed_out, timeout_ms,
+        ))
     }
+}
+
+/// The result text and value of a finished command (TL-21).
+fn outcome(
+    stdout: Collected,
+    stderr: Collected,
+    exit_code: Option<i32>,
+    signal: Option<String>,
+    timed_out: bool,
+    timeout_ms: f64,
+) -> ToolOutcome {
+    let mut body = stdout.rendered();
+    let err = stderr.rendered();
+    if !err.is_empty() {
+        if !body.is_empty() && !body.ends_with('\n') {
+            body.push('\n');
+        }
+        body.push_str("[stderr]\n");
+        body.push_str(&err);
+    }
+    if body.is_empty() {
+        body.push_str("(no output)");
+    }
+    let ms = js_number(timeout_ms);
+    let mut markers = Vec::new();
+    if timed_out {
+        markers.push(format!("[timed out after {ms}ms]"));
+    }
+    if let Some(sig) = &signal {
+        markers.push(format!("[killed by signal: {sig}]"));
+    } else if let Some(code) = exit_code.filter(|c| *c != 0) {
+        markers.push(format!("[exit code: {code}]"));
+    }
+    if !markers.is_empty() {
+        if !body.ends_with('\n') {
+            body.push('\n');
+        }
+        body.push_str(&markers.join("\n"));
+    }
+    let value = json!({
+        "kind": "foreground",
+        "exitCode": exit_code,
+        "signal": signal,
+        "timedOut": timed_out,
+        "aborted": false,
+        "timeoutMs": json_number(timeout_ms),
+        "stdout": stdout.value(),
+        "stderr": stderr.value(),
+    });
+    ToolOutcome::success(text(body)).with_value(value)
 }

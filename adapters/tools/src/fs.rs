@@ -5,18 +5,58 @@
 //! `FS_NOT_REGULAR_FILE`, `FS_NOT_TEXT`, `FS_SANDBOX_DENIED`,
 //! `FS_EDIT_NOT_FOUND`, `FS_AMBIGUOUS_EDIT`, `FS_IO_ERROR`), argument
 //! checks are plain errors (no `info`), as the reference's thrown `Error`s.
+//!
+//! The text normally lives on the workspace's disk; a tool given a
+//! [`TextFiles`] backend reads and writes through it instead (e.g. an
+//! editor's buffers over ACP `fs/*`), with the same path confinement,
+//! windowing, edit rules and results.
 
 use std::fs;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Cursor, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use serde_json::{Map, Value, json};
 
 use crate::path::{Resolved, Workspace, is_symlink_refusal, open_nofollow};
-use crate::{Tool, ToolCallRequest, ToolContext, fs_error, prop, text};
+use crate::{CancelToken, Tool, ToolCallRequest, ToolContext, fs_error, prop, text};
+
+/// Where `read`, `write` and `edit` get and put file text instead of the
+/// workspace's disk. Paths are absolute and already confined to the
+/// workspace. A call must return promptly once `cancel` fires.
+pub trait TextFiles: Send + Sync {
+    /// The whole text of `path`; `Ok(None)` when there is no such file.
+    /// `Err` is a message for the model.
+    fn read(&self, path: &Path, cancel: &CancelToken) -> Result<Option<String>, String>;
+    /// Replaces (or creates) `path` with `content`. `Err` is a message for
+    /// the model.
+    fn write(&self, path: &Path, content: &str, cancel: &CancelToken) -> Result<(), String>;
+}
+
+/// An optional [`TextFiles`] backend (`None`: the workspace's disk).
+pub type Files = Option<Arc<dyn TextFiles>>;
+
+fn backend_error(message: &str, verb: &str, r: &Resolved) -> ToolOutcome {
+    fs_error(
+        format!("cannot {verb} \"{}\": {message}", r.display),
+        "FS_IO_ERROR",
+    )
+}
+
+fn not_found(verb: &str, r: &Resolved) -> ToolOutcome {
+    fs_error(
+        format!("cannot {verb} \"{}\": not found", r.display),
+        "FS_NOT_FOUND",
+    )
+}
+
+/// Prints whether a backend is set (the backend itself has no `Debug`).
+fn files_debug(files: &Files) -> &'static str {
+    if files.is_some() { "backend" } else { "disk" }
+}
 
 /// `read` limits (the reference's `readLimit`, `readMaxLineLength`,
 /// `readMaxBytes`).
@@ -41,19 +81,52 @@ impl Default for ReadConfig {
 }
 
 /// The `read` tool (parallel, TL-16).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct ReadTool {
     /// Its limits.
     pub config: ReadConfig,
+    /// Where the text comes from (`None`: the workspace's disk).
+    pub files: Files,
 }
 
 /// The `write` tool (exclusive).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WriteTool;
+#[derive(Clone, Default)]
+pub struct WriteTool {
+    /// Where the text goes (`None`: the workspace's disk).
+    pub files: Files,
+}
 
 /// The `edit` tool (exclusive).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct EditTool;
+#[derive(Clone, Default)]
+pub struct EditTool {
+    /// Where the text comes from and goes (`None`: the workspace's disk).
+    pub files: Files,
+}
+
+impl core::fmt::Debug for ReadTool {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ReadTool")
+            .field("config", &self.config)
+            .field("files", &files_debug(&self.files))
+            .finish()
+    }
+}
+
+impl core::fmt::Debug for WriteTool {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WriteTool")
+            .field("files", &files_debug(&self.files))
+            .finish()
+    }
+}
+
+impl core::fmt::Debug for EditTool {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("EditTool")
+            .field("files", &files_debug(&self.files))
+            .finish()
+    }
+}
 
 fn file_path_arg(args: &Value) -> Result<&str, ToolOutcome> {
     match args.get("file_path").and_then(Value::as_str) {
@@ -231,13 +304,22 @@ impl ReadTool {
             )));
         }
         let r = ctx.workspace.resolve_for(raw, "read")?;
-        let file = open_checked(&ctx.workspace, "read", &r)?;
-        let meta = file.metadata().map_err(|e| io_outcome(&e, "read", &r))?;
-        if !meta.is_file() {
-            return Err(not_regular("read", &r));
-        }
-        // Stream the file: only the selected window is kept.
-        let mut reader = BufReader::new(file);
+        let mut reader: Box<dyn BufRead> = match &self.files {
+            Some(files) => match files.read(&r.path, &ctx.cancel) {
+                Ok(Some(text)) => Box::new(Cursor::new(text.into_bytes())),
+                Ok(None) => return Err(not_found("read", &r)),
+                Err(e) => return Err(backend_error(&e, "read", &r)),
+            },
+            None => {
+                let file = open_checked(&ctx.workspace, "read", &r)?;
+                let meta = file.metadata().map_err(|e| io_outcome(&e, "read", &r))?;
+                if !meta.is_file() {
+                    return Err(not_regular("read", &r));
+                }
+                // Stream the file: only the selected window is kept.
+                Box::new(BufReader::new(file))
+            }
+        };
         let mut buf = Vec::new();
         let mut total = 0usize;
         let mut selected: Vec<(usize, String)> = Vec::new();
@@ -336,24 +418,33 @@ impl Tool for WriteTool {
     }
 
     fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
-        match write_run(call, ctx) {
+        match write_run(call, ctx, &self.files) {
             Ok(o) | Err(o) => o,
         }
     }
 }
 
-fn write_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
+fn write_run(
+    call: &ToolCallRequest,
+    ctx: &ToolContext,
+    files: &Files,
+) -> Result<ToolOutcome, ToolOutcome> {
     let args = &call.arguments;
     let raw = file_path_arg(args)?;
     let Some(content) = args.get("content").and_then(Value::as_str) else {
         return Err(ToolOutcome::error("content must be a string"));
     };
     let r = ctx.workspace.resolve_for(raw, "write")?;
-    let before = match fs::symlink_metadata(&r.path) {
-        Ok(m) if m.is_file() => Some(read_text(&ctx.workspace, "write", &r)?),
-        Ok(_) => return Err(not_regular("write", &r)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_outcome(&e, "write", &r)),
+    let before = match files {
+        Some(f) => f
+            .read(&r.path, &ctx.cancel)
+            .map_err(|e| backend_error(&e, "write", &r))?,
+        None => match fs::symlink_metadata(&r.path) {
+            Ok(m) if m.is_file() => Some(read_text(&ctx.workspace, "write", &r)?),
+            Ok(_) => return Err(not_regular("write", &r)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_outcome(&e, "write", &r)),
+        },
     };
     if ctx.cancel.is_cancelled() {
         return Err(ToolOutcome::aborted());
@@ -364,7 +455,13 @@ fn write_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, T
             return Err(moved("write", &r));
         }
     }
-    atomic_write(&ctx.workspace, &r.path, content).map_err(|e| io_outcome(&e, "write", &r))?;
+    match files {
+        Some(f) => f
+            .write(&r.path, content, &ctx.cancel)
+            .map_err(|e| backend_error(&e, "write", &r))?,
+        None => atomic_write(&ctx.workspace, &r.path, content)
+            .map_err(|e| io_outcome(&e, "write", &r))?,
+    }
     let verb = if before.is_some() {
         "Updated file"
     } else {
@@ -417,13 +514,17 @@ impl Tool for EditTool {
     }
 
     fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
-        match edit_run(call, ctx) {
+        match edit_run(call, ctx, &self.files) {
             Ok(o) | Err(o) => o,
         }
     }
 }
 
-fn edit_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
+fn edit_run(
+    call: &ToolCallRequest,
+    ctx: &ToolContext,
+    files: &Files,
+) -> Result<ToolOutcome, ToolOutcome> {
     let args = &call.arguments;
     let raw = file_path_arg(args)?;
     let old = match args.get("old_string").and_then(Value::as_str) {
@@ -438,7 +539,13 @@ fn edit_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, To
     }
     let replace_all = args.get("replace_all").and_then(Value::as_bool) == Some(true);
     let r = ctx.workspace.resolve_for(raw, "edit")?;
-    let before = read_text(&ctx.workspace, "edit", &r)?;
+    let before = match files {
+        Some(f) => f
+            .read(&r.path, &ctx.cancel)
+            .map_err(|e| backend_error(&e, "edit", &r))?
+            .ok_or_else(|| not_found("edit", &r))?,
+        None => read_text(&ctx.workspace, "edit", &r)?,
+    };
     let matches = before.matches(old).count();
     if matches == 0 {
         return Err(fs_error(
@@ -463,7 +570,14 @@ fn edit_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, To
     if ctx.cancel.is_cancelled() {
         return Err(ToolOutcome::aborted());
     }
-    atomic_write(&ctx.workspace, &r.path, &after).map_err(|e| io_outcome(&e, "edit", &r))?;
+    match files {
+        Some(f) => f
+            .write(&r.path, &after, &ctx.cancel)
+            .map_err(|e| backend_error(&e, "edit", &r))?,
+        None => {
+            atomic_write(&ctx.workspace, &r.path, &after).map_err(|e| io_outcome(&e, "edit", &r))?
+        }
+    }
     let message = if replace_all {
         format!(
             "The file {} has been updated. All occurrences were successfully replaced.",

@@ -35,8 +35,8 @@ pub mod path;
 pub mod todo;
 
 pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy, PolicyHooks};
-pub use bash::{BashConfig, BashTool};
-pub use fs::{EditTool, ReadConfig, ReadTool, WriteTool};
+pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
+pub use fs::{EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
 pub use path::{PathError, Resolved, Workspace};
 pub use todo::TodoWriteTool;
 
@@ -227,8 +227,8 @@ impl ToolSet {
         let mut set = ToolSet::new();
         set.insert(Box::new(BashTool::default()));
         set.insert(Box::new(ReadTool::default()));
-        set.insert(Box::new(WriteTool));
-        set.insert(Box::new(EditTool));
+        set.insert(Box::new(WriteTool::default()));
+        set.insert(Box::new(EditTool::default()));
         set.insert(Box::new(TodoWriteTool::default()));
         set
     }

@@ -1,0 +1,60 @@
+//! `dsh acp`: an Agent Client Protocol (version 1) agent over stdio.
+//!
+//! Editors (Zed and other ACP clients) start `dsh acp` and speak
+//! newline-delimited JSON-RPC 2.0 on its stdin/stdout. The wire types are
+//! the protocol's own Rust schema crate (`agent-client-protocol-schema`);
+//! the transport ([`rpc`]) is a small blocking one of our own, because the
+//! SDK crate (`agent-client-protocol`) is built around an async runtime
+//! and `!Send` futures, while dsh's front end is the blocking std shell
+//! (`dsh_std::Agent`) driven from plain threads. Stdout carries protocol
+//! messages only; diagnostics go to stderr.
+//!
+//! Sessions live in the same store as `dsh chat`'s (`--store`,
+//! `--store-dir`), so a session started in the editor resumes with
+//! `dsh chat --resume ID` and the other way round.
+
+use std::io;
+
+use clap::Args;
+
+use crate::Outcome;
+use crate::provider::ProviderArgs;
+use crate::store::StoreArgs;
+
+mod files;
+mod map;
+mod rpc;
+mod server;
+mod terminal;
+
+/// `dsh acp`
+#[derive(Args)]
+pub struct AcpArgs {
+    #[command(flatten)]
+    provider: ProviderArgs,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Run `bash` in the client's terminal when it offers one (the editor
+    /// runs the command and shows it live; dsh's own `bash` limits on the
+    /// process do not apply there).
+    #[arg(long)]
+    client_terminal: bool,
+}
+
+/// Serves ACP on stdin/stdout until the client closes stdin.
+pub fn run(args: AcpArgs) -> Outcome {
+    let store = match args.store.open() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return Outcome::BadInput;
+        }
+    };
+    let peer = rpc::Peer::new(Box::new(io::stdout()));
+    let options = server::Options {
+        provider: args.provider,
+        client_terminal: args.client_terminal,
+    };
+    server::serve(peer, io::stdin(), store, options);
+    Outcome::Ok
+}

@@ -1,0 +1,696 @@
+//! The ACP server loop: one thread owns every session; the stdin reader,
+//! the agents' event forwarders and the client's answers reach it as
+//! messages.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::thread;
+
+use agent_client_protocol_schema::v1::{
+    self as acp, AgentCapabilities, CancelNotification, ClientCapabilities, ClientNotification,
+    ClientRequest, EmbeddedResourceResource, ErrorCode, Implementation, InitializeRequest,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest,
+    PromptResponse, RequestId, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SessionModeState, SessionNotification, SessionUpdate,
+    SetSessionModeRequest, SetSessionModeResponse, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields,
+};
+use agent_client_protocol_schema::{MethodDispatchError, ProtocolVersion};
+use dsh_core::SessionId;
+use dsh_core::session::EventData;
+use dsh_std::{
+    Agent, AgentEvent, ApprovalDecision, ApprovalMode, ApprovalPolicy, ApprovalRequestId,
+    CancelCause, ShellError,
+};
+use dsh_store::{SessionStore, StoreError};
+use dsh_tools::{BashTool, EditTool, Files, ReadTool, Runner, WriteTool};
+use serde_json::Value;
+
+use super::files::ClientFiles;
+use super::map::{self, Calls, Mode};
+use super::rpc::{Incoming, Peer, params_object, read_loop, rpc_error};
+use super::terminal::ClientTerminal;
+use crate::provider::ProviderArgs;
+use crate::store::{new_session_id, now_ms};
+
+/// Option ids of a permission request.
+const ALLOW_ONCE: &str = "allow_once";
+const ALLOW_ALWAYS: &str = "allow_always";
+const REJECT_ONCE: &str = "reject_once";
+
+/// What reaches the server loop.
+enum Msg {
+    Rpc(Incoming),
+    Agent(String, AgentEvent),
+    Permission {
+        session: String,
+        call_id: String,
+        tool: String,
+        approval: ApprovalRequestId,
+        answer: Result<Value, acp::Error>,
+    },
+}
+
+/// The session modes offered: how much runs without asking. The CLI's
+/// policy (`ask` for every tool but `read`) is the floor; a mode answers
+/// the agent's approval requests itself for the tools it covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SessionMode {
+    /// Ask before every tool the policy asks about.
+    Ask,
+    /// Edits (`write`, `edit`) and plan updates (`todo_write`) run without
+    /// asking; commands still ask.
+    AcceptEdits,
+    /// Every tool runs without asking.
+    Auto,
+}
+
+impl SessionMode {
+    const ALL: [SessionMode; 3] = [
+        SessionMode::Ask,
+        SessionMode::AcceptEdits,
+        SessionMode::Auto,
+    ];
+
+    fn id(self) -> &'static str {
+        match self {
+            SessionMode::Ask => "ask",
+            SessionMode::AcceptEdits => "accept-edits",
+            SessionMode::Auto => "auto",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SessionMode::Ask => "Ask",
+            SessionMode::AcceptEdits => "Accept edits",
+            SessionMode::Auto => "Auto",
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            SessionMode::Ask => "Ask before running tools other than read",
+            SessionMode::AcceptEdits => "Edit files without asking; ask before commands",
+            SessionMode::Auto => "Run every tool without asking",
+        }
+    }
+
+    fn parse(id: &str) -> Option<SessionMode> {
+        SessionMode::ALL.into_iter().find(|m| m.id() == id)
+    }
+
+    /// Whether this mode allows `tool` without asking the client.
+    fn allows(self, tool: &str) -> bool {
+        match self {
+            SessionMode::Ask => false,
+            SessionMode::AcceptEdits => matches!(tool, "write" | "edit" | "todo_write"),
+            SessionMode::Auto => true,
+        }
+    }
+
+    /// The modes and the current one, for `session/new` and `session/load`.
+    fn state(self) -> SessionModeState {
+        SessionModeState::new(
+            self.id(),
+            SessionMode::ALL
+                .into_iter()
+                .map(|m| acp::SessionMode::new(m.id(), m.name()).description(m.description()))
+                .collect(),
+        )
+    }
+}
+
+/// A call whose result has not arrived (to match an approval request,
+/// which names the tool and arguments but not the call id).
+struct OpenCall {
+    id: String,
+    name: String,
+    arguments: String,
+    asked: bool,
+}
+
+/// One open session.
+struct Live {
+    agent: Agent,
+    cwd: PathBuf,
+    policy: ApprovalPolicy,
+    calls: Calls,
+    open: Vec<OpenCall>,
+    /// The running `session/prompt` request.
+    prompt: Option<RequestId>,
+    /// `session/cancel` arrived for the running prompt.
+    cancel_requested: bool,
+    /// The session mode (not stored: a loaded session starts in `ask`).
+    mode: SessionMode,
+}
+
+/// How `dsh acp` was started.
+pub struct Options {
+    /// The model endpoint.
+    pub provider: ProviderArgs,
+    /// Run `bash` in the client's terminal when it offers one.
+    pub client_terminal: bool,
+}
+
+struct Server {
+    peer: Arc<Peer>,
+    tx: Sender<Msg>,
+    store: Arc<dyn SessionStore>,
+    options: Options,
+    initialized: bool,
+    client: ClientCapabilities,
+    sessions: HashMap<String, Live>,
+}
+
+/// Serves until the input ends or the output fails; then disposes every
+/// agent (a running turn closes as aborted, the logs are flushed).
+pub fn serve(
+    peer: Arc<Peer>,
+    input: impl Read + Send + 'static,
+    store: Arc<dyn SessionStore>,
+    options: Options,
+) {
+    let (tx, rx) = mpsc::channel();
+    let reader_tx = tx.clone();
+    let reader_peer = peer.clone();
+    let spawned = thread::Builder::new()
+        .name("dsh-acp-stdin".into())
+        .spawn(move || {
+            let input: Box<dyn BufRead> = Box::new(BufReader::with_capacity(1 << 16, input));
+            read_loop(&reader_peer, input, |m| reader_tx.send(Msg::Rpc(m)).is_ok());
+        });
+    if let Err(e) = spawned {
+        eprintln!("dsh acp: cannot start the reader thread: {e}");
+        return;
+    }
+    let mut server = Server {
+        peer: peer.clone(),
+        tx,
+        store,
+        options,
+        initialized: false,
+        client: ClientCapabilities::default(),
+        sessions: HashMap::new(),
+    };
+    while let Ok(msg) = rx.recv() {
+        match msg {
+            Msg::Rpc(Incoming::Closed) => break,
+            Msg::Rpc(Incoming::Invalid { id, error }) => peer.respond::<()>(&id, Err(error)),
+            Msg::Rpc(Incoming::Request { id, method, params }) => {
+                server.request(id, &method, &params)
+            }
+            Msg::Rpc(Incoming::Notification { method, params }) => {
+                server.notification(&method, &params)
+            }
+            Msg::Agent(session, event) => server.agent_event(&session, event),
+            Msg::Permission {
+                session,
+                call_id,
+                tool,
+                approval,
+                answer,
+            } => server.permission_answer(&session, call_id, &tool, approval, answer),
+        }
+        if peer.is_closed() {
+            break;
+        }
+    }
+    for (_, live) in server.sessions.drain() {
+        live.agent.dispose();
+    }
+}
+
+fn invalid_params(message: impl Into<String>) -> acp::Error {
+    rpc_error(ErrorCode::InvalidParams, message)
+}
+
+fn internal(message: impl Into<String>) -> acp::Error {
+    acp::Error::internal_error().data(Value::String(message.into()))
+}
+
+impl Server {
+    fn request(&mut self, id: RequestId, method: &str, params: &Value) {
+        let not_found = || {
+            rpc_error(
+                ErrorCode::MethodNotFound,
+                format!("Method not found: {method}"),
+            )
+        };
+        if !supported(method) {
+            return self.peer.respond::<()>(&id, Err(not_found()));
+        }
+        if !self.initialized && method != "initialize" {
+            return self.peer.respond::<()>(
+                &id,
+                Err(rpc_error(
+                    ErrorCode::InvalidRequest,
+                    format!("Invalid Request: call `initialize` before `{method}`"),
+                )),
+            );
+        }
+        let request = match ClientRequest::from_method_and_params(method, &params_object(params)) {
+            Ok(r) => r,
+            Err(MethodDispatchError::InvalidPayload { source, .. }) => {
+                return self.peer.respond::<()>(
+                    &id,
+                    Err(invalid_params(format!(
+                        "Invalid params for {method}: {source}"
+                    ))),
+                );
+            }
+            Err(_) => return self.peer.respond::<()>(&id, Err(not_found())),
+        };
+        match request {
+            ClientRequest::InitializeRequest(r) => self.initialize(&id, r),
+            ClientRequest::NewSessionRequest(r) => {
+                let result = self.new_session(r);
+                self.peer.respond(&id, result)
+            }
+            ClientRequest::LoadSessionRequest(r) => {
+                let result = self.load_session(r);
+                self.peer.respond(&id, result)
+            }
+            ClientRequest::PromptRequest(r) => self.prompt(id, r),
+            ClientRequest::SetSessionModeRequest(r) => {
+                let result = self.set_mode(r);
+                self.peer.respond(&id, result)
+            }
+            _ => self.peer.respond::<()>(
+                &id,
+                Err(rpc_error(
+                    ErrorCode::MethodNotFound,
+                    format!("Method not found: {method}"),
+                )),
+            ),
+        }
+    }
+
+    fn initialize(&mut self, id: &RequestId, r: InitializeRequest) {
+        self.initialized = true;
+        self.client = r.client_capabilities;
+        let capabilities = AgentCapabilities::new()
+            .load_session(true)
+            .prompt_capabilities(PromptCapabilities::new().embedded_context(true));
+        let response = InitializeResponse::new(ProtocolVersion::V1)
+            .agent_capabilities(capabilities)
+            .agent_info(
+                Implementation::new("dsh", env!("CARGO_PKG_VERSION"))
+                    .title("dsh (DeepSeek Harness)"),
+            );
+        self.peer.respond(id, Ok(response));
+    }
+
+    /// The agent configuration for `session` in `cwd`: the CLI's, with the
+    /// file tools reading and writing through the client when it offers
+    /// both `fs` capabilities, and `bash` in the client's terminal when it
+    /// offers one and `--client-terminal` was given.
+    fn config(
+        &self,
+        cwd: &std::path::Path,
+        session: &str,
+    ) -> Result<(dsh_std::AgentConfig, PathBuf), acp::Error> {
+        if !cwd.is_absolute() {
+            return Err(invalid_params("cwd must be an absolute path"));
+        }
+        let cwd = std::fs::canonicalize(cwd)
+            .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
+        let env = |name: &str| std::env::var(name).ok();
+        let provider = crate::provider::resolve(&self.options.provider, &env).map_err(internal)?;
+        let mut config =
+            crate::shell::agent_config(&provider, cwd.clone(), true, false).map_err(internal)?;
+        if self.client.fs.read_text_file && self.client.fs.write_text_file {
+            let files: Files = Some(Arc::new(ClientFiles::new(
+                self.peer.clone(),
+                session.to_string(),
+            )));
+            config.tools.insert(Box::new(ReadTool {
+                files: files.clone(),
+                ..ReadTool::default()
+            }));
+            config.tools.insert(Box::new(WriteTool {
+                files: files.clone(),
+            }));
+            config.tools.insert(Box::new(EditTool { files }));
+        }
+        if self.options.client_terminal && self.client.terminal {
+            let runner = ClientTerminal::new(self.peer.clone(), session.to_string());
+            let mut bash = BashTool::default();
+            bash.config.runner = Some(Runner(Arc::new(runner)));
+            config.tools.insert(Box::new(bash));
+        }
+        Ok((config, cwd))
+    }
+
+    /// Starts forwarding `agent`'s events to the loop and keeps the
+    /// session; fails (the agent is disposed) when no thread can start.
+    fn register(
+        &mut self,
+        agent: Agent,
+        cwd: PathBuf,
+        policy: ApprovalPolicy,
+    ) -> Result<String, acp::Error> {
+        let session = agent.session_id().as_str().to_string();
+        let events = agent.subscribe();
+        let tx = self.tx.clone();
+        let name = session.clone();
+        thread::Builder::new()
+            .name("dsh-acp-events".into())
+            .spawn(move || {
+                while let Ok(ev) = events.recv() {
+                    if tx.send(Msg::Agent(name.clone(), ev)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| internal(format!("cannot start the event thread: {e}")))?;
+        self.sessions.insert(
+            session.clone(),
+            Live {
+                agent,
+                cwd,
+                policy,
+                calls: Calls::default(),
+                open: Vec::new(),
+                prompt: None,
+                cancel_requested: false,
+                mode: SessionMode::Ask,
+            },
+        );
+        Ok(session)
+    }
+
+    fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {
+        let id = new_session_id(now_ms());
+        let (config, cwd) = self.config(&r.cwd, id.as_str())?;
+        let policy = config.approval.clone();
+        let agent = Agent::create(config, self.store.clone(), id)
+            .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
+        let session = self.register(agent, cwd, policy)?;
+        Ok(NewSessionResponse::new(session).modes(SessionMode::Ask.state()))
+    }
+
+    fn load_session(&mut self, r: LoadSessionRequest) -> Result<LoadSessionResponse, acp::Error> {
+        let session = r.session_id.0.to_string();
+        if !self.sessions.contains_key(&session) {
+            let (config, cwd) = self.config(&r.cwd, &session)?;
+            let policy = config.approval.clone();
+            let agent = Agent::resume(config, self.store.clone(), &SessionId::new(session.clone()))
+                .map_err(|e| match e {
+                    ShellError::Store(StoreError::NotFound { .. }) => {
+                        acp::Error::session_not_found(session.clone())
+                    }
+                    e => internal(format!("cannot load session {session}: {e}")),
+                })?;
+            self.register(agent, cwd, policy)?;
+        }
+        let Some(live) = self.sessions.get_mut(&session) else {
+            return Err(acp::Error::session_not_found(session));
+        };
+        let events = live
+            .agent
+            .events()
+            .map_err(|e| internal(format!("cannot read session {session}: {e}")))?;
+        // The replay has its own call table; live calls keep theirs.
+        let mut calls = Calls::default();
+        for ev in &events {
+            for update in map::updates(ev, Mode::Replay, &live.cwd, &mut calls, &|_| true) {
+                notify(&self.peer, &session, update);
+            }
+        }
+        Ok(LoadSessionResponse::new().modes(live.mode.state()))
+    }
+
+    fn prompt(&mut self, id: RequestId, r: PromptRequest) {
+        let session = r.session_id.0.to_string();
+        let Some(live) = self.sessions.get_mut(&session) else {
+            return self
+                .peer
+                .respond::<()>(&id, Err(acp::Error::session_not_found(session)));
+        };
+        if live.prompt.is_some() {
+            return self.peer.respond::<()>(
+                &id,
+                Err(rpc_error(
+                    ErrorCode::InvalidRequest,
+                    "Invalid Request: a prompt is already running in this session",
+                )),
+            );
+        }
+        let text = match prompt_text(&r.prompt) {
+            Ok(t) => t,
+            Err(e) => return self.peer.respond::<()>(&id, Err(e)),
+        };
+        match live.agent.send(&text) {
+            Ok(()) => {
+                live.prompt = Some(id);
+                live.cancel_requested = false;
+            }
+            Err(e) => self
+                .peer
+                .respond::<()>(&id, Err(internal(format!("cannot send the prompt: {e}")))),
+        }
+    }
+
+    fn set_mode(&mut self, r: SetSessionModeRequest) -> Result<SetSessionModeResponse, acp::Error> {
+        let session = r.session_id.0.to_string();
+        let Some(live) = self.sessions.get_mut(&session) else {
+            return Err(acp::Error::session_not_found(session));
+        };
+        let Some(mode) = SessionMode::parse(&r.mode_id.0) else {
+            return Err(invalid_params(format!(
+                "unknown mode {:?} (modes: ask, accept-edits, auto)",
+                r.mode_id.0
+            )));
+        };
+        live.mode = mode;
+        Ok(SetSessionModeResponse::new())
+    }
+
+    fn notification(&mut self, method: &str, params: &Value) {
+        if !self.initialized {
+            return;
+        }
+        match ClientNotification::from_method_and_params(method, &params_object(params)) {
+            Ok(ClientNotification::CancelNotification(CancelNotification {
+                session_id, ..
+            })) => {
+                if let Some(live) = self.sessions.get_mut(session_id.0.as_ref())
+                    && live.prompt.is_some()
+                {
+                    live.cancel_requested = true;
+                    live.agent.cancel(CancelCause::User, false);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("dsh acp: ignored notification: {e}"),
+        }
+    }
+
+    fn agent_event(&mut self, session: &str, event: AgentEvent) {
+        let Some(live) = self.sessions.get_mut(session) else {
+            return;
+        };
+        match event {
+            AgentEvent::Event(ev) => {
+                let (policy, mode) = (&live.policy, live.mode);
+                let asks =
+                    |tool: &str| policy.mode_for(tool) == ApprovalMode::Ask && !mode.allows(tool);
+                for update in map::updates(&ev, Mode::Live, &live.cwd, &mut live.calls, &asks) {
+                    notify(&self.peer, session, update);
+                }
+                match ev.data() {
+                    EventData::ToolCall(c) => live.open.push(OpenCall {
+                        id: c.call_id.as_str().to_string(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                        asked: false,
+                    }),
+                    EventData::ToolResult(r) => {
+                        let answered: Vec<&str> = r
+                            .message
+                            .content
+                            .iter()
+                            .filter_map(|b| match b {
+                                dsh_core::ContentBlock::ToolResult { tool_call_id, .. } => {
+                                    Some(tool_call_id.as_str())
+                                }
+                                _ => None,
+                            })
+                            .collect();
+                        live.open.retain(|c| !answered.contains(&c.id.as_str()));
+                    }
+                    EventData::TurnEnd(end) => {
+                        live.open.clear();
+                        if let Some(id) = live.prompt.take() {
+                            let result = map::stop_reason(&end.reason, live.cancel_requested)
+                                .map(PromptResponse::new);
+                            live.cancel_requested = false;
+                            self.peer.respond(&id, result);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            AgentEvent::ApprovalRequested {
+                id,
+                tool,
+                arguments,
+            } if live.mode.allows(&tool) => {
+                // The mode answers; the call already shows in progress.
+                if let Some(c) = live
+                    .open
+                    .iter_mut()
+                    .find(|c| !c.asked && c.name == tool && c.arguments == arguments)
+                {
+                    c.asked = true;
+                }
+                live.agent.answer_approval(id, ApprovalDecision::Allow);
+            }
+            AgentEvent::ApprovalRequested {
+                id,
+                tool,
+                arguments,
+            } => {
+                let call_id = match live
+                    .open
+                    .iter_mut()
+                    .find(|c| !c.asked && c.name == tool && c.arguments == arguments)
+                {
+                    Some(c) => {
+                        c.asked = true;
+                        c.id.clone()
+                    }
+                    None => format!("approval-{}", id.0),
+                };
+                let args: Value = serde_json::from_str(&arguments).unwrap_or(Value::Null);
+                let request = RequestPermissionRequest::new(
+                    session.to_string(),
+                    ToolCallUpdate::new(call_id.clone(), map::call_fields(&tool, &args, &live.cwd)),
+                    vec![
+                        PermissionOption::new(ALLOW_ONCE, "Allow", PermissionOptionKind::AllowOnce),
+                        PermissionOption::new(
+                            ALLOW_ALWAYS,
+                            format!("Always allow {tool}"),
+                            PermissionOptionKind::AllowAlways,
+                        ),
+                        PermissionOption::new(
+                            REJECT_ONCE,
+                            "Reject",
+                            PermissionOptionKind::RejectOnce,
+                        ),
+                    ],
+                );
+                let tx = self.tx.clone();
+                let session = session.to_string();
+                self.peer
+                    .request("session/request_permission", &request, move |answer| {
+                        let _ = tx.send(Msg::Permission {
+                            session,
+                            call_id,
+                            tool,
+                            approval: id,
+                            answer,
+                        });
+                    });
+            }
+            AgentEvent::Error(e) => eprintln!("dsh acp: session {session}: {e}"),
+            _ => {}
+        }
+    }
+
+    fn permission_answer(
+        &mut self,
+        session: &str,
+        call_id: String,
+        tool: &str,
+        approval: ApprovalRequestId,
+        answer: Result<Value, acp::Error>,
+    ) {
+        let Some(live) = self.sessions.get_mut(session) else {
+            return;
+        };
+        let decision = match answer.map(serde_json::from_value::<RequestPermissionResponse>) {
+            Ok(Ok(RequestPermissionResponse {
+                outcome: RequestPermissionOutcome::Selected(selected),
+                ..
+            })) => match selected.option_id.0.as_ref() {
+                ALLOW_ONCE => ApprovalDecision::Allow,
+                ALLOW_ALWAYS => ApprovalDecision::AllowAlways,
+                _ => ApprovalDecision::Deny,
+            },
+            Ok(Ok(_)) => ApprovalDecision::Deny,
+            Ok(Err(e)) => {
+                eprintln!("dsh acp: unreadable permission answer (denied): {e}");
+                ApprovalDecision::Deny
+            }
+            Err(e) => {
+                eprintln!("dsh acp: permission request failed (denied): {}", e.message);
+                ApprovalDecision::Deny
+            }
+        };
+        if decision == ApprovalDecision::AllowAlways {
+            // The agent's policy switches the tool to auto; so does ours
+            // (later calls of it start in progress).
+            live.policy.set(tool, ApprovalMode::Auto);
+        }
+        if decision != ApprovalDecision::Deny && !live.cancel_requested {
+            let fields = ToolCallUpdateFields::new().status(ToolCallStatus::InProgress);
+            notify(
+                &self.peer,
+                session,
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(call_id, fields)),
+            );
+        }
+        live.agent.answer_approval(approval, decision);
+    }
+}
+
+/// Methods this agent implements (others answer "method not found").
+fn supported(method: &str) -> bool {
+    matches!(
+        method,
+        "initialize" | "session/new" | "session/load" | "session/prompt" | "session/set_mode"
+    )
+}
+
+fn notify(peer: &Peer, session: &str, update: SessionUpdate) {
+    peer.notify(
+        "session/update",
+        &SessionNotification::new(session.to_string(), update),
+    );
+}
+
+/// The prompt's blocks as one text: text as is, resource links as
+/// `@name (uri)`, embedded text resources inside `<context>`; images and
+/// audio are refused (not offered in `promptCapabilities`).
+fn prompt_text(blocks: &[acp::ContentBlock]) -> Result<String, acp::Error> {
+    let mut parts = Vec::new();
+    for block in blocks {
+        match block {
+            acp::ContentBlock::Text(t) => parts.push(t.text.clone()),
+            acp::ContentBlock::ResourceLink(l) => parts.push(format!("@{} ({})", l.name, l.uri)),
+            acp::ContentBlock::Resource(r) => match &r.resource {
+                EmbeddedResourceResource::TextResourceContents(t) => parts.push(format!(
+                    "<context uri=\"{}\">\n{}\n</context>",
+                    t.uri, t.text
+                )),
+                _ => return Err(invalid_params("binary resources are not supported")),
+            },
+            _ => {
+                return Err(invalid_params(
+                    "only text, resource links and text resources are supported in prompts",
+                ));
+            }
+        }
+    }
+    let text = parts.join("\n\n");
+    if text.trim().is_empty() {
+        return Err(invalid_params("the prompt has no text"));
+    }
+    Ok(text)
+}

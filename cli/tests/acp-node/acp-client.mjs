@@ -1,0 +1,338 @@
+// Drives `dsh acp` with the official ACP TypeScript SDK
+// (@agentclientprotocol/sdk) against the bundled mock DeepSeek server:
+// initialize, session/new, a prompt whose tool calls need permission
+// (granted), one denied, a cancel mid-stream, then session/load in a new
+// process. Every message in both directions is validated against the
+// protocol's JSON schema shipped in the SDK package (schema/v1/schema.json):
+// the whole message against the `Agent`/`Client` message union, and the
+// params/result against the exact type of its method.
+//
+// Usage: node acp-client.mjs PATH/TO/dsh   (exit 0: every check passed)
+
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync, existsSync, realpathSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Readable, Writable } from "node:stream";
+import { createRequire } from "node:module";
+import { createInterface } from "node:readline";
+import * as acp from "@agentclientprotocol/sdk";
+import Ajv2020 from "ajv/dist/2020.js";
+
+const dsh = process.argv[2];
+if (!dsh || !existsSync(dsh)) {
+  console.error(`usage: node acp-client.mjs PATH/TO/dsh (got ${dsh})`);
+  process.exit(2);
+}
+
+// ---- the protocol's JSON schema ----------------------------------------
+const require = createRequire(import.meta.url);
+const schemaPath = require.resolve("@agentclientprotocol/sdk/schema/v1/schema.json");
+const schema = JSON.parse(readFileSync(schemaPath, "utf8"));
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+// The schema's numeric formats (schemars names), checked, not ignored.
+const range = (lo, hi) => (n) => Number.isInteger(n) && n >= lo && n <= hi;
+for (const [name, ok] of Object.entries({
+  int32: range(-(2 ** 31), 2 ** 31 - 1),
+  int64: Number.isSafeInteger,
+  uint16: range(0, 2 ** 16 - 1),
+  uint32: range(0, 2 ** 32 - 1),
+  uint64: (n) => Number.isSafeInteger(n) && n >= 0,
+  double: Number.isFinite,
+})) {
+  ajv.addFormat(name, { type: "number", validate: ok });
+}
+ajv.addFormat("uri", (s) => { try { new URL(s); return true; } catch { return false; } });
+ajv.addSchema(schema, "acp");
+const compiled = new Map();
+function validator(ref) {
+  if (!compiled.has(ref)) compiled.set(ref, ajv.getSchema(`acp${ref}`));
+  const v = compiled.get(ref);
+  if (!v) throw new Error(`no schema for ${ref}`);
+  return v;
+}
+// The message unions (the schema's top-level `anyOf` branches).
+const agentMessage = ajv.compile({ $ref: "acp#/anyOf/0" });
+const clientMessage = ajv.compile({ $ref: "acp#/anyOf/1" });
+
+const requestTypes = {
+  initialize: ["InitializeRequest", "InitializeResponse"],
+  "session/new": ["NewSessionRequest", "NewSessionResponse"],
+  "session/load": ["LoadSessionRequest", "LoadSessionResponse"],
+  "session/prompt": ["PromptRequest", "PromptResponse"],
+  "session/set_mode": ["SetSessionModeRequest", "SetSessionModeResponse"],
+  "session/request_permission": ["RequestPermissionRequest", "RequestPermissionResponse"],
+  "fs/read_text_file": ["ReadTextFileRequest", "ReadTextFileResponse"],
+  "fs/write_text_file": ["WriteTextFileRequest", "WriteTextFileResponse"],
+  "terminal/create": ["CreateTerminalRequest", "CreateTerminalResponse"],
+  "terminal/wait_for_exit": ["WaitForTerminalExitRequest", "WaitForTerminalExitResponse"],
+  "terminal/output": ["TerminalOutputRequest", "TerminalOutputResponse"],
+  "terminal/release": ["ReleaseTerminalRequest", "ReleaseTerminalResponse"],
+  "terminal/kill": ["KillTerminalRequest", "KillTerminalResponse"],
+};
+const notificationTypes = {
+  "session/update": "SessionNotification",
+  "session/cancel": "CancelNotification",
+};
+
+let failures = 0;
+let checked = 0;
+function fail(msg) {
+  failures++;
+  console.error(`FAIL: ${msg}`);
+}
+function check(cond, msg) {
+  if (!cond) fail(msg);
+}
+function validate(fn, value, what) {
+  checked++;
+  if (!fn(value)) fail(`${what} does not match the ACP schema: ${ajv.errorsText(fn.errors)}\n  ${JSON.stringify(value)}`);
+}
+
+/** Validates one message; `sent` maps request ids to methods per side. */
+function validateMessage(msg, from, sentByOther) {
+  const union = from === "agent" ? agentMessage : clientMessage;
+  validate(union, msg, `${from} message`);
+  if ("method" in msg) {
+    if ("id" in msg) {
+      const t = requestTypes[msg.method];
+      if (t) validate(validator(`#/$defs/${t[0]}`), msg.params, `${msg.method} params`);
+      else fail(`${from} sent an unexpected request ${msg.method}`);
+    } else {
+      const t = notificationTypes[msg.method];
+      if (t) validate(validator(`#/$defs/${t}`), msg.params, `${msg.method} params`);
+      else fail(`${from} sent an unexpected notification ${msg.method}`);
+    }
+  } else {
+    const method = sentByOther.get(msg.id);
+    if ("error" in msg) {
+      validate(validator("#/$defs/Error"), msg.error, `error answering ${method}`);
+    } else if (method && requestTypes[method]) {
+      validate(validator(`#/$defs/${requestTypes[method][1]}`), msg.result, `${method} result`);
+    } else {
+      fail(`${from} answered an unknown request id ${JSON.stringify(msg.id)}`);
+    }
+  }
+}
+
+// ---- processes -----------------------------------------------------------
+const work = mkdtempSync(join(tmpdir(), "dsh-acp-node-"));
+const data = join(work, "data");
+const ws = realpathSync(mkdtempSync(join(work, "ws-")));
+const env = { ...process.env, XDG_DATA_HOME: data, NO_COLOR: "1" };
+delete env.DEEPSEEK_API_KEY;
+delete env.DEEPSEEK_BASE_URL;
+
+const script = {
+  responses: [
+    // Prompt 1: plan, write (both need permission: granted), answer.
+    { turn: { reasoning: ["Plan first."], toolCalls: [{ id: "call_todo", name: "todo_write",
+      arguments: ['{"todos":[{"content":"Write notes.txt","status":"in_progress"}]}'] }] } },
+    { turn: { text: ["Writing."], toolCalls: [{ id: "call_write", name: "write",
+      arguments: ['{"file_path":"notes.txt",', '"content":"one\\ntwo\\n"}'] }] } },
+    { turn: { text: ["Wrote ", "notes.txt."] } },
+    // Prompt 2: bash (denied), answer.
+    { turn: { toolCalls: [{ id: "call_bash", name: "bash",
+      arguments: ['{"command":"echo ran > ran.txt","description":"Mark that it ran"}'] }] } },
+    { turn: { text: ["Not run."] } },
+    // Prompt 3: bash in the editor's terminal (granted).
+    { turn: { toolCalls: [{ id: "call_term", name: "bash",
+      arguments: ['{"command":"make test","description":"Run the tests"}'] }] } },
+    { turn: { text: ["Tests pass."] } },
+    // Prompt 4: streams, then stalls until cancelled.
+    { fault: { kind: "stall", turn: { text: ["Partial ", "answer ", "never ", "finished"] }, afterEvents: 3 } },
+  ],
+};
+const scriptPath = join(work, "script.json");
+writeFileSync(scriptPath, JSON.stringify(script));
+
+const mock = spawn(dsh, ["mock-server", "--script", scriptPath], { stdio: ["pipe", "pipe", "inherit"] });
+const mockUrl = await new Promise((resolve, reject) => {
+  createInterface({ input: mock.stdout }).once("line", resolve);
+  mock.once("exit", (c) => reject(new Error(`mock server exited ${c}`)));
+});
+
+/** Starts `dsh acp` and returns an SDK stream that validates every message. */
+function startAgent() {
+  const args = ["acp", "--base-url", mockUrl, "--client-terminal"];
+  const child = spawn(dsh, args, { stdio: ["pipe", "pipe", "inherit"], env });
+  const inner = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+  const sentByClient = new Map();
+  const sentByAgent = new Map();
+  const transcript = [];
+  const readable = inner.readable.pipeThrough(
+    new TransformStream({
+      transform(msg, controller) {
+        transcript.push({ from: "agent", msg });
+        if ("method" in msg && "id" in msg) sentByAgent.set(msg.id, msg.method);
+        validateMessage(msg, "agent", sentByClient);
+        controller.enqueue(msg);
+      },
+    }),
+  );
+  const writer = inner.writable.getWriter();
+  const writable = new WritableStream({
+    async write(msg) {
+      transcript.push({ from: "client", msg });
+      if ("method" in msg && "id" in msg) sentByClient.set(msg.id, msg.method);
+      validateMessage(msg, "client", sentByAgent);
+      await writer.write(msg);
+    },
+    async close() {
+      await writer.close();
+    },
+  });
+  const exited = new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+  return { stream: { readable, writable }, child, exited, transcript };
+}
+
+// ---- the client ----------------------------------------------------------
+let permissionAnswer = "allow_once";
+let onChunk = null;
+const updates = [];
+const permissionRequests = [];
+// The "editor buffers" the agent reads and writes through `fs/*`.
+const buffers = new Map();
+const terminals = [];
+
+const app = acp
+  .client({ name: "dsh-acp-node-test" })
+  .onRequest(acp.methods.client.session.requestPermission, async ({ params }) => {
+    permissionRequests.push(params);
+    return { outcome: { outcome: "selected", optionId: permissionAnswer } };
+  })
+  .onRequest(acp.methods.client.fs.readTextFile, async ({ params }) => {
+    if (!buffers.has(params.path)) throw acp.RequestError.resourceNotFound(params.path);
+    return { content: buffers.get(params.path) };
+  })
+  .onRequest(acp.methods.client.fs.writeTextFile, async ({ params }) => {
+    buffers.set(params.path, params.content);
+    return {};
+  })
+  // The "editor terminal": every command prints one line and exits 0.
+  .onRequest(acp.methods.client.terminal.create, async ({ params }) => {
+    terminals.push(params);
+    return { terminalId: `term-${terminals.length}` };
+  })
+  .onRequest(acp.methods.client.terminal.waitForExit, async () => ({ exitCode: 0 }))
+  .onRequest(acp.methods.client.terminal.output, async () => ({
+    output: "all tests passed\n", truncated: false, exitStatus: { exitCode: 0 },
+  }))
+  .onRequest(acp.methods.client.terminal.release, async () => ({}))
+  .onRequest(acp.methods.client.terminal.kill, async () => ({}))
+  .onNotification(acp.methods.client.session.update, async ({ params }) => {
+    updates.push(params);
+    if (onChunk && params.update.sessionUpdate === "agent_message_chunk") onChunk(params);
+  });
+
+const kinds = (list) => list.map((n) => n.update.sessionUpdate);
+let sessionId;
+
+const first = startAgent();
+await app.connectWith(first.stream, async (agent) => {
+  const init = await agent.request(acp.methods.agent.initialize, {
+    protocolVersion: acp.PROTOCOL_VERSION,
+    clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: true },
+    clientInfo: { name: "dsh-acp-node-test", version: "0.0.0" },
+  });
+  check(init.protocolVersion === 1, `protocol version 1, got ${init.protocolVersion}`);
+  check(init.agentCapabilities.loadSession === true, "loadSession offered");
+  check(init.agentCapabilities.promptCapabilities.image === false, "images not offered");
+
+  const created = await agent.request(acp.methods.agent.session.new, { cwd: ws, mcpServers: [] });
+  sessionId = created.sessionId;
+  check(typeof sessionId === "string" && sessionId.length > 0, "a session id");
+  check(created.modes && created.modes.currentModeId === "ask", "modes offered, starting in ask");
+  await agent.request(acp.methods.agent.session.setMode, { sessionId, modeId: "ask" });
+
+  // Prompt 1: permission granted.
+  updates.length = 0;
+  permissionAnswer = "allow_once";
+  const r1 = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId,
+    prompt: [{ type: "text", text: "Write two lines to notes.txt" }],
+  });
+  check(r1.stopReason === "end_turn", `prompt 1 ends end_turn, got ${r1.stopReason}`);
+  check(buffers.get(join(ws, "notes.txt")) === "one\ntwo\n", "notes.txt written to the editor's buffer");
+  check(!existsSync(join(ws, "notes.txt")), "not to the disk");
+  check(permissionRequests.length === 2, `two permission requests, got ${permissionRequests.length}`);
+  const plan = updates.find((u) => u.update.sessionUpdate === "plan");
+  check(plan && plan.update.entries[0].content === "Write notes.txt" && plan.update.entries[0].status === "in_progress",
+    "todo_write becomes a plan");
+  const writeCall = updates.find((u) => u.update.sessionUpdate === "tool_call" && u.update.toolCallId === "call_write");
+  check(writeCall && writeCall.update.kind === "edit" && writeCall.update.locations[0].path === join(ws, "notes.txt"),
+    "the write call has kind edit and its location");
+  const writeDone = updates.filter((u) => u.update.sessionUpdate === "tool_call_update" && u.update.toolCallId === "call_write").pop();
+  check(writeDone && writeDone.update.status === "completed" && writeDone.update.content[0].type === "diff"
+    && writeDone.update.content[0].newText === "one\ntwo\n", "the write ends completed with a diff");
+
+  // Prompt 2: permission denied.
+  updates.length = 0;
+  permissionAnswer = "reject_once";
+  const r2 = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId,
+    prompt: [{ type: "text", text: "Run something" }],
+  });
+  check(r2.stopReason === "end_turn", `prompt 2 ends end_turn, got ${r2.stopReason}`);
+  check(!existsSync(join(ws, "ran.txt")), "a denied command does not run");
+  const bashDone = updates.filter((u) => u.update.sessionUpdate === "tool_call_update").pop();
+  check(bashDone && bashDone.update.status === "failed", "the denied call ends failed");
+
+  // Prompt 3: bash in the editor's terminal.
+  updates.length = 0;
+  permissionAnswer = "allow_once";
+  const r3t = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId,
+    prompt: [{ type: "text", text: "Run the tests" }],
+  });
+  check(r3t.stopReason === "end_turn", `prompt 3 ends end_turn, got ${r3t.stopReason}`);
+  check(terminals.length === 1 && terminals[0].command === "bash" && terminals[0].args[1] === "make test"
+    && terminals[0].cwd === ws, `the command ran in the editor's terminal: ${JSON.stringify(terminals)}`);
+  const termDone = updates.filter((u) => u.update.sessionUpdate === "tool_call_update").pop();
+  check(termDone && termDone.update.status === "completed"
+    && termDone.update.content[0].content.text === "all tests passed\n", "the terminal's output is the result");
+
+  // Prompt 4: cancel mid-stream.
+  updates.length = 0;
+  const streaming = new Promise((resolve) => { onChunk = resolve; });
+  const p3 = agent.request(acp.methods.agent.session.prompt, {
+    sessionId,
+    prompt: [{ type: "text", text: "Say something long" }],
+  });
+  await streaming;
+  onChunk = null;
+  await agent.notify(acp.methods.agent.session.cancel, { sessionId });
+  const r3 = await p3;
+  check(r3.stopReason === "cancelled", `prompt 4 ends cancelled, got ${r3.stopReason}`);
+});
+first.child.stdin.end();
+check((await first.exited) === 0, "dsh acp exits 0 when the client closes stdin");
+
+// A new process loads the session back.
+updates.length = 0;
+const second = startAgent();
+await app.connectWith(second.stream, async (agent) => {
+  await agent.request(acp.methods.agent.initialize, {
+    protocolVersion: acp.PROTOCOL_VERSION,
+    clientCapabilities: {},
+  });
+  await agent.request(acp.methods.agent.session.load, { sessionId, cwd: ws, mcpServers: [] });
+});
+second.child.stdin.end();
+check((await second.exited) === 0, "the second dsh acp exits 0");
+const replayed = kinds(updates);
+const users = updates.filter((u) => u.update.sessionUpdate === "user_message_chunk").map((u) => u.update.content.text);
+check(JSON.stringify(users) === JSON.stringify(["Write two lines to notes.txt", "Run something", "Run the tests", "Say something long"]),
+  `the replay carries the three prompts, got ${JSON.stringify(users)}`);
+check(replayed.includes("plan") && replayed.includes("tool_call") && replayed.includes("tool_call_update"),
+  `the replay carries plan and tool calls, got ${replayed.join(",")}`);
+
+mock.stdin.end();
+
+// One prompt exchange with a tool call, as JSON lines (for the docs).
+if (process.env.ACP_TRANSCRIPT) {
+  writeFileSync(process.env.ACP_TRANSCRIPT, first.transcript.map((t) => `${t.from === "client" ? "->" : "<-"} ${JSON.stringify(t.msg)}`).join("\n") + "\n");
+}
+
+console.log(`acp node client: ${checked} messages validated against ${schemaPath.split("node_modules/")[1]}, ${failures} failure(s)`);
+process.exit(failures === 0 ? 0 : 1);

@@ -1,0 +1,906 @@
+//! `dsh acp` end to end: a JSON-RPC client written here drives the binary
+//! over stdio with the bundled mock DeepSeek server behind it.
+//!
+//! Covers `initialize`, `session/new`, a prompt whose tool call needs
+//! permission (granted, denied), `session/cancel` mid-stream (stop reason
+//! `cancelled`, the log closes the turn `aborted`), `session/load`
+//! replaying the stored session (and the same store shared with
+//! `dsh chat --resume` / `dsh run`), malformed JSON-RPC, unknown methods,
+//! requests before `initialize`, and a client that disconnects mid-prompt
+//! (clean exit, a valid log closed as aborted, loop.md LC-40 dispose).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use dsh_core::jsonl::load_log;
+use dsh_core::session::{EventData, SessionEvent};
+use dsh_deepseek::mock::{MockServer, Script};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn mock(script: &str) -> MockServer {
+    MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
+}
+
+/// A running `dsh acp` with a line reader on its stdout.
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// Every line the agent wrote, in order.
+    seen: Vec<Value>,
+    /// The editor's buffers by absolute path, when the client offers `fs`.
+    buffers: Option<BTreeMap<String, String>>,
+    /// What the editor's terminal prints and its exit code, when the
+    /// client offers `terminal`.
+    terminal: Option<(String, u32)>,
+}
+
+fn dsh(data: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
+    c.env("XDG_DATA_HOME", data)
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1");
+    c
+}
+
+impl Client {
+    fn start(data: &Path, url: &str) -> Client {
+        Client::start_with(data, url, &[])
+    }
+
+    fn start_with(data: &Path, url: &str, extra: &[&str]) -> Client {
+        let mut child = dsh(data)
+            .args(["acp", "--base-url", url])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Client {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            seen: Vec::new(),
+            buffers: None,
+            terminal: None,
+        }
+    }
+
+    fn raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, message: Value) {
+        self.raw(&message.to_string());
+    }
+
+    fn request(&mut self, id: i64, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    }
+
+    /// The next message; every stdout line must be one JSON-RPC message.
+    fn next(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(WAIT)
+            .expect("a message from dsh acp");
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carries only JSON-RPC ({e}): {line}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{line}");
+        self.seen.push(v.clone());
+        v
+    }
+
+    /// Reads until the response to `id`, answering permission requests
+    /// with `option` (`None`: cancelled); returns (notifications and
+    /// requests before it, the response).
+    fn until_response(&mut self, id: i64, option: Option<&str>) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        loop {
+            let m = self.next();
+            if m.get("method").is_none() && m["id"] == json!(id) {
+                return (before, m);
+            }
+            if let Some(buffers) = self.buffers.as_mut()
+                && (m["method"] == "fs/read_text_file" || m["method"] == "fs/write_text_file")
+            {
+                let path = m["params"]["path"].as_str().unwrap().to_string();
+                let answer = if m["method"] == "fs/write_text_file" {
+                    let content = m["params"]["content"].as_str().unwrap().to_string();
+                    buffers.insert(path, content);
+                    json!({"jsonrpc": "2.0", "id": m["id"], "result": {}})
+                } else {
+                    match buffers.get(&path) {
+                        Some(text) => {
+                            json!({"jsonrpc": "2.0", "id": m["id"], "result": {"content": text}})
+                        }
+                        None => {
+                            json!({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32002, "message": "Resource not found"}})
+                        }
+                    }
+                };
+                self.send(answer);
+            }
+            if let Some((output, code)) = self.terminal.clone()
+                && m["method"]
+                    .as_str()
+                    .is_some_and(|x| x.starts_with("terminal/"))
+            {
+                let result = match m["method"].as_str().unwrap() {
+                    "terminal/create" => json!({"terminalId": "term-1"}),
+                    "terminal/wait_for_exit" => json!({"exitCode": code}),
+                    "terminal/output" => json!({"output": output, "truncated": false,
+                        "exitStatus": {"exitCode": code}}),
+                    _ => json!({}),
+                };
+                self.send(json!({"jsonrpc": "2.0", "id": m["id"], "result": result}));
+            }
+            if m["method"] == "session/request_permission" {
+                let outcome = match option {
+                    Some(o) => json!({"outcome": "selected", "optionId": o}),
+                    None => json!({"outcome": "cancelled"}),
+                };
+                let answer =
+                    json!({"jsonrpc": "2.0", "id": m["id"], "result": {"outcome": outcome}});
+                self.send(answer);
+            }
+            before.push(m);
+        }
+    }
+
+    fn initialize(&mut self) -> Value {
+        let fs = self.buffers.is_some();
+        let terminal = self.terminal.is_some();
+        self.request(
+            0,
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {
+                "fs": {"readTextFile": fs, "writeTextFile": fs}, "terminal": terminal}}),
+        );
+        self.until_response(0, None).1
+    }
+
+    fn new_session(&mut self, id: i64, cwd: &Path) -> String {
+        self.request(id, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+        let (_, r) = self.until_response(id, None);
+        r["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a session id: {r}"))
+            .to_string()
+    }
+
+    fn prompt(&mut self, id: i64, session: &str, text: &str) {
+        self.request(
+            id,
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+        );
+    }
+
+    /// Closes stdin and waits for a clean exit.
+    fn finish(mut self) -> Vec<Value> {
+        drop(self.stdin.take());
+        let status = wait_exit(&mut self.child);
+        assert!(
+            status.success(),
+            "dsh acp exits 0 at end of input: {status:?}"
+        );
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            let v: Value = serde_json::from_str(&line).expect("only JSON-RPC on stdout");
+            self.seen.push(v);
+        }
+        std::mem::take(&mut self.seen)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "dsh acp did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn updates<'a>(messages: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    messages
+        .iter()
+        .filter(|m| {
+            m["method"] == "session/update" && m["params"]["update"]["sessionUpdate"] == kind
+        })
+        .map(|m| &m["params"]["update"])
+        .collect()
+}
+
+fn transcript(data: &Path, session: &str) -> PathBuf {
+    let sessions = data.join("dsh/sessions");
+    for project in std::fs::read_dir(&sessions).unwrap() {
+        let p = project.unwrap().path().join(session).join("session.jsonl");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("no transcript for {session} under {}", sessions.display());
+}
+
+/// The events of a stored log that loads without repair.
+fn events(path: &Path) -> Vec<SessionEvent> {
+    let bytes = std::fs::read(path).unwrap();
+    let loaded = load_log(&bytes, &[]).expect("a valid session log");
+    assert!(
+        !loaded.needs_repair(),
+        "the log is complete (no torn tail, no open turn)"
+    );
+    loaded.session.events().to_vec()
+}
+
+fn turn_end_reasons(events: &[SessionEvent]) -> Vec<Value> {
+    events
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::TurnEnd(t) => Some(serde_json::to_value(&t.reason).unwrap()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn log_check(data: &Path, path: &Path) {
+    let out = dsh(data)
+        .args(["log", "check", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dsh log check: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The model writes `notes.txt` (needs permission), then answers.
+const WRITE_SCRIPT: &str = r#"{"responses":[
+ {"turn":{"reasoning":["I should write the file."],"text":["Writing notes.txt."],
+   "toolCalls":[{"id":"call_w","name":"write","arguments":["{\"file_path\": \"notes.txt\", ","\"content\": \"one\\ntwo\\n\"}"]}]}},
+ {"turn":{"text":["Wrote ","it."]}}
+]}"#;
+
+/// The model runs a bash command (needs permission), then answers.
+const BASH_SCRIPT: &str = r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"call_b","name":"bash","arguments":["{\"command\": \"echo ran > ran.txt\", \"description\": \"Mark that it ran\"}"]}]}},
+ {"turn":{"text":["Understood."]}}
+]}"#;
+
+/// The model streams two events, then stalls until the client leaves.
+const STALL_SCRIPT: &str = r#"{"responses":[
+ {"fault":{"kind":"stall","turn":{"text":["Partial ","answer ","never ","finished"]},"afterEvents":3}}
+]}"#;
+
+#[test]
+fn initialize_reports_protocol_1_and_honest_capabilities() {
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(r#"{"responses":[]}"#);
+    let mut c = Client::start(data.path(), &server.url());
+    let r = c.initialize();
+    let result = &r["result"];
+    assert_eq!(result["protocolVersion"], 1);
+    assert_eq!(result["agentCapabilities"]["loadSession"], true);
+    assert_eq!(
+        result["agentCapabilities"]["promptCapabilities"]["image"],
+        false
+    );
+    assert_eq!(
+        result["agentCapabilities"]["promptCapabilities"]["audio"],
+        false
+    );
+    assert_eq!(
+        result["agentCapabilities"]["mcpCapabilities"]["http"],
+        false
+    );
+    assert_eq!(result["authMethods"], json!([]));
+    assert_eq!(result["agentInfo"]["name"], "dsh");
+    c.finish();
+}
+
+#[test]
+fn granted_tool_call_streams_updates_with_a_diff_and_ends_the_turn() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let server = mock(WRITE_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Write two lines to notes.txt");
+    let (before, response) = c.until_response(2, Some("allow_once"));
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert_eq!(
+        std::fs::read_to_string(ws_path.join("notes.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    // Thought and message chunks stream live.
+    let thoughts = updates(&before, "agent_thought_chunk");
+    assert_eq!(thoughts[0]["content"]["text"], "I should write the file.");
+    let text: String = updates(&before, "agent_message_chunk")
+        .iter()
+        .map(|u| u["content"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Writing notes.txt.Wrote it.");
+    // The call: kind, title, pending status, absolute location.
+    let calls = updates(&before, "tool_call");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["toolCallId"], "call_w");
+    assert_eq!(calls[0]["kind"], "edit");
+    assert_eq!(calls[0]["title"], "Write notes.txt");
+    assert_eq!(calls[0].get("status"), None, "pending is the default");
+    assert_eq!(
+        calls[0]["locations"][0]["path"],
+        json!(ws_path.join("notes.txt"))
+    );
+    // The permission request names the same call and offers three options.
+    let asks: Vec<&Value> = before
+        .iter()
+        .filter(|m| m["method"] == "session/request_permission")
+        .collect();
+    assert_eq!(asks.len(), 1);
+    assert_eq!(asks[0]["params"]["sessionId"], json!(session));
+    assert_eq!(asks[0]["params"]["toolCall"]["toolCallId"], "call_w");
+    let kinds: Vec<&str> = asks[0]["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["allow_once", "allow_always", "reject_once"]);
+    // In progress once allowed, then completed with the diff of a new file.
+    let call_updates = updates(&before, "tool_call_update");
+    assert_eq!(call_updates[0]["status"], "in_progress");
+    let done = call_updates.last().unwrap();
+    assert_eq!(done["status"], "completed");
+    let diff = &done["content"][0];
+    assert_eq!(diff["type"], "diff");
+    assert_eq!(diff["path"], json!(ws_path.join("notes.txt")));
+    assert_eq!(diff["newText"], "one\ntwo\n");
+    assert_eq!(diff.get("oldText"), None);
+    // Every update precedes the response.
+    let all = c.finish();
+    let log = transcript(data.path(), &session);
+    let evs = events(&log);
+    assert_eq!(turn_end_reasons(&evs), vec![json!({"kind": "completed"})]);
+    log_check(data.path(), &log);
+    assert!(all.iter().all(|m| m.get("error").is_none()), "no errors");
+}
+
+#[test]
+fn denied_tool_call_is_not_run() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(BASH_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Run something");
+    let (before, response) = c.until_response(2, Some("reject_once"));
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(
+        !ws.path().join("ran.txt").exists(),
+        "a denied command never runs"
+    );
+    let call = updates(&before, "tool_call")[0];
+    assert_eq!(call["kind"], "execute");
+    assert_eq!(call["title"], "Run `echo ran > ran.txt`");
+    let call_updates = updates(&before, "tool_call_update");
+    assert_eq!(call_updates.len(), 1, "no in_progress for a denied call");
+    assert_eq!(call_updates[0]["status"], "failed");
+    let text = call_updates[0]["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.starts_with("Error:"), "{text}");
+    c.finish();
+    log_check(data.path(), &transcript(data.path(), &session));
+}
+
+#[test]
+fn cancel_mid_stream_answers_cancelled_and_the_log_closes_the_turn_aborted() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(STALL_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Say something long");
+    // Wait for the first streamed text, then cancel.
+    loop {
+        let m = c.next();
+        if m["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+        assert!(m.get("id").is_none() || m.get("method").is_some(), "{m}");
+    }
+    c.send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}));
+    let (_, response) = c.until_response(2, None);
+    assert_eq!(response["result"]["stopReason"], "cancelled", "{response}");
+    c.finish();
+    let log = transcript(data.path(), &session);
+    let evs = events(&log);
+    assert_eq!(
+        turn_end_reasons(&evs),
+        vec![json!({"kind": "aborted", "reason": {"kind": "user"}})]
+    );
+    log_check(data.path(), &log);
+}
+
+#[test]
+fn load_replays_the_stored_session_and_the_store_is_the_clis() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let server = mock(WRITE_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Write two lines to notes.txt");
+    let (_, r) = c.until_response(2, Some("allow_once"));
+    assert_eq!(r["result"]["stopReason"], "end_turn");
+    c.finish();
+
+    // A new process loads it back: the history is replayed, then answered.
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    c.request(
+        1,
+        "session/load",
+        json!({"sessionId": session, "cwd": ws_path, "mcpServers": []}),
+    );
+    let (replay, r) = c.until_response(1, None);
+    assert_eq!(r["result"]["modes"]["currentModeId"], "ask", "{r}");
+    let kinds: Vec<&str> = replay
+        .iter()
+        .map(|m| m["params"]["update"]["sessionUpdate"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "user_message_chunk",
+            "agent_thought_chunk",
+            "agent_message_chunk",
+            "tool_call",
+            "tool_call_update",
+            "agent_message_chunk"
+        ]
+    );
+    assert_eq!(
+        replay[0]["params"]["update"]["content"]["text"],
+        "Write two lines to notes.txt"
+    );
+    assert_eq!(
+        replay[5]["params"]["update"]["content"]["text"],
+        "Wrote it."
+    );
+    assert_eq!(replay[4]["params"]["update"]["content"][0]["type"], "diff");
+    // An unknown session is "resource not found".
+    c.request(
+        2,
+        "session/load",
+        json!({"sessionId": "no-such-session", "cwd": ws_path, "mcpServers": []}),
+    );
+    let (_, r) = c.until_response(2, None);
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    c.finish();
+
+    // `dsh chat --resume` opens the editor's session (same store).
+    let out = dsh(data.path())
+        .args(["chat", "--base-url", &server.url(), "--resume", &session])
+        .arg("--cwd")
+        .arg(&ws_path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!("session {session} (resumed)")),
+        "{stdout}"
+    );
+
+    // And a session started by `dsh run` loads in the editor.
+    let server = mock(r#"{"responses":[{"turn":{"text":["From the terminal."]}}]}"#);
+    let out = dsh(data.path())
+        .args([
+            "run",
+            "--json",
+            "--base-url",
+            &server.url(),
+            "hello from the CLI",
+        ])
+        .arg("--cwd")
+        .arg(&ws_path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    let _ = first;
+    let cli_session = newest_other_session(data.path(), &session);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    c.request(
+        1,
+        "session/load",
+        json!({"sessionId": cli_session, "cwd": ws_path, "mcpServers": []}),
+    );
+    let (replay, r) = c.until_response(1, None);
+    assert!(r.get("result").is_some(), "{r}");
+    let texts: Vec<&str> = replay
+        .iter()
+        .map(|m| {
+            m["params"]["update"]["content"]["text"]
+                .as_str()
+                .unwrap_or("")
+        })
+        .collect();
+    assert_eq!(texts, ["hello from the CLI", "From the terminal."]);
+    c.finish();
+}
+
+/// The id of the stored session other than `not`.
+fn newest_other_session(data: &Path, not: &str) -> String {
+    let sessions = data.join("dsh/sessions");
+    for project in std::fs::read_dir(&sessions).unwrap() {
+        for s in std::fs::read_dir(project.unwrap().path()).unwrap() {
+            let name = s.unwrap().file_name().to_string_lossy().into_owned();
+            if name != not {
+                return name;
+            }
+        }
+    }
+    panic!("no other session");
+}
+
+#[test]
+fn malformed_input_gets_json_rpc_errors_and_never_ends_the_server() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(r#"{"responses":[]}"#);
+    let mut c = Client::start(data.path(), &server.url());
+    // A request before `initialize`: Invalid Request, with its id.
+    c.request(
+        1,
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": []}),
+    );
+    let r = c.next();
+    assert_eq!(r["id"], 1);
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("initialize")
+    );
+    // Not JSON: Parse error, id null.
+    c.raw("{\"jsonrpc\": \"2.0\", \"id\": 2, \"method\"");
+    let r = c.next();
+    assert_eq!(
+        (r["id"].clone(), r["error"]["code"].clone()),
+        (Value::Null, json!(-32700))
+    );
+    // JSON but not a request object.
+    for bad in [
+        "[]",
+        "17",
+        r#"{"id": 3, "method": "initialize"}"#,
+        r#"{"jsonrpc": "2.0", "id": 3, "method": 5}"#,
+        r#"{"jsonrpc": "2.0", "id": {"x": 1}, "method": "initialize"}"#,
+    ] {
+        c.raw(bad);
+        let r = c.next();
+        assert_eq!(r["error"]["code"], -32600, "{bad} → {r}");
+    }
+    c.initialize();
+    // Unknown and unsupported methods: Method not found.
+    for (id, method) in [
+        (4, "no/such/method"),
+        (5, "session/list"),
+        (6, "_dsh/extension"),
+    ] {
+        c.request(id, method, json!({}));
+        let r = c.next();
+        assert_eq!(r["id"], id);
+        assert_eq!(r["error"]["code"], -32601, "{method} → {r}");
+    }
+    // Invalid params.
+    c.request(7, "session/new", json!({"mcpServers": []}));
+    assert_eq!(c.next()["error"]["code"], -32602);
+    c.request(
+        8,
+        "session/new",
+        json!({"cwd": "relative/dir", "mcpServers": []}),
+    );
+    assert_eq!(c.next()["error"]["code"], -32602);
+    c.request(
+        9,
+        "session/prompt",
+        json!({"sessionId": "nope", "prompt": []}),
+    );
+    assert_eq!(c.next()["error"]["code"], -32002);
+    // An unknown notification is ignored; the server still answers.
+    c.send(json!({"jsonrpc": "2.0", "method": "no/such/notification", "params": {}}));
+    let session = c.new_session(10, ws.path());
+    assert!(!session.is_empty());
+    let seen = c.finish();
+    assert!(
+        seen.iter().all(|m| m.get("method").is_none()),
+        "no stray output"
+    );
+}
+
+#[test]
+fn disconnect_mid_prompt_exits_cleanly_with_a_closed_log() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(STALL_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Say something long");
+    loop {
+        let m = c.next();
+        if m["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    // The client goes away mid-stream.
+    let seen = c.finish();
+    assert!(
+        seen.iter().all(|m| m["id"] != 2),
+        "no answer to a prompt whose client left"
+    );
+    let log = transcript(data.path(), &session);
+    let evs = events(&log);
+    assert_eq!(
+        turn_end_reasons(&evs),
+        vec![json!({"kind": "aborted", "reason": {"kind": "disposed"}})]
+    );
+    log_check(data.path(), &log);
+}
+
+#[test]
+fn allow_always_stops_asking_for_that_tool() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(
+        r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"b1","name":"bash","arguments":["{\"command\": \"echo 1 >> n.txt\", \"description\": \"Append one\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"b2","name":"bash","arguments":["{\"command\": \"echo 2 >> n.txt\", \"description\": \"Append two\"}"]}]}},
+ {"turn":{"text":["Both ran."]}}
+]}"#,
+    );
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Append twice");
+    let (before, response) = c.until_response(2, Some("allow_always"));
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("n.txt")).unwrap(),
+        "1\n2\n"
+    );
+    let asked: Vec<&Value> = before
+        .iter()
+        .filter(|m| m["method"] == "session/request_permission")
+        .collect();
+    assert_eq!(asked.len(), 1, "asked once");
+    let calls = updates(&before, "tool_call");
+    assert_eq!(
+        calls[0].get("status"),
+        None,
+        "the first call waits (pending)"
+    );
+    assert_eq!(calls[1]["status"], "in_progress", "the second runs at once");
+    c.finish();
+}
+
+#[test]
+fn file_tools_use_the_editors_buffers_when_the_client_offers_fs() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let file = ws_path.join("notes.txt");
+    std::fs::write(&file, "saved one\n").unwrap();
+    let server = mock(
+        r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"r1","name":"read","arguments":["{\"file_path\": \"notes.txt\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"e1","name":"edit","arguments":["{\"file_path\": \"notes.txt\", \"old_string\": \"one\", \"new_string\": \"two\"}"]}]}},
+ {"turn":{"text":["Edited."]}}
+]}"#,
+    );
+    let mut c = Client::start(data.path(), &server.url());
+    let key = file.to_str().unwrap().to_string();
+    c.buffers = Some(BTreeMap::from([(key.clone(), "unsaved one\n".to_string())]));
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Change one to two");
+    let (before, response) = c.until_response(2, Some("allow_once"));
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    // The read saw the unsaved buffer, not the disk.
+    let read_done = updates(&before, "tool_call_update")
+        .into_iter()
+        .find(|u| u["toolCallId"] == "r1" && u["status"] == "completed")
+        .expect("the read completed");
+    let text = read_done["content"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.contains("1: unsaved one"), "{text}");
+    // The edit went to the buffer; the file on disk is untouched.
+    assert_eq!(c.buffers.as_ref().unwrap()[&key], "unsaved two\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "saved one\n");
+    let fs_calls: Vec<(&str, &str)> = before
+        .iter()
+        .filter(|m| m["method"].as_str().is_some_and(|x| x.starts_with("fs/")))
+        .map(|m| {
+            assert_eq!(m["params"]["sessionId"], json!(session));
+            (
+                m["method"].as_str().unwrap(),
+                m["params"]["path"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fs_calls,
+        [
+            ("fs/read_text_file", key.as_str()),
+            ("fs/read_text_file", key.as_str()),
+            ("fs/write_text_file", key.as_str())
+        ]
+    );
+    c.finish();
+}
+
+#[test]
+fn modes_are_offered_and_auto_runs_tools_without_asking() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(BASH_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    c.request(
+        1,
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": []}),
+    );
+    let (_, r) = c.until_response(1, None);
+    let modes = &r["result"]["modes"];
+    assert_eq!(modes["currentModeId"], "ask");
+    let ids: Vec<&str> = modes["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["ask", "accept-edits", "auto"]);
+    let session = r["result"]["sessionId"].as_str().unwrap().to_string();
+    c.request(
+        2,
+        "session/set_mode",
+        json!({"sessionId": session, "modeId": "yolo"}),
+    );
+    assert_eq!(c.until_response(2, None).1["error"]["code"], -32602);
+    c.request(
+        3,
+        "session/set_mode",
+        json!({"sessionId": session, "modeId": "auto"}),
+    );
+    assert_eq!(c.until_response(3, None).1["result"], json!({}));
+    c.prompt(4, &session, "Run something");
+    // `None`: a permission request would be answered "cancelled" (denied).
+    let (before, response) = c.until_response(4, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(
+        before
+            .iter()
+            .all(|m| m["method"] != "session/request_permission"),
+        "auto mode does not ask"
+    );
+    assert!(ws.path().join("ran.txt").exists(), "the command ran");
+    assert_eq!(updates(&before, "tool_call")[0]["status"], "in_progress");
+    assert_eq!(
+        updates(&before, "tool_call_update").last().unwrap()["status"],
+        "completed"
+    );
+    c.finish();
+}
+
+#[test]
+fn bash_runs_in_the_clients_terminal_with_client_terminal() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let server = mock(BASH_SCRIPT);
+    let mut c = Client::start_with(data.path(), &server.url(), &["--client-terminal"]);
+    c.terminal = Some(("ran in the editor\n".to_string(), 3));
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Run something");
+    let (before, response) = c.until_response(2, Some("allow_once"));
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    assert!(!ws_path.join("ran.txt").exists(), "nothing ran locally");
+    let methods: Vec<&str> = before
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .filter(|m| m.starts_with("terminal/"))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "terminal/create",
+            "terminal/wait_for_exit",
+            "terminal/output",
+            "terminal/release"
+        ]
+    );
+    let create = before
+        .iter()
+        .find(|m| m["method"] == "terminal/create")
+        .unwrap();
+    assert_eq!(create["params"]["command"], "bash");
+    assert_eq!(
+        create["params"]["args"],
+        json!(["-c", "echo ran > ran.txt"])
+    );
+    assert_eq!(create["params"]["cwd"], json!(ws_path));
+    let call_updates = updates(&before, "tool_call_update");
+    assert!(
+        call_updates
+            .iter()
+            .any(|u| u["content"][0] == json!({"type": "terminal", "terminalId": "term-1"})),
+        "the terminal is embedded in the call"
+    );
+    let done = call_updates.last().unwrap();
+    assert_eq!(done["status"], "completed");
+    assert_eq!(
+        done["content"][0]["content"]["text"],
+        "ran in the editor\n[exit code: 3]"
+    );
+    c.finish();
+
+    // Without the flag, an offered terminal is not used.
+    let server = mock(BASH_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.terminal = Some(("unused\n".to_string(), 0));
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Run something");
+    let (before, _) = c.until_response(2, Some("allow_once"));
+    assert!(before.iter().all(|m| m["method"] != "terminal/create"));
+    assert!(ws_path.join("ran.txt").exists(), "bash ran locally");
+    c.finish();
+}
