@@ -30,14 +30,18 @@ use serde_json::Value;
 
 pub mod approval;
 pub mod bash;
+pub mod env;
 pub mod fs;
 pub mod path;
+pub mod sandbox;
 pub mod todo;
 
 pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy, PolicyHooks};
 pub use bash::{BashConfig, BashTool};
+pub use env::{EnvPolicy, Inherit};
 pub use fs::{EditTool, ReadConfig, ReadTool, WriteTool};
 pub use path::{PathError, Resolved, Workspace};
+pub use sandbox::{SandboxMode, SandboxPolicy};
 pub use todo::TodoWriteTool;
 
 /// A cancellation token shared between the shell and a running body:
