@@ -3,7 +3,8 @@
 //! Failures are `Error: <message>`; filesystem ones carry
 //! `{name:"FsError", code}` with the reference's codes (`FS_NOT_FOUND`,
 //! `FS_NOT_REGULAR_FILE`, `FS_NOT_TEXT`, `FS_SANDBOX_DENIED`,
-//! `FS_EDIT_NOT_FOUND`, `FS_AMBIGUOUS_EDIT`, `FS_IO_ERROR`), argument
+//! `FS_EDIT_NOT_FOUND`, `FS_AMBIGUOUS_EDIT`, `FS_IO_ERROR`; dsh adds
+//! `FS_TOO_LARGE` for a file over a configured size limit), argument
 //! checks are plain errors (no `info`), as the reference's thrown `Error`s.
 
 use std::fs;
@@ -28,6 +29,10 @@ pub struct ReadConfig {
     pub max_line_chars: usize,
     /// Byte cap on the selected lines (51200).
     pub max_bytes: usize,
+    /// Largest file `read` scans (1 GiB); a larger one is refused with
+    /// `FS_TOO_LARGE`. Memory stays bounded whatever this is: lines are
+    /// streamed and each kept line is cut to `max_line_chars`.
+    pub max_file_bytes: u64,
 }
 
 impl Default for ReadConfig {
@@ -36,6 +41,7 @@ impl Default for ReadConfig {
             limit: 2000,
             max_line_chars: 2000,
             max_bytes: 51200,
+            max_file_bytes: 1 << 30,
         }
     }
 }
@@ -47,13 +53,36 @@ pub struct ReadTool {
     pub config: ReadConfig,
 }
 
+/// Limits of `write` and `edit`, which hold a whole file in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EditConfig {
+    /// Largest existing file `edit` loads, or `write` replaces (its old text
+    /// is kept for the diff): 16 MiB. A larger one is refused with
+    /// `FS_TOO_LARGE`.
+    pub max_file_bytes: u64,
+}
+
+impl Default for EditConfig {
+    fn default() -> Self {
+        EditConfig {
+            max_file_bytes: 16 << 20,
+        }
+    }
+}
+
 /// The `write` tool (exclusive).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct WriteTool;
+pub struct WriteTool {
+    /// Its limits.
+    pub config: EditConfig,
+}
 
 /// The `edit` tool (exclusive).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct EditTool;
+pub struct EditTool {
+    /// Its limits.
+    pub config: EditConfig,
+}
 
 fn file_path_arg(args: &Value) -> Result<&str, ToolOutcome> {
     match args.get("file_path").and_then(Value::as_str) {
@@ -116,16 +145,121 @@ fn not_text(verb: &str, r: &Resolved) -> ToolOutcome {
     )
 }
 
-/// Reads a whole regular file as UTF-8 without following a final symlink.
-fn read_text(ws: &Workspace, verb: &str, r: &Resolved) -> Result<String, ToolOutcome> {
+fn too_large(verb: &str, r: &Resolved, size: u64, limit: u64, setting: &str) -> ToolOutcome {
+    fs_error(
+        format!(
+            "cannot {verb} \"{}\": the file is {size} bytes, over the {verb} limit of {limit} bytes ({setting})",
+            r.display
+        ),
+        "FS_TOO_LARGE",
+    )
+}
+
+/// Reads a whole regular file of at most `limit` bytes as UTF-8 without
+/// following a final symlink. The read itself stops at `limit + 1` bytes,
+/// so a file that grows after the size check cannot exhaust memory.
+fn read_text(ws: &Workspace, verb: &str, r: &Resolved, limit: u64) -> Result<String, ToolOutcome> {
     let file = open_checked(ws, verb, r)?;
     let meta = file.metadata().map_err(|e| io_outcome(&e, verb, r))?;
     if !meta.is_file() {
         return Err(not_regular(verb, r));
     }
+    let setting = "EditConfig::max_file_bytes";
+    if meta.len() > limit {
+        return Err(too_large(verb, r, meta.len(), limit, setting));
+    }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| io_outcome(&e, verb, r))?;
+    io::Read::read_to_end(&mut io::Read::take(&file, limit + 1), &mut bytes)
+        .map_err(|e| io_outcome(&e, verb, r))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(verb, r, bytes.len() as u64, limit, setting));
+    }
     String::from_utf8(bytes).map_err(|_| not_text(verb, r))
+}
+
+/// Incremental UTF-8 check over a byte stream cut anywhere.
+#[derive(Default)]
+struct Utf8Check {
+    carry: [u8; 4],
+    held: usize,
+}
+
+impl Utf8Check {
+    /// Feeds `bytes`; false once the stream is not UTF-8.
+    fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        while self.held > 0 {
+            let Some((&b, rest)) = bytes.split_first() else {
+                return true;
+            };
+            if self.held == self.carry.len() {
+                return false;
+            }
+            self.carry[self.held] = b;
+            self.held += 1;
+            bytes = rest;
+            match std::str::from_utf8(&self.carry[..self.held]) {
+                Ok(_) => self.held = 0,
+                Err(e) if e.error_len().is_some() => return false,
+                Err(_) => {}
+            }
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(_) => true,
+            Err(e) if e.error_len().is_some() => false,
+            Err(e) => {
+                let tail = bytes.get(e.valid_up_to()..).unwrap_or(&[]);
+                self.held = tail.len().min(self.carry.len());
+                self.carry[..self.held].copy_from_slice(&tail[..self.held]);
+                true
+            }
+        }
+    }
+
+    /// True when no character is left incomplete.
+    fn complete(&self) -> bool {
+        self.held == 0
+    }
+}
+
+/// Reads one line (without its `\n`) into `buf`, keeping at most `keep`
+/// bytes of it and checking all of it for UTF-8. `Ok(None)` at end of file;
+/// `Ok(Some(false))` when the line is not UTF-8.
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    keep: usize,
+) -> io::Result<Option<bool>> {
+    buf.clear();
+    let mut check = Utf8Check::default();
+    let mut valid = true;
+    let mut any = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            break;
+        }
+        any = true;
+        let (part, found) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], true),
+            None => (available, false),
+        };
+        let room = keep.saturating_sub(buf.len());
+        buf.extend_from_slice(&part[..part.len().min(room)]);
+        valid = valid && check.feed(part);
+        let used = part.len() + usize::from(found);
+        reader.consume(used);
+        if found {
+            break;
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    Ok(Some(valid && check.complete()))
 }
 
 fn moved(verb: &str, r: &Resolved) -> ToolOutcome {
@@ -236,8 +370,27 @@ impl ReadTool {
         if !meta.is_file() {
             return Err(not_regular("read", &r));
         }
-        // Stream the file: only the selected window is kept.
-        let mut reader = BufReader::new(file);
+        if meta.len() > self.config.max_file_bytes {
+            return Err(too_large(
+                "read",
+                &r,
+                meta.len(),
+                self.config.max_file_bytes,
+                "ReadConfig::max_file_bytes",
+            ));
+        }
+        // Stream the file: only the selected window is kept, and of each
+        // line only what can be shown: enough bytes for one character more
+        // than `max_line_chars` (so a cut line is still seen as cut), plus a
+        // `\r`. The scan stops at the size limit even if the file grows
+        // meanwhile.
+        let keep = self
+            .config
+            .max_line_chars
+            .saturating_add(1)
+            .saturating_mul(4)
+            .saturating_add(1);
+        let mut reader = BufReader::new(io::Read::take(file, self.config.max_file_bytes));
         let mut buf = Vec::new();
         let mut total = 0usize;
         let mut selected: Vec<(usize, String)> = Vec::new();
@@ -247,21 +400,24 @@ impl ReadTool {
             if ctx.cancel.is_cancelled() {
                 return Err(ToolOutcome::aborted());
             }
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| io_outcome(&e, "read", &r))?;
-            if n == 0 {
-                break;
+            let valid = match read_line_bounded(&mut reader, &mut buf, keep)
+                .map_err(|e| io_outcome(&e, "read", &r))?
+            {
+                None => break,
+                Some(valid) => valid,
+            };
+            if !valid {
+                return Err(not_text("read", &r));
             }
             total += 1;
-            if buf.last() == Some(&b'\n') {
-                buf.pop();
-            }
             if buf.last() == Some(&b'\r') {
                 buf.pop();
             }
-            let line = std::str::from_utf8(&buf).map_err(|_| not_text("read", &r))?;
+            // A cut may split a character: keep the longest valid prefix.
+            let line = match std::str::from_utf8(&buf) {
+                Ok(l) => l,
+                Err(e) => std::str::from_utf8(&buf[..e.valid_up_to()]).unwrap_or(""),
+            };
             if total < offset || capped || selected.len() >= limit {
                 continue;
             }
@@ -336,13 +492,17 @@ impl Tool for WriteTool {
     }
 
     fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
-        match write_run(call, ctx) {
+        match write_run(call, ctx, &self.config) {
             Ok(o) | Err(o) => o,
         }
     }
 }
 
-fn write_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
+fn write_run(
+    call: &ToolCallRequest,
+    ctx: &ToolContext,
+    config: &EditConfig,
+) -> Result<ToolOutcome, ToolOutcome> {
     let args = &call.arguments;
     let raw = file_path_arg(args)?;
     let Some(content) = args.get("content").and_then(Value::as_str) else {
@@ -350,7 +510,12 @@ fn write_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, T
     };
     let r = ctx.workspace.resolve_for(raw, "write")?;
     let before = match fs::symlink_metadata(&r.path) {
-        Ok(m) if m.is_file() => Some(read_text(&ctx.workspace, "write", &r)?),
+        Ok(m) if m.is_file() => Some(read_text(
+            &ctx.workspace,
+            "write",
+            &r,
+            config.max_file_bytes,
+        )?),
         Ok(_) => return Err(not_regular("write", &r)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_outcome(&e, "write", &r)),
@@ -417,13 +582,17 @@ impl Tool for EditTool {
     }
 
     fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
-        match edit_run(call, ctx) {
+        match edit_run(call, ctx, &self.config) {
             Ok(o) | Err(o) => o,
         }
     }
 }
 
-fn edit_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
+fn edit_run(
+    call: &ToolCallRequest,
+    ctx: &ToolContext,
+    config: &EditConfig,
+) -> Result<ToolOutcome, ToolOutcome> {
     let args = &call.arguments;
     let raw = file_path_arg(args)?;
     let old = match args.get("old_string").and_then(Value::as_str) {
@@ -438,7 +607,7 @@ fn edit_run(call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, To
     }
     let replace_all = args.get("replace_all").and_then(Value::as_bool) == Some(true);
     let r = ctx.workspace.resolve_for(raw, "edit")?;
-    let before = read_text(&ctx.workspace, "edit", &r)?;
+    let before = read_text(&ctx.workspace, "edit", &r, config.max_file_bytes)?;
     let matches = before.matches(old).count();
     if matches == 0 {
         return Err(fs_error(

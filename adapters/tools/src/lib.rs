@@ -39,7 +39,7 @@ pub mod todo;
 pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy, PolicyHooks};
 pub use bash::{BashConfig, BashTool};
 pub use env::{EnvPolicy, Inherit};
-pub use fs::{EditTool, ReadConfig, ReadTool, WriteTool};
+pub use fs::{EditConfig, EditTool, ReadConfig, ReadTool, WriteTool};
 pub use path::{PathError, Resolved, Workspace};
 pub use sandbox::{SandboxMode, SandboxPolicy};
 pub use todo::TodoWriteTool;
@@ -231,8 +231,8 @@ impl ToolSet {
         let mut set = ToolSet::new();
         set.insert(Box::new(BashTool::default()));
         set.insert(Box::new(ReadTool::default()));
-        set.insert(Box::new(WriteTool));
-        set.insert(Box::new(EditTool));
+        set.insert(Box::new(WriteTool::default()));
+        set.insert(Box::new(EditTool::default()));
         set.insert(Box::new(TodoWriteTool::default()));
         set
     }
