@@ -17,6 +17,7 @@ mod mock_server;
 mod provider;
 mod render;
 mod replay;
+mod sanitize;
 mod shell;
 mod sse;
 mod store;
