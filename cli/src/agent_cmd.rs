@@ -59,6 +59,8 @@ pub struct AgentArgs {
     /// The workspace tools work in (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    #[command(flatten)]
+    pub tools: crate::tool_args::ToolArgs,
 }
 
 /// `dsh chat [--resume ID]`
@@ -124,7 +126,10 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
     let store = args.store.open()?;
-    let config = agent_config(&provider, cwd, interactive, approve_all)?;
+    let mut config = agent_config(&provider, cwd, interactive, approve_all)?;
+    let bash = args.tools.bash_config(&provider.api_key_env);
+    crate::tool_args::warn_unenforced(&bash);
+    config.tools = dsh_tools::ToolSet::builtin_with(bash);
     Ok(Setup {
         store,
         config,

@@ -22,6 +22,7 @@ mod shell;
 mod sse;
 mod store;
 mod stream;
+mod tool_args;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
 #[derive(Parser)]

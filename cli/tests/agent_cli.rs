@@ -313,6 +313,45 @@ fn piped_chat_denies_when_input_ends_at_an_approval() {
     assert_eq!(turn_end_kinds(&events), vec!["completed"]);
 }
 
+/// Security issue 19.7: the bash tool does not inherit the API key, so
+/// `echo $DEEPSEEK_API_KEY` sends nothing to the model, the log or the
+/// screen; a custom `--api-key-env` variable is kept out the same way.
+#[test]
+fn the_api_key_never_reaches_a_tool() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    for (var, extra) in [
+        ("DEEPSEEK_API_KEY", None),
+        ("MY_LLM_CRED", Some("MY_LLM_CRED")),
+    ] {
+        let server = mock(
+            &r#"{"responses":[
+              {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo key=$VAR; env | grep -c sk-canary-99[1]\",\"description\":\"leak\"}"]}]}},
+              {"turn":{"text":["ok"]}}
+            ]}"#
+            .replace("VAR", var),
+        );
+        let mut cmd = dsh(data.path());
+        cmd.env(var, "sk-canary-991")
+            .args(["run", "--yes", "--base-url", &server.url(), "--cwd"])
+            .arg(ws.path());
+        if let Some(name) = extra {
+            cmd.args(["--api-key-env", name]);
+        }
+        let o = cmd.arg("leak it").output().unwrap();
+        let out = text(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+        assert!(out.contains("  key=\n  0\n"), "{out}");
+        assert!(!out.contains("sk-canary-991"), "{out}");
+        assert!(!text(&o.stderr).contains("sk-canary-991"));
+    }
+    for log in transcripts(data.path()) {
+        let raw = std::fs::read_to_string(&log).unwrap();
+        assert!(raw.contains("key=\\n0"), "{raw}");
+        assert!(!raw.contains("sk-canary-991"), "the key reached the log");
+    }
+}
+
 #[test]
 fn ctrl_c_cancels_a_run_and_exits_one() {
     use std::io::Read;

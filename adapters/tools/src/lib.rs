@@ -228,8 +228,13 @@ impl ToolSet {
 
     /// The five built-in tools with their default configuration.
     pub fn builtin() -> Self {
+        ToolSet::builtin_with(BashConfig::default())
+    }
+
+    /// The five built-in tools, bash with `bash`.
+    pub fn builtin_with(bash: BashConfig) -> Self {
         let mut set = ToolSet::new();
-        set.insert(Box::new(BashTool::default()));
+        set.insert(Box::new(BashTool { config: bash }));
         set.insert(Box::new(ReadTool::default()));
         set.insert(Box::new(WriteTool::default()));
         set.insert(Box::new(EditTool::default()));
