@@ -129,7 +129,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
     let mut config = agent_config(&provider, cwd, interactive, approve_all)?;
     let bash = args.tools.bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
-    config.tools = dsh_tools::ToolSet::builtin_with(bash);
+    config.tools = dsh_tools::ToolSet::standard(bash);
     Ok(Setup {
         store,
         config,

@@ -10,7 +10,7 @@ use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
 use crate::provider::Provider;
 
 /// Tools that only read: never asked about.
-const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "ls"];
+const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob"];
 
 /// The approval policy: everything `auto` when `approve_all`; otherwise
 /// read-only tools `auto` and every other tool `ask` (in `chat` the user
@@ -48,7 +48,7 @@ pub fn agent_config(
         .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
     let call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
     let mut agent = AgentConfig::new(Arc::new(client), call, cwd.clone());
-    agent.tools = ToolSet::builtin();
+    agent.tools = ToolSet::standard(dsh_tools::BashConfig::default());
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)
@@ -56,7 +56,9 @@ pub fn agent_config(
 
 /// Whether the built-in tool set has a tool named `name`.
 pub fn has_tool(name: &str) -> bool {
-    ToolSet::builtin().names().contains(&name)
+    ToolSet::standard(dsh_tools::BashConfig::default())
+        .names()
+        .contains(&name)
 }
 
 #[cfg(test)]
@@ -71,5 +73,13 @@ mod tests {
         assert_eq!(p.mode_for("write"), ApprovalMode::Ask);
         assert_eq!(p.mode_for("edit"), ApprovalMode::Ask);
         assert_eq!(approval_policy(true).mode_for("bash"), ApprovalMode::Auto);
+    }
+
+    #[test]
+    fn every_auto_approved_name_is_a_read_only_tool_that_exists() {
+        for name in READ_ONLY_TOOLS {
+            assert!(has_tool(name), "{name} is auto-approved but is not a tool");
+        }
+        assert!(has_tool("grep") && has_tool("glob"));
     }
 }
