@@ -66,6 +66,8 @@ pub struct AgentArgs {
     /// The workspace tools work in (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    #[command(flatten)]
+    pub tools: crate::tool_args::ToolArgs,
 }
 
 /// `dsh chat [--resume ID]`
@@ -131,7 +133,10 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
     let store = args.store.open()?;
-    let config = agent_config(&provider, cwd, interactive, approve_all)?;
+    let mut config = agent_config(&provider, cwd, interactive, approve_all)?;
+    let bash = args.tools.bash_config(&provider.api_key_env);
+    crate::tool_args::warn_unenforced(&bash);
+    config.tools = dsh_tools::ToolSet::standard(bash);
     let mut render = args.view.options();
     render.max_retry_wait_ms = provider.client.max_retry_wait_ms();
     // `run` keeps stdout for the answer: notices and errors go to stderr.
@@ -295,7 +300,7 @@ pub fn drive_one_turn(
                 if let EventData::TurnEnd(_) = ev.data() {
                     outcome = Some(turn_outcome(&ev, &renderer));
                     for e in errors.after_turn(&ev) {
-                        eprintln!("error: {e}");
+                        eprintln!("error: {}", crate::sanitize::terminal(&e.to_string()));
                     }
                 }
             }
@@ -343,7 +348,7 @@ pub fn drive_one_turn(
         }
     }
     for e in errors.take() {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", crate::sanitize::terminal(&e.to_string()));
     }
     outcome.ok_or_else(|| "the agent stopped before the turn ended".to_string())
 }
@@ -499,9 +504,26 @@ fn repl(
     let mut quit_when_idle = false;
     let mut approvals: VecDeque<ApprovalRequestId> = VecDeque::new();
     let mut errors = PendingErrors::default();
+    // Piped input is a script of what the user would type, in order: a
+    // line that arrives while a turn runs waits here and answers the next
+    // approval question, or becomes the next prompt when the turn ends. (On
+    // a terminal a line typed during a turn steers it, and only a line typed
+    // after an approval question answers it.)
+    let piped = !io::stdin().is_terminal();
+    let mut held: VecDeque<String> = VecDeque::new();
+    let mut input_ended = false;
     prompt(&mut out, running);
     loop {
-        let msg = match rx.recv_timeout(Duration::from_millis(120)) {
+        let next_held = if !approvals.is_empty() || !running {
+            held.pop_front()
+        } else {
+            None
+        };
+        let received = match next_held {
+            Some(line) => Ok(Ui::Line(line)),
+            None => rx.recv_timeout(Duration::from_millis(120)),
+        };
+        let msg = match received {
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => {
                 if spinner && waiting && approvals.is_empty() {
@@ -528,7 +550,7 @@ fn repl(
             }
             Ui::Event(AgentEvent::Status(status)) => {
                 let now_running = !matches!(status, AgentStatus::Idle);
-                if running && !now_running && quit_when_idle {
+                if running && !now_running && quit_when_idle && held.is_empty() {
                     break;
                 }
                 if running && !now_running {
@@ -550,12 +572,16 @@ fn repl(
                 arguments,
             }) => {
                 let _ = r.clear_status(&mut out);
-                let _ = write!(
-                    out,
-                    "allow {tool} {}? [y]es / [n]o / [a]lways: ",
-                    crate::render::summarize_arguments(&arguments, 80)
-                );
+                let _ = r.end_line(&mut out);
+                let _ = write!(out, "{}", crate::render::approval_prompt(&tool, &arguments));
                 let _ = out.flush();
+                if input_ended && held.is_empty() {
+                    // Nobody is left to answer: the call is denied.
+                    let _ = writeln!(out);
+                    let _ = r.notice(&mut out, "(input ended: denied)");
+                    agent.answer_approval(id, dsh_std::ApprovalDecision::Deny);
+                    continue;
+                }
                 approvals.push_back(id);
             }
             Ui::Event(AgentEvent::Error(e)) => {
@@ -568,7 +594,15 @@ fn repl(
             Ui::Event(_) => {}
             Ui::Line(line) => {
                 armed = false;
+                if piped && running && approvals.is_empty() {
+                    held.push_back(line);
+                    continue;
+                }
                 if let Some(req) = approvals.pop_front() {
+                    if piped {
+                        // Show the scripted answer as if it had been typed.
+                        let _ = writeln!(out, "{}", crate::sanitize::terminal(line.trim()));
+                    }
                     let answer = line.trim().to_ascii_lowercase();
                     let decision = match answer.as_str() {
                         "y" | "yes" => dsh_std::ApprovalDecision::Allow,
@@ -646,8 +680,18 @@ fn repl(
                 }
             }
             Ui::Eof => {
-                if running && !io::stdin().is_terminal() {
+                if running && piped {
                     quit_when_idle = true;
+                    input_ended = true;
+                    if held.is_empty() {
+                        // Questions already asked get no answer: deny them,
+                        // so the turn can end.
+                        for req in approvals.drain(..) {
+                            let _ = writeln!(out);
+                            let _ = r.notice(&mut out, "(input ended: denied)");
+                            agent.answer_approval(req, dsh_std::ApprovalDecision::Deny);
+                        }
+                    }
                 } else {
                     break;
                 }

@@ -18,10 +18,12 @@ mod mock_server;
 mod provider;
 mod render;
 mod replay;
+mod sanitize;
 mod shell;
 mod sse;
 mod store;
 mod stream;
+mod tool_args;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
 #[derive(Parser)]

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use dsh_core::session::{ChunkView, EventData, SessionEvent, TurnEndReason};
 use dsh_core::{ContentBlock, TokenUsage};
 
+use crate::sanitize::terminal;
+
 const DIM: &str = "\x1b[2m";
 const BOLD: &str = "\x1b[1m";
 const CYAN: &str = "\x1b[36m";
@@ -201,7 +203,9 @@ impl Renderer {
         if self.options.color { style } else { "" }
     }
 
-    fn end_line(&mut self, out: &mut dyn Write) -> io::Result<()> {
+    /// Ends the current line of streamed output, if one is open (and the
+    /// reasoning style with it).
+    pub fn end_line(&mut self, out: &mut dyn Write) -> io::Result<()> {
         if self.mode == Mode::Reasoning {
             write!(out, "{}", self.style(RESET))?;
         }
@@ -254,6 +258,7 @@ impl Renderer {
         self.end_line(out)?;
         // A notice ends the live attempt's region: it is never erased.
         self.begin_attempt();
+        let text = terminal(text);
         writeln!(out, "{}{text}{}", self.style(DIM), self.style(RESET))?;
         out.flush()
     }
@@ -283,7 +288,8 @@ impl Renderer {
                 };
                 let text = format!(
                     "retrying in {delay:.1} s ({of}): {} ({})",
-                    retry.failure.message, retry.failure.code
+                    terminal(&retry.failure.message),
+                    terminal(&retry.failure.code)
                 );
                 self.retry_at = Some(Instant::now() + Duration::from_secs_f64(delay.min(1e6)));
                 if self.options.stderr_notices {
@@ -301,7 +307,7 @@ impl Renderer {
                         if self.mode == Mode::Reasoning {
                             self.end_line(&mut buf)?;
                         }
-                        write!(buf, "{text}")?;
+                        write!(buf, "{}", terminal(text))?;
                         self.mode = if text.ends_with('\n') {
                             Mode::LineStart
                         } else {
@@ -318,7 +324,7 @@ impl Renderer {
                         }
                         // Re-open the style on every delta: other output (a
                         // notice, the status line) may have reset it.
-                        write!(buf, "{}{text}", self.style(DIM))?;
+                        write!(buf, "{}{}", self.style(DIM), terminal(text))?;
                         self.mode = Mode::Reasoning;
                     }
                     _ => {}
@@ -350,7 +356,7 @@ impl Renderer {
                     "{}{}▸ {}{}{} {summary}",
                     self.style(CYAN),
                     self.style(BOLD),
-                    call.name,
+                    terminal(&call.name),
                     self.style(RESET),
                     self.style(DIM),
                 )?;
@@ -381,6 +387,7 @@ impl Renderer {
                 let shown = truncate_lines(&text, self.options.result_lines, self.options.width);
                 let color = if is_error { RED } else { DIM };
                 for line in shown.lines() {
+                    let line = terminal(line);
                     writeln!(out, "  {}{line}{}", self.style(color), self.style(RESET))?;
                 }
             }
@@ -405,7 +412,11 @@ impl Renderer {
                         self.style(RESET)
                     )?,
                     TurnEndReason::Error { error } => {
-                        let mut line = format!("error: {} ({})", error.message, error.code);
+                        let mut line = format!(
+                            "error: {} ({})",
+                            terminal(&error.message),
+                            terminal(&error.code)
+                        );
                         if let Some(wait) = error
                             .provider_retry_after_ms
                             .filter(|w| *w > self.options.max_retry_wait_ms)
@@ -426,7 +437,7 @@ impl Renderer {
                         out,
                         "{}[turn ended: {}]{}",
                         self.style(DIM),
-                        other.kind(),
+                        terminal(other.kind()),
                         self.style(RESET)
                     )?,
                 }
@@ -495,7 +506,38 @@ pub fn summarize_arguments(arguments: &str, width: usize) -> String {
             .join(" "),
         _ => arguments.to_string(),
     };
-    cut(&summary.replace('\n', "⏎"), width)
+    cut(&terminal(&summary.replace('\n', "⏎")), width)
+}
+
+/// Characters shown of one argument value in an approval prompt.
+pub const APPROVAL_VALUE_CHARS: usize = 2000;
+
+/// The approval question for a call: the tool name and every argument in
+/// full (up to [`APPROVAL_VALUE_CHARS`] each, a cut said so), one per line,
+/// as JSON text passed through [`terminal`], so no control character in the
+/// arguments can rewrite what the user reads.
+pub fn approval_prompt(tool: &str, arguments: &str) -> String {
+    let mut out = format!("allow {}?\n", terminal(tool));
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(map)) => {
+            for (k, v) in &map {
+                out.push_str(&format!(
+                    "  {}: {}\n",
+                    terminal(k),
+                    crate::sanitize::approval_value(v, APPROVAL_VALUE_CHARS)
+                ));
+            }
+        }
+        _ => out.push_str(&format!(
+            "  arguments: {}\n",
+            crate::sanitize::approval_value(
+                &serde_json::Value::String(arguments.to_string()),
+                APPROVAL_VALUE_CHARS
+            )
+        )),
+    }
+    out.push_str("[y]es / [n]o / [a]lways: ");
+    out
 }
 
 /// Cuts `s` to at most `width` characters, marking a cut with `…`.
@@ -632,6 +674,64 @@ mod tests {
         };
         let (out, _) = render(&[SessionEvent::new(0, 0, call)], RenderOptions::default());
         assert_eq!(out, "▸ write file_path=\"a.txt\" content=\"x⏎y\"\n");
+    }
+
+    #[test]
+    fn approval_prompt_cannot_be_spoofed() {
+        // A CR and an erase-line try to paint a harmless command over the
+        // real one.
+        let args = r#"{"command":"rm -rf ~/work\r\u001b[2Kls -la","description":"list"}"#;
+        let p = approval_prompt("bash", args);
+        assert_eq!(
+            p,
+            "allow bash?\n  command: \"rm -rf ~/work\\r\\u001b[2Kls -la\"\n  description: \"list\"\n[y]es / [n]o / [a]lways: "
+        );
+        assert!(!p.contains('\r') && !p.contains('\x1b'));
+        // Not an object: shown whole, quoted.
+        let p = approval_prompt("x\x1b]0;t\x07", "not json\u{202e}");
+        assert!(
+            p.starts_with("allow x^[]0;t^G?\n  arguments: \"not json<U+202E>\""),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn model_text_escapes_reach_the_screen_as_visible_text() {
+        let events = vec![
+            SessionEvent::new(0, 0, TurnStart { turn: 1 }),
+            chunk(
+                1,
+                StreamChunk::TextDelta {
+                    index: 0,
+                    text: "hi\x1b[2J\x1b]52;c;eA==\x07".into(),
+                },
+            ),
+            chunk(
+                2,
+                StreamChunk::ReasoningDelta {
+                    index: 1,
+                    text: "\u{202e}think".into(),
+                },
+            ),
+            SessionEvent::new(
+                3,
+                0,
+                AssistantMessage::new(1, 1, Message::user("a", vec![])),
+            ),
+        ];
+        let (out, _) = render(
+            &events,
+            RenderOptions {
+                color: false,
+                ..RenderOptions::default()
+            },
+        );
+        assert!(
+            !out.contains('\x1b') && !out.contains('\x07') && !out.contains('\u{202e}'),
+            "{out:?}"
+        );
+        assert!(out.contains("hi^[[2J^[]52;c;eA==^G"), "{out:?}");
+        assert!(out.contains("<U+202E>think"), "{out:?}");
     }
 
     #[test]

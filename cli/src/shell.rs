@@ -15,7 +15,7 @@ use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ChunkStream, ModelProvi
 use crate::provider::Provider;
 
 /// Tools that only read: never asked about.
-const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "ls"];
+const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob"];
 
 /// The approval policy: everything `auto` when `approve_all`; otherwise
 /// read-only tools `auto` and every other tool `ask` (in `chat` the user
@@ -65,7 +65,10 @@ pub fn agent_config(
         retry_policy: provider.client.retry_policy(),
     });
     let mut agent = AgentConfig::new(model, call, cwd.clone());
-    agent.tools = ToolSet::builtin();
+    agent.tools = ToolSet::standard(dsh_tools::BashConfig {
+        env: dsh_tools::EnvPolicy::default().with_secret(provider.api_key_env.clone()),
+        ..dsh_tools::BashConfig::default()
+    });
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)
@@ -96,7 +99,9 @@ impl ModelProvider for Model {
 
 /// Whether the built-in tool set has a tool named `name`.
 pub fn has_tool(name: &str) -> bool {
-    ToolSet::builtin().names().contains(&name)
+    ToolSet::standard(dsh_tools::BashConfig::default())
+        .names()
+        .contains(&name)
 }
 
 #[cfg(test)]
@@ -111,5 +116,13 @@ mod tests {
         assert_eq!(p.mode_for("write"), ApprovalMode::Ask);
         assert_eq!(p.mode_for("edit"), ApprovalMode::Ask);
         assert_eq!(approval_policy(true).mode_for("bash"), ApprovalMode::Auto);
+    }
+
+    #[test]
+    fn every_auto_approved_name_is_a_read_only_tool_that_exists() {
+        for name in READ_ONLY_TOOLS {
+            assert!(has_tool(name), "{name} is auto-approved but is not a tool");
+        }
+        assert!(has_tool("grep") && has_tool("glob"));
     }
 }

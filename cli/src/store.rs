@@ -184,9 +184,15 @@ pub struct SessionRow {
 /// Lists the sessions of `store`, most recent activity first.
 pub fn rows(store: &dyn SessionStore) -> Result<Vec<SessionRow>, String> {
     let cancel = Cancel::new();
-    let headers = store
-        .list(&cancel)
+    let (headers, problems) = store
+        .list_report(&cancel)
         .map_err(|e| format!("dsh sessions: {e}"))?;
+    for p in problems {
+        eprintln!(
+            "dsh sessions: skipped: {}",
+            crate::sanitize::terminal(&p.to_string())
+        );
+    }
     let mut rows = Vec::with_capacity(headers.len());
     for header in headers {
         let (last, prompt) = match store.read_from(&header.id, 0, &cancel) {
@@ -284,6 +290,43 @@ mod tests {
         assert!(a.as_str().starts_with("20240229-123456-"), "{}", a.as_str());
         assert_eq!(a.as_str().len(), "20240229-123456-".len() + 8);
         assert_ne!(a, b);
+    }
+
+    /// Security issue 19.9: one log whose header does not match its folder
+    /// is skipped (and reported on stderr); the others are still listed.
+    #[test]
+    fn one_mismatched_log_does_not_hide_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = StoreArgs {
+            store: StoreKind::Jsonl,
+            store_dir: Some(dir.path().to_path_buf()),
+        };
+        let store = args.open().unwrap();
+        for id in ["s1", "s2"] {
+            let mut header = SessionHeader::new(id, 1_000);
+            header.cwd = Some("/work/p".into());
+            store.create(header).unwrap();
+            let sid = SessionId::new(id);
+            let events = vec![SessionEvent::new(0, 2_000, TurnStart { turn: 1 })];
+            store.append(&sid, &events).unwrap();
+            store.release(&sid).unwrap();
+        }
+        let loc = describe_location(store.as_ref(), &args, &SessionId::new("s2"));
+        let path = std::path::PathBuf::from(&loc);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("\"id\":\"s2\"", "\"id\":\"zz\"", 1)).unwrap();
+        let listed = rows(store.as_ref()).unwrap();
+        assert_eq!(
+            listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["s1"]
+        );
+        let (_, problems) = store.list_report(&Cancel::new()).unwrap();
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].to_string().contains("names session \"zz\""),
+            "{}",
+            problems[0]
+        );
     }
 
     #[test]

@@ -238,6 +238,123 @@ fn piped_chat_finishes_the_turn_before_exiting() {
     assert_eq!(turn_end_kinds(&events), vec!["completed"]);
 }
 
+/// A tool call that asks for approval, then the answer to its result.
+const APPROVAL_TURN: &str = r#"{"responses":[
+  {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo ran-\\u001b[2Jit\",","\"description\":\"echo\"}"]}]}},
+  {"turn":{"text":["Done."]}}
+]}"#;
+
+fn piped_chat(input: &'static [u8]) -> (std::process::Output, Vec<SessionEvent>) {
+    use std::io::Write;
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(APPROVAL_TURN);
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    drop(stdin);
+    // The REPL must end by itself: a watchdog kills it after 20 s.
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    });
+    let o = child.wait_with_output().unwrap();
+    drop(watchdog);
+    assert!(
+        o.status.code().is_some(),
+        "killed by the watchdog: the REPL hung"
+    );
+    let events = load(&transcripts(data.path())[0]);
+    (o, events)
+}
+
+/// Security issue 19.5: piped input answers the approval question in order
+/// (the line was read before the question was asked), and shows the tool's
+/// output with its escape sequence made visible (19.2).
+#[test]
+fn piped_chat_answers_approvals_in_order() {
+    let (o, events) = piped_chat(b"run it\ny\n");
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("allow bash?\n  command: \"echo ran-\\u001b[2Jit\""),
+        "{out}"
+    );
+    assert!(out.contains("  ran-^[[2Jit"), "{out}");
+    assert!(!out.contains('\x1b'), "{out:?}");
+    assert!(out.contains("Done."), "{out}");
+    assert_eq!(turn_end_kinds(&events), vec!["completed"]);
+    let result = events
+        .iter()
+        .find_map(|e| match e.data() {
+            dsh_core::session::EventData::ToolResult(r) => Some(format!("{:?}", r.message)),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        result.contains("ran-\\u{1b}[2Jit"),
+        "the log keeps the raw bytes: {result}"
+    );
+}
+
+/// Security issue 19.5: stdin ends while an approval is pending: the call is
+/// denied and the turn ends, instead of waiting forever.
+#[test]
+fn piped_chat_denies_when_input_ends_at_an_approval() {
+    let (o, events) = piped_chat(b"run it\n");
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("(input ended: denied)"), "{out}");
+    assert!(!out.contains("  ran-"), "{out}");
+    assert_eq!(turn_end_kinds(&events), vec!["completed"]);
+}
+
+/// Security issue 19.7: the bash tool does not inherit the API key, so
+/// `echo $DEEPSEEK_API_KEY` sends nothing to the model, the log or the
+/// screen; a custom `--api-key-env` variable is kept out the same way.
+#[test]
+fn the_api_key_never_reaches_a_tool() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    for (var, extra) in [
+        ("DEEPSEEK_API_KEY", None),
+        ("MY_LLM_CRED", Some("MY_LLM_CRED")),
+    ] {
+        let server = mock(
+            &r#"{"responses":[
+              {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo key=$VAR; env | grep -c sk-canary-99[1]\",\"description\":\"leak\"}"]}]}},
+              {"turn":{"text":["ok"]}}
+            ]}"#
+            .replace("VAR", var),
+        );
+        let mut cmd = dsh(data.path());
+        cmd.env(var, "sk-canary-991")
+            .args(["run", "--yes", "--base-url", &server.url(), "--cwd"])
+            .arg(ws.path());
+        if let Some(name) = extra {
+            cmd.args(["--api-key-env", name]);
+        }
+        let o = cmd.arg("leak it").output().unwrap();
+        let out = text(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+        assert!(out.contains("  key=\n  0\n"), "{out}");
+        assert!(!out.contains("sk-canary-991"), "{out}");
+        assert!(!text(&o.stderr).contains("sk-canary-991"));
+    }
+    for log in transcripts(data.path()) {
+        let raw = std::fs::read_to_string(&log).unwrap();
+        assert!(raw.contains("key=\\n0"), "{raw}");
+        assert!(!raw.contains("sk-canary-991"), "the key reached the log");
+    }
+}
+
 #[test]
 fn ctrl_c_cancels_a_run_and_exits_one() {
     use std::io::Read;
@@ -444,8 +561,8 @@ mod pty {
 
         // A tool call that needs approval.
         p.send_line("run something").unwrap();
-        p.exp_string("allow bash command=\"echo approved-run\"")
-            .unwrap();
+        p.exp_string("allow bash?").unwrap();
+        p.exp_string("  command: \"echo approved-run\"").unwrap();
         p.exp_string("[a]lways: ").unwrap();
         // "always": this call runs, and later bash calls are not asked.
         p.send_line("a").unwrap();

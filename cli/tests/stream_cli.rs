@@ -528,3 +528,29 @@ fn the_shipped_example_assembles_as_the_readme_shows() {
     assert_output(&run(&["stream", "assemble", example], b""), 0, expected, "");
     assert_output(&run(&["stream", "check", example], b""), 0, "ok\n", "");
 }
+
+/// Security issue 19.9: an `error` finish without a `failure` is refused
+/// (FR-1), and so is one whose failure breaks LF-1.
+#[test]
+fn check_refuses_a_failure_finish_without_a_failure() {
+    let out = run(
+        &["stream", "check"],
+        b"{\"type\":\"finish\",\"reason\":{\"kind\":\"error\"}}\n",
+    );
+    assert_output(
+        &out,
+        1,
+        "line 1: FR-1: \"error\" finish without a failure object with string message and code\n",
+        "",
+    );
+    let out = run(
+        &["stream", "check"],
+        b"{\"type\":\"finish\",\"reason\":{\"kind\":\"aborted\",\"failure\":{\"message\":\"\",\"code\":\"ABORTED\"}}}\n",
+    );
+    assert_output(
+        &out,
+        1,
+        "line 1: LF-1: \"aborted\" finish failure has an empty message\n",
+        "",
+    );
+}

@@ -52,6 +52,11 @@ pub enum Rule {
     AC3,
     /// AC-9: a successful finish with no block is an `EMPTY_RESPONSE` error.
     AC9,
+    /// FR-1: an `aborted` or `error` finish carries a `failure`.
+    FR1,
+    /// LF-1: a failure has a non-empty message and code, a status in
+    /// 100..=599, a positive finite retry-after and a non-empty request id.
+    LF1,
 }
 
 impl Rule {
@@ -70,6 +75,8 @@ impl Rule {
             Rule::AC2 => "AC-2",
             Rule::AC3 => "AC-3",
             Rule::AC9 => "AC-9",
+            Rule::FR1 => "FR-1",
+            Rule::LF1 => "LF-1",
         }
     }
 }
@@ -273,6 +280,41 @@ impl StreamValidator {
             }
             StreamChunk::Finish { reason, .. } => {
                 self.finished = true;
+                if let FinishReason::Other(_) = reason {
+                    let kind = reason.kind();
+                    if kind == "error" || kind == "aborted" {
+                        return fail(
+                            Rule::FR1,
+                            alloc::format!(
+                                "\"{kind}\" finish without a failure object with string message and code"
+                            ),
+                        );
+                    }
+                }
+                if let Some(f) = reason.failure() {
+                    let why = if f.message.is_empty() {
+                        Some("an empty message")
+                    } else if f.code.is_empty() {
+                        Some("an empty code")
+                    } else if f.status.is_some_and(|s| !(100..=599).contains(&s)) {
+                        Some("a status outside 100..=599")
+                    } else if f
+                        .provider_retry_after_ms
+                        .is_some_and(|ms| !(ms.is_finite() && ms > 0.0))
+                    {
+                        Some("a providerRetryAfterMs that is not a positive number")
+                    } else if f.request_id.as_deref() == Some("") {
+                        Some("an empty requestId")
+                    } else {
+                        None
+                    };
+                    if let Some(why) = why {
+                        return fail(
+                            Rule::LF1,
+                            alloc::format!("\"{}\" finish failure has {why}", reason.kind()),
+                        );
+                    }
+                }
                 if !reason.is_failure() && !self.open.is_empty() {
                     let mut open: alloc::vec::Vec<u64> = self.open.keys().copied().collect();
                     open.sort_unstable();
@@ -434,6 +476,45 @@ mod tests {
                 r#"{"type":"block-start","index":0,"blockType":"text"}
                 {"type":"text-delta","index":0,"text":"half"}
                 {"type":"finish","reason":{"kind":"error","failure":{"message":"m","code":"TRANSPORT"}}}"#
+            ),
+            []
+        );
+    }
+
+    #[test]
+    fn fr1_failure_finishes_need_a_failure() {
+        for reason in [
+            r#"{"kind":"error"}"#,
+            r#"{"kind":"aborted"}"#,
+            r#"{"kind":"error","failure":{"message":"m"}}"#,
+            r#"{"kind":"error","failure":"boom"}"#,
+        ] {
+            let stream = alloc::format!(
+                r#"{{"type":"block-start","index":0,"blockType":"text"}}
+                {{"type":"text-delta","index":0,"text":"x"}}
+                {{"type":"block-end","index":0,"block":{{"type":"text","text":"x"}}}}
+                {{"type":"finish","reason":{reason}}}"#
+            );
+            assert_eq!(rules(&stream), [(3, "FR-1")], "{reason}");
+        }
+        for failure in [
+            r#"{"message":"","code":"X"}"#,
+            r#"{"message":"m","code":""}"#,
+            r#"{"message":"m","code":"X","status":99}"#,
+            r#"{"message":"m","code":"X","providerRetryAfterMs":0}"#,
+            r#"{"message":"m","code":"X","requestId":""}"#,
+        ] {
+            let stream = alloc::format!(
+                r#"{{"type":"finish","reason":{{"kind":"aborted","failure":{failure}}}}}"#
+            );
+            assert_eq!(rules(&stream), [(0, "LF-1")], "{failure}");
+        }
+        // An unknown kind stays allowed (FR-2).
+        assert_eq!(
+            rules(
+                r#"{"type":"block-start","index":0,"blockType":"text"}
+                {"type":"block-end","index":0,"block":{"type":"text","text":""}}
+                {"type":"finish","reason":{"kind":"content-filter"}}"#
             ),
             []
         );

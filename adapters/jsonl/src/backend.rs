@@ -597,7 +597,20 @@ impl Backend for JsonlBackend {
     }
 
     fn list(&self) -> Result<Vec<Snapshot>, StoreError> {
+        self.list_inner(false).map(|(out, _)| out)
+    }
+
+    fn list_report(&self) -> Result<(Vec<Snapshot>, Vec<StoreError>), StoreError> {
+        self.list_inner(true)
+    }
+}
+
+impl JsonlBackend {
+    /// Lists every session; with `skip_bad`, a session whose header cannot
+    /// be read or does not map to its folder is skipped and reported.
+    fn list_inner(&self, skip_bad: bool) -> Result<(Vec<Snapshot>, Vec<StoreError>), StoreError> {
         let mut out: Vec<Snapshot> = Vec::new();
+        let mut problems: Vec<StoreError> = Vec::new();
         for project in self.project_dirs()? {
             let entries = fs::read_dir(&project)
                 .map_err(|e| StoreError::io(format!("list {}", project.display()), e))?;
@@ -629,11 +642,24 @@ impl Backend for JsonlBackend {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                let Some(header) = self.read_header(&path, &name)? else {
-                    continue;
+                let checked = self.read_header(&path, &name).and_then(|h| match h {
+                    Some(header) => {
+                        let id = header.id.clone();
+                        self.check_identity(&id, &header, &path)
+                            .map(|()| Some(header))
+                    }
+                    None => Ok(None),
+                });
+                let header = match checked {
+                    Ok(Some(header)) => header,
+                    Ok(None) => continue,
+                    Err(e) if skip_bad => {
+                        problems.push(e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 };
                 let id = header.id.clone();
-                self.check_identity(&id, &header, &path)?;
                 let Some(stat) = Stat::of(&path)? else {
                     continue;
                 };
@@ -651,6 +677,6 @@ impl Backend for JsonlBackend {
             }
         }
         out.sort_by(|a, b| a.header.id.cmp(&b.header.id));
-        Ok(out)
+        Ok((out, problems))
     }
 }

@@ -628,6 +628,17 @@ impl<B: Backend> SessionStore for Coordinator<B> {
         result
     }
 
+    fn list_report(
+        &self,
+        cancel: &Cancel,
+    ) -> Result<(Vec<SessionHeader>, Vec<StoreError>), StoreError> {
+        cancel.check()?;
+        let result = self.backend.list_report();
+        cancel.check()?;
+        let (snapshots, problems) = result?;
+        Ok((snapshots.into_iter().map(|s| s.header).collect(), problems))
+    }
+
     fn revision(&self, id: &SessionId) -> Result<Revision, StoreError> {
         self.backend
             .read_revision(id)?

@@ -201,6 +201,17 @@ pub trait SessionStore: Send + Sync {
     /// Headers with revisions (OP10).
     fn list_snapshots(&self, cancel: &Cancel) -> Result<Vec<Snapshot>, StoreError>;
 
+    /// [`list`](Self::list), plus the stored logs that could not be listed
+    /// (a header that does not map to its location, an unreadable or
+    /// corrupt log): one bad log does not hide the others. The default
+    /// reports none.
+    fn list_report(
+        &self,
+        cancel: &Cancel,
+    ) -> Result<(Vec<SessionHeader>, Vec<StoreError>), StoreError> {
+        Ok((self.list(cancel)?, Vec::new()))
+    }
+
     /// The stored log's current revision, cheaply (H2). A session that is
     /// not materialized → [`StoreError::NotFound`].
     fn revision(&self, id: &SessionId) -> Result<Revision, StoreError>;
@@ -305,4 +316,11 @@ pub trait Backend: Send + Sync {
 
     /// H6: header and revision of every materialized session.
     fn list(&self) -> Result<Vec<Snapshot>, StoreError>;
+
+    /// [`list`](Self::list) that skips a session it cannot list and
+    /// reports why, instead of failing the whole listing. The default
+    /// reports none.
+    fn list_report(&self) -> Result<(Vec<Snapshot>, Vec<StoreError>), StoreError> {
+        Ok((self.list()?, Vec::new()))
+    }
 }

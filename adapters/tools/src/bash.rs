@@ -23,6 +23,8 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::json::js_number;
 use serde_json::{Map, Value, json};
 
+use crate::env::EnvPolicy;
+use crate::sandbox::{self, SandboxPolicy};
 use crate::{CancelToken, Tool, ToolCallRequest, ToolContext, prop, text};
 
 /// One command for a [`CommandRunner`].
@@ -81,6 +83,12 @@ pub struct BashConfig {
     /// Where commands run instead of a local child process group (e.g. an
     /// editor's terminal); `None` by default.
     pub runner: Option<Runner>,
+    /// The environment the command starts with: by default the parent's,
+    /// less the API key and names that look like secrets.
+    pub env: EnvPolicy,
+    /// The Landlock sandbox: by default writes confined to the workspace
+    /// and the temp directories.
+    pub sandbox: SandboxPolicy,
 }
 
 impl Default for BashConfig {
@@ -92,6 +100,8 @@ impl Default for BashConfig {
             shell: PathBuf::from("bash"),
             drain_grace: Duration::from_secs(1),
             runner: None,
+            env: EnvPolicy::default(),
+            sandbox: SandboxPolicy::default(),
         }
     }
 }
@@ -402,14 +412,26 @@ impl BashTool {
                 timeout_ms,
             ));
         }
-        let mut child = Command::new(&self.config.shell)
-            .arg("-c")
+        let confinement = sandbox::prepare(&self.config.sandbox, ctx.workspace.root())
+            .map_err(|e| ToolOutcome::error(format!("failed to start bash: {e}")))?;
+        let mut cmd = Command::new(&self.config.shell);
+        cmd.arg("-c")
             .arg(command)
             .current_dir(&workdir)
+            .env_clear()
+            .envs(self.config.env.current())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
+            .process_group(0);
+        if confinement.enforced() {
+            // SAFETY: the closure makes only async-signal-safe system calls
+            // (prctl, landlock_restrict_self) and allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || confinement.apply_in_child());
+            }
+        }
+        let mut child = cmd
             .spawn()
             .map_err(|e| ToolOutcome::error(format!("failed to start bash: {e}")))?;
         let pgid = child.id();

@@ -3,7 +3,8 @@
 //! Failures are `Error: <message>`; filesystem ones carry
 //! `{name:"FsError", code}` with the reference's codes (`FS_NOT_FOUND`,
 //! `FS_NOT_REGULAR_FILE`, `FS_NOT_TEXT`, `FS_SANDBOX_DENIED`,
-//! `FS_EDIT_NOT_FOUND`, `FS_AMBIGUOUS_EDIT`, `FS_IO_ERROR`), argument
+//! `FS_EDIT_NOT_FOUND`, `FS_AMBIGUOUS_EDIT`, `FS_IO_ERROR`; dsh adds
+//! `FS_TOO_LARGE` for a file over a configured size limit), argument
 //! checks are plain errors (no `info`), as the reference's thrown `Error`s.
 //!
 //! The text normally lives on the workspace's disk; a tool given a
@@ -68,6 +69,10 @@ pub struct ReadConfig {
     pub max_line_chars: usize,
     /// Byte cap on the selected lines (51200).
     pub max_bytes: usize,
+    /// Largest file `read` scans (1 GiB); a larger one is refused with
+    /// `FS_TOO_LARGE`. Memory stays bounded whatever this is: lines are
+    /// streamed and each kept line is cut to `max_line_chars`.
+    pub max_file_bytes: u64,
 }
 
 impl Default for ReadConfig {
@@ -76,6 +81,7 @@ impl Default for ReadConfig {
             limit: 2000,
             max_line_chars: 2000,
             max_bytes: 51200,
+            max_file_bytes: 1 << 30,
         }
     }
 }
@@ -89,11 +95,30 @@ pub struct ReadTool {
     pub files: Files,
 }
 
+/// Limits of `write` and `edit`, which hold a whole file in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EditConfig {
+    /// Largest existing file `edit` loads, or `write` replaces (its old text
+    /// is kept for the diff): 16 MiB. A larger one is refused with
+    /// `FS_TOO_LARGE`.
+    pub max_file_bytes: u64,
+}
+
+impl Default for EditConfig {
+    fn default() -> Self {
+        EditConfig {
+            max_file_bytes: 16 << 20,
+        }
+    }
+}
+
 /// The `write` tool (exclusive).
 #[derive(Clone, Default)]
 pub struct WriteTool {
     /// Where the text goes (`None`: the workspace's disk).
     pub files: Files,
+    /// Its limits.
+    pub config: EditConfig,
 }
 
 /// The `edit` tool (exclusive).
@@ -101,6 +126,8 @@ pub struct WriteTool {
 pub struct EditTool {
     /// Where the text comes from and goes (`None`: the workspace's disk).
     pub files: Files,
+    /// Its limits.
+    pub config: EditConfig,
 }
 
 impl core::fmt::Debug for ReadTool {
@@ -116,6 +143,7 @@ impl core::fmt::Debug for WriteTool {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("WriteTool")
             .field("files", &files_debug(&self.files))
+            .field("config", &self.config)
             .finish()
     }
 }
@@ -124,6 +152,7 @@ impl core::fmt::Debug for EditTool {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("EditTool")
             .field("files", &files_debug(&self.files))
+            .field("config", &self.config)
             .finish()
     }
 }
@@ -189,16 +218,140 @@ fn not_text(verb: &str, r: &Resolved) -> ToolOutcome {
     )
 }
 
-/// Reads a whole regular file as UTF-8 without following a final symlink.
-fn read_text(ws: &Workspace, verb: &str, r: &Resolved) -> Result<String, ToolOutcome> {
+fn too_large(verb: &str, r: &Resolved, size: u64, limit: u64, setting: &str) -> ToolOutcome {
+    fs_error(
+        format!(
+            "cannot {verb} \"{}\": the file is {size} bytes, over the {verb} limit of {limit} bytes ({setting})",
+            r.display
+        ),
+        "FS_TOO_LARGE",
+    )
+}
+
+/// A text from a [`TextFiles`] backend, refused over `limit` bytes.
+fn check_size(
+    verb: &str,
+    r: &Resolved,
+    text: Option<String>,
+    limit: u64,
+) -> Result<Option<String>, ToolOutcome> {
+    match text {
+        Some(t) if t.len() as u64 > limit => Err(too_large(
+            verb,
+            r,
+            t.len() as u64,
+            limit,
+            "EditConfig::max_file_bytes",
+        )),
+        other => Ok(other),
+    }
+}
+
+/// Reads a whole regular file of at most `limit` bytes as UTF-8 without
+/// following a final symlink. The read itself stops at `limit + 1` bytes,
+/// so a file that grows after the size check cannot exhaust memory.
+fn read_text(ws: &Workspace, verb: &str, r: &Resolved, limit: u64) -> Result<String, ToolOutcome> {
     let file = open_checked(ws, verb, r)?;
     let meta = file.metadata().map_err(|e| io_outcome(&e, verb, r))?;
     if !meta.is_file() {
         return Err(not_regular(verb, r));
     }
+    let setting = "EditConfig::max_file_bytes";
+    if meta.len() > limit {
+        return Err(too_large(verb, r, meta.len(), limit, setting));
+    }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| io_outcome(&e, verb, r))?;
+    io::Read::read_to_end(&mut io::Read::take(&file, limit + 1), &mut bytes)
+        .map_err(|e| io_outcome(&e, verb, r))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(verb, r, bytes.len() as u64, limit, setting));
+    }
     String::from_utf8(bytes).map_err(|_| not_text(verb, r))
+}
+
+/// Incremental UTF-8 check over a byte stream cut anywhere.
+#[derive(Default)]
+struct Utf8Check {
+    carry: [u8; 4],
+    held: usize,
+}
+
+impl Utf8Check {
+    /// Feeds `bytes`; false once the stream is not UTF-8.
+    fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        while self.held > 0 {
+            let Some((&b, rest)) = bytes.split_first() else {
+                return true;
+            };
+            if self.held == self.carry.len() {
+                return false;
+            }
+            self.carry[self.held] = b;
+            self.held += 1;
+            bytes = rest;
+            match std::str::from_utf8(&self.carry[..self.held]) {
+                Ok(_) => self.held = 0,
+                Err(e) if e.error_len().is_some() => return false,
+                Err(_) => {}
+            }
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(_) => true,
+            Err(e) if e.error_len().is_some() => false,
+            Err(e) => {
+                let tail = bytes.get(e.valid_up_to()..).unwrap_or(&[]);
+                self.held = tail.len().min(self.carry.len());
+                self.carry[..self.held].copy_from_slice(&tail[..self.held]);
+                true
+            }
+        }
+    }
+
+    /// True when no character is left incomplete.
+    fn complete(&self) -> bool {
+        self.held == 0
+    }
+}
+
+/// Reads one line (without its `\n`) into `buf`, keeping at most `keep`
+/// bytes of it and checking all of it for UTF-8. `Ok(None)` at end of file;
+/// `Ok(Some(false))` when the line is not UTF-8.
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    keep: usize,
+) -> io::Result<Option<bool>> {
+    buf.clear();
+    let mut check = Utf8Check::default();
+    let mut valid = true;
+    let mut any = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            break;
+        }
+        any = true;
+        let (part, found) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], true),
+            None => (available, false),
+        };
+        let room = keep.saturating_sub(buf.len());
+        buf.extend_from_slice(&part[..part.len().min(room)]);
+        valid = valid && check.feed(part);
+        let used = part.len() + usize::from(found);
+        reader.consume(used);
+        if found {
+            break;
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    Ok(Some(valid && check.complete()))
 }
 
 fn moved(verb: &str, r: &Resolved) -> ToolOutcome {
@@ -304,8 +457,25 @@ impl ReadTool {
             )));
         }
         let r = ctx.workspace.resolve_for(raw, "read")?;
+        let keep = self
+            .config
+            .max_line_chars
+            .saturating_add(1)
+            .saturating_mul(4)
+            .saturating_add(1);
+        let size_limit = self.config.max_file_bytes;
+        let setting = "ReadConfig::max_file_bytes";
         let mut reader: Box<dyn BufRead> = match &self.files {
             Some(files) => match files.read(&r.path, &ctx.cancel) {
+                Ok(Some(text)) if text.len() as u64 > size_limit => {
+                    return Err(too_large(
+                        "read",
+                        &r,
+                        text.len() as u64,
+                        size_limit,
+                        setting,
+                    ));
+                }
                 Ok(Some(text)) => Box::new(Cursor::new(text.into_bytes())),
                 Ok(None) => return Err(not_found("read", &r)),
                 Err(e) => return Err(backend_error(&e, "read", &r)),
@@ -316,8 +486,15 @@ impl ReadTool {
                 if !meta.is_file() {
                     return Err(not_regular("read", &r));
                 }
-                // Stream the file: only the selected window is kept.
-                Box::new(BufReader::new(file))
+                if meta.len() > size_limit {
+                    return Err(too_large("read", &r, meta.len(), size_limit, setting));
+                }
+                // Stream the file: only the selected window is kept, and of
+                // each line only what can be shown (`keep`: enough bytes for
+                // one character more than `max_line_chars`, so a cut line is
+                // still seen as cut, plus a `\r`). The scan stops at the size
+                // limit even if the file grows meanwhile.
+                Box::new(BufReader::new(io::Read::take(file, size_limit)))
             }
         };
         let mut buf = Vec::new();
@@ -329,21 +506,24 @@ impl ReadTool {
             if ctx.cancel.is_cancelled() {
                 return Err(ToolOutcome::aborted());
             }
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| io_outcome(&e, "read", &r))?;
-            if n == 0 {
-                break;
+            let valid = match read_line_bounded(&mut reader, &mut buf, keep)
+                .map_err(|e| io_outcome(&e, "read", &r))?
+            {
+                None => break,
+                Some(valid) => valid,
+            };
+            if !valid {
+                return Err(not_text("read", &r));
             }
             total += 1;
-            if buf.last() == Some(&b'\n') {
-                buf.pop();
-            }
             if buf.last() == Some(&b'\r') {
                 buf.pop();
             }
-            let line = std::str::from_utf8(&buf).map_err(|_| not_text("read", &r))?;
+            // A cut may split a character: keep the longest valid prefix.
+            let line = match std::str::from_utf8(&buf) {
+                Ok(l) => l,
+                Err(e) => std::str::from_utf8(&buf[..e.valid_up_to()]).unwrap_or(""),
+            };
             if total < offset || capped || selected.len() >= limit {
                 continue;
             }
@@ -418,7 +598,7 @@ impl Tool for WriteTool {
     }
 
     fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
-        match write_run(call, ctx, &self.files) {
+        match write_run(call, ctx, &self.files, &self.config) {
             Ok(o) | Err(o) => o,
         }
     }
@@ -428,6 +608,7 @@ fn write_run(
     call: &ToolCallRequest,
     ctx: &ToolContext,
     files: &Files,
+    config: &EditConfig,
 ) -> Result<ToolOutcome, ToolOutcome> {
     let args = &call.arguments;
     let raw = file_path_arg(args)?;
@@ -436,11 +617,19 @@ fn write_run(
     };
     let r = ctx.workspace.resolve_for(raw, "write")?;
     let before = match files {
-        Some(f) => f
-            .read(&r.path, &ctx.cancel)
-            .map_err(|e| backend_error(&e, "write", &r))?,
+        Some(f) => {
+            let text = f
+                .read(&r.path, &ctx.cancel)
+                .map_err(|e| backend_error(&e, "write", &r))?;
+            check_size("write", &r, text, config.max_file_bytes)?
+        }
         None => match fs::symlink_metadata(&r.path) {
-            Ok(m) if m.is_file() => Some(read_text(&ctx.workspace, "write", &r)?),
+            Ok(m) if m.is_file() => Some(read_text(
+                &ctx.workspace,
+                "write",
+                &r,
+                config.max_file_bytes,
+            )?),
             Ok(_) => return Err(not_regular("write", &r)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_outcome(&e, "write", &r)),
@@ -514,7 +703,7 @@ impl Tool for EditTool {
     }
 
     fn execute(&self, call: &ToolCallRequest, ctx: &ToolContext) -> ToolOutcome {
-        match edit_run(call, ctx, &self.files) {
+        match edit_run(call, ctx, &self.files, &self.config) {
             Ok(o) | Err(o) => o,
         }
     }
@@ -524,6 +713,7 @@ fn edit_run(
     call: &ToolCallRequest,
     ctx: &ToolContext,
     files: &Files,
+    config: &EditConfig,
 ) -> Result<ToolOutcome, ToolOutcome> {
     let args = &call.arguments;
     let raw = file_path_arg(args)?;
@@ -540,11 +730,14 @@ fn edit_run(
     let replace_all = args.get("replace_all").and_then(Value::as_bool) == Some(true);
     let r = ctx.workspace.resolve_for(raw, "edit")?;
     let before = match files {
-        Some(f) => f
-            .read(&r.path, &ctx.cancel)
-            .map_err(|e| backend_error(&e, "edit", &r))?
-            .ok_or_else(|| not_found("edit", &r))?,
-        None => read_text(&ctx.workspace, "edit", &r)?,
+        Some(f) => {
+            let text = f
+                .read(&r.path, &ctx.cancel)
+                .map_err(|e| backend_error(&e, "edit", &r))?;
+            check_size("edit", &r, text, config.max_file_bytes)?
+                .ok_or_else(|| not_found("edit", &r))?
+        }
+        None => read_text(&ctx.workspace, "edit", &r, config.max_file_bytes)?,
     };
     let matches = before.matches(old).count();
     if matches == 0 {

@@ -1,6 +1,7 @@
 //! The built-in tools of dsh (loop.md §5.4): `bash`, `read`, `write`, `edit`
-//! and `todo_write`, with std implementations, workspace confinement for the
-//! file tools, and the `ask | auto | deny` approval policy (TL-9 steps 4-5).
+//! and `todo_write`, plus the search tools `grep` and `glob`, with std
+//! implementations, workspace confinement for the file tools, and the
+//! `ask | auto | deny` approval policy (TL-9 steps 4-5).
 //!
 //! The core ([`dsh_core::agent`]) runs the pipeline and emits
 //! [`Output::ExecuteTool`](dsh_core::agent::Output::ExecuteTool); a shell
@@ -30,14 +31,20 @@ use serde_json::Value;
 
 pub mod approval;
 pub mod bash;
+pub mod env;
 pub mod fs;
 pub mod path;
+pub mod sandbox;
+pub mod search;
 pub mod todo;
 
 pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy, PolicyHooks};
 pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
-pub use fs::{EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
+pub use env::{EnvPolicy, Inherit};
+pub use fs::{EditConfig, EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
 pub use path::{PathError, Resolved, Workspace};
+pub use sandbox::{SandboxMode, SandboxPolicy};
+pub use search::{GlobTool, GrepTool, SearchConfig};
 pub use todo::TodoWriteTool;
 
 /// A cancellation token shared between the shell and a running body:
@@ -224,12 +231,26 @@ impl ToolSet {
 
     /// The five built-in tools with their default configuration.
     pub fn builtin() -> Self {
+        ToolSet::builtin_with(BashConfig::default())
+    }
+
+    /// The reference's five built-in tools, bash with `bash`.
+    pub fn builtin_with(bash: BashConfig) -> Self {
         let mut set = ToolSet::new();
-        set.insert(Box::new(BashTool::default()));
+        set.insert(Box::new(BashTool { config: bash }));
         set.insert(Box::new(ReadTool::default()));
         set.insert(Box::new(WriteTool::default()));
         set.insert(Box::new(EditTool::default()));
         set.insert(Box::new(TodoWriteTool::default()));
+        set
+    }
+
+    /// What `dsh` gives a coding agent: the built-in five (bash with
+    /// `bash`) plus the read-only search tools `grep` and `glob`.
+    pub fn standard(bash: BashConfig) -> Self {
+        let mut set = ToolSet::builtin_with(bash);
+        set.insert(Box::new(GrepTool::default()));
+        set.insert(Box::new(GlobTool::default()));
         set
     }
 

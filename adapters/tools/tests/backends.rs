@@ -100,6 +100,7 @@ fn buffers_are_read_edited_and_written_instead_of_the_disk() {
     // edit: the buffer changes, the disk does not; the diff is the buffer's.
     let edit = EditTool {
         files: files.clone(),
+        ..EditTool::default()
     };
     let o = call(
         &edit,
@@ -120,6 +121,7 @@ fn buffers_are_read_edited_and_written_instead_of_the_disk() {
     // write: a new buffer is created; the disk has no such file.
     let write = WriteTool {
         files: files.clone(),
+        ..WriteTool::default()
     };
     let o = call(
         &write,

@@ -334,8 +334,12 @@ impl Server {
             }));
             config.tools.insert(Box::new(WriteTool {
                 files: files.clone(),
+                ..WriteTool::default()
             }));
-            config.tools.insert(Box::new(EditTool { files }));
+            config.tools.insert(Box::new(EditTool {
+                files,
+                ..EditTool::default()
+            }));
         }
         if self.options.client_terminal && self.client.terminal {
             let runner = ClientTerminal::new(self.peer.clone(), session.to_string());

@@ -1,0 +1,263 @@
+//! A Landlock sandbox for tool processes (Linux).
+//!
+//! With [`SandboxMode::WorkspaceWrite`] (the default) a `bash` command can
+//! read and execute anything the user can, but can write only beneath the
+//! workspace, the temp directories, a few device files (`/dev/null`, the
+//! terminal devices) and the extra roots the policy lists. With
+//! `network: false`, TCP `bind` and `connect` are denied too (Landlock ABI 4
+//! and later; UDP and Unix sockets are not covered by Landlock).
+//!
+//! The ruleset is built in the parent before the child is forked; the child
+//! only calls `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self(2)`
+//! between `fork` and `exec`, both async-signal-safe. A kernel without
+//! Landlock runs commands unconfined: [`support`] tells, so a front end can
+//! warn once ([`Support::warning`]); nothing fails silently where the kernel
+//! supports Landlock but the restriction cannot be applied, the command is
+//! not started.
+
+use std::fmt;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetError, path_beneath_rules,
+};
+
+/// How tool processes are confined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// Not confined.
+    Off,
+    /// Writes confined to the workspace, temp dirs and the listed roots.
+    #[default]
+    WorkspaceWrite,
+}
+
+/// The sandbox policy of tool processes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    /// Confinement mode.
+    pub mode: SandboxMode,
+    /// More directories (or files) a command may write beneath.
+    pub writable_roots: Vec<PathBuf>,
+    /// Allow TCP `bind`/`connect` (true by default).
+    pub network: bool,
+    /// Allow writes beneath the temp directories (`/tmp`, `/var/tmp`,
+    /// `$TMPDIR`); true by default.
+    pub temp_dirs: bool,
+}
+
+impl Default for SandboxPolicy {
+    fn default() -> Self {
+        SandboxPolicy {
+            mode: SandboxMode::WorkspaceWrite,
+            writable_roots: Vec::new(),
+            network: true,
+            temp_dirs: true,
+        }
+    }
+}
+
+impl SandboxPolicy {
+    /// No confinement.
+    pub fn off() -> Self {
+        SandboxPolicy {
+            mode: SandboxMode::Off,
+            ..SandboxPolicy::default()
+        }
+    }
+}
+
+/// What this kernel offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Support {
+    /// The kernel's Landlock ABI version; `None` without Landlock.
+    pub abi: Option<u32>,
+}
+
+impl Support {
+    /// Whether write confinement is enforced.
+    pub fn confines_writes(&self) -> bool {
+        self.abi.is_some()
+    }
+
+    /// Whether `network: false` is enforced (ABI 4 and later).
+    pub fn confines_network(&self) -> bool {
+        self.abi.is_some_and(|v| v >= 4)
+    }
+
+    /// The one-time warning a front end shows for `policy` on this kernel,
+    /// or `None` when the policy is fully enforced (or off).
+    pub fn warning(&self, policy: &SandboxPolicy) -> Option<String> {
+        if policy.mode == SandboxMode::Off {
+            return None;
+        }
+        if !self.confines_writes() {
+            return Some(
+                "warning: this kernel has no Landlock: tool commands (bash) run without the \
+                 write sandbox"
+                    .to_string(),
+            );
+        }
+        if !policy.network && !self.confines_network() {
+            return Some(format!(
+                "warning: this kernel's Landlock (ABI {}) cannot deny network access: tool \
+                 commands keep the network",
+                self.abi.unwrap_or(0)
+            ));
+        }
+        None
+    }
+}
+
+/// Asks the kernel for its Landlock ABI version.
+pub fn support() -> Support {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    // only returns the ABI version (or -1 with errno); it reads no memory.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    Support {
+        abi: u32::try_from(v).ok().filter(|v| *v > 0),
+    }
+}
+
+/// Why a sandbox could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The Landlock ruleset could not be built.
+    Ruleset(RulesetError),
+}
+
+impl fmt::Display for SandboxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SandboxError::Ruleset(e) => write!(f, "cannot build the Landlock sandbox: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SandboxError {}
+
+impl From<RulesetError> for SandboxError {
+    fn from(e: RulesetError) -> Self {
+        SandboxError::Ruleset(e)
+    }
+}
+
+/// A ruleset ready to be applied in a child between `fork` and `exec`.
+#[derive(Debug)]
+pub struct Prepared {
+    fd: Option<OwnedFd>,
+}
+
+impl Prepared {
+    /// Whether a restriction will be applied (false when the policy is off
+    /// or the kernel has no Landlock).
+    pub fn enforced(&self) -> bool {
+        self.fd.is_some()
+    }
+
+    /// Restricts the calling process. Only async-signal-safe calls: meant
+    /// for `CommandExt::pre_exec`.
+    pub fn apply_in_child(&self) -> std::io::Result<()> {
+        let Some(fd) = &self.fd else {
+            return Ok(());
+        };
+        // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) and landlock_restrict_self(2)
+        // are plain system calls with integer arguments; `fd` is a live
+        // Landlock ruleset descriptor owned by `self`.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Device files a command may write (discarding output, terminals).
+const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+];
+
+/// The directories temp files go to.
+fn temp_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from("/tmp"), PathBuf::from("/var/tmp")];
+    if let Some(t) = std::env::var_os("TMPDIR") {
+        let t = PathBuf::from(t);
+        if t.is_absolute() && !dirs.contains(&t) {
+            dirs.push(t);
+        }
+    }
+    dirs
+}
+
+/// Builds the ruleset of `policy` for a command working in `workspace`.
+pub fn prepare(policy: &SandboxPolicy, workspace: &Path) -> Result<Prepared, SandboxError> {
+    if policy.mode == SandboxMode::Off {
+        return Ok(Prepared { fd: None });
+    }
+    let abi = ABI::V5;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(abi))?;
+    if !policy.network {
+        ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
+    }
+    let mut writable: Vec<PathBuf> = vec![workspace.to_path_buf()];
+    if policy.temp_dirs {
+        writable.extend(temp_dirs());
+    }
+    writable.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
+    writable.extend(policy.writable_roots.iter().cloned());
+    let created = ruleset
+        .create()?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
+        .add_rules(path_beneath_rules(&writable, AccessFs::from_all(abi)))?;
+    let fd: Option<OwnedFd> = created.into();
+    Ok(Prepared { fd })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warning_texts() {
+        let none = Support { abi: None };
+        assert!(none.warning(&SandboxPolicy::default()).is_some());
+        assert!(none.warning(&SandboxPolicy::off()).is_none());
+        let v3 = Support { abi: Some(3) };
+        assert!(v3.warning(&SandboxPolicy::default()).is_none());
+        let no_net = SandboxPolicy {
+            network: false,
+            ..SandboxPolicy::default()
+        };
+        assert!(v3.warning(&no_net).unwrap().contains("network"));
+        assert!(Support { abi: Some(4) }.warning(&no_net).is_none());
+    }
+
+    #[test]
+    fn off_prepares_nothing() {
+        let p = prepare(&SandboxPolicy::off(), Path::new("/tmp")).unwrap();
+        assert!(!p.enforced());
+        p.apply_in_child().unwrap();
+    }
+}
