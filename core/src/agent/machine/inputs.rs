@@ -1,7 +1,16 @@
 //! The inputs of the Agent surface (loop.md §3) and the completions the
 //! shell feeds back.
 
-use super::*;
+use super::{Agent, InboxEdit, Phase, Stage, append_foreign};
+use crate::agent::hooks::{CancelCause, HookError};
+use crate::agent::inbox::InboxTarget;
+use crate::agent::io::{HookAnswer, InputError};
+use crate::agent::tools::ToolOutcome;
+use crate::chunk::StreamChunk;
+use crate::message::Message;
+use crate::session::{AssistantChunk, EventData, LlmRetryStarted, SurfaceIntent};
+use alloc::format;
+use alloc::vec::Vec;
 
 impl Agent {
     // ------------------------------------------------------------------
