@@ -453,3 +453,43 @@ fn lc24_same_script_twice_gives_a_byte_identical_log() {
     assert!(a.contains("\"type\":\"turn/end\""));
     assert_eq!(a, b);
 }
+
+#[test]
+fn lc24_a_pending_approval_holds_the_next_start_but_not_running_bodies() {
+    let mut t = T::with(config(10));
+    t.script().pre_execute = Some(Box::new(|exec| {
+        Ok(if exec.call_id.as_str() == "b" {
+            PreToolDecision::Ask { reason: None }
+        } else {
+            PreToolDecision::Allow
+        })
+    }));
+    t.defer("approval");
+    t.followup(&m1());
+    t.model(&calls(&reads(&["a", "b", "c"])));
+    let from = first_call(&t);
+    // `a` runs; `b` waits for its approval, so `c` has not started.
+    assert_eq!(executed(&t), ["a"]);
+    assert_eq!(tool_events(&t, from), ["call a", "call b"]);
+    result(&mut t, "a", echo_result("A"));
+    assert_eq!(tool_events(&t, from), ["call a", "call b", "result a ok"]);
+    t.answer(HookAnswer::ToolApproval(
+        dsh_core::agent::ApprovalOutcome::AllowedOnce,
+    ));
+    assert_eq!(executed(&t), ["a", "b", "c"]);
+    result(&mut t, "c", echo_result("C"));
+    result(&mut t, "b", echo_result("B"));
+    assert_eq!(
+        tool_events(&t, from),
+        [
+            "call a",
+            "call b",
+            "result a ok",
+            "call c",
+            "result b ok",
+            "result c ok",
+            "step/end",
+            "step/start"
+        ]
+    );
+}

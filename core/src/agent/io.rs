@@ -237,6 +237,8 @@ pub enum Output {
 }
 
 /// Why an input was refused. The agent is unchanged when this is returned.
+/// [`is_benign`](Self::is_benign) separates late answers to something that
+/// ended (drop them) from misuse (report it).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum InputError {

@@ -8,32 +8,22 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::assembler::BlockAssembler;
-use crate::chunk::{FinishReason, LlmFailure, StreamChunk};
+use crate::chunk::LlmFailure;
 use crate::content::ContentBlock;
-use crate::ids::{CallId, SessionId};
-use crate::message::{Message, MessageSource, Role};
-use crate::options::{AdapterDefaults, GenerateOptions, LlmCallConfig, ToolSchema};
-use crate::session::{
-    AssistantChunk, AssistantMessage, EpochHeader, EventData, HeaderReason, InboxSpliced, LlmRetry,
-    LlmRetryStarted, RequestContext, RequestHeader, Session, SessionEvent, Step, SurfaceIntent,
-    ToolCall, ToolError, ToolResult, TurnEnd, TurnEndReason, TurnStart,
-};
+use crate::ids::SessionId;
+use crate::message::{Message, Role};
+use crate::options::{LlmCallConfig, ToolSchema};
+use crate::session::{EventData, Session, SessionEvent, SurfaceIntent};
 
 use super::hooks::{
-    ApprovalOutcome, CancelCause, DefaultHooks, FixedJitter, Hook, HookAction, HookCx, HookError,
-    Hooks, IdPurpose, IdSource, JitterSource, PostToolDecision, PreStepDecision, PreStepPayload,
-    PreToolDecision, PreparedCall, Recovery, RequestErrorPayload, SequentialIds, ToolExecution,
+    CancelCause, DefaultHooks, FixedJitter, HookAction, HookCx, Hooks, IdSource, JitterSource,
+    SequentialIds,
 };
-use super::inbox::{Inbox, InboxTarget, Splice};
-use super::io::{
-    AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
-};
-use super::prompt::{
-    Assembly, PromptSection, RetainedContext, is_runtime_context_source, runtime_context_candidate,
-};
-use super::retry::{RetryPolicy, RetryRecord, RetrySchedule};
-use super::schema::validate_value;
-use super::tools::{ExecutionMode, ToolOutcome, ToolRegistry, feedback_text, parse_arguments};
+use super::inbox::{Inbox, InboxTarget};
+use super::io::{AgentStatus, InputError, Output};
+use super::prompt::{Assembly, PromptSection};
+use super::retry::{RetryPolicy, RetryRecord};
+use super::tools::ToolRegistry;
 
 mod inbox;
 mod inputs;

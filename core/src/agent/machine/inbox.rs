@@ -1,6 +1,15 @@
 //! Inbox plumbing: hook-queued actions, sends and splices (IB-4, IB-6).
 
-use super::*;
+use super::{Agent, message_text};
+use crate::agent::hooks::HookAction;
+use crate::agent::inbox::{InboxTarget, Splice};
+use crate::agent::io::{InputError, Notification, Output};
+use crate::agent::prompt::{RetainedContext, is_runtime_context_source};
+use crate::message::Message;
+use crate::session::{EventData, InboxSpliced};
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
 
 impl Agent {
     /// Applies the calls hooks queued (loop.md Q3).

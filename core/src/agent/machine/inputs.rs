@@ -1,7 +1,16 @@
 //! The inputs of the Agent surface (loop.md §3) and the completions the
 //! shell feeds back.
 
-use super::*;
+use super::{Agent, InboxEdit, Phase, Stage, append_foreign};
+use crate::agent::hooks::{CancelCause, HookError};
+use crate::agent::inbox::InboxTarget;
+use crate::agent::io::{HookAnswer, InputError};
+use crate::agent::tools::ToolOutcome;
+use crate::chunk::StreamChunk;
+use crate::message::Message;
+use crate::session::{AssistantChunk, EventData, LlmRetryStarted, SurfaceIntent};
+use alloc::format;
+use alloc::vec::Vec;
 
 impl Agent {
     // ------------------------------------------------------------------
@@ -206,7 +215,9 @@ impl Agent {
         Ok(())
     }
 
-    /// The result of the tool body started by [`Output::ExecuteTool`].
+    /// The result of the tool body started by [`Output::ExecuteTool`]
+    /// `token`. Bodies of a parallel group (LC-24) may answer in any order;
+    /// results are written in call order.
     pub fn handle_tool_result(
         &mut self,
         now: i64,
@@ -220,7 +231,9 @@ impl Agent {
     }
 
     /// The tool runner itself failed (`ToolRunnerFailed`): no result is
-    /// written for the call and the turn ends in error (LC-36).
+    /// written for the call and the turn ends in error (LC-36). Other
+    /// bodies of its parallel group that still run are awaited first; their
+    /// results are taken but not written.
     pub fn handle_tool_failure(
         &mut self,
         now: i64,

@@ -1,6 +1,12 @@
 //! Request errors and the retry executor (LC-26, streaming.md 6).
 
-use super::*;
+use super::{Agent, ErrorPhase, Failed, Stage, ceil_ms};
+use crate::agent::hooks::{Hook, HookError, Recovery, RequestErrorPayload};
+use crate::agent::io::{HookCall, Output};
+use crate::agent::retry::{RetryPolicy, RetryRecord, RetrySchedule};
+use crate::session::{EventData, LlmRetry};
+use alloc::boxed::Box;
+use alloc::string::String;
 
 impl Agent {
     // ------------------------------------------------------------------

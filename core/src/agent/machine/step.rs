@@ -1,7 +1,28 @@
 //! The step pipeline: claim, assemble, pre-step, request, stream
 //! (LC-9..LC-21).
 
-use super::*;
+use super::{Agent, Failed, PlannedCall, Stage, StepEnd, Stream};
+use crate::agent::hooks::{
+    Hook, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
+};
+use crate::agent::inbox::InboxTarget;
+use crate::agent::io::{Checkpoint, HookCall, ModelCall, Notification, Output};
+use crate::agent::prompt::{Assembly, runtime_context_candidate};
+use crate::assembler::BlockAssembler;
+use crate::chunk::FinishReason;
+use crate::content::ContentBlock;
+use crate::ids::CallId;
+use crate::message::{Message, MessageSource};
+use crate::options::{AdapterDefaults, GenerateOptions, LlmCallConfig};
+use crate::session::{
+    AssistantMessage, EpochHeader, EventData, HeaderReason, RequestContext, RequestHeader, Step,
+    SurfaceIntent, TurnEndReason,
+};
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
 
 impl Agent {
     /// LC-9 and IB-10: claim, then assemble.

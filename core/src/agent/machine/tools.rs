@@ -9,7 +9,22 @@
 //! context staging run for the oldest call first; an outcome that settles
 //! early waits in [`CallStage::Settled`].
 
-use super::*;
+use super::{Agent, Stage, StepEnd};
+use crate::agent::hooks::{
+    ApprovalOutcome, Hook, HookError, IdPurpose, PostToolDecision, PreToolDecision, ToolExecution,
+};
+use crate::agent::inbox::InboxTarget;
+use crate::agent::io::{Checkpoint, HookAnswer, HookCall, Output};
+use crate::agent::schema::validate_value;
+use crate::agent::tools::{ExecutionMode, ToolOutcome, feedback_text, parse_arguments};
+use crate::ids::CallId;
+use crate::message::Message;
+use crate::session::{SurfaceIntent, ToolCall, ToolError, ToolResult};
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
 
 /// A tool call of the recorded assistant message, in content order.
 pub(super) struct PlannedCall {

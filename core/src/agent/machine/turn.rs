@@ -1,7 +1,17 @@
 //! Turns: waking, cancellation, closing and continuation (LC-7, LC-8,
 //! LC-28..LC-38).
 
-use super::*;
+use super::{Agent, Phase, Run, Stage, StepEnd, Stream};
+use crate::agent::hooks::{CancelCause, Hook, HookError, IdPurpose};
+use crate::agent::inbox::InboxTarget;
+use crate::agent::io::{AgentStatus, Checkpoint, HookCall, Notification, Output};
+use crate::message::{Message, MessageSource};
+use crate::session::{
+    AssistantMessage, EventData, Step, SurfaceIntent, TurnEnd, TurnEndReason, TurnStart,
+};
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
 
 impl Agent {
     // ------------------------------------------------------------------
