@@ -328,6 +328,13 @@ fn initialize_reports_protocol_1_and_honest_capabilities() {
     );
     assert_eq!(result["authMethods"], json!([]));
     assert_eq!(result["agentInfo"]["name"], "dsh");
+    // A client asking for a later version is answered with the one spoken.
+    c.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": 7, "clientCapabilities": {}}),
+    );
+    assert_eq!(c.until_response(1, None).1["result"]["protocolVersion"], 1);
     c.finish();
 }
 
