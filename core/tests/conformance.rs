@@ -159,8 +159,8 @@ fn without_fixture_tokens_the_placeholders_fail_validation() {
 
 #[test]
 fn derived_history_of_a_packed_log() {
-    let path =
-        testdata_dir().join("conformance/sessions/examples-acp-agent__packed-chunks__session.jsonl");
+    let path = testdata_dir()
+        .join("conformance/sessions/examples-acp-agent__packed-chunks__session.jsonl");
     let bytes = jsonl::fixture_tokens(&std::fs::read(path).unwrap());
     let mut loaded = jsonl::load_log(&bytes, &[]).unwrap();
     assert_eq!(loaded.session.len(), 124);
