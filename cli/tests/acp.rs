@@ -328,6 +328,13 @@ fn initialize_reports_protocol_1_and_honest_capabilities() {
     );
     assert_eq!(result["authMethods"], json!([]));
     assert_eq!(result["agentInfo"]["name"], "dsh");
+    // A client asking for a later version is answered with the one spoken.
+    c.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": 7, "clientCapabilities": {}}),
+    );
+    assert_eq!(c.until_response(1, None).1["result"]["protocolVersion"], 1);
     c.finish();
 }
 
@@ -903,4 +910,103 @@ fn bash_runs_in_the_clients_terminal_with_client_terminal() {
     assert!(before.iter().all(|m| m["method"] != "terminal/create"));
     assert!(ws_path.join("ran.txt").exists(), "bash ran locally");
     c.finish();
+}
+
+/// Drives a prompt whose bash runs in a client terminal that never exits
+/// by itself: `cancel` cancels the prompt once the agent waits for the
+/// exit (else the tool's timeout must kill it). Returns (messages, the
+/// prompt's response).
+fn run_hanging_terminal(
+    script: &str,
+    cancel: bool,
+) -> (tempfile::TempDir, String, Vec<Value>, Value) {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(script);
+    let mut c = Client::start_with(data.path(), &server.url(), &["--client-terminal"]);
+    // Offer a terminal, but answer its requests by hand below.
+    c.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {"terminal": true}}}));
+    c.until_response(0, None);
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Run something");
+    let answer = |c: &mut Client, m: &Value, result: Value| {
+        c.send(json!({"jsonrpc": "2.0", "id": m["id"], "result": result}));
+    };
+    let mut wait = None;
+    let mut seen = Vec::new();
+    let response = loop {
+        let m = c.next();
+        seen.push(m.clone());
+        match m["method"].as_str() {
+            Some("session/request_permission") => answer(
+                &mut c,
+                &m,
+                json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}}),
+            ),
+            Some("terminal/create") => answer(&mut c, &m, json!({"terminalId": "t"})),
+            Some("terminal/wait_for_exit") => {
+                // The command runs "forever".
+                wait = Some(m.clone());
+                if cancel {
+                    c.send(json!({"jsonrpc": "2.0", "method": "session/cancel",
+                        "params": {"sessionId": session}}));
+                }
+            }
+            Some("terminal/kill") => {
+                answer(&mut c, &m, json!({}));
+                let w = wait.take().expect("kill comes while waiting");
+                answer(&mut c, &w, json!({"exitCode": null, "signal": "SIGKILL"}));
+            }
+            Some("terminal/output") => answer(
+                &mut c,
+                &m,
+                json!({"output": "partial\n", "truncated": false,
+                    "exitStatus": {"exitCode": null, "signal": "SIGKILL"}}),
+            ),
+            Some("terminal/release") => answer(&mut c, &m, json!({})),
+            Some(_) => {}
+            None if m["id"] == 2 => break m,
+            None => {}
+        }
+    };
+    c.finish();
+    (data, session, seen, response)
+}
+
+#[test]
+fn cancel_kills_the_command_in_the_clients_terminal() {
+    let (data, session, seen, response) = run_hanging_terminal(BASH_SCRIPT, true);
+    assert!(
+        seen.iter().any(|m| m["method"] == "terminal/kill"),
+        "the cancel killed the terminal's command"
+    );
+    assert_eq!(response["result"]["stopReason"], "cancelled", "{response}");
+    let log = transcript(data.path(), &session);
+    assert_eq!(
+        turn_end_reasons(&events(&log)),
+        vec![json!({"kind": "aborted", "reason": {"kind": "user"}})]
+    );
+    log_check(data.path(), &log);
+}
+
+#[test]
+fn the_tool_timeout_kills_the_command_in_the_clients_terminal() {
+    let script = r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"call_b","name":"bash","arguments":["{\"command\": \"sleep 100\", \"description\": \"Wait\", \"timeoutMs\": 300}"]}]}},
+ {"turn":{"text":["It timed out."]}}
+]}"#;
+    let (_data, _session, seen, response) = run_hanging_terminal(script, false);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(seen.iter().any(|m| m["method"] == "terminal/kill"));
+    let done = updates(&seen, "tool_call_update")
+        .last()
+        .copied()
+        .unwrap()
+        .clone();
+    assert_eq!(done["status"], "completed");
+    assert_eq!(
+        done["content"][0]["content"]["text"],
+        "partial\n[timed out after 300ms]\n[killed by signal: SIGKILL]"
+    );
 }

@@ -189,7 +189,17 @@ function startAgent() {
 // ---- the client ----------------------------------------------------------
 let permissionAnswer = "allow_once";
 let onChunk = null;
-const updates = [];
+// The SDK runs notification handlers asynchronously: a response can
+// resolve before the handlers of the updates sent ahead of it have run.
+// Checks therefore read the updates from the validated wire transcript
+// (in wire order) from a mark on.
+let updates = [];
+function wireUpdates(conn, mark) {
+  return conn.transcript
+    .slice(mark)
+    .filter((t) => t.from === "agent" && t.msg.method === "session/update")
+    .map((t) => t.msg.params);
+}
 const permissionRequests = [];
 // The "editor buffers" the agent reads and writes through `fs/*`.
 const buffers = new Map();
@@ -221,7 +231,6 @@ const app = acp
   .onRequest(acp.methods.client.terminal.release, async () => ({}))
   .onRequest(acp.methods.client.terminal.kill, async () => ({}))
   .onNotification(acp.methods.client.session.update, async ({ params }) => {
-    updates.push(params);
     if (onChunk && params.update.sessionUpdate === "agent_message_chunk") onChunk(params);
   });
 
@@ -246,13 +255,14 @@ await app.connectWith(first.stream, async (agent) => {
   await agent.request(acp.methods.agent.session.setMode, { sessionId, modeId: "ask" });
 
   // Prompt 1: permission granted.
-  updates.length = 0;
+  let mark = first.transcript.length;
   permissionAnswer = "allow_once";
   const r1 = await agent.request(acp.methods.agent.session.prompt, {
     sessionId,
     prompt: [{ type: "text", text: "Write two lines to notes.txt" }],
   });
   check(r1.stopReason === "end_turn", `prompt 1 ends end_turn, got ${r1.stopReason}`);
+  updates = wireUpdates(first, mark);
   check(buffers.get(join(ws, "notes.txt")) === "one\ntwo\n", "notes.txt written to the editor's buffer");
   check(!existsSync(join(ws, "notes.txt")), "not to the disk");
   check(permissionRequests.length === 2, `two permission requests, got ${permissionRequests.length}`);
@@ -267,25 +277,27 @@ await app.connectWith(first.stream, async (agent) => {
     && writeDone.update.content[0].newText === "one\ntwo\n", "the write ends completed with a diff");
 
   // Prompt 2: permission denied.
-  updates.length = 0;
+  mark = first.transcript.length;
   permissionAnswer = "reject_once";
   const r2 = await agent.request(acp.methods.agent.session.prompt, {
     sessionId,
     prompt: [{ type: "text", text: "Run something" }],
   });
   check(r2.stopReason === "end_turn", `prompt 2 ends end_turn, got ${r2.stopReason}`);
+  updates = wireUpdates(first, mark);
   check(!existsSync(join(ws, "ran.txt")), "a denied command does not run");
   const bashDone = updates.filter((u) => u.update.sessionUpdate === "tool_call_update").pop();
   check(bashDone && bashDone.update.status === "failed", "the denied call ends failed");
 
   // Prompt 3: bash in the editor's terminal.
-  updates.length = 0;
+  mark = first.transcript.length;
   permissionAnswer = "allow_once";
   const r3t = await agent.request(acp.methods.agent.session.prompt, {
     sessionId,
     prompt: [{ type: "text", text: "Run the tests" }],
   });
   check(r3t.stopReason === "end_turn", `prompt 3 ends end_turn, got ${r3t.stopReason}`);
+  updates = wireUpdates(first, mark);
   check(terminals.length === 1 && terminals[0].command === "bash" && terminals[0].args[1] === "make test"
     && terminals[0].cwd === ws, `the command ran in the editor's terminal: ${JSON.stringify(terminals)}`);
   const termDone = updates.filter((u) => u.update.sessionUpdate === "tool_call_update").pop();
@@ -293,7 +305,6 @@ await app.connectWith(first.stream, async (agent) => {
     && termDone.update.content[0].content.text === "all tests passed\n", "the terminal's output is the result");
 
   // Prompt 4: cancel mid-stream.
-  updates.length = 0;
   const streaming = new Promise((resolve) => { onChunk = resolve; });
   const p3 = agent.request(acp.methods.agent.session.prompt, {
     sessionId,
@@ -309,7 +320,6 @@ first.child.stdin.end();
 check((await first.exited) === 0, "dsh acp exits 0 when the client closes stdin");
 
 // A new process loads the session back.
-updates.length = 0;
 const second = startAgent();
 await app.connectWith(second.stream, async (agent) => {
   await agent.request(acp.methods.agent.initialize, {
@@ -320,6 +330,7 @@ await app.connectWith(second.stream, async (agent) => {
 });
 second.child.stdin.end();
 check((await second.exited) === 0, "the second dsh acp exits 0");
+updates = wireUpdates(second, 0);
 const replayed = kinds(updates);
 const users = updates.filter((u) => u.update.sessionUpdate === "user_message_chunk").map((u) => u.update.content.text);
 check(JSON.stringify(users) === JSON.stringify(["Write two lines to notes.txt", "Run something", "Run the tests", "Say something long"]),
