@@ -1075,7 +1075,7 @@ impl Iterator for DeepSeekStream {
                     // The reply is delivered; a server that holds the body
                     // open after it costs at most this long.
                     self.watch
-                        .arm(Duration::from_millis(2_000).min(self.idle), &self.agent);
+                        .arm(Duration::from_millis(1_000).min(self.idle), &self.agent);
                     let mut total = 0usize;
                     loop {
                         match reader.read(&mut self.buf) {
