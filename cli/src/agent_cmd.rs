@@ -44,14 +44,29 @@ impl ViewArgs {
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
                 && terminal,
             live: terminal,
-            columns: std::env::var("COLUMNS")
-                .ok()
-                .and_then(|c| c.trim().parse().ok())
-                .filter(|c| *c > 0)
-                .unwrap_or(80),
+            columns: terminal_columns(),
             ..RenderOptions::default()
         }
     }
+}
+
+/// The width of the terminal on stdout: `$COLUMNS` when set, else the
+/// terminal's own size, else 80.
+fn terminal_columns() -> usize {
+    if let Some(c) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|c| *c > 0)
+    {
+        return c;
+    }
+    #[cfg(unix)]
+    if let Ok(size) = rustix::termios::tcgetwinsize(io::stdout()) {
+        if size.ws_col > 0 {
+            return usize::from(size.ws_col);
+        }
+    }
+    80
 }
 
 /// Flags every agent command takes.

@@ -70,7 +70,11 @@ impl ClientSettings {
     }
 
     /// The retry policy these settings give: the default policy with
-    /// `attempts - 1` retries and delays capped at `--max-retry-wait`.
+    /// `attempts - 1` retries, delays capped at `--max-retry-wait`, and
+    /// `STREAM_CLOSED` retryable too (streaming.md Q-5 flags its absence
+    /// from the defaults as unintentional; with the interop decoder a
+    /// stream that already got its `finish_reason` is complete, so what is
+    /// left of `STREAM_CLOSED` is a reply really cut short).
     pub fn retry_policy(&self) -> dsh_core::agent::retry::RetryPolicy {
         use dsh_core::agent::retry::{Backoff, DEFAULT_INITIAL_DELAY_MS, RetryPolicy};
         let max = self.max_retry_wait_ms();
@@ -78,9 +82,10 @@ impl ClientSettings {
         if let RetryPolicy::Normal {
             max_retries,
             backoff,
-            ..
+            retryable_codes,
         } = &mut policy
         {
+            retryable_codes.push(dsh_deepseek::codes::STREAM_CLOSED.to_string());
             *max_retries = self.attempts.saturating_sub(1);
             *backoff = Backoff {
                 initial_delay_ms: DEFAULT_INITIAL_DELAY_MS.min(max),
@@ -205,11 +210,30 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // The defaults are the spec's: 5 retries, 10 s cap.
-        assert_eq!(
-            ClientSettings::default().retry_policy(),
-            RetryPolicy::default()
-        );
+        // The defaults are the spec's (R-5: 5 retries, 10 s cap), plus a
+        // retryable STREAM_CLOSED.
+        match ClientSettings::default().retry_policy() {
+            RetryPolicy::Normal {
+                max_retries,
+                retryable_codes,
+                backoff,
+            } => {
+                assert_eq!(max_retries, 5);
+                assert_eq!(backoff, dsh_core::agent::retry::Backoff::default());
+                assert_eq!(
+                    retryable_codes,
+                    [
+                        "EMPTY_RESPONSE",
+                        "RATE_LIMIT",
+                        "SERVER",
+                        "TIMEOUT",
+                        "TRANSPORT",
+                        "STREAM_CLOSED"
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         let tiny = ClientSettings {
             max_retry_wait: 0.1,
             ..ClientSettings::default()

@@ -676,6 +676,74 @@ mod tests {
         assert_eq!(out, "▸ write file_path=\"a.txt\" content=\"x⏎y\"\n");
     }
 
+    fn retry_event(seq: u64) -> SessionEvent {
+        SessionEvent::new(
+            seq,
+            0,
+            dsh_core::session::LlmRetry {
+                retry_id: None,
+                turn: 1,
+                step: 1,
+                provider: "p".into(),
+                mode: "normal".into(),
+                policy_key: "k".into(),
+                retry: 1,
+                max_retries: Some(5),
+                delay_ms: 500.0,
+                failure: dsh_core::LlmFailure::new("TRANSPORT", "dropped"),
+            },
+        )
+    }
+
+    fn text_chunk(seq: u64, text: &str) -> SessionEvent {
+        chunk(
+            seq,
+            StreamChunk::TextDelta {
+                index: 0,
+                text: text.into(),
+            },
+        )
+    }
+
+    #[test]
+    fn item8_live_retry_erases_the_attempt_counting_wrapped_rows() {
+        let options = RenderOptions {
+            live: true,
+            columns: 10,
+            ..RenderOptions::default()
+        };
+        let mut r = Renderer::new(options);
+        let mut out = Vec::new();
+        // 25 characters wrap twice at 10 columns, then a newline, then 5.
+        r.event(&mut out, &text_chunk(1, &"x".repeat(25))).unwrap();
+        r.event(&mut out, &text_chunk(2, "\nabcde")).unwrap();
+        out.clear();
+        r.event(&mut out, &retry_event(3)).unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert!(shown.starts_with("\r\x1b[3A\x1b[J"), "{shown:?}");
+        assert!(
+            shown.contains("retrying in 0.5 s (1 of 5): dropped (TRANSPORT)"),
+            "{shown:?}"
+        );
+    }
+
+    #[test]
+    fn item8_held_text_of_a_retried_attempt_is_never_printed() {
+        let mut r = Renderer::new(RenderOptions::default());
+        let mut out = Vec::new();
+        r.event(&mut out, &text_chunk(1, "One two")).unwrap();
+        assert!(out.is_empty(), "held until the attempt succeeds");
+        r.event(&mut out, &retry_event(2)).unwrap();
+        r.event(&mut out, &text_chunk(3, "One two three")).unwrap();
+        let msg = AssistantMessage::new(1, 1, Message::user("a", vec![]));
+        r.event(&mut out, &SessionEvent::new(4, 0, msg)).unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert_eq!(
+            shown,
+            "retrying in 0.5 s (1 of 5): dropped (TRANSPORT)\nOne two three"
+        );
+    }
+
     #[test]
     fn approval_prompt_cannot_be_spoofed() {
         // A CR and an erase-line try to paint a harmless command over the

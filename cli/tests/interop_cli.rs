@@ -460,4 +460,31 @@ mod pty {
         assert_eq!(joined.matches("retrying in").count(), 1, "{joined}");
         check_logs(data.path());
     }
+
+    #[test]
+    fn item10_chat_shows_an_error_once() {
+        let data = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let server = server(json!({"responses": [
+            {"fault": {"kind": "http", "status": 401, "body": {"error": {"message": "bad key here"}}}}]}));
+        let mut cmd = Command::new(bin());
+        cmd.env("XDG_DATA_HOME", data.path())
+            .env_remove("DEEPSEEK_API_KEY")
+            .env("TERM", "dumb")
+            .env("COLUMNS", "200")
+            .args(["chat", "--no-color", "--base-url", &server.url(), "--cwd"])
+            .arg(ws.path());
+        let mut p = spawn_command(cmd, Some(20_000)).unwrap();
+        let mut seen = String::new();
+        seen += &p.exp_string("> ").unwrap();
+        p.send_line("hello").unwrap();
+        seen += &p.exp_string("tokens: ").unwrap();
+        seen += &p.exp_string("> ").unwrap();
+        p.send_control('d').unwrap();
+        p.exp_eof().unwrap();
+        let joined = screen(&seen).join("\n");
+        assert_eq!(joined.matches("bad key here").count(), 1, "{joined}");
+        assert!(!joined.contains("DeepSeek"), "{joined}");
+        check_logs(data.path());
+    }
 }

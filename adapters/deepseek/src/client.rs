@@ -4,9 +4,15 @@
 //!
 //! Design:
 //!
-//! - Each call gets its own `ureq::Agent` with redirects off (a 3xx is
-//!   classified like any other status, `HTTP_3xx`), HTTP statuses returned
-//!   as responses, no connection pool reuse and no library retries (AC-4).
+//! - Each call uses a `ureq::Agent` of its own while it runs, with
+//!   redirects off (a 3xx is classified like any other status, `HTTP_3xx`),
+//!   HTTP statuses returned as responses and no library retries (AC-4).
+//! - Connection reuse (issue 16): a call that ends cleanly reads the rest of
+//!   its body after `[DONE]` (at most 64 KiB, at most 1 s; nothing in it is
+//!   translated, SSE-6) and hands its agent, with the idle connection in its
+//!   pool, back to the client; the next call takes it. A call that fails,
+//!   is cancelled or times out shuts its agent down instead, so a broken
+//!   connection is never reused.
 //! - Cancellation and the watchdog shut that agent down (`Agent::shutdown`),
 //!   which closes its socket, so a read blocked in another thread returns at
 //!   once. The request itself (DNS, connect, TLS, response head) runs on a
@@ -19,7 +25,10 @@
 //!   by SSE comments, cleared when a chunk is produced.
 //! - The API key is read once per call (D-4/D-5) into an [`ApiKey`], whose
 //!   `Debug` is redacted and which has no `Display`; it only ever goes into
-//!   the `authorization` header. No error message contains it. (ureq's own
+//!   the `authorization` header. No error message contains it: an error
+//!   body that echoes it, or credentials written into the base URL
+//!   (`user:KEY@`, `?api_key=`), are replaced by `<redacted>` in every
+//!   message, and URLs are shown through [`redact_url`]. (ureq's own
 //!   `log` output redacts headers except at TRACE level: do not enable
 //!   ureq TRACE logging in production.)
 
@@ -1075,7 +1084,7 @@ impl Iterator for DeepSeekStream {
                     // The reply is delivered; a server that holds the body
                     // open after it costs at most this long.
                     self.watch
-                        .arm(Duration::from_millis(2_000).min(self.idle), &self.agent);
+                        .arm(Duration::from_millis(1_000).min(self.idle), &self.agent);
                     let mut total = 0usize;
                     loop {
                         match reader.read(&mut self.buf) {

@@ -293,3 +293,66 @@ fn items2_7_corpus_shapes_over_the_wire() {
     let f = run(&c).1.unwrap().into_failure();
     assert_eq!(f.code, "CONTEXT_WINDOW_EXCEEDED");
 }
+
+#[test]
+fn issue_19_3_the_live_client_bounds_lines_too() {
+    let line = format!("data: {}\n\n", "x".repeat(64 * 1024));
+    let s =
+        server(json!({"responses": [{"fault": {"kind": "raw", "body": line, "chunkSize": 4096}}]}));
+    let config = DeepSeekConfig {
+        base_url: Some(format!("{}/v1", s.url())),
+        ..DeepSeekConfig::default()
+    };
+    let options = ClientOptions {
+        credentials: Some(Arc::new(|_: &str| Some(String::from(KEY)))),
+        proxy_from_env: false,
+        max_event_bytes: 16 * 1024,
+        ..ClientOptions::default()
+    };
+    let c = DeepSeekClient::with_options(config, options).unwrap();
+    let f = run(&c).1.expect("too large").into_failure();
+    assert_eq!(f.code, "RESPONSE_TOO_LARGE");
+    assert!(f.message.contains("16384 bytes"), "{}", f.message);
+}
+
+#[test]
+fn item10_endpoint_forms() {
+    let eps = |url: &str| interop_client(url.to_string()).endpoints();
+    assert_eq!(
+        eps("http://127.0.0.1:8080"),
+        vec![
+            "http://127.0.0.1:8080/v1/chat/completions",
+            "http://127.0.0.1:8080/chat/completions"
+        ]
+    );
+    assert_eq!(
+        eps("http://h:1/v1/"),
+        vec!["http://h:1/v1/chat/completions"]
+    );
+    assert_eq!(
+        eps("http://h:1/v1/chat/completions"),
+        vec!["http://h:1/v1/chat/completions"]
+    );
+    assert_eq!(
+        eps("https://x.example/openai?api-version=2024"),
+        vec!["https://x.example/openai/chat/completions?api-version=2024"]
+    );
+    // DeepSeek's own bare host is its documented base URL.
+    assert_eq!(
+        eps("https://api.deepseek.com"),
+        vec!["https://api.deepseek.com/chat/completions"]
+    );
+    // The reference profile joins exactly.
+    let reference = DeepSeekClient::with_options(
+        DeepSeekConfig {
+            base_url: Some("http://127.0.0.1:8080".into()),
+            ..DeepSeekConfig::default()
+        },
+        ClientOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        reference.endpoints(),
+        vec!["http://127.0.0.1:8080/chat/completions"]
+    );
+}

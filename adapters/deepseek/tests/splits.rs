@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dsh_core::{StreamChunk, validate_stream};
-use dsh_deepseek::{decode_body, decode_pieces};
+use dsh_deepseek::{DecodeOptions, decode_body, decode_pieces, decode_pieces_with};
 use proptest::prelude::*;
 
 /// A realistic body: keep-alives, role delta, reasoning, multi-byte text,
@@ -90,6 +90,63 @@ proptest! {
         let ends_in_finish = matches!(whole.last(), Some(StreamChunk::Finish { .. }));
         prop_assert!(ends_in_finish);
         prop_assert_eq!(decode_pieces(pieces(&body, &cuts)), whole);
+    }
+}
+
+/// Pieces of the shapes other servers send (issue 16), for the interop
+/// profile: bodies are random sequences of them.
+const INTEROP_PIECES: [&str; 14] = [
+    "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+    "data: {\"choices\":[{\"delta\":{\"reasoning\":\"hmm\"}}]}\n\n",
+    "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"eos_token\"}]}\n\n",
+    "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\r\n\r\n",
+    "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\n",
+    "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"name\":\"g\",\"arguments\":\"{\"}}]}}]}\n\n",
+    "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"}\"}}]}}]}\n\n",
+    "data: {\"error\":{\"message\":\"boom\",\"code\":500}}\n\n",
+    "event: error\ndata: {\"message\":\"overloaded\"}\n\n",
+    ": keep-alive\n\n",
+    "data: [DONE]\n\n",
+    "{\"choices\":[{\"message\":{\"content\":\"whole\"},\"finish_reason\":\"stop\"}]}",
+    "  \n",
+    "data: {\"choices\":[{\"delta\":{\"content\":\"",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The interop profile: every body made of other servers' shapes,
+    /// cut anywhere and split anywhere, decodes to the same valid stream
+    /// (ending in a finish) whatever the split, and never panics.
+    #[test]
+    fn interop_shapes_any_split_any_cut(
+        picks in proptest::collection::vec(0usize..INTEROP_PIECES.len(), 0..12),
+        len in 0usize..3000,
+        cuts in proptest::collection::vec(any::<usize>(), 0..12),
+        max in prop_oneof![Just(16usize), Just(64), Just(1 << 20)],
+    ) {
+        let body: String = picks.iter().map(|i| INTEROP_PIECES[*i]).collect();
+        let body = &body.as_bytes()[..len.min(body.len())];
+        let mut options = DecodeOptions::interop();
+        options.max_event_bytes = max;
+        let whole = decode_pieces_with(std::iter::once(body), &options);
+        prop_assert!(validate_stream(&whole).is_empty(), "{:?}", validate_stream(&whole));
+        let ends_in_finish = matches!(whole.last(), Some(StreamChunk::Finish { .. }));
+        prop_assert!(ends_in_finish);
+        prop_assert_eq!(decode_pieces_with(pieces(body, &cuts), &options), whole);
+    }
+
+    #[test]
+    fn interop_arbitrary_bytes_never_break_the_grammar(
+        body in proptest::collection::vec(any::<u8>(), 0..400),
+        cuts in proptest::collection::vec(any::<usize>(), 0..10),
+    ) {
+        let options = DecodeOptions::interop();
+        let whole = decode_pieces_with(std::iter::once(&body[..]), &options);
+        prop_assert!(validate_stream(&whole).is_empty());
+        let ends_in_finish = matches!(whole.last(), Some(StreamChunk::Finish { .. }));
+        prop_assert!(ends_in_finish);
+        prop_assert_eq!(decode_pieces_with(pieces(&body, &cuts), &options), whole);
     }
 }
 
