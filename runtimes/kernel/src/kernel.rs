@@ -75,6 +75,12 @@ pub struct Kernel {
     persisted: u64,
     /// The pending `Persist`: its end and checkpoint.
     persisting: Option<(u64, Option<Checkpoint>)>,
+    /// A checkpoint reached but not written yet: written before the next
+    /// dispatch (model request, tool body) or when the core is drained,
+    /// so the checkpoints of one step coalesce into one write.
+    checkpoint: Option<Checkpoint>,
+    /// A dispatch held back until the checkpoint's write is reported.
+    held: Option<Output>,
     /// A failed checkpoint write that stops the next dispatch (SM-14).
     flush_failed: Option<String>,
     /// The log length at which the last write failed: the quiet-time write
@@ -330,6 +336,8 @@ impl Kernel {
             effects: VecDeque::new(),
             persisted,
             persisting: None,
+            checkpoint: None,
+            held: None,
             flush_failed: None,
             failed_at: None,
             model: None,
@@ -373,6 +381,7 @@ impl Kernel {
         self.core.is_quiescent()
             && self.tools.is_empty()
             && self.persisting.is_none()
+            && self.held.is_none()
             && self.effects.is_empty()
             && (self.persisted >= len || self.failed_at == Some(len))
     }
@@ -650,10 +659,30 @@ impl Kernel {
             if self.persisting.is_some() || self.finished {
                 return None;
             }
-            match self.core.poll() {
-                Some(out) => self.on_output(out),
-                None => return self.settle(),
+            let len = self.core.session().len();
+            let out = match self.held.take() {
+                Some(out) => out,
+                None => match self.core.poll() {
+                    Some(out) => out,
+                    None => {
+                        if let Some(cp) = self.checkpoint.take()
+                            && self.persisted < len
+                        {
+                            return Some(self.persist(Some(cp)));
+                        }
+                        return self.settle();
+                    }
+                },
+            };
+            // SM-14: the checkpoint's write comes before the dispatch.
+            if matches!(out, Output::CallModel(_) | Output::ExecuteTool(_))
+                && let Some(cp) = self.checkpoint.take()
+                && self.persisted < len
+            {
+                self.held = Some(out);
+                return Some(self.persist(Some(cp)));
             }
+            self.on_output(out);
         }
     }
 
@@ -705,10 +734,7 @@ impl Kernel {
                         p.on_flush(cp);
                     }
                 }
-                if self.persisted < self.core.session().len() {
-                    let e = self.persist(Some(cp));
-                    self.effects.push_back(e);
-                }
+                self.checkpoint = Some(cp);
             }
             Output::CallModel(call) => match self.flush_failed.take() {
                 // SM-14: the request is not dispatched; the turn ends in
