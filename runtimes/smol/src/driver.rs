@@ -17,7 +17,7 @@ use dsh_runtime::{AgentEvent, Effect, Ids, Kernel, KernelError, Plugin, Reply, T
 use dsh_store::{Cancel, SessionStore, StoreError};
 
 use crate::{Agent, AgentConfig, ShellError};
-use dsh_tools::{ApprovalDecision, ApprovalPlugin, CancelToken as ToolCancel, ToolSet, Workspace};
+use dsh_tools::{ApprovalPlugin, CancelToken as ToolCancel, ToolSet, Workspace};
 
 /// Everything that reaches an agent task.
 pub(crate) enum Msg {
@@ -33,9 +33,9 @@ pub(crate) enum Msg {
     },
     Subscribe(Sender<AgentEvent>),
     WaitIdle(Sender<TurnSummary>),
-    Approval {
+    Answer {
         id: u64,
-        decision: ApprovalDecision,
+        reply: Reply,
     },
     Dispose(Option<Sender<()>>),
     Chunk {
@@ -275,9 +275,9 @@ impl Driver {
                 self.kernel.set_publish_events(true);
             }
             Msg::WaitIdle(reply) => self.idle_waiters.push(reply),
-            Msg::Approval { id, decision } => {
+            Msg::Answer { id, reply } => {
                 // An unknown or withdrawn id is ignored.
-                let _ = self.kernel.answer(now, id, Reply::Approval(decision));
+                let _ = self.kernel.answer(now, id, reply);
             }
             Msg::Dispose(reply) => {
                 let waiters = self.disposing.get_or_insert_with(Vec::new);

@@ -58,7 +58,7 @@ use dsh_runtime::{Ids, KernelError};
 use dsh_store::{SessionStore, StoreError};
 
 pub use dsh_runtime::host::{Clock, ModelProvider};
-pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, TurnSummary};
+pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, Reply, TurnSummary};
 pub use dsh_tools;
 pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, Tool, ToolSet};
 
@@ -377,11 +377,17 @@ impl Agent {
 
     /// Answers [`AgentEvent::ApprovalRequested`] `request`.
     pub async fn answer_approval(&self, request: ApprovalRequestId, decision: ApprovalDecision) {
+        self.answer(request, Reply::Approval(decision)).await;
+    }
+
+    /// Answers any ask ([`AgentEvent::ApprovalRequested`],
+    /// [`AgentEvent::Asked`]); an unknown or stale id is ignored.
+    pub async fn answer(&self, request: ApprovalRequestId, reply: Reply) {
         let _ = self
             .tx
-            .send(Msg::Approval {
+            .send(Msg::Answer {
                 id: request.0,
-                decision,
+                reply,
             })
             .await;
     }

@@ -218,9 +218,9 @@ enum Msg {
         cause: CancelCause,
         keep_inbox: bool,
     },
-    Approval {
+    Answer {
         id: u64,
-        decision: ApprovalDecision,
+        reply: Reply,
     },
     Subscribe(Sender<AgentEvent>),
     Snapshot(SyncSender<Vec<SessionEvent>>),
@@ -449,9 +449,15 @@ impl Agent {
     /// Answers an [`AgentEvent::ApprovalRequested`]. An unknown or stale id
     /// is ignored.
     pub fn answer_approval(&self, request: ApprovalRequestId, decision: ApprovalDecision) {
-        let _ = self.submit(Msg::Approval {
+        self.answer(request, Reply::Approval(decision));
+    }
+
+    /// Answers any ask ([`AgentEvent::ApprovalRequested`],
+    /// [`AgentEvent::Asked`]). An unknown or stale id is ignored.
+    pub fn answer(&self, request: ApprovalRequestId, reply: Reply) {
+        let _ = self.submit(Msg::Answer {
             id: request.0,
-            decision,
+            reply,
         });
     }
 
@@ -654,9 +660,9 @@ impl Driver {
                 let _ = reply.send(r);
             }
             Msg::Cancel { cause, keep_inbox } => self.kernel.cancel(now, cause, keep_inbox),
-            Msg::Approval { id, decision } => {
+            Msg::Answer { id, reply } => {
                 // An unknown or withdrawn id is ignored.
-                let _ = self.kernel.answer(now, id, Reply::Approval(decision));
+                let _ = self.kernel.answer(now, id, reply);
             }
             Msg::Subscribe(tx) => {
                 self.subscribers.push(tx);
