@@ -351,6 +351,18 @@ impl Kernel {
         })
     }
 
+    /// Uses `ids` for the core's message and retry ids instead of the
+    /// config's [`IdMode`](crate::IdMode) (a device's own scheme).
+    pub fn with_ids(mut self, ids: impl dsh_core::agent::IdSource + Send + 'static) -> Self {
+        self.core = self.core.with_ids(ids);
+        self
+    }
+
+    /// Consumes the kernel into its core machine (and its session).
+    pub fn into_core(self) -> Core {
+        self.core
+    }
+
     // ------------------------------------------------------------------
     // Read access
 
