@@ -9,11 +9,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use dsh_core::agent::tools::ToolOutcome;
-use dsh_core::agent::{
-    ApprovalOutcome, Hook, HookCx, HookError, Hooks, PostToolDecision, PreToolDecision,
-    ToolExecution,
-};
+use dsh_core::agent::{ApprovalOutcome, PreToolDecision, ToolExecution};
+use dsh_runtime::{Ask, Cx, Flow, Plugin, Reply, Seams};
 
 /// What the policy does with a call before it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,16 +44,7 @@ impl ApprovalMode {
     }
 }
 
-/// A front end's answer to an `ask`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApprovalDecision {
-    /// Run this call.
-    Allow,
-    /// Run this call and every later call of the same tool without asking.
-    AllowAlways,
-    /// Do not run it.
-    Deny,
-}
+pub use dsh_runtime::ApprovalDecision;
 
 /// Per-tool modes with a default.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,50 +125,66 @@ impl ApprovalPolicy {
     }
 }
 
-/// [`Hooks`] that apply a shared [`ApprovalPolicy`] at `tools/pre-execute`
-/// and defer every `ask` to the shell: the agent emits
-/// `Output::Hook { call: HookCall::ToolApproval { .. } }`, the shell asks a
-/// front end and answers with `HookAnswer::ToolApproval(policy.resolve(..))`.
-/// Every other seam keeps the reference default.
+/// The approval policy as a kernel plugin (TL-9 steps 4-5, TL-10): the
+/// `tools/pre-execute` decision comes from the shared policy, and every
+/// `ask` goes to a front end through the kernel
+/// ([`AgentEvent::ApprovalRequested`](dsh_runtime::AgentEvent)); the
+/// answer is resolved by the policy (`AllowAlways` sticks). A withdrawn ask
+/// (abort, disposal) is `cancelled`.
 #[derive(Clone, Debug, Default)]
-pub struct PolicyHooks {
-    /// The policy, shared with the shell (which records `AllowAlways`).
+pub struct ApprovalPlugin {
+    /// The policy, shared with whoever inspects or edits it.
     pub policy: Arc<Mutex<ApprovalPolicy>>,
 }
 
-impl PolicyHooks {
-    /// Hooks over `policy`.
+impl ApprovalPlugin {
+    /// A plugin over `policy`.
     pub fn new(policy: Arc<Mutex<ApprovalPolicy>>) -> Self {
-        PolicyHooks { policy }
+        ApprovalPlugin { policy }
+    }
+
+    fn policy(&self) -> std::sync::MutexGuard<'_, ApprovalPolicy> {
+        self.policy.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl Hooks for PolicyHooks {
+impl Plugin for ApprovalPlugin {
+    fn name(&self) -> &str {
+        "approval-policy"
+    }
+
+    fn seams(&self) -> Seams {
+        Seams::TOOL_PRE_EXECUTE | Seams::TOOL_APPROVAL
+    }
+
     fn tool_pre_execute(
         &mut self,
-        _cx: &mut HookCx<'_>,
+        _cx: &mut Cx<'_>,
         exec: &ToolExecution,
-    ) -> Hook<Result<PreToolDecision, HookError>> {
-        let policy = self.policy.lock().unwrap_or_else(|e| e.into_inner());
-        Hook::Ready(Ok(policy.pre_execute(&exec.name)))
+        value: PreToolDecision,
+    ) -> Flow<PreToolDecision> {
+        match value {
+            PreToolDecision::Allow => Flow::Next(self.policy().pre_execute(&exec.name)),
+            other => Flow::Next(other),
+        }
     }
 
     fn tool_approval(
         &mut self,
-        _cx: &mut HookCx<'_>,
-        _exec: &ToolExecution,
-        _reason: Option<&str>,
-    ) -> Hook<ApprovalOutcome> {
-        Hook::Defer
-    }
-
-    fn tool_post_execute(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        _exec: &ToolExecution,
-        _outcome: &ToolOutcome,
-    ) -> Hook<Result<PostToolDecision, HookError>> {
-        Hook::Ready(Ok(PostToolDecision::accept()))
+        cx: &mut Cx<'_>,
+        exec: &ToolExecution,
+        reason: Option<&str>,
+        _value: ApprovalOutcome,
+    ) -> Flow<ApprovalOutcome> {
+        match cx.reply() {
+            None => Flow::Ask(Ask::Approval {
+                tool: exec.name.clone(),
+                arguments: exec.raw_arguments.clone(),
+                reason: reason.map(String::from),
+            }),
+            Some(Reply::Approval(d)) => Flow::Done(self.policy().resolve(&exec.name, Some(*d))),
+            Some(_) => Flow::Done(self.policy().resolve(&exec.name, None)),
+        }
     }
 }
 

@@ -38,7 +38,7 @@ pub mod sandbox;
 pub mod search;
 pub mod todo;
 
-pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy, PolicyHooks};
+pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPlugin, ApprovalPolicy};
 pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
 pub use env::{EnvPolicy, Inherit};
 pub use fs::{EditConfig, EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
@@ -286,6 +286,25 @@ impl ToolSet {
     /// observed after cancellation becomes `ABORTED` (TL-9 step 9).
     pub fn execute(&self, exec: &ToolExecution, ctx: &ToolContext) -> ToolOutcome {
         self.execute_request(&ToolCallRequest::from(exec), ctx)
+    }
+
+    /// Runs one call the way every runtime does: in `workspace`, with the
+    /// call's `cancel` signal and `timeout` in its context, collecting the
+    /// tool-owned events it logs (TL-24) to append before the result.
+    pub fn run(
+        &self,
+        exec: &ToolExecution,
+        workspace: Workspace,
+        cancel: CancelToken,
+        timeout: Option<Duration>,
+    ) -> (ToolOutcome, Vec<EventData>) {
+        let sink = Arc::new(CollectingSink::new());
+        let mut ctx = ToolContext::new(workspace)
+            .with_cancel(cancel)
+            .with_events(sink.clone());
+        ctx.timeout = timeout;
+        let outcome = self.execute(exec, &ctx);
+        (outcome, sink.take())
     }
 
     /// [`execute`](Self::execute) for a [`ToolCallRequest`].

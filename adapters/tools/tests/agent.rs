@@ -1,24 +1,24 @@
-//! The tool set and approval policy driving the core agent loop, as a
-//! shell would: `todo/write` lands between `tool/call` and `tool/result`
-//! (TL-23, TL-24), `deny` gives the TL-10 denial (no `error` field), `ask`
-//! is answered through the deferred approval hook.
+//! The tool set and the approval-policy plugin driving the runtime kernel,
+//! as a runtime would: `todo/write` lands between `tool/call` and
+//! `tool/result` (TL-23, TL-24), `deny` gives the TL-10 denial (no `error`
+//! field), `ask` is answered through the kernel's approval ask.
 
 use std::fs;
 use std::sync::{Arc, Mutex};
 
-use dsh_core::agent::{
-    Agent, AgentConfig, AgentOptions, AgentStatus, HookAnswer, HookCall, Output,
+use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+use dsh_runtime::{
+    AgentConfig as KernelConfig, AgentEvent, Effect, IdMode, InboxTarget, Kernel, Plugin, Reply,
 };
-use dsh_core::session::{Session, SessionHeader};
-use dsh_core::{ContentBlock, FinishReason, Message, StreamChunk};
 use dsh_tools::{
-    ApprovalDecision, ApprovalMode, ApprovalPolicy, CollectingSink, PolicyHooks, ToolContext,
-    ToolSet, Workspace,
+    ApprovalDecision, ApprovalMode, ApprovalPlugin, ApprovalPolicy, CancelToken, ToolSet, Workspace,
 };
 use serde_json::Value;
 
 #[test]
 fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
+    // The approval policy as a kernel plugin (TL-9, TL-10), driven by a
+    // hand-written loop over the kernel's effects.
     let dir = tempfile::tempdir().unwrap();
     let set = ToolSet::builtin();
     let policy = Arc::new(Mutex::new(
@@ -26,30 +26,27 @@ fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
             .with("bash", ApprovalMode::Deny)
             .with("write", ApprovalMode::Ask),
     ));
-    let config = AgentConfig {
-        options: AgentOptions {
-            provider: Some("mock".into()),
-            model: Some("mock".into()),
-            max_tokens: None,
-        },
-        tools: set.registry().unwrap(),
-        ..AgentConfig::default()
-    };
-    let mut agent = Agent::new(config, Session::new(SessionHeader::new("a1", 0)))
-        .unwrap()
-        .with_hooks(PolicyHooks::new(policy.clone()));
+    let mut config = KernelConfig::new(LlmCallConfig::new("mock", "mock"));
+    config.tools = set.registry().unwrap();
+    config.ids = IdMode::Sequential;
+    let session = dsh_runtime::create_session("a1".into(), 0, None).unwrap();
+    let plugins: Vec<Box<dyn Plugin>> = vec![Box::new(ApprovalPlugin::new(policy.clone()))];
+    let mut agent = Kernel::new(config, session, 0, plugins).unwrap();
     let now = 1_000;
     agent
-        .followup(now, Message::user("m1", vec![ContentBlock::text("go")]))
+        .send(
+            now,
+            Message::user("m1", vec![ContentBlock::text("go")]),
+            InboxTarget::NextTurn,
+            true,
+        )
         .unwrap();
-    let sink = Arc::new(CollectingSink::new());
-    let ctx = ToolContext::new(Workspace::new(dir.path()).unwrap()).with_events(sink.clone());
+    let workspace = Workspace::new(dir.path()).unwrap();
     let mut calls = 0;
     let mut asked = Vec::new();
-    loop {
-        let Some(output) = agent.poll() else { break };
-        match output {
-            Output::CallModel(call) => {
+    while let Some(effect) = agent.poll() {
+        match effect {
+            Effect::StartModel(call) => {
                 calls += 1;
                 let chunks = if calls == 1 {
                     vec![
@@ -89,34 +86,27 @@ fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
                     ]
                 };
                 for chunk in chunks {
-                    agent.handle_chunk(now, call.attempt, chunk).unwrap();
+                    agent.model_chunk(now, call.attempt, chunk).unwrap();
                 }
-                agent.handle_stream_end(now, call.attempt).unwrap();
+                agent.model_end(now, call.attempt).unwrap();
             }
-            Output::ExecuteTool(exec) => {
-                let outcome = set.execute(&exec, &ctx);
-                for event in sink.take() {
-                    agent.append_event(now, event, None).unwrap();
-                }
-                agent.handle_tool_result(now, exec.token, outcome).unwrap();
+            Effect::StartTool { exec, timeout_ms } => {
+                let timeout = timeout_ms.map(std::time::Duration::from_millis);
+                let (outcome, events) =
+                    set.run(&exec, workspace.clone(), CancelToken::new(), timeout);
+                agent.tool_done(now, exec.token, outcome, events).unwrap();
             }
-            Output::Hook {
-                id,
-                call: HookCall::ToolApproval { exec, .. },
-            } => {
-                asked.push(exec.name.clone());
-                let outcome = policy
-                    .lock()
-                    .unwrap()
-                    .resolve(&exec.name, Some(ApprovalDecision::AllowAlways));
+            Effect::Persist { .. } => agent.persisted(now, Ok(())).unwrap(),
+            Effect::Publish(AgentEvent::ApprovalRequested { id, tool, .. }) => {
+                asked.push(tool);
                 agent
-                    .complete_hook(now, id, HookAnswer::ToolApproval(outcome))
+                    .answer(now, id.0, Reply::Approval(ApprovalDecision::AllowAlways))
                     .unwrap();
             }
-            Output::Status(AgentStatus::Idle) if calls >= 2 => break,
             _ => {}
         }
     }
+    assert!(agent.is_idle());
     assert_eq!(calls, 2);
     assert_eq!(asked, ["write"]);
     assert_eq!(policy.lock().unwrap().mode_for("write"), ApprovalMode::Auto);

@@ -1,13 +1,14 @@
 //! `dsh-embedded`: the dsh agent where there is no operating system.
 //!
-//! A `#![no_std]` + `alloc` shell that drives the core's sans-IO
-//! [`Agent`] over a **model link** given as
+//! A `#![no_std]` + `alloc` shell that drives the runtime kernel
+//! ([`dsh_runtime::Kernel`], the same one under `dsh-std` and `dsh-smol`)
+//! over a **model link** given as
 //! [`embedded_io::Read`] + [`embedded_io::Write`] (a UART, a socket of an
 //! embedded TCP stack, a TLS session, anything), speaking HTTP/1.1 to a
 //! DeepSeek-compatible endpoint (directly, or through a plain-TCP or
 //! TLS-terminating proxy):
 //!
-//! - each [`Output::CallModel`] opens a fresh link through the
+//! - each `StartModel` effect opens a fresh link through the
 //!   [`LinkOpener`], writes `POST /chat/completions` with the body of
 //!   [`dsh_deepseek::build_request_body`], `Content-Length` and
 //!   `Connection: close`;
@@ -23,12 +24,14 @@
 //!   open, read or write; garbage HTTP; a truncated body) becomes a typed
 //!   `LlmError` delivered as the stream's terminal `finish` chunk (AC-6), so
 //!   the core logs the turn's error. Nothing on the link can panic the shell;
-//! - [`Output::ExecuteTool`] runs a [`Tool`]: a plain function pointer
+//! - each `StartTool` effect runs a [`Tool`]: a plain function pointer
 //!   taking the arguments as JSON text;
-//! - every appended session event is written to the log sink (any
-//!   `embedded_io::Write`) in the JSONL format of the core's codec: the
-//!   header line first, then one event per line. Pull it off the device and
-//!   check it on a host with `dsh log check` and `dsh replay --check`.
+//! - session events are written to the log sink (any `embedded_io::Write`)
+//!   in the JSONL format of the core's codec, one batch per durability
+//!   checkpoint (the kernel's `Persist` effects): the header line first,
+//!   then one event per line. A failed write before a model call ends the
+//!   turn in error (SM-14). Pull the log off the device and check it on a
+//!   host with `dsh log check` and `dsh replay --check`.
 //!
 //! Time comes from a caller-supplied clock (`fn() -> i64`, epoch ms), ids
 //! from an [`IdSource`] (default: the deterministic
@@ -79,16 +82,17 @@ use core::ops::Range;
 
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry, ToolRegistryError};
 use dsh_core::agent::{
-    Agent, AgentConfig, AgentOptions, AgentStatus, IdPurpose, IdSource, InputError, ModelCall,
-    Output, ResumeError, ToolExecution,
+    Agent, AgentStatus, IdPurpose, IdSource, InputError, ModelCall, ResumeError, ToolExecution,
 };
 use dsh_core::jsonl::{encode_event_line, encode_header_line};
-use dsh_core::session::{Session, SessionHeader};
-use dsh_core::{ContentBlock, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk};
+use dsh_core::{
+    ContentBlock, LlmCallConfig, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk,
+};
 use dsh_deepseek::{
     DeepSeekConfig, HttpErrorResponse, PROVIDER_ROUTE, StreamDecoder, classify_http_error, codes,
     error_finish,
 };
+use dsh_runtime::{AgentConfig as KernelConfig, Effect, IdMode, Kernel, KernelError};
 use embedded_io::{Error as _, ErrorKind, ErrorType, Read, Write};
 use heapless::Vec as HVec;
 
@@ -219,6 +223,17 @@ impl From<InputError> for ShellError {
     }
 }
 
+impl From<KernelError> for ShellError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Input(e) => ShellError::Input(e),
+            KernelError::Resume(e) => ShellError::Resume(e),
+            KernelError::Tools(e) => ShellError::Tool(e),
+            other => ShellError::Input(InputError::InvalidMessage(other.to_string())),
+        }
+    }
+}
+
 enum Work {
     Model(ModelCall),
     Tool(ToolExecution),
@@ -235,7 +250,7 @@ enum StreamEnd {
 /// The embedded shell: an [`Agent`], its model link opener, its tools and
 /// its log sink (see the crate docs).
 pub struct Shell<O, S> {
-    agent: Agent,
+    kernel: Kernel,
     opener: O,
     sink: S,
     config: ShellConfig,
@@ -281,21 +296,21 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 ))
                 .map_err(ShellError::Tool)?;
         }
-        let created_at = u64::try_from(clock()).unwrap_or(0);
-        let header = SessionHeader::new(config.session_id.as_str(), created_at);
-        let agent_config = AgentConfig {
-            options: AgentOptions {
-                provider: Some(String::from(PROVIDER_ROUTE)),
-                model: Some(config.model.clone()),
-                max_tokens: None,
-            },
-            tools: registry,
-            ..AgentConfig::default()
-        };
-        let agent =
-            Agent::new(agent_config, Session::new(header.clone())).map_err(ShellError::Resume)?;
+        let session =
+            dsh_runtime::create_session(config.session_id.as_str().into(), clock(), None)?;
+        let header = session.header().clone();
+        let mut kernel_config =
+            KernelConfig::new(LlmCallConfig::new(PROVIDER_ROUTE, config.model.clone()));
+        kernel_config.tools = registry;
+        kernel_config.ids = IdMode::Sequential;
+        // The core's reference defaults (no retry executor, no HEAD deltas),
+        // as this shell always ran.
+        kernel_config.retry_executor = false;
+        kernel_config.interrupted_prefix = false;
+        kernel_config.wake_latch = false;
+        let kernel = Kernel::new(kernel_config, session, 0, Vec::new())?;
         let mut shell = Shell {
-            agent,
+            kernel,
             opener,
             sink,
             config,
@@ -321,7 +336,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     /// Uses `ids` for assistant and tool-result message ids (for example an
     /// [`IdFn`]).
     pub fn with_ids(mut self, ids: impl IdSource + Send + 'static) -> Self {
-        self.agent = self.agent.with_ids(ids);
+        self.kernel = self.kernel.with_ids(ids);
         self
     }
 
@@ -334,7 +349,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// The agent (its session, status, turn).
     pub fn agent(&self) -> &Agent {
-        &self.agent
+        self.kernel.core()
     }
 
     /// The log sink.
@@ -344,7 +359,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// Takes the shell apart: the agent and the log sink.
     pub fn into_parts(self) -> (Agent, S) {
-        (self.agent, self.sink)
+        (self.kernel.into_core(), self.sink)
     }
 
     /// Sends a user text (message id `u1`, `u2`, …) and runs until the agent
@@ -359,7 +374,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     /// agent is idle: model calls, tools, retries, log writes.
     pub fn send(&mut self, message: Message) -> Result<(), ShellError> {
         let now = (self.clock)();
-        self.agent.followup(now, message)?;
+        self.kernel
+            .send(now, message, dsh_core::agent::InboxTarget::NextTurn, true)?;
         self.drain();
         self.run()
     }
@@ -374,79 +390,83 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 }
                 continue;
             }
-            if let Some(deadline) = self.agent.poll_timeout() {
+            if let Some(deadline) = self.kernel.poll_timeout() {
                 while (self.clock)() < deadline {
                     if let Some(wait) = self.wait {
                         wait(deadline);
                     }
                 }
-                self.agent.handle_timeout((self.clock)())?;
+                self.kernel.handle_timeout((self.clock)());
                 self.drain();
                 continue;
             }
             break;
         }
-        self.flush_sink();
         if let Some(kind) = self.sink_error {
             return Err(ShellError::Sink(kind));
         }
-        if self.agent.status() == AgentStatus::Running {
+        if self.kernel.status() == AgentStatus::Running {
             return Err(ShellError::Stalled);
         }
         Ok(())
     }
 
-    /// Drains the agent's outputs (after every input).
+    /// Drains the kernel's effects (after every input).
     fn drain(&mut self) {
-        while let Some(output) = self.agent.poll() {
-            match output {
-                Output::Appended(range) => self.persist(range),
-                Output::CallModel(call) => self.work.push_back(Work::Model(call)),
-                Output::ExecuteTool(exec) => self.work.push_back(Work::Tool(exec)),
-                Output::CancelModelCall { attempt } => {
+        while let Some(effect) = self.kernel.poll() {
+            match effect {
+                Effect::Persist { range, .. } => {
+                    let r = self.persist(range);
+                    let now = (self.clock)();
+                    // Cannot fail: a persist is pending.
+                    let _ = self.kernel.persisted(now, r);
+                }
+                Effect::StartModel(call) => self.work.push_back(Work::Model(call)),
+                Effect::StartTool { exec, .. } => self.work.push_back(Work::Tool(exec)),
+                Effect::CancelModel { attempt } => {
                     self.cancelled = Some(attempt);
                     self.work
                         .retain(|w| !matches!(w, Work::Model(c) if c.attempt == attempt));
                 }
-                Output::Flush(_) => self.flush_sink(),
-                Output::Status(_status) => {
-                    log_debug!("dsh: status {}", _status);
-                }
-                // Tools run synchronously, so nothing is in flight to abort;
-                // hooks are the defaults, so none is deferred.
+                // Tools run synchronously, so nothing is in flight to stop;
+                // there is no front end to publish to.
                 _ => {}
             }
         }
     }
 
-    /// A durability barrier: flushes the sink unless it already failed.
-    fn flush_sink(&mut self) {
-        if self.sink_error.is_none() {
-            if let Err(e) = self.sink.flush() {
-                self.sink_error = Some(e.kind());
-            }
-        }
-    }
-
-    fn persist(&mut self, range: Range<u64>) {
-        if self.sink_error.is_some() {
-            return;
+    /// Writes one batch and flushes the sink (a durability barrier). After
+    /// a failure nothing more is written.
+    fn persist(&mut self, range: Range<u64>) -> Result<(), String> {
+        if let Some(kind) = self.sink_error {
+            return Err(format!("the log sink failed: {kind:?}"));
         }
         let (Ok(start), Ok(end)) = (usize::try_from(range.start), usize::try_from(range.end))
         else {
-            return;
+            return Ok(());
         };
-        let Some(events) = self.agent.session().events().get(start..end) else {
-            return;
-        };
+        let events = self
+            .kernel
+            .session()
+            .events()
+            .get(start..end)
+            .unwrap_or(&[]);
+        let mut result = Ok(());
         for event in events {
             self.scratch.clear();
             encode_event_line(event, &mut self.scratch);
             if let Err(e) = self.sink.write_all(&self.scratch) {
-                self.sink_error = Some(e.kind());
-                return;
+                result = Err(e.kind());
+                break;
             }
         }
+        if result.is_ok() {
+            result = self.sink.flush().map_err(|e| e.kind());
+        }
+        result.map_err(|kind| {
+            self.sink_error = Some(kind);
+            format!("the log sink failed: {kind:?}")
+        })
     }
 
     fn run_tool(&mut self, exec: ToolExecution) {
@@ -463,8 +483,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         };
         let now = (self.clock)();
         if self
-            .agent
-            .handle_tool_result(now, exec.token, outcome)
+            .kernel
+            .tool_done(now, exec.token, outcome, Vec::new())
             .is_ok()
         {
             self.drain();
@@ -481,8 +501,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 // AC-6: an adapter failure is the stream's terminal chunk.
                 let now = (self.clock)();
                 if self
-                    .agent
-                    .handle_chunk(now, attempt, error_finish(&e, false))
+                    .kernel
+                    .model_chunk(now, attempt, error_finish(&e, false))
                     .is_err()
                 {
                     return;
@@ -496,7 +516,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 return;
             }
             let now = (self.clock)();
-            if self.agent.handle_stream_end(now, attempt).is_ok() {
+            if self.kernel.model_end(now, attempt).is_ok() {
                 self.drain();
             }
         }
@@ -632,7 +652,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 continue;
             }
             let now = (self.clock)();
-            if self.agent.handle_chunk(now, attempt, chunk).is_err() {
+            if self.kernel.model_chunk(now, attempt, chunk).is_err() {
                 wanted = false;
                 continue;
             }

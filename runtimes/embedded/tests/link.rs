@@ -346,10 +346,17 @@ fn a_failing_log_sink_is_reported_and_the_turn_still_ends() {
     );
     assert_eq!(shell.agent().status(), dsh_core::agent::AgentStatus::Idle);
     let (agent, sink) = shell.into_parts();
-    assert!(matches!(
-        agent.session().events().last().map(|e| e.event_type()),
-        Some("turn/end")
-    ));
+    let last = agent.session().events().last().expect("events");
+    assert_eq!(last.event_type(), "turn/end");
+    // SM-14 (the kernel's one behaviour in every runtime): the write before
+    // the model call failed, so the request was not sent and the turn
+    // ended in error with the sink's failure.
+    let end: serde_json::Value = serde_json::from_str(&last.to_json()).unwrap();
+    assert_eq!(end["data"]["reason"]["kind"], "error", "{end}");
+    assert_eq!(
+        end["data"]["reason"]["error"]["code"], "FLUSH_FAILED",
+        "{end}"
+    );
     assert_eq!(sink.kept.len(), 600);
 }
 

@@ -1,30 +1,27 @@
-//! `dsh-smol`: the async dsh shell on [smol](https://docs.rs/smol).
+//! `dsh-smol`: the async dsh runtime on [smol](https://docs.rs/smol).
 //!
-//! Each [`Agent`] is one task that owns its sans-IO core machine
-//! ([`dsh_core::agent::Agent`]) and talks to the world through one channel:
-//! handle calls, model-stream chunks, tool results and approval answers all
-//! arrive as messages, are fed to the core as inputs, and the core's outputs
-//! are drained completely after each one (design.md "Shells").
+//! Each [`Agent`] is one task that owns a runtime kernel
+//! ([`dsh_runtime::Kernel`]) and talks to the world through one channel:
+//! handle calls, model-stream chunks and tool results arrive as messages,
+//! are fed to the kernel with `now`, and its effects are drained completely
+//! after each one. Every decision (the flush gate and checkpoint batching,
+//! tool deadlines and abort, approvals, create / resume / fork) is the
+//! kernel's, the same as in `dsh-std` (design.md "Shells").
 //!
 //! Nothing blocks the executor:
-//! - the DeepSeek client's blocking HTTP reader runs on the blocking pool
-//!   (`smol::unblock`) and pushes chunks into the agent's channel; a
-//!   cancelled attempt (`CancelModelCall`, `AbortTurn`, disposal) cancels
-//!   the client's [`CancelToken`](dsh_deepseek::CancelToken), which
-//!   interrupts the blocked read at once;
-//! - tool bodies run on the blocking pool, raced against their timeout
-//!   (TL-14), and are cancelled through their own token on `AbortTurn`;
-//! - store writes run on the blocking pool. Appended events are kept in
-//!   the core's log and written as one batch at each durability checkpoint
-//!   (`Output::Flush`, loop.md SM-12/SM-13: before pre-step, before the
-//!   model request, before a tool body, after `turn/end`) and at disposal;
-//!   a failed write before the model request or a tool body stops that
-//!   dispatch (SM-14);
-//! - retry delays (`poll_timeout`) are `smol::Timer`s.
+//! - model streams ([`ModelProvider`]: the DeepSeek client unless
+//!   [`AgentConfig::provider`] names another) are read on the blocking pool
+//!   (`smol::unblock`); a cancelled attempt cancels the stream's
+//!   [`CancelToken`](dsh_deepseek::CancelToken), which interrupts the
+//!   blocked read at once;
+//! - tool bodies run on the blocking pool and are told to stop through
+//!   their own token;
+//! - store writes (one batch per durability checkpoint, SM-12 to SM-14)
+//!   run on the blocking pool;
+//! - the kernel's deadlines (`poll_timeout`) are `smol::Timer`s.
 //!
 //! Many agents share one executor: the test suite runs 200 in one process
-//! against one mock server. Time comes from `SystemTime`, message ids are
-//! UUID v4 from a per-agent RNG ([`ids::UuidIds`]).
+//! against one mock server.
 //!
 //! ```no_run
 //! # async fn demo(config: dsh_smol::AgentConfig, store: std::sync::Arc<dyn dsh_store::SessionStore>) -> Result<(), dsh_smol::ShellError> {
@@ -42,8 +39,6 @@
 #![warn(missing_docs)]
 
 mod driver;
-mod hooks;
-pub mod ids;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -56,26 +51,32 @@ use std::time::Duration;
 use async_channel::{Receiver, Sender};
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget, InputError, ResumeError};
-use dsh_core::session::{ForkError, SeedError, SessionEvent, TurnEndReason};
-use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, TokenUsage};
+use dsh_core::session::{ForkError, SeedError};
+use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId};
 use dsh_deepseek::{ClientOptions, DeepSeekConfig};
+use dsh_runtime::{Ids, KernelError};
 use dsh_store::{SessionStore, StoreError};
 
+pub use dsh_runtime::host::{Clock, ModelProvider};
+pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, Reply, TurnSummary};
 pub use dsh_tools;
 pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, Tool, ToolSet};
 
 use driver::Msg;
 
 /// Everything needed to run an agent.
-#[derive(Debug)]
 pub struct AgentConfig {
     /// The DeepSeek adapter configuration (base URL, API-key variable,
     /// idle watchdog, models).
     pub model: DeepSeekConfig,
     /// Transport settings (credentials service, timeouts, proxy).
     pub client_options: ClientOptions,
-    /// Provider route and model of the first request; effort, temperature
-    /// and stop sequences fill the seed of every request that lacks them.
+    /// Another model backend instead of the DeepSeek client (tests, the
+    /// contract suite); `None`: the client over `model`.
+    pub provider: Option<Arc<dyn ModelProvider>>,
+    /// The call config of every request: provider route, model, max
+    /// tokens, and the effort, temperature and stop sequences that fill
+    /// each request seed lacking them.
     pub call_config: LlmCallConfig,
     /// The system prompt, one section.
     pub system_prompt: Option<String>,
@@ -92,17 +93,37 @@ pub struct AgentConfig {
     pub cwd: PathBuf,
     /// The route's retry policy (R-4); `None`: the R-3 defaults.
     pub retry_policy: Option<RetryPolicy>,
-    /// Seed of the id/jitter RNG; `None`: random.
+    /// Seed of the id/jitter generator; `None`: random.
     pub id_seed: Option<u64>,
+    /// How ids are minted (test hook: [`IdMode::Sequential`]).
+    pub ids: IdMode,
+    /// Time source (test hook: [`Clock::Fixed`]).
+    pub clock: Clock,
+    /// Plugins, in order, after the shell's own (provider `prepare`,
+    /// approval policy).
+    pub plugins: Vec<Box<dyn Plugin>>,
+}
+
+impl fmt::Debug for AgentConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("call_config", &self.call_config)
+            .field("tools", &self.tools.names())
+            .field("approval", &self.approval)
+            .field("cwd", &self.cwd)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AgentConfig {
     /// A config for `call_config` over `model`, with no tools, auto
-    /// approval, no tool deadline, the current directory, default retries.
+    /// approval, no tool deadline, the current directory, default retries,
+    /// the system clock and random UUID ids.
     pub fn new(model: DeepSeekConfig, call_config: LlmCallConfig) -> Self {
         AgentConfig {
             model,
             client_options: ClientOptions::default(),
+            provider: None,
             call_config,
             system_prompt: None,
             tools: ToolSet::new(),
@@ -111,6 +132,9 @@ impl AgentConfig {
             cwd: std::env::current_dir().unwrap_or_default(),
             retry_policy: None,
             id_seed: None,
+            ids: IdMode::Uuid,
+            clock: Clock::System,
+            plugins: Vec::new(),
         }
     }
 }
@@ -160,41 +184,18 @@ impl From<StoreError> for ShellError {
     }
 }
 
-/// Identifies one pending approval request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ApprovalRequestId(pub u64);
-
-/// What subscribers see, live.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum AgentEvent {
-    /// The public status changed (LC-3).
-    Status(AgentStatus),
-    /// A session event was appended (every event, in seq order; chunks
-    /// included, so this is the live text).
-    Event(Arc<SessionEvent>),
-    /// A tool call waits for [`Agent::answer_approval`].
-    ApprovalRequested {
-        /// Pass back with the decision.
-        id: ApprovalRequestId,
-        /// The tool.
-        tool: String,
-        /// The raw argument text.
-        arguments: String,
-    },
-    /// A failure with no log position (store write, `agent/error`).
-    Error(String),
-}
-
-/// How the last turn ended.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct TurnSummary {
-    /// The turn number (0: no turn yet).
-    pub turn: u64,
-    /// Its `turn/end` reason (`None` before the first turn).
-    pub reason: Option<TurnEndReason>,
-    /// Usage of the turn's last model call, when reported.
-    pub usage: Option<TokenUsage>,
+impl From<KernelError> for ShellError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Input(e) => ShellError::Input(e),
+            KernelError::Resume(e) => ShellError::Resume(e),
+            KernelError::Seed(e) => ShellError::Seed(e),
+            KernelError::Fork(e) => ShellError::Fork(e),
+            KernelError::Append(e) => ShellError::Input(InputError::Append(e)),
+            KernelError::Disposed => ShellError::Closed,
+            other => ShellError::Config(other.to_string()),
+        }
+    }
 }
 
 /// A live event subscription: a [`futures_core::Stream`] of
@@ -232,7 +233,7 @@ pub struct Agent {
     tx: Sender<Msg>,
     running: Arc<AtomicBool>,
     task: Option<smol::Task<()>>,
-    ids: std::sync::Mutex<ids::UuidIds>,
+    ids: std::sync::Mutex<Ids>,
 }
 
 impl fmt::Debug for Agent {
@@ -252,7 +253,9 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let session = driver::create_session(&config, &store, session_id).await?;
+        let now = config.clock.now_ms();
+        let cwd = dsh_runtime::host::absolute_cwd(&config.cwd);
+        let session = driver::create_session(now, cwd, &store, session_id).await?;
         driver::spawn(config, store, session, 0)
     }
 
@@ -265,7 +268,8 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: &SessionId,
     ) -> Result<Agent, ShellError> {
-        let (session, flushed) = driver::resume_session(&store, session_id).await?;
+        let now = config.clock.now_ms();
+        let (session, flushed) = driver::resume_session(now, &store, session_id).await?;
         driver::spawn(config, store, session, flushed)
     }
 
@@ -279,15 +283,16 @@ impl Agent {
         at_seq: Option<u64>,
         new_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let session = driver::fork_session(&store, from, at_seq, new_id).await?;
+        let now = config.clock.now_ms();
+        let session = driver::fork_session(now, &store, from, at_seq, new_id).await?;
         let flushed = session.len();
         driver::spawn(config, store, session, flushed)
     }
 
     fn user_message(&self, text: &str) -> Message {
         let id = match self.ids.lock() {
-            Ok(mut ids) => ids.uuid(),
-            Err(_) => ids::uuid_v4(&mut fastrand::Rng::new()),
+            Ok(mut ids) => ids.user_message_id(),
+            Err(e) => e.into_inner().user_message_id(),
         };
         Message::user(id, vec![ContentBlock::text(text)])
     }
@@ -309,7 +314,7 @@ impl Agent {
             .await
             .map_err(|_| ShellError::Closed)?;
         match answer.recv().await {
-            Ok(r) => r.map_err(ShellError::Input),
+            Ok(r) => r.map_err(ShellError::from),
             Err(_) => Err(ShellError::Closed),
         }
     }
@@ -372,11 +377,17 @@ impl Agent {
 
     /// Answers [`AgentEvent::ApprovalRequested`] `request`.
     pub async fn answer_approval(&self, request: ApprovalRequestId, decision: ApprovalDecision) {
+        self.answer(request, Reply::Approval(decision)).await;
+    }
+
+    /// Answers any ask ([`AgentEvent::ApprovalRequested`],
+    /// [`AgentEvent::Asked`]); an unknown or stale id is ignored.
+    pub async fn answer(&self, request: ApprovalRequestId, reply: Reply) {
         let _ = self
             .tx
-            .send(Msg::Approval {
+            .send(Msg::Answer {
                 id: request.0,
-                decision,
+                reply,
             })
             .await;
     }

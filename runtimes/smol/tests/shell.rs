@@ -17,7 +17,7 @@ use dsh_core::agent::{
 use dsh_core::session::{
     AbortCause, EventData, Session, SessionEvent, SessionHeader, TurnEndReason,
 };
-use dsh_core::{ContentBlock, Message, SessionId, StreamChunk};
+use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
 use dsh_deepseek::{CancelToken, DeepSeekClient};
 use dsh_smol::{Agent, AgentEvent};
 use dsh_tools::{Tool, ToolCallRequest, ToolContext, Workspace};
@@ -95,7 +95,9 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
         retry_executor: true,
         ..CoreConfig::default()
     };
-    let mut core = Core::new(config, Session::new(SessionHeader::new("core-run", 0))).unwrap();
+    let mut core = Core::new(config, Session::new(SessionHeader::new("core-run", 0)))
+        .unwrap()
+        .with_hooks(Prepare(client.clone()));
     core.followup(1, Message::user("m1", vec![ContentBlock::text("hi")]))
         .unwrap();
     while let Some(out) = core.poll() {
@@ -115,6 +117,23 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
         }
     }
     core.session().events().to_vec()
+}
+
+/// The provider's `prepare` (LC-15), as the shell installs it (the
+/// context window from the client's catalog); every other seam keeps the
+/// default.
+struct Prepare(DeepSeekClient);
+
+impl dsh_core::agent::Hooks for Prepare {
+    fn prepare(
+        &mut self,
+        _cx: &mut dsh_core::agent::HookCx<'_>,
+        config: LlmCallConfig,
+    ) -> dsh_core::agent::Hook<Result<dsh_core::agent::PreparedCall, dsh_core::agent::HookError>>
+    {
+        use dsh_smol::ModelProvider;
+        dsh_core::agent::Hook::Ready(Ok(self.0.prepare(config).unwrap()))
+    }
 }
 
 /// V02 (one tool call, then a text answer) without the chunk events.

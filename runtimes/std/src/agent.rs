@@ -1,32 +1,26 @@
-//! The [`Agent`] handle and its driver thread.
+//! The [`Agent`] handle and its driver thread: a thin loop that carries the
+//! kernel's effects to threads.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::tools::ToolOutcome;
-use dsh_core::agent::{
-    self as core_agent, AgentOptions, AgentStatus, ApprovalOutcome, CancelCause, Checkpoint,
-    FixedJitter, Hook, HookAnswer, HookCall, HookCx, HookError, Hooks, InboxTarget, InputError,
-    Notification, Output, PostToolDecision, PreToolDecision, PreparedCall, Recovery, SeededJitter,
-    ToolExecution,
-};
-use dsh_core::session::{EventData, Session, SessionEvent, SessionHeader, TurnEndReason};
-use dsh_core::{
-    ContentBlock, LlmCallConfig, LlmError, Message, SessionId, StreamChunk, TokenUsage,
-};
+use dsh_core::agent::{self as core_agent, AgentStatus, CancelCause, InboxTarget, InputError};
+use dsh_core::session::{EventData, SessionEvent};
+use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
 use dsh_deepseek::CancelToken;
+use dsh_runtime::host::{Clock, ModelProvider, ProviderPrepare, absolute_cwd, pump};
+use dsh_runtime::{
+    AgentEvent, ApprovalRequestId, Effect, IdMode, Ids, Kernel, KernelError, Plugin, Reply,
+    TurnSummary,
+};
 use dsh_store::{SessionStore, StoreError};
-
-use crate::clock::{Clock, IdMode, ShellIds};
-use crate::provider::ModelProvider;
 use dsh_tools::{
-    ApprovalDecision, ApprovalPolicy, CancelToken as ToolCancel, CollectingSink, PolicyHooks,
-    ToolContext, ToolSet, Workspace,
+    ApprovalDecision, ApprovalPlugin, ApprovalPolicy, CancelToken as ToolCancel, ToolSet, Workspace,
 };
 
 /// Loop options of the core (HEAD deltas and the retry executor).
@@ -55,7 +49,9 @@ impl Default for LoopOptions {
 pub struct AgentConfig {
     /// Where model calls go.
     pub provider: Arc<dyn ModelProvider>,
-    /// Provider route and model of the first request (+ effort, max tokens).
+    /// The call config of every request: provider route, model, max
+    /// tokens, and the effort, temperature and stop sequences that fill
+    /// each request seed lacking them.
     pub call_config: LlmCallConfig,
     /// The system prompt (one section; `{{var}}` references are rendered).
     pub system_prompt: Option<String>,
@@ -65,7 +61,9 @@ pub struct AgentConfig {
     pub workspace: Option<PathBuf>,
     /// `ask | auto | deny` per tool.
     pub approval: ApprovalPolicy,
-    /// Per-tool timeout when the tool's definition names none.
+    /// Deadline of a tool body whose definition names none (TL-14);
+    /// `Duration::ZERO` (the default): none. Bash keeps its own executor
+    /// default (TL-21).
     pub tool_timeout: Duration,
     /// Working directory (the session header's `cwd`; where `bash` runs).
     pub cwd: PathBuf,
@@ -75,6 +73,9 @@ pub struct AgentConfig {
     pub clock: Clock,
     /// Id source (test hook: [`IdMode::Sequential`]).
     pub ids: IdMode,
+    /// Plugins, in order, after the shell's own (provider `prepare`,
+    /// approval policy).
+    pub plugins: Vec<Box<dyn Plugin>>,
 }
 
 impl core::fmt::Debug for AgentConfig {
@@ -90,13 +91,12 @@ impl core::fmt::Debug for AgentConfig {
 
 impl AgentConfig {
     /// A config with the built-in tools confined to `cwd`, policy `auto`,
-    /// a 120 s tool timeout, the system clock and UUID ids.
+    /// no tool deadline, the system clock and UUID ids.
     pub fn new(
         provider: Arc<dyn ModelProvider>,
         call_config: LlmCallConfig,
         cwd: impl Into<PathBuf>,
     ) -> Self {
-        let cwd = cwd.into();
         AgentConfig {
             provider,
             call_config,
@@ -104,38 +104,39 @@ impl AgentConfig {
             tools: ToolSet::builtin(),
             workspace: None,
             approval: ApprovalPolicy::default(),
-            tool_timeout: Duration::from_secs(120),
-            cwd,
+            tool_timeout: Duration::ZERO,
+            cwd: cwd.into(),
             loop_options: LoopOptions::default(),
             clock: Clock::System,
             ids: IdMode::Uuid,
+            plugins: Vec::new(),
         }
+    }
+
+    /// The kernel's configuration derived from this one.
+    pub fn kernel_config(&self) -> Result<dsh_runtime::AgentConfig, ShellError> {
+        let tools = self
+            .tools
+            .registry()
+            .map_err(|e| ShellError::Config(format!("tool registry: {e}")))?;
+        let mut k = dsh_runtime::AgentConfig::new(self.call_config.clone());
+        k.system_prompt = self.system_prompt.clone();
+        k.tools = tools;
+        k.tool_timeout_ms = Some(self.tool_timeout.as_millis() as u64).filter(|ms| *ms > 0);
+        k.retry_executor = self.loop_options.retry_executor;
+        k.interrupted_prefix = self.loop_options.interrupted_prefix;
+        k.wake_latch = self.loop_options.wake_latch;
+        k.ids = self.ids;
+        k.seed = crate::clock::os_seed();
+        Ok(k)
     }
 
     /// The core's configuration derived from this one (fails on an invalid
     /// tool definition).
     pub fn core_config(&self) -> Result<core_agent::AgentConfig, ShellError> {
-        let tools = self
-            .tools
-            .registry()
-            .map_err(|e| ShellError::Config(format!("tool registry: {e}")))?;
-        Ok(core_agent::AgentConfig {
-            options: AgentOptions {
-                provider: Some(self.call_config.provider.clone()),
-                model: Some(self.call_config.model.clone()),
-                max_tokens: self.call_config.max_tokens,
-            },
-            sections: self
-                .system_prompt
-                .iter()
-                .map(|t| PromptSection::new("system", 0, t.clone()))
-                .collect(),
-            tools,
-            retry_executor: self.loop_options.retry_executor,
-            interrupted_prefix: self.loop_options.interrupted_prefix,
-            wake_latch: self.loop_options.wake_latch,
-            ..core_agent::AgentConfig::default()
-        })
+        self.kernel_config()?
+            .core_config()
+            .map_err(|e| ShellError::Config(e.to_string()))
     }
 
     /// The tools' workspace.
@@ -144,42 +145,6 @@ impl AgentConfig {
         Workspace::new(root)
             .map_err(|e| ShellError::Config(format!("workspace {}: {e}", root.display())))
     }
-}
-
-/// Identifies one pending approval request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ApprovalRequestId(pub u64);
-
-/// A live event of an agent.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum AgentEvent {
-    /// The public status changed.
-    Status(AgentStatus),
-    /// A session event was appended (in seq order; chunks included).
-    Event(Arc<SessionEvent>),
-    /// A tool with policy `ask` waits for [`Agent::answer_approval`].
-    ApprovalRequested {
-        /// Pass back with the answer.
-        id: ApprovalRequestId,
-        /// The tool name.
-        tool: String,
-        /// The raw argument text.
-        arguments: String,
-    },
-    /// `agent/error`, a store failure, or another shell failure.
-    Error(String),
-}
-
-/// How the last turn ended.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct TurnSummary {
-    /// The last turn number (0: none yet).
-    pub turn: u64,
-    /// The `turn/end` reason of that turn, if one was written.
-    pub reason: Option<TurnEndReason>,
-    /// The usage of the turn's last assistant message that had one.
-    pub usage: Option<TokenUsage>,
 }
 
 /// Why a shell operation failed.
@@ -227,21 +192,35 @@ impl From<StoreError> for ShellError {
     }
 }
 
+impl From<KernelError> for ShellError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Input(e) => ShellError::Input(e),
+            KernelError::Disposed => ShellError::Disposed,
+            KernelError::Fork(e) => ShellError::Fork(e.to_string()),
+            e @ (KernelError::Resume(_) | KernelError::Seed(_) | KernelError::Append(_)) => {
+                ShellError::Resume(e.to_string())
+            }
+            other => ShellError::Config(other.to_string()),
+        }
+    }
+}
+
 /// What reaches the driver thread.
 enum Msg {
     Send {
         message: Message,
         target: InboxTarget,
         wakeup: bool,
-        reply: SyncSender<Result<(), InputError>>,
+        reply: SyncSender<Result<(), KernelError>>,
     },
     Cancel {
         cause: CancelCause,
         keep_inbox: bool,
     },
-    Approval {
+    Answer {
         id: u64,
-        decision: ApprovalDecision,
+        reply: Reply,
     },
     Subscribe(Sender<AgentEvent>),
     Snapshot(SyncSender<Vec<SessionEvent>>),
@@ -277,13 +256,13 @@ struct Shared {
 
 /// The handle of a running agent (blocking std shell). Dropping it
 /// disposes the agent: the turn is cancelled (`disposed`), running work
-/// stops, the store is flushed, and the drop waits for quiescence.
+/// stops, the log is persisted, and the drop waits for quiescence.
 pub struct Agent {
     id: SessionId,
     tx: Sender<Msg>,
     shared: Arc<Shared>,
     driver: Option<JoinHandle<()>>,
-    ids: Mutex<ShellIds>,
+    ids: Mutex<Ids>,
 }
 
 impl core::fmt::Debug for Agent {
@@ -296,31 +275,32 @@ impl core::fmt::Debug for Agent {
 
 impl Agent {
     /// A fresh agent over a new session `session_id` (registered with the
-    /// store; nothing is written until the first event).
+    /// store; nothing is written until the first checkpoint).
     pub fn create(
         config: AgentConfig,
         store: Arc<dyn SessionStore>,
         session_id: SessionId,
     ) -> Result<Agent, ShellError> {
         let now = config.clock.now_ms();
-        let mut header = SessionHeader::new(session_id, u64::try_from(now).unwrap_or(0));
-        header.cwd = absolute(&config.cwd);
-        store.create(header.clone())?;
-        Agent::start(config, store, Session::new(header))
+        let session = dsh_runtime::create_session(session_id, now, absolute_cwd(&config.cwd))?;
+        store.create(session.header().clone())?;
+        Agent::start(config, store, session, 0)
     }
 
     /// Resumes a stored session. The store's load repairs a crashed log (a
     /// torn tail dropped, an interrupted turn closed, persistence.md 6.5);
-    /// turn numbering and the inbox continue (V30, IB-8).
+    /// a `session/end-seed` marker is appended unless the log ends with one
+    /// (IB-14, ES3); turn numbering and the inbox continue (V30, IB-8).
     pub fn resume(
         config: AgentConfig,
         store: Arc<dyn SessionStore>,
         session_id: &SessionId,
     ) -> Result<Agent, ShellError> {
         let loaded = store.load(session_id)?;
-        let session = Session::restore(loaded.header, loaded.events)
-            .map_err(|e| ShellError::Resume(e.to_string()))?;
-        Agent::start(config, store, session)
+        let stored = loaded.events.len() as u64;
+        let now = config.clock.now_ms();
+        let session = dsh_runtime::resume_session(loaded.header, loaded.events, now)?;
+        Agent::start(config, store, session, stored)
     }
 
     /// Forks stored session `from` at seq `at_seq` (default: its last
@@ -332,62 +312,50 @@ impl Agent {
         at_seq: Option<u64>,
         new_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let cancel = dsh_store::Cancel::new();
-        let parent = store.inspect(from, &cancel)?;
-        let parent = Session::restore(parent.header, parent.events)
-            .map_err(|e| ShellError::Fork(e.to_string()))?;
+        let parent = store.inspect(from, &dsh_store::Cancel::new())?;
         let now = config.clock.now_ms();
-        let child = parent
-            .fork(at_seq, new_id.clone(), now)
-            .map_err(|e| ShellError::Fork(e.to_string()))?;
+        let child =
+            dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id.clone(), now)?;
         store.create(child.header().clone())?;
         store.append(&new_id, child.events())?;
-        Agent::start(config, store, child)
+        let stored = child.len();
+        Agent::start(config, store, child, stored)
     }
 
     fn start(
         mut config: AgentConfig,
         store: Arc<dyn SessionStore>,
-        session: Session,
+        session: dsh_core::session::Session,
+        stored: u64,
     ) -> Result<Agent, ShellError> {
         let workspace = config.workspace()?;
-        let core = core_agent::Agent::new(config.core_config()?, session)
-            .map_err(|e| ShellError::Resume(e.to_string()))?;
-        let id = core.id().clone();
-        let policy = Arc::new(Mutex::new(config.approval.clone()));
-        let toolset = Arc::new(std::mem::take(&mut config.tools));
-        let core = core
-            .with_hooks(ShellHooks {
-                policy: PolicyHooks::new(policy.clone()),
-                provider: config.provider.clone(),
-            })
-            .with_ids(ShellIds::new(config.ids));
-        // Retry jitter: random under UUID ids, the reference's fixed
-        // middle sample under the deterministic test hook.
-        let core = match config.ids {
-            IdMode::Uuid => core.with_jitter(SeededJitter(crate::clock::Rng::from_os().next_u64())),
-            IdMode::Sequential => core.with_jitter(FixedJitter::default()),
-        };
+        let kernel_config = config.kernel_config()?;
+        let mut plugins: Vec<Box<dyn Plugin>> = vec![
+            Box::new(ProviderPrepare(config.provider.clone())),
+            Box::new(ApprovalPlugin::new(Arc::new(Mutex::new(
+                config.approval.clone(),
+            )))),
+        ];
+        plugins.append(&mut config.plugins);
+        let kernel = Kernel::new(kernel_config, session, stored, plugins)?;
+        let id = kernel.id().clone();
         let (tx, rx) = mpsc::channel();
         let shared = Arc::new(Shared {
             state: Mutex::new(SharedState {
                 status: Some(AgentStatus::Idle),
                 quiescent: true,
-                summary: TurnSummary {
-                    turn: core.turn(),
-                    ..TurnSummary::default()
-                },
+                summary: kernel.summary(),
                 ..SharedState::default()
             }),
             cv: Condvar::new(),
         });
-        let ids = Mutex::new(ShellIds::new(config.ids));
+        let ids = Mutex::new(Ids::new(config.ids, crate::clock::os_seed()));
         let driver = Driver {
-            core,
-            config,
-            toolset,
+            kernel,
+            clock: config.clock.clone(),
+            provider: config.provider.clone(),
+            toolset: Arc::new(std::mem::take(&mut config.tools)),
             workspace,
-            policy,
             store,
             rx,
             tx: tx.clone(),
@@ -395,13 +363,8 @@ impl Agent {
             subscribers: Vec::new(),
             streams: BTreeMap::new(),
             tools: BTreeMap::new(),
-            approvals: BTreeMap::new(),
-            deferred: VecDeque::new(),
-            gate: None,
             threads: Vec::new(),
-            disposing: false,
-            summary_usage: None,
-            retry_timer: None,
+            timer: None,
             handled: 0,
         };
         let handle = std::thread::Builder::new()
@@ -425,7 +388,7 @@ impl Agent {
     fn user_message(&self, text: &str) -> Message {
         let id = match self.ids.lock() {
             Ok(mut ids) => ids.user_message_id(),
-            Err(_) => crate::clock::Rng::from_os().uuid_v4().into(),
+            Err(e) => e.into_inner().user_message_id(),
         };
         Message::user(id, vec![ContentBlock::text(text)])
     }
@@ -453,7 +416,7 @@ impl Agent {
             reply,
         })?;
         match answer.recv() {
-            Ok(r) => r.map_err(ShellError::Input),
+            Ok(r) => r.map_err(ShellError::from),
             Err(_) => Err(ShellError::Disposed),
         }
     }
@@ -486,9 +449,15 @@ impl Agent {
     /// Answers an [`AgentEvent::ApprovalRequested`]. An unknown or stale id
     /// is ignored.
     pub fn answer_approval(&self, request: ApprovalRequestId, decision: ApprovalDecision) {
-        let _ = self.submit(Msg::Approval {
+        self.answer(request, Reply::Approval(decision));
+    }
+
+    /// Answers any ask ([`AgentEvent::ApprovalRequested`],
+    /// [`AgentEvent::Asked`]). An unknown or stale id is ignored.
+    pub fn answer(&self, request: ApprovalRequestId, reply: Reply) {
+        let _ = self.submit(Msg::Answer {
             id: request.0,
-            decision,
+            reply,
         });
     }
 
@@ -517,8 +486,8 @@ impl Agent {
     }
 
     /// Waits until every call made before this one has been handled and
-    /// the agent is idle with no latched wake (IB-13 `when_idle`); returns
-    /// how the last turn ended.
+    /// the agent is idle with nothing in flight or left to persist (IB-13
+    /// `when_idle`); returns how the last turn ended.
     pub fn wait_idle(&self, timeout: Option<Duration>) -> Result<TurnSummary, ShellError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let Ok(mut s) = self.shared.state.lock() else {
@@ -568,126 +537,39 @@ impl Drop for Agent {
     }
 }
 
-fn absolute(p: &std::path::Path) -> Option<String> {
-    let abs = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        std::env::current_dir().ok()?.join(p)
-    };
-    abs.to_str().map(String::from)
-}
-
-/// The seams the std shell installs: the approval policy (`dsh-tools`
-/// `PolicyHooks`: pre-execute decision, every `ask` deferred to the user)
-/// and the provider's `prepare` (LC-15).
-pub(crate) struct ShellHooks {
-    pub(crate) policy: PolicyHooks,
-    pub(crate) provider: Arc<dyn ModelProvider>,
-}
-
-impl Hooks for ShellHooks {
-    fn prepare(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        config: LlmCallConfig,
-    ) -> Hook<Result<PreparedCall, HookError>> {
-        Hook::Ready(
-            self.provider
-                .prepare(config)
-                .map_err(|e| HookError::Llm(e.into_failure())),
-        )
-    }
-
-    fn tool_pre_execute(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-    ) -> Hook<Result<PreToolDecision, HookError>> {
-        self.policy.tool_pre_execute(cx, exec)
-    }
-
-    fn tool_approval(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-        reason: Option<&str>,
-    ) -> Hook<ApprovalOutcome> {
-        self.policy.tool_approval(cx, exec, reason)
-    }
-
-    fn tool_post_execute(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-        outcome: &ToolOutcome,
-    ) -> Hook<Result<PostToolDecision, HookError>> {
-        self.policy.tool_post_execute(cx, exec, outcome)
-    }
-}
-
-/// How long the driver waits past a tool's timeout before it answers the
-/// call itself.
-const TOOL_GRACE: Duration = Duration::from_secs(2);
-
-struct RunningTool {
-    cancel: ToolCancel,
-    deadline: Instant,
-    name: String,
-    timeout: Duration,
-}
-
-/// An input the driver applies after the current drain.
-enum Deferred {
-    FailModel { attempt: u64, error: LlmError },
-    ToolResult { token: u64, outcome: ToolOutcome },
-    Hook { id: u64, answer: HookAnswer },
-}
-
 struct Driver {
-    core: core_agent::Agent,
-    config: AgentConfig,
+    kernel: Kernel,
+    clock: Clock,
+    provider: Arc<dyn ModelProvider>,
     toolset: Arc<ToolSet>,
     workspace: Workspace,
-    policy: Arc<Mutex<ApprovalPolicy>>,
     store: Arc<dyn SessionStore>,
     rx: Receiver<Msg>,
     tx: Sender<Msg>,
     shared: Arc<Shared>,
     subscribers: Vec<Sender<AgentEvent>>,
     streams: BTreeMap<u64, CancelToken>,
-    tools: BTreeMap<u64, RunningTool>,
-    /// Pending approvals: hook id → tool name.
-    approvals: BTreeMap<u64, String>,
-    deferred: VecDeque<Deferred>,
-    /// A failed durability barrier: the next model call or tool body must
-    /// not be dispatched (SM-14).
-    gate: Option<String>,
+    tools: BTreeMap<u64, ToolCancel>,
     threads: Vec<JoinHandle<()>>,
-    disposing: bool,
-    summary_usage: Option<TokenUsage>,
-    /// The armed retry deadline (core clock) and when it passes (monotonic).
-    retry_timer: Option<(i64, Instant)>,
+    /// The kernel deadline waited for, and when it passes (monotonic).
+    timer: Option<(i64, Instant)>,
     /// Handle calls handled so far.
     handled: u64,
 }
 
 impl Driver {
     fn now(&self) -> i64 {
-        self.config.clock.now_ms()
+        self.clock.now_ms()
     }
 
     fn run(mut self) {
         loop {
-            while let Some(d) = self.deferred.pop_front() {
-                self.apply_deferred(d);
-                self.drain();
-            }
+            self.drain();
             self.publish_state();
-            if self.disposing && self.core.is_quiescent() && self.tools.is_empty() {
+            if self.kernel.is_finished() {
                 break;
             }
-            let timeout = self.next_wake();
-            let msg = match timeout {
+            let msg = match self.next_wake() {
                 Some(t) => match self.rx.recv_timeout(t) {
                     Ok(m) => Some(m),
                     Err(RecvTimeoutError::Timeout) => None,
@@ -700,18 +582,16 @@ impl Driver {
             };
             match msg {
                 Some(m) => self.handle(m),
-                None => self.on_timers(),
+                None => self.on_timer(),
             }
-            self.drain();
         }
-        // Quiescent (or orphaned): stop whatever still runs, persist, leave.
         for c in self.streams.values() {
             c.cancel();
         }
-        for t in self.tools.values() {
-            t.cancel.cancel();
+        for c in self.tools.values() {
+            c.cancel();
         }
-        if let Err(e) = self.store.release(self.core.id()) {
+        if let Err(e) = self.store.release(self.kernel.id()) {
             self.broadcast(AgentEvent::Error(format!("session store: {e}")));
         }
         for h in self.threads.drain(..) {
@@ -725,60 +605,43 @@ impl Driver {
         self.shared.cv.notify_all();
     }
 
+    /// How long to wait for the kernel's next deadline (measured on a
+    /// monotonic clock, so a fixed test clock still wakes up).
     fn next_wake(&mut self) -> Option<Duration> {
-        let mut best: Option<Duration> = None;
+        let Some(deadline) = self.kernel.poll_timeout() else {
+            self.timer = None;
+            return None;
+        };
         let now = Instant::now();
-        match self.core.poll_timeout() {
-            Some(deadline) => {
-                let wake_at = match self.retry_timer {
-                    Some((d, at)) if d == deadline => at,
-                    _ => {
-                        let ms = deadline.saturating_sub(self.now()).max(0);
-                        let at = now + Duration::from_millis(ms as u64);
-                        self.retry_timer = Some((deadline, at));
-                        at
-                    }
-                };
-                best = Some(wake_at.saturating_duration_since(now));
+        let at = match self.timer {
+            Some((d, at)) if d == deadline => at,
+            _ => {
+                let ms = deadline.saturating_sub(self.now()).max(0);
+                let at = now + Duration::from_millis(ms as u64);
+                self.timer = Some((deadline, at));
+                at
             }
-            None => self.retry_timer = None,
-        }
-        for t in self.tools.values() {
-            let d = t.deadline.saturating_duration_since(now);
-            best = Some(best.map_or(d, |b| b.min(d)));
-        }
-        best
+        };
+        Some(at.saturating_duration_since(now))
     }
 
-    fn on_timers(&mut self) {
-        let now = self.now();
-        // The wait was measured against this clock; a fixed or manual test
-        // clock does not move, so the deadline itself is the time.
-        if let (Some(deadline), Some((_, at))) = (self.core.poll_timeout(), self.retry_timer)
+    fn on_timer(&mut self) {
+        if let Some((deadline, at)) = self.timer
             && Instant::now() >= at
         {
-            self.retry_timer = None;
-            let _ = self.core.handle_timeout(now.max(deadline));
-            self.drain();
+            self.timer = None;
+            // A fixed or manual test clock does not move: the deadline
+            // itself is the time.
+            let now = self.now().max(deadline);
+            self.kernel.handle_timeout(now);
         }
-        let instant = Instant::now();
-        let expired: Vec<u64> = self
-            .tools
-            .iter()
-            .filter(|(_, t)| instant >= t.deadline)
-            .map(|(k, _)| *k)
-            .collect();
-        for token in expired {
-            if let Some(t) = self.tools.remove(&token) {
-                t.cancel.cancel();
-                let outcome = ToolOutcome::error(format!(
-                    "tool \"{}\" timed out after {} ms",
-                    t.name,
-                    t.timeout.as_millis()
-                ));
-                let _ = self.core.handle_tool_result(now, token, outcome);
-                self.drain();
-            }
+    }
+
+    fn report(&mut self, r: Result<(), KernelError>) {
+        if let Err(e) = r
+            && !e.is_stale()
+        {
+            self.broadcast(AgentEvent::Error(e.to_string()));
         }
     }
 
@@ -792,36 +655,32 @@ impl Driver {
                 wakeup,
                 reply,
             } => {
-                let r = self.core.send(now, message, target, wakeup);
+                let r = self.kernel.send(now, message, target, wakeup);
                 self.drain();
                 let _ = reply.send(r);
             }
-            Msg::Cancel { cause, keep_inbox } => self.core.cancel(now, cause, keep_inbox),
-            Msg::Approval { id, decision } => {
-                if let Some(tool) = self.approvals.remove(&id) {
-                    // TL-9 step 5; `AllowAlways` switches the tool to auto.
-                    let outcome = match self.policy.lock() {
-                        Ok(mut p) => p.resolve(&tool, Some(decision)),
-                        Err(_) => ApprovalOutcome::Cancelled,
-                    };
-                    let _ = self
-                        .core
-                        .complete_hook(now, id, HookAnswer::ToolApproval(outcome));
-                }
+            Msg::Cancel { cause, keep_inbox } => self.kernel.cancel(now, cause, keep_inbox),
+            Msg::Answer { id, reply } => {
+                // An unknown or withdrawn id is ignored.
+                let _ = self.kernel.answer(now, id, reply);
             }
-            Msg::Subscribe(tx) => self.subscribers.push(tx),
+            Msg::Subscribe(tx) => {
+                self.subscribers.push(tx);
+                self.kernel.set_publish_events(true);
+            }
             Msg::Snapshot(reply) => {
-                let _ = reply.send(self.core.session().events().to_vec());
+                let _ = reply.send(self.kernel.session().events().to_vec());
             }
             Msg::Chunk { attempt, chunk } => {
                 counted = false;
-                // A stale attempt (cancelled, retried) is refused: dropped.
-                let _ = self.core.handle_chunk(now, attempt, chunk);
+                let r = self.kernel.model_chunk(now, attempt, chunk);
+                self.report(r);
             }
             Msg::End { attempt } => {
                 counted = false;
                 self.streams.remove(&attempt);
-                let _ = self.core.handle_stream_end(now, attempt);
+                let r = self.kernel.model_end(now, attempt);
+                self.report(r);
             }
             Msg::ToolDone {
                 token,
@@ -829,24 +688,13 @@ impl Driver {
                 events,
             } => {
                 counted = false;
-                // A result after the timeout answered the call is dropped.
-                if self.tools.remove(&token).is_some() {
-                    // Tool-owned events (TL-24) land before the result.
-                    for data in events {
-                        if let Err(e) = self.core.append_event(now, data, None) {
-                            self.broadcast(AgentEvent::Error(format!("tool event refused: {e}")));
-                        }
-                    }
-                    self.drain();
-                    let _ = self.core.handle_tool_result(now, token, outcome);
-                }
+                self.tools.remove(&token);
+                let r = self.kernel.tool_done(now, token, outcome, events);
+                self.report(r);
             }
             Msg::Dispose => {
                 counted = false;
-                if !self.disposing {
-                    self.disposing = true;
-                    self.core.cancel(now, CancelCause::Disposed, false);
-                }
+                self.kernel.dispose(now);
             }
         }
         if counted {
@@ -856,184 +704,48 @@ impl Driver {
         }
     }
 
-    fn apply_deferred(&mut self, d: Deferred) {
-        let now = self.now();
-        match d {
-            Deferred::FailModel { attempt, error } => {
-                self.streams.remove(&attempt);
-                let _ =
-                    self.core
-                        .handle_chunk(now, attempt, dsh_deepseek::error_finish(&error, false));
-                let _ = self.core.handle_stream_end(now, attempt);
-            }
-            Deferred::ToolResult { token, outcome } => {
-                let _ = self.core.handle_tool_result(now, token, outcome);
-            }
-            Deferred::Hook { id, answer } => {
-                let _ = self.core.complete_hook(now, id, answer);
-            }
-        }
-    }
-
-    /// Drains the core's outputs completely (the single-mutation rule).
+    /// Carries out the kernel's effects until it is drained.
     fn drain(&mut self) {
-        let mut batch: Vec<SessionEvent> = Vec::new();
-        while let Some(out) = self.core.poll() {
-            match out {
-                Output::Appended(range) => {
-                    let events = self
-                        .core
-                        .session()
-                        .events()
-                        .get(range.start as usize..range.end as usize)
-                        .unwrap_or(&[]);
-                    let start = batch.len();
-                    batch.extend_from_slice(events);
-                    for e in &batch[start..] {
-                        self.note_event(e);
-                        if !self.subscribers.is_empty() {
-                            let ev = Arc::new(e.clone());
-                            self.broadcast(AgentEvent::Event(ev));
-                        }
-                    }
-                }
-                Output::Status(status) => {
-                    self.persist(&mut batch);
-                    if let Ok(mut s) = self.shared.state.lock() {
-                        s.status = Some(status);
-                    }
-                    self.broadcast(AgentEvent::Status(status));
-                }
-                Output::Notify(Notification::Error { error, .. }) => {
-                    self.broadcast(AgentEvent::Error(error.message().to_string()));
-                }
-                Output::Notify(_) => {}
-                Output::Flush(cp) => {
-                    self.persist(&mut batch);
-                    match self.store.flush(self.core.id()) {
-                        // The barrier holds for whatever comes next.
-                        Ok(()) => self.gate = None,
-                        Err(e) => {
-                            let text = format!("session store flush ({cp:?}): {e}");
-                            self.broadcast(AgentEvent::Error(text.clone()));
-                            if matches!(cp, Checkpoint::BeforeModel | Checkpoint::BeforeToolBody) {
-                                self.gate = Some(text);
-                            }
-                        }
-                    }
-                }
-                Output::CallModel(call) => {
-                    self.persist(&mut batch);
-                    if let Some(why) = self.gate.take() {
-                        self.deferred.push_back(Deferred::FailModel {
-                            attempt: call.attempt,
-                            error: LlmError::coded("FLUSH_FAILED", &why),
-                        });
-                        continue;
-                    }
-                    self.start_stream(call.attempt, call.request);
-                }
-                Output::CancelModelCall { attempt } => {
+        while let Some(effect) = self.kernel.poll() {
+            match effect {
+                Effect::StartModel(call) => self.start_stream(call.attempt, call.request),
+                Effect::CancelModel { attempt } => {
                     if let Some(c) = self.streams.remove(&attempt) {
                         c.cancel();
                     }
                 }
-                Output::ExecuteTool(exec) => {
-                    self.persist(&mut batch);
-                    if let Some(why) = self.gate.take() {
-                        self.deferred.push_back(Deferred::ToolResult {
-                            token: exec.token,
-                            outcome: ToolOutcome::error(why),
-                        });
-                        continue;
-                    }
-                    self.start_tool(exec);
-                }
-                Output::AbortTurn { .. } => {
-                    for c in self.streams.values() {
+                Effect::StartTool { exec, timeout_ms } => self.start_tool(exec, timeout_ms),
+                Effect::CancelTool { token } => {
+                    if let Some(c) = self.tools.get(&token) {
                         c.cancel();
                     }
-                    for t in self.tools.values() {
-                        t.cancel.cancel();
-                    }
-                    for id in std::mem::take(&mut self.approvals).into_keys() {
-                        self.deferred.push_back(Deferred::Hook {
-                            id,
-                            answer: HookAnswer::ToolApproval(ApprovalOutcome::Cancelled),
-                        });
-                    }
                 }
-                Output::Hook { id, call } => self.on_hook(id, call),
+                Effect::Persist { range, .. } => {
+                    let events = self
+                        .kernel
+                        .session()
+                        .events()
+                        .get(range.start as usize..range.end as usize)
+                        .unwrap_or(&[]);
+                    let r = self
+                        .store
+                        .append(self.kernel.id(), events)
+                        .map_err(|e| e.to_string());
+                    let now = self.now();
+                    let r = self.kernel.persisted(now, r);
+                    self.report(r);
+                }
+                Effect::Publish(event) => {
+                    if let AgentEvent::Status(s) = &event
+                        && let Ok(mut st) = self.shared.state.lock()
+                    {
+                        st.status = Some(*s);
+                    }
+                    self.broadcast(event);
+                }
                 _ => {}
             }
         }
-        self.persist(&mut batch);
-    }
-
-    fn note_event(&mut self, e: &SessionEvent) {
-        match e.data() {
-            EventData::AssistantMessage(m) if m.usage.is_some() => self.summary_usage = m.usage,
-            EventData::TurnStart(_) => self.summary_usage = None,
-            EventData::TurnEnd(t) => {
-                if let Ok(mut s) = self.shared.state.lock() {
-                    s.summary = TurnSummary {
-                        turn: t.turn,
-                        reason: Some(t.reason.clone()),
-                        usage: self.summary_usage,
-                    };
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Write-behind: hands the batch to the store's queue (flushed at the
-    /// checkpoints).
-    fn persist(&mut self, batch: &mut Vec<SessionEvent>) {
-        if batch.is_empty() {
-            return;
-        }
-        if let Err(e) = self.store.enqueue(self.core.id(), batch) {
-            self.broadcast(AgentEvent::Error(format!("session store: {e}")));
-        }
-        batch.clear();
-    }
-
-    fn on_hook(&mut self, id: u64, call: HookCall) {
-        let answer = match call {
-            HookCall::ToolApproval { exec, .. } => {
-                if self.disposing {
-                    HookAnswer::ToolApproval(ApprovalOutcome::Cancelled)
-                } else {
-                    self.approvals.insert(id, exec.name.clone());
-                    self.broadcast(AgentEvent::ApprovalRequested {
-                        id: ApprovalRequestId(id),
-                        tool: exec.name,
-                        arguments: exec.raw_arguments,
-                    });
-                    return;
-                }
-            }
-            // Only approvals are deferred by the shell's hooks; anything
-            // else gets the reference default.
-            HookCall::Assemble { default, .. } => HookAnswer::Assemble(Ok(default)),
-            HookCall::PreStep { default, .. } => HookAnswer::PreStep(Ok(default)),
-            HookCall::Request { seed, .. } => HookAnswer::Request(Ok(seed)),
-            HookCall::Prepare { config } => HookAnswer::Prepare(Ok(PreparedCall::plain(config))),
-            HookCall::RequestError { .. } => HookAnswer::RequestError(Ok(Recovery::GiveUp)),
-            HookCall::TurnStopping { .. } => HookAnswer::TurnStopping(Ok(())),
-            HookCall::ToolPreExecute { .. } => {
-                HookAnswer::ToolPreExecute(Ok(PreToolDecision::Allow))
-            }
-            HookCall::ToolPostExecute { .. } => {
-                HookAnswer::ToolPostExecute(Ok(PostToolDecision::accept()))
-            }
-            _ => {
-                self.broadcast(AgentEvent::Error(String::from("unsupported deferred hook")));
-                return;
-            }
-        };
-        self.deferred.push_back(Deferred::Hook { id, answer });
     }
 
     fn broadcast(&mut self, event: AgentEvent) {
@@ -1041,87 +753,50 @@ impl Driver {
             return;
         }
         self.subscribers.retain(|s| s.send(event.clone()).is_ok());
+        if self.subscribers.is_empty() {
+            self.kernel.set_publish_events(false);
+        }
     }
 
     fn start_stream(&mut self, attempt: u64, request: dsh_core::GenerateOptions) {
         let cancel = CancelToken::new();
         self.streams.insert(attempt, cancel.clone());
-        let provider = self.config.provider.clone();
+        let provider = self.provider.clone();
         let tx = self.tx.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("dsh-model-{attempt}"))
             .spawn(move || {
-                match provider.stream(&request, &cancel) {
-                    Ok(stream) => {
-                        for item in stream {
-                            let chunk = match item {
-                                Ok(c) => c,
-                                Err(e) => dsh_deepseek::error_finish(&e, cancel.is_cancelled()),
-                            };
-                            let last = matches!(chunk, StreamChunk::Finish { .. });
-                            if tx.send(Msg::Chunk { attempt, chunk }).is_err() {
-                                return;
-                            }
-                            if last && cancel.is_cancelled() {
-                                break;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        let chunk = dsh_deepseek::error_finish(&e, cancel.is_cancelled());
-                        let _ = tx.send(Msg::Chunk { attempt, chunk });
-                    }
-                }
+                pump(&*provider, &request, &cancel, |chunk| {
+                    tx.send(Msg::Chunk { attempt, chunk }).is_ok()
+                });
                 let _ = tx.send(Msg::End { attempt });
             });
         match spawned {
             Ok(h) => self.push_thread(h),
-            Err(e) => self.deferred.push_back(Deferred::FailModel {
-                attempt,
-                error: LlmError::coded(
-                    "UNKNOWN",
-                    &format!("cannot start the model stream thread: {e}"),
-                ),
-            }),
+            Err(e) => {
+                self.streams.remove(&attempt);
+                let now = self.now();
+                let error = dsh_core::agent::HookError::msg(format!(
+                    "cannot start the model stream thread: {e}"
+                ));
+                let r = self.kernel.model_error(now, attempt, error);
+                self.report(r);
+            }
         }
     }
 
-    fn start_tool(&mut self, exec: ToolExecution) {
+    fn start_tool(&mut self, exec: dsh_core::agent::ToolExecution, timeout_ms: Option<u64>) {
         let token = exec.token;
-        let declared = self
-            .core
-            .config()
-            .tools
-            .get(&exec.name)
-            .and_then(|d| d.timeout_ms)
-            .filter(|ms| ms.is_finite() && *ms > 0.0)
-            .map(|ms| Duration::from_millis(ms as u64));
-        let timeout = declared.unwrap_or(self.config.tool_timeout);
         let cancel = ToolCancel::new();
-        // The body enforces `timeout` itself (bash kills its group); the
-        // driver answers for a body that overstays by the grace period.
-        let deadline = Instant::now() + timeout + TOOL_GRACE;
-        let sink = Arc::new(CollectingSink::new());
-        let mut cx = ToolContext::new(self.workspace.clone())
-            .with_cancel(cancel.clone())
-            .with_events(sink.clone());
-        cx.timeout = Some(timeout);
-        self.tools.insert(
-            token,
-            RunningTool {
-                cancel,
-                deadline,
-                name: exec.name.clone(),
-                timeout,
-            },
-        );
+        self.tools.insert(token, cancel.clone());
         let tx = self.tx.clone();
         let toolset = self.toolset.clone();
+        let workspace = self.workspace.clone();
+        let timeout = timeout_ms.map(Duration::from_millis);
         let spawned = std::thread::Builder::new()
             .name(format!("dsh-tool-{}", exec.name))
             .spawn(move || {
-                let outcome = toolset.execute(&exec, &cx);
-                let events = sink.take();
+                let (outcome, events) = toolset.run(&exec, workspace, cancel, timeout);
                 let _ = tx.send(Msg::ToolDone {
                     token,
                     outcome,
@@ -1132,10 +807,10 @@ impl Driver {
             Ok(h) => self.push_thread(h),
             Err(e) => {
                 self.tools.remove(&token);
-                self.deferred.push_back(Deferred::ToolResult {
-                    token,
-                    outcome: ToolOutcome::error(format!("cannot start the tool thread: {e}")),
-                });
+                let now = self.now();
+                let outcome = ToolOutcome::error(format!("cannot start the tool thread: {e}"));
+                let r = self.kernel.tool_done(now, token, outcome, Vec::new());
+                self.report(r);
             }
         }
     }
@@ -1146,12 +821,14 @@ impl Driver {
     }
 
     fn publish_state(&mut self) {
-        let quiescent =
-            self.core.is_quiescent() && self.deferred.is_empty() && self.tools.is_empty();
+        let quiescent = self.kernel.is_idle();
         if let Ok(mut s) = self.shared.state.lock() {
             s.processed = self.handled;
             s.quiescent = quiescent;
-            s.status = Some(self.core.status());
+            s.status = Some(self.kernel.status());
+            if quiescent {
+                s.summary = self.kernel.summary();
+            }
         }
         self.shared.cv.notify_all();
     }

@@ -1,26 +1,28 @@
-//! `dsh-std`: the blocking std shell of dsh (design.md "Shells").
+//! `dsh-std`: the blocking std runtime of dsh (design.md "Shells").
 //!
-//! An [`Agent`] runs the sans-IO core (`dsh_core::agent`) on one **driver
-//! thread**. Everything else reaches that thread as a message:
+//! An [`Agent`] runs the runtime kernel (`dsh_runtime::Kernel`) on one
+//! **driver thread**: a thin loop that feeds the kernel its inputs with
+//! `now` and carries each effect to a thread. Every decision (the flush
+//! gate and checkpoint batching, tool deadlines and abort, approvals,
+//! create / resume / fork) is the kernel's, the same in every runtime.
 //!
 //! - each model attempt is read on its own thread from a [`ModelProvider`]
-//!   (the DeepSeek client's iterator, or a [`ScriptedProvider`]); chunks
-//!   are tagged with the attempt id, so chunks of a cancelled or retried
-//!   attempt are refused by the core and dropped;
+//!   (the DeepSeek client, or a [`ScriptedProvider`]); chunks are tagged
+//!   with the attempt, so chunks of a cancelled attempt are refused as
+//!   stale and dropped;
 //! - tool bodies (`dsh_tools::ToolSet`) run on worker threads with
-//!   cooperative cancellation and a per-tool timeout; events a body logs
-//!   itself (`todo/write`) are appended before its result;
-//! - tools whose `dsh_tools::ApprovalPolicy` mode is `ask` become
+//!   cooperative cancellation; events a body logs itself (`todo/write`)
+//!   are appended before its result;
+//! - tools whose [`ApprovalPolicy`] mode is `ask` become
 //!   [`AgentEvent::ApprovalRequested`], answered by
-//!   [`Agent::answer_approval`];
-//! - session events are handed to the [`SessionStore`](dsh_store::SessionStore)
-//!   write-behind queue after every drain and flushed at the durability
-//!   checkpoints the core emits (`Output::Flush`, loop.md 4.4); a failed
-//!   flush before a model call or tool body stops that dispatch (SM-14).
+//!   [`Agent::answer_approval`] (the policy is a kernel plugin);
+//! - session events are written to the [`SessionStore`](dsh_store::SessionStore)
+//!   in one batch per durability checkpoint (loop.md SM-12 to SM-14);
+//! - extra behaviour attaches as [`Plugin`]s ([`AgentConfig::plugins`]).
 //!
-//! Time is `SystemTime` epoch milliseconds and ids are UUID v4 from a small
-//! OS-seeded RNG, both supplied here, never in the core ([`Clock`],
-//! [`IdMode`] are the test hooks for byte-identical logs).
+//! Time is [`Clock`] (epoch milliseconds) and ids are UUID v4 from an
+//! OS-seeded generator ([`IdMode`] is the test hook for byte-identical
+//! logs).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -42,13 +44,11 @@
 
 mod agent;
 mod clock;
-mod provider;
 
-pub use agent::{
-    Agent, AgentConfig, AgentEvent, ApprovalRequestId, LoopOptions, ShellError, TurnSummary,
-};
-pub use clock::{Clock, IdMode, Rng, new_session_id};
+pub use agent::{Agent, AgentConfig, LoopOptions, ShellError};
+pub use clock::{new_session_id, os_seed};
+pub use dsh_runtime::host::{ChunkStream, Clock, ModelProvider, ScriptedProvider, ScriptedReply};
+pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, Reply, Rng, TurnSummary};
 pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, ToolSet};
-pub use provider::{ChunkStream, ModelProvider, ScriptedProvider, ScriptedReply};
 
 pub use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget};

@@ -330,10 +330,34 @@ fn cancel_during_bash_kills_the_process() {
 }
 
 #[test]
-fn tool_timeout_reaches_bash_which_kills_its_process() {
-    // The shell's per-tool timeout is handed to the body (TL-14); bash
-    // kills its group and reports the markers (a non-error result, as the
-    // reference's bash does).
+fn bash_own_timeout_kills_its_process_and_reports_the_markers() {
+    // TL-21: bash's `timeoutMs` is its executor's deadline; it kills its
+    // group and reports the markers (a non-error result).
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"sleep 30\",\"description\":\"t\",\"timeoutMs\":300}"]}]}},
+      {"turn":{"text":["done"]}}]}"#;
+    let server = mock(script);
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(Arc::new(client_for(server.url())), work.path());
+    let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    let started = std::time::Instant::now();
+    agent.send("sleep").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    let results = tool_results(&agent.events().unwrap());
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].0.contains("[timed out after 300ms]") && !results[0].1,
+        "{results:?}"
+    );
+}
+
+#[test]
+fn tool_timeout_stops_bash_and_gives_the_tl14_error() {
+    // TL-14: at the kernel's deadline the body is told to stop (bash kills
+    // its process) and the result is the timeout error.
     let script = r#"{"responses":[
       {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"sleep 30\",\"description\":\"t\"}"]}]}},
       {"turn":{"text":["done"]}}]}"#;
@@ -351,7 +375,7 @@ fn tool_timeout_reaches_bash_which_kills_its_process() {
     let results = tool_results(&agent.events().unwrap());
     assert_eq!(results.len(), 1);
     assert!(
-        results[0].0.contains("[timed out after 300ms]"),
+        results[0].1 && results[0].0.contains("tool call timed out after 300ms"),
         "{results:?}"
     );
 }
@@ -392,16 +416,13 @@ fn a_body_that_overstays_its_timeout_is_answered_by_the_driver() {
     let started = std::time::Instant::now();
     agent.send("go").unwrap();
     let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
-    // 100 ms timeout + the driver's 2 s grace, before the body's 3 s.
+    // TL-14: 100 ms timeout + the kernel's 2 s grace, before the body's 3 s.
     assert!(started.elapsed() < Duration::from_millis(2900));
     assert_eq!(summary.reason, Some(TurnEndReason::Completed));
     let results = tool_results(&agent.events().unwrap());
     assert_eq!(results.len(), 1);
     assert!(
-        results[0].1
-            && results[0]
-                .0
-                .contains("tool \\\"stubborn\\\" timed out after 100 ms"),
+        results[0].1 && results[0].0.contains("tool call timed out after 100ms"),
         "{results:?}"
     );
     assert!(!results[0].0.contains("late"));
@@ -722,8 +743,17 @@ impl dsh_store::SessionStore for FailingFlush {
     fn create(&self, header: SessionHeader) -> Result<(), dsh_store::StoreError> {
         self.0.create(header)
     }
-    fn append(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
-        self.0.append(id, events)
+    // The kernel writes each checkpoint's batch with `append` (one
+    // durable write); it fails as a full disk would.
+    fn append(
+        &self,
+        _id: &SessionId,
+        _events: &[SessionEvent],
+    ) -> Result<(), dsh_store::StoreError> {
+        Err(dsh_store::StoreError::io(
+            "append",
+            std::io::Error::other("no space left on device"),
+        ))
     }
     fn enqueue(
         &self,

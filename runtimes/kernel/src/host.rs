@@ -1,0 +1,240 @@
+//! What every std runtime shares around the kernel (feature `std`): the
+//! clock, model providers and their stream pump, and the provider's
+//! `prepare` as a plugin.
+
+use std::boxed::Box;
+use std::collections::VecDeque;
+use std::string::String;
+use std::sync::{Arc, Mutex};
+use std::vec::Vec;
+
+use dsh_core::agent::HookError;
+use dsh_core::agent::PreparedCall;
+use dsh_core::{GenerateOptions, LlmCallConfig, LlmError, StreamChunk};
+use dsh_deepseek::{CancelToken, DeepSeekClient, error_finish};
+
+use crate::plugin::{Cx, Flow, Plugin, Seams};
+
+/// Where a std runtime reads `now` (epoch milliseconds).
+#[derive(Clone, Default)]
+pub enum Clock {
+    /// `SystemTime::now()`.
+    #[default]
+    System,
+    /// A fixed instant (tests: byte-identical logs).
+    Fixed(i64),
+    /// A shared counter the caller moves (tests).
+    Manual(Arc<core::sync::atomic::AtomicI64>),
+}
+
+impl core::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Clock::System => f.write_str("System"),
+            Clock::Fixed(t) => write!(f, "Fixed({t})"),
+            Clock::Manual(t) => write!(
+                f,
+                "Manual({})",
+                t.load(core::sync::atomic::Ordering::Relaxed)
+            ),
+        }
+    }
+}
+
+impl Clock {
+    /// The current time in epoch milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        match self {
+            Clock::System => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                .unwrap_or(0),
+            Clock::Fixed(t) => *t,
+            Clock::Manual(t) => t.load(core::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
+/// `path` made absolute against the process's current directory, as the
+/// session header's `cwd` records it (`None` if it is not UTF-8).
+pub fn absolute_cwd(path: &std::path::Path) -> Option<String> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().ok()?.join(path)
+    };
+    abs.to_str().map(String::from)
+}
+
+/// A boxed stream of chunks (or a terminal adapter error).
+pub type ChunkStream = Box<dyn Iterator<Item = Result<StreamChunk, LlmError>> + Send>;
+
+/// A model backend a std runtime streams from. The stream is read off the
+/// driver (a thread, the blocking pool); `cancel` is fired when the kernel
+/// cancels the attempt, and the stream must then end promptly.
+pub trait ModelProvider: Send + Sync {
+    /// Starts one model call. An `Err` (or an `Err` item) becomes a
+    /// terminal `finish` chunk (LC-27, AC-6).
+    fn stream(&self, opts: &GenerateOptions, cancel: &CancelToken)
+    -> Result<ChunkStream, LlmError>;
+
+    /// `llm.prepareCall` (LC-15): the effective config, the route's retry
+    /// policy and context window. Default: the config unchanged.
+    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
+        Ok(PreparedCall::plain(config))
+    }
+}
+
+impl ModelProvider for DeepSeekClient {
+    fn stream(
+        &self,
+        opts: &GenerateOptions,
+        cancel: &CancelToken,
+    ) -> Result<ChunkStream, LlmError> {
+        let s = DeepSeekClient::stream(self, opts, cancel)?;
+        Ok(Box::new(s))
+    }
+
+    /// The model's context window from the catalog (or the configured
+    /// default), logged on `request/context` (LC-18).
+    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
+        let c = self.config();
+        let window = c
+            .model(&config.model)
+            .and_then(|m| m.context_window)
+            .unwrap_or(c.default_context_window);
+        let mut prepared = PreparedCall::plain(config);
+        prepared.context_window = Some(window);
+        Ok(prepared)
+    }
+}
+
+/// Reads one model attempt to its end, handing each chunk to `send`
+/// (which returns `false` when nobody listens any more). Adapter errors
+/// become the terminal `finish` chunk (AC-6); after a cancel the stream
+/// stops at its `finish`.
+pub fn pump(
+    provider: &dyn ModelProvider,
+    request: &GenerateOptions,
+    cancel: &CancelToken,
+    mut send: impl FnMut(StreamChunk) -> bool,
+) {
+    match provider.stream(request, cancel) {
+        Ok(stream) => {
+            for item in stream {
+                let chunk = match item {
+                    Ok(c) => c,
+                    Err(e) => error_finish(&e, cancel.is_cancelled()),
+                };
+                let last = matches!(chunk, StreamChunk::Finish { .. });
+                if !send(chunk) || (last && cancel.is_cancelled()) {
+                    return;
+                }
+            }
+        }
+        Err(e) => {
+            send(error_finish(&e, cancel.is_cancelled()));
+        }
+    }
+}
+
+/// The provider's `prepare` (LC-15) as a plugin; the kernel's retry
+/// policy is kept.
+pub struct ProviderPrepare(pub Arc<dyn ModelProvider>);
+
+impl Plugin for ProviderPrepare {
+    fn name(&self) -> &str {
+        "provider-prepare"
+    }
+
+    fn seams(&self) -> Seams {
+        Seams::PREPARE
+    }
+
+    fn prepare(&mut self, _cx: &mut Cx<'_>, value: PreparedCall) -> Flow<PreparedCall> {
+        match self.0.prepare(value.config) {
+            Ok(mut p) => {
+                p.retry_policy = value.retry_policy.or(p.retry_policy);
+                Flow::Next(p)
+            }
+            Err(e) => Flow::Fail(HookError::Llm(e.into_failure())),
+        }
+    }
+}
+
+/// One scripted reply of a [`ScriptedProvider`].
+#[derive(Clone, Debug)]
+pub enum ScriptedReply {
+    /// These chunks, in order.
+    Chunks(Vec<StreamChunk>),
+    /// The call fails before any chunk.
+    Fail(LlmError),
+}
+
+/// An in-memory provider that serves scripted replies in order and records
+/// every request (tests, the contract suite). When the script is exhausted
+/// it fails with code `SCRIPT_EXHAUSTED`.
+#[derive(Debug, Default)]
+pub struct ScriptedProvider {
+    replies: Mutex<VecDeque<ScriptedReply>>,
+    requests: Mutex<Vec<GenerateOptions>>,
+    context_window: Option<u64>,
+}
+
+impl ScriptedProvider {
+    /// A provider serving `replies` in order.
+    pub fn new(replies: impl IntoIterator<Item = ScriptedReply>) -> Self {
+        ScriptedProvider {
+            replies: Mutex::new(replies.into_iter().collect()),
+            requests: Mutex::new(Vec::new()),
+            context_window: None,
+        }
+    }
+
+    /// Reports `window` as the route's context window from `prepare`.
+    pub fn with_context_window(mut self, window: u64) -> Self {
+        self.context_window = Some(window);
+        self
+    }
+
+    /// The requests received so far.
+    pub fn requests(&self) -> Vec<GenerateOptions> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl ModelProvider for ScriptedProvider {
+    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
+        let mut prepared = PreparedCall::plain(config);
+        prepared.context_window = self.context_window;
+        Ok(prepared)
+    }
+
+    fn stream(
+        &self,
+        opts: &GenerateOptions,
+        cancel: &CancelToken,
+    ) -> Result<ChunkStream, LlmError> {
+        if let Ok(mut r) = self.requests.lock() {
+            r.push(opts.clone());
+        }
+        let next = self.replies.lock().ok().and_then(|mut r| r.pop_front());
+        match next {
+            Some(ScriptedReply::Chunks(chunks)) => {
+                let cancel = cancel.clone();
+                let mut it = chunks.into_iter();
+                Ok(Box::new(core::iter::from_fn(move || {
+                    if cancel.is_cancelled() {
+                        return None;
+                    }
+                    it.next().map(Ok)
+                })))
+            }
+            Some(ScriptedReply::Fail(e)) => Err(e),
+            None => Err(LlmError::coded(
+                "SCRIPT_EXHAUSTED",
+                "the scripted provider has no reply left",
+            )),
+        }
+    }
+}

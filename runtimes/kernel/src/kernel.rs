@@ -1,0 +1,1206 @@
+//! The [`Kernel`]: one agent's core machine plus every decision a runtime
+//! used to make for itself.
+
+use alloc::boxed::Box;
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use dsh_core::agent::prompt::Assembly;
+use dsh_core::agent::retry::RetryPolicy;
+use dsh_core::agent::tools::ToolOutcome;
+use dsh_core::agent::{
+    Agent as Core, AgentStatus, ApprovalOutcome, CancelCause, Checkpoint, Hook, HookAnswer,
+    HookCall, HookCx, HookError, Hooks, InboxTarget, Notification, Output, PostToolDecision,
+    PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload,
+    ToolExecution,
+};
+use dsh_core::session::{EventData, Session};
+use dsh_core::{LlmCallConfig, Message, SessionId, StreamChunk};
+
+use crate::ids::{Ids, Jitter};
+use crate::plugin::{Action, Ask, Cx, Flow, Plugin, Reply, Seams, ToolDispatch};
+use crate::types::{AgentConfig, AgentEvent, ApprovalRequestId, Effect, KernelError, TurnSummary};
+
+/// The runtime kernel of one agent: sans-IO, `no_std`, deterministic.
+///
+/// # Contract
+///
+/// **Inputs** are method calls that take `now`, the runtime's clock in
+/// epoch milliseconds: user calls ([`send`](Self::send),
+/// [`cancel`](Self::cancel), [`answer`](Self::answer),
+/// [`dispose`](Self::dispose)) and completions of earlier effects
+/// ([`model_chunk`](Self::model_chunk), [`model_end`](Self::model_end),
+/// [`model_error`](Self::model_error), [`tool_done`](Self::tool_done),
+/// [`persisted`](Self::persisted), [`handle_timeout`](Self::handle_timeout)).
+/// The kernel never reads a clock: `now` is the only time it knows, and it
+/// is written into the log. It should not go backwards; an earlier `now`
+/// than the last input's is raised to it, so logged times never decrease.
+///
+/// **Outputs** are [`Effect`]s from [`poll`](Self::poll). After **every**
+/// input, drain `poll` until it returns `None` and carry each effect out
+/// (start a model stream, run or stop a tool body, write a batch, publish a
+/// live event) before the next input. Completions may arrive in any order
+/// and at any later time; several tool bodies may be in flight at once.
+///
+/// **Timers**: [`poll_timeout`](Self::poll_timeout) is the earliest
+/// deadline (a retry delay, a tool deadline or grace period). When it
+/// passes, call [`handle_timeout`](Self::handle_timeout); a call before any
+/// deadline (a spurious wake-up) changes nothing.
+///
+/// **The flush gate**: a [`Effect::Persist`] must be answered with
+/// [`persisted`](Self::persisted) before `poll` releases anything else;
+/// a failed write at the checkpoint before a model request or tool body
+/// stops that dispatch (SM-14).
+///
+/// **Errors**: an input impossible in the current state returns a
+/// [`KernelError`] and changes nothing; [`KernelError::is_stale`] marks the
+/// harmless ones (an input that raced with a cancel, timeout or abort).
+///
+/// The same inputs (with the same `now`s, ids and seeds) give a
+/// byte-identical session log, whatever runtime carries the effects.
+pub struct Kernel {
+    core: Core,
+    plugins: Vec<Box<dyn Plugin>>,
+    seams: Seams,
+    call: LlmCallConfig,
+    retry_policy: RetryPolicy,
+    tool_timeout_ms: Option<u64>,
+    grace_ms: u64,
+    now: i64,
+    effects: VecDeque<Effect>,
+    /// Events with `seq < persisted` were written by the runtime.
+    persisted: u64,
+    /// The pending `Persist`: its end and checkpoint.
+    persisting: Option<(u64, Option<Checkpoint>)>,
+    /// A checkpoint reached but not written yet: written before the next
+    /// dispatch (model request, tool body) or when the core is drained,
+    /// so the checkpoints of one step coalesce into one write.
+    checkpoint: Option<Checkpoint>,
+    /// A dispatch held back until the checkpoint's write is reported.
+    held: Option<Output>,
+    /// A failed checkpoint write that stops the next dispatch (SM-14).
+    flush_failed: Option<String>,
+    /// The log length at which the last write failed: the quiet-time write
+    /// is not retried until the log grows (a checkpoint still retries).
+    failed_at: Option<u64>,
+    model: Option<u64>,
+    tools: BTreeMap<u64, Running>,
+    asks: BTreeMap<u64, Pending>,
+    next_ask: u64,
+    status: AgentStatus,
+    publish_events: bool,
+    disposing: bool,
+    finished: bool,
+}
+
+impl core::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("id", self.core.id())
+            .field("status", &self.status)
+            .field("tools_in_flight", &self.tools.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A tool body in flight.
+struct Running {
+    timeout_ms: Option<u64>,
+    deadline: Option<i64>,
+    phase: Phase,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Its deadline fired; answered with the TL-14 error whatever it
+    /// returns, or at `until`.
+    TimedOut {
+        until: i64,
+    },
+    /// The turn was aborted; answered `ABORTED` at `until` if still running.
+    Aborting {
+        until: i64,
+    },
+}
+
+/// The value a seam's chain carries.
+#[allow(clippy::large_enum_variant)]
+enum Value {
+    Assemble(Assembly),
+    PreStep(PreStepDecision),
+    Request(LlmCallConfig),
+    Prepare(PreparedCall),
+    RequestError(Recovery),
+    TurnStopping,
+    PreExecute(PreToolDecision),
+    Approval(ApprovalOutcome),
+    Execute(ToolDispatch),
+    PostExecute(PostToolDecision),
+}
+
+/// Which seam a chain runs for, with its payload.
+#[allow(clippy::large_enum_variant)] // one per pending seam
+enum Seat {
+    Hook { id: u64, call: HookCall },
+    Execute { exec: ToolExecution },
+}
+
+/// A chain stopped at a plugin's ask.
+struct Pending {
+    seat: Seat,
+    value: Value,
+    plugin: usize,
+}
+
+enum ChainEnd {
+    Final(Result<Value, HookError>),
+    Asked {
+        plugin: usize,
+        value: Value,
+        ask: Ask,
+    },
+}
+
+/// The core's seams: each one a plugin handles is deferred to the kernel,
+/// the others answer the kernel's defaults at once.
+struct Bridge {
+    seams: Seams,
+    call: LlmCallConfig,
+    retry_policy: RetryPolicy,
+}
+
+/// `reasoning_effort`, `temperature` and `stop` of the config fill a seed
+/// that lacks them.
+fn fill_seed(call: &LlmCallConfig, mut seed: LlmCallConfig) -> LlmCallConfig {
+    if seed.reasoning_effort.is_none() {
+        seed.reasoning_effort = call.reasoning_effort.clone();
+    }
+    if seed.temperature.is_none() {
+        seed.temperature = call.temperature;
+    }
+    if seed.stop.is_none() {
+        seed.stop = call.stop.clone();
+    }
+    seed
+}
+
+fn plain(config: LlmCallConfig, policy: &RetryPolicy) -> PreparedCall {
+    let mut p = PreparedCall::plain(config);
+    p.retry_policy = Some(policy.clone());
+    p
+}
+
+impl Bridge {
+    fn defer<T>(&self, seam: Seams, default: impl FnOnce() -> T) -> Hook<T> {
+        if self.seams.contains(seam) {
+            Hook::Defer
+        } else {
+            Hook::Ready(default())
+        }
+    }
+}
+
+impl Hooks for Bridge {
+    fn assemble(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _turn: u64,
+        _step: u64,
+        default: Assembly,
+    ) -> Hook<Result<Assembly, HookError>> {
+        self.defer(Seams::ASSEMBLE, || Ok(default))
+    }
+    fn pre_step(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _payload: &PreStepPayload,
+        default: PreStepDecision,
+    ) -> Hook<Result<PreStepDecision, HookError>> {
+        self.defer(Seams::PRE_STEP, || Ok(default))
+    }
+    fn request(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _turn: u64,
+        _step: u64,
+        seed: LlmCallConfig,
+    ) -> Hook<Result<LlmCallConfig, HookError>> {
+        let call = &self.call;
+        self.defer(Seams::REQUEST, || Ok(fill_seed(call, seed)))
+    }
+    fn prepare(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        config: LlmCallConfig,
+    ) -> Hook<Result<PreparedCall, HookError>> {
+        let policy = &self.retry_policy;
+        self.defer(Seams::PREPARE, || Ok(plain(config, policy)))
+    }
+    fn request_error(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _payload: &RequestErrorPayload,
+    ) -> Hook<Result<Recovery, HookError>> {
+        self.defer(Seams::REQUEST_ERROR, || Ok(Recovery::GiveUp))
+    }
+    fn turn_stopping(&mut self, _cx: &mut HookCx<'_>, _turn: u64) -> Hook<Result<(), HookError>> {
+        self.defer(Seams::TURN_STOPPING, || Ok(()))
+    }
+    fn tool_pre_execute(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _exec: &ToolExecution,
+    ) -> Hook<Result<PreToolDecision, HookError>> {
+        self.defer(Seams::TOOL_PRE_EXECUTE, || Ok(PreToolDecision::Allow))
+    }
+    fn tool_approval(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _exec: &ToolExecution,
+        _reason: Option<&str>,
+    ) -> Hook<ApprovalOutcome> {
+        self.defer(Seams::TOOL_APPROVAL, || ApprovalOutcome::NoService)
+    }
+    fn tool_post_execute(
+        &mut self,
+        _cx: &mut HookCx<'_>,
+        _exec: &ToolExecution,
+        _outcome: &ToolOutcome,
+    ) -> Hook<Result<PostToolDecision, HookError>> {
+        self.defer(Seams::TOOL_POST_EXECUTE, || Ok(PostToolDecision::accept()))
+    }
+}
+
+/// A positive finite `timeoutMs` rounded up to whole milliseconds.
+fn ceil_ms(ms: f64) -> u64 {
+    let whole = ms as u64; // saturating
+    if (whole as f64) < ms {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+/// The TL-14 timeout result.
+pub fn timeout_outcome(ms: u64) -> ToolOutcome {
+    ToolOutcome::coded_error(
+        format!("tool call timed out after {ms}ms"),
+        "ToolTimeoutError",
+        "TOOL_TIMEOUT",
+    )
+}
+
+impl Kernel {
+    /// A kernel over `session`, of which the first `persisted` events are
+    /// already stored, with `plugins` in order (their sections and tools
+    /// are added to the config's).
+    pub fn new(
+        config: AgentConfig,
+        session: Session,
+        persisted: u64,
+        mut plugins: Vec<Box<dyn Plugin>>,
+    ) -> Result<Kernel, KernelError> {
+        let mut sections = Vec::new();
+        let mut tools = Vec::new();
+        let mut seams = Seams::NONE;
+        for p in plugins.iter_mut() {
+            sections.extend(p.sections());
+            tools.extend(p.tools());
+            seams = seams | p.seams();
+        }
+        let core_config = config.core_config_with(sections, tools)?;
+        let retry_policy = config.retry_policy.clone().unwrap_or_default();
+        let core = Core::new(core_config, session)
+            .map_err(KernelError::Resume)?
+            .with_hooks(Bridge {
+                seams,
+                call: config.call.clone(),
+                retry_policy: retry_policy.clone(),
+            })
+            .with_ids(Ids::new(config.ids, config.seed))
+            .with_jitter(Jitter::new(config.ids, config.seed));
+        let persisted = persisted.min(core.session().len());
+        Ok(Kernel {
+            core,
+            plugins,
+            seams,
+            call: config.call,
+            retry_policy,
+            tool_timeout_ms: config.tool_timeout_ms,
+            grace_ms: config.tool_grace_ms,
+            now: i64::MIN,
+            effects: VecDeque::new(),
+            persisted,
+            persisting: None,
+            checkpoint: None,
+            held: None,
+            flush_failed: None,
+            failed_at: None,
+            model: None,
+            tools: BTreeMap::new(),
+            asks: BTreeMap::new(),
+            next_ask: 0,
+            status: AgentStatus::Idle,
+            publish_events: false,
+            disposing: false,
+            finished: false,
+        })
+    }
+
+    /// Uses `ids` for the core's message and retry ids instead of the
+    /// config's [`IdMode`](crate::IdMode) (a device's own scheme).
+    pub fn with_ids(mut self, ids: impl dsh_core::agent::IdSource + Send + 'static) -> Self {
+        self.core = self.core.with_ids(ids);
+        self
+    }
+
+    /// Consumes the kernel into its core machine (and its session).
+    pub fn into_core(self) -> Core {
+        self.core
+    }
+
+    // ------------------------------------------------------------------
+    // Read access
+
+    /// The agent id (the session id).
+    pub fn id(&self) -> &SessionId {
+        self.core.id()
+    }
+
+    /// The session log.
+    pub fn session(&self) -> &Session {
+        self.core.session()
+    }
+
+    /// The core machine (read-only).
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// The public status (LC-3).
+    pub fn status(&self) -> AgentStatus {
+        self.status
+    }
+
+    /// Idle with nothing in flight and nothing left to persist or publish:
+    /// `when_idle()` resolves (IB-13).
+    pub fn is_idle(&self) -> bool {
+        let len = self.core.session().len();
+        self.core.is_quiescent()
+            && self.tools.is_empty()
+            && self.persisting.is_none()
+            && self.held.is_none()
+            && self.effects.is_empty()
+            && (self.persisted >= len || self.failed_at == Some(len))
+    }
+
+    /// Whether disposal finished ([`Effect::Finished`] was emitted).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Publish every appended session event as [`AgentEvent::Event`]
+    /// (runtimes turn it on while anyone subscribes; statuses, asks and
+    /// errors are always published).
+    pub fn set_publish_events(&mut self, on: bool) {
+        self.publish_events = on;
+    }
+
+    /// How the last turn ended.
+    pub fn summary(&self) -> TurnSummary {
+        let mut s = TurnSummary {
+            turn: self.core.turn(),
+            ..TurnSummary::default()
+        };
+        let mut seen_end = false;
+        for e in self.core.session().events().iter().rev() {
+            match e.data() {
+                EventData::TurnEnd(t) if !seen_end => {
+                    seen_end = true;
+                    s.turn = t.turn;
+                    s.reason = Some(t.reason.clone());
+                }
+                EventData::AssistantMessage(m) if seen_end && m.usage.is_some() => {
+                    s.usage = m.usage;
+                    break;
+                }
+                EventData::TurnStart(_) if seen_end => break,
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// The earliest deadline (epoch ms): a retry delay, a tool deadline, a
+    /// grace period. Call [`handle_timeout`](Self::handle_timeout) when it
+    /// passes.
+    pub fn poll_timeout(&self) -> Option<i64> {
+        let mut best = self.core.poll_timeout();
+        for t in self.tools.values() {
+            let d = match t.phase {
+                Phase::Running => t.deadline,
+                Phase::TimedOut { until } | Phase::Aborting { until } => Some(until),
+            };
+            if let Some(d) = d {
+                best = Some(best.map_or(d, |b: i64| b.min(d)));
+            }
+        }
+        best
+    }
+
+    // ------------------------------------------------------------------
+    // Inputs
+
+    fn tick(&mut self, now: i64) -> i64 {
+        if now > self.now {
+            self.now = now;
+        }
+        self.now
+    }
+
+    /// Delivers `message` (IB-6) to `target`, waking the driver when
+    /// `wakeup`.
+    pub fn send(
+        &mut self,
+        now: i64,
+        message: Message,
+        target: InboxTarget,
+        wakeup: bool,
+    ) -> Result<(), KernelError> {
+        let now = self.tick(now);
+        if self.disposing {
+            return Err(KernelError::Disposed);
+        }
+        self.core.send(now, message, target, wakeup)?;
+        Ok(())
+    }
+
+    /// Cancels the running turn (LC-33).
+    pub fn cancel(&mut self, now: i64, cause: CancelCause, keep_inbox: bool) {
+        let now = self.tick(now);
+        self.core.cancel(now, cause, keep_inbox);
+    }
+
+    /// Appends a foreign event (plugin, tool-owned) at the end of the log.
+    pub fn append_event(&mut self, now: i64, data: EventData) -> Result<u64, KernelError> {
+        let now = self.tick(now);
+        Ok(self.core.append_event(now, data, None)?)
+    }
+
+    /// Disposes the agent (LC-40): the running turn is cancelled with cause
+    /// `disposed`, pending asks are withdrawn, running bodies are told to
+    /// stop; [`Effect::Finished`] follows once everything is persisted.
+    pub fn dispose(&mut self, now: i64) {
+        let now = self.tick(now);
+        if self.disposing {
+            return;
+        }
+        self.disposing = true;
+        self.core.cancel(now, CancelCause::Disposed, false);
+        self.withdraw_asks();
+    }
+
+    /// A chunk of model attempt `attempt` (LC-19).
+    pub fn model_chunk(
+        &mut self,
+        now: i64,
+        attempt: u64,
+        chunk: StreamChunk,
+    ) -> Result<(), KernelError> {
+        let now = self.tick(now);
+        if self.model != Some(attempt) {
+            return Err(KernelError::StaleAttempt { attempt });
+        }
+        Ok(self.core.handle_chunk(now, attempt, chunk)?)
+    }
+
+    /// The stream of `attempt` ended (adapter failures arrive before as a
+    /// terminal `finish` chunk, AC-6).
+    pub fn model_end(&mut self, now: i64, attempt: u64) -> Result<(), KernelError> {
+        let now = self.tick(now);
+        if self.model != Some(attempt) {
+            return Err(KernelError::StaleAttempt { attempt });
+        }
+        self.model = None;
+        Ok(self.core.handle_stream_end(now, attempt)?)
+    }
+
+    /// The consumer of `attempt`'s stream failed outside the adapter: a
+    /// turn error (LC-27).
+    pub fn model_error(
+        &mut self,
+        now: i64,
+        attempt: u64,
+        error: HookError,
+    ) -> Result<(), KernelError> {
+        let now = self.tick(now);
+        if self.model != Some(attempt) {
+            return Err(KernelError::StaleAttempt { attempt });
+        }
+        self.model = None;
+        Ok(self.core.handle_stream_error(now, attempt, error)?)
+    }
+
+    /// The body of call `token` returned `outcome`; `events` are the
+    /// tool-owned events it logged (TL-24), appended before the result. A
+    /// call the kernel already answered (timeout or abort grace passed) is
+    /// [`KernelError::StaleTool`].
+    pub fn tool_done(
+        &mut self,
+        now: i64,
+        token: u64,
+        outcome: ToolOutcome,
+        events: Vec<EventData>,
+    ) -> Result<(), KernelError> {
+        let now = self.tick(now);
+        let Some(running) = self.tools.remove(&token) else {
+            return Err(KernelError::StaleTool { token });
+        };
+        for data in events {
+            if let Err(e) = self.core.append_event(now, data, None) {
+                self.publish(AgentEvent::Error(format!("tool event refused: {e}")));
+            }
+        }
+        let outcome = match running.phase {
+            // TL-14: the wrapper's own deadline fired, so its error replaces
+            // whatever the body returned.
+            Phase::TimedOut { .. } => timeout_outcome(running.timeout_ms.unwrap_or(0)),
+            _ => outcome,
+        };
+        Ok(self.core.handle_tool_result(now, token, outcome)?)
+    }
+
+    /// The write of the pending [`Effect::Persist`] finished; `Err` carries
+    /// the store's message.
+    pub fn persisted(&mut self, now: i64, result: Result<(), String>) -> Result<(), KernelError> {
+        self.tick(now);
+        let Some((end, checkpoint)) = self.persisting.take() else {
+            return Err(KernelError::NoPersistPending);
+        };
+        match result {
+            Ok(()) => {
+                self.persisted = self.persisted.max(end);
+                self.flush_failed = None;
+                self.failed_at = None;
+            }
+            Err(e) => {
+                self.failed_at = Some(end);
+                let at = match checkpoint {
+                    Some(cp) => format!(" at {cp:?}"),
+                    None => String::new(),
+                };
+                let message = format!("session store write failed{at}: {e}");
+                self.publish(AgentEvent::Error(message.clone()));
+                if matches!(
+                    checkpoint,
+                    Some(Checkpoint::BeforeModel | Checkpoint::BeforeToolBody)
+                ) {
+                    self.flush_failed = Some(message);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers ask `id` ([`AgentEvent::ApprovalRequested`] or
+    /// [`AgentEvent::Asked`]).
+    pub fn answer(&mut self, now: i64, id: u64, reply: Reply) -> Result<(), KernelError> {
+        self.tick(now);
+        let Some(pending) = self.asks.remove(&id) else {
+            return Err(KernelError::StaleAsk { id });
+        };
+        let reply = if self.disposing {
+            Reply::Cancelled
+        } else {
+            reply
+        };
+        self.resume_chain(pending, reply);
+        Ok(())
+    }
+
+    /// A timer from [`poll_timeout`](Self::poll_timeout) may have passed:
+    /// fires every deadline `<= now`. Idempotent: a spurious wake-up
+    /// changes nothing.
+    pub fn handle_timeout(&mut self, now: i64) {
+        let now = self.tick(now);
+        if self.core.poll_timeout().is_some_and(|d| d <= now) {
+            // Cannot fail: a timer is armed.
+            let _ = self.core.handle_timeout(now);
+        }
+        let mut answer = Vec::new();
+        for (token, t) in self.tools.iter_mut() {
+            match t.phase {
+                Phase::Running if t.deadline.is_some_and(|d| d <= now) => {
+                    t.phase = Phase::TimedOut {
+                        until: now.saturating_add(self.grace_ms as i64),
+                    };
+                    self.effects.push_back(Effect::CancelTool { token: *token });
+                }
+                Phase::TimedOut { until } if until <= now => {
+                    answer.push((*token, timeout_outcome(t.timeout_ms.unwrap_or(0))));
+                }
+                Phase::Aborting { until } if until <= now => {
+                    answer.push((*token, ToolOutcome::aborted()));
+                }
+                _ => {}
+            }
+        }
+        for (token, outcome) in answer {
+            self.tools.remove(&token);
+            // The call is in flight in the core: it was started by it.
+            if let Err(e) = self.core.handle_tool_result(now, token, outcome) {
+                self.publish(AgentEvent::Error(format!("tool answer refused: {e}")));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Outputs
+
+    /// The next effect, or `None` when drained (or when a
+    /// [`Effect::Persist`] awaits [`persisted`](Self::persisted)).
+    pub fn poll(&mut self) -> Option<Effect> {
+        loop {
+            if let Some(e) = self.effects.pop_front() {
+                return Some(e);
+            }
+            if self.persisting.is_some() || self.finished {
+                return None;
+            }
+            let len = self.core.session().len();
+            let out = match self.held.take() {
+                Some(out) => out,
+                None => match self.core.poll() {
+                    Some(out) => out,
+                    None => {
+                        if let Some(cp) = self.checkpoint.take()
+                            && self.persisted < len
+                        {
+                            return Some(self.persist(Some(cp)));
+                        }
+                        return self.settle();
+                    }
+                },
+            };
+            // SM-14: the checkpoint's write comes before the dispatch.
+            if matches!(out, Output::CallModel(_) | Output::ExecuteTool(_))
+                && let Some(cp) = self.checkpoint.take()
+                && self.persisted < len
+            {
+                self.held = Some(out);
+                return Some(self.persist(Some(cp)));
+            }
+            self.on_output(out);
+        }
+    }
+
+    /// The core is drained: persist what is left when it is quiet, finish
+    /// a disposal.
+    fn settle(&mut self) -> Option<Effect> {
+        if !self.core.is_quiescent() || !self.tools.is_empty() {
+            return None;
+        }
+        let len = self.core.session().len();
+        if self.persisted < len && self.failed_at != Some(len) {
+            return Some(self.persist(None));
+        }
+        if self.disposing && !self.finished {
+            self.finished = true;
+            return Some(Effect::Finished);
+        }
+        None
+    }
+
+    fn persist(&mut self, checkpoint: Option<Checkpoint>) -> Effect {
+        let len = self.core.session().len();
+        self.persisting = Some((len, checkpoint));
+        Effect::Persist {
+            range: self.persisted..len,
+            checkpoint,
+        }
+    }
+
+    fn publish(&mut self, event: AgentEvent) {
+        self.effects.push_back(Effect::Publish(event));
+    }
+
+    fn on_output(&mut self, out: Output) {
+        let now = self.now;
+        match out {
+            Output::Appended(range) => self.appended(range.start, range.end),
+            Output::Status(status) => {
+                self.status = status;
+                self.publish(AgentEvent::Status(status));
+            }
+            Output::Notify(Notification::Error { error, .. }) => {
+                self.publish(AgentEvent::Error(error.to_string()));
+            }
+            Output::Notify(_) => {}
+            Output::Flush(cp) => {
+                for p in self.plugins.iter_mut() {
+                    if p.seams().contains(Seams::FLUSH) {
+                        p.on_flush(cp);
+                    }
+                }
+                self.checkpoint = Some(cp);
+            }
+            Output::CallModel(call) => match self.flush_failed.take() {
+                // SM-14: the request is not dispatched; the turn ends in
+                // error with the store's failure.
+                Some(message) => {
+                    self.model = Some(call.attempt);
+                    let error = HookError::llm("FLUSH_FAILED", message);
+                    if let Err(e) = self.model_error(now, call.attempt, error) {
+                        self.publish(AgentEvent::Error(e.to_string()));
+                    }
+                }
+                None => {
+                    self.model = Some(call.attempt);
+                    self.effects.push_back(Effect::StartModel(call));
+                }
+            },
+            Output::CancelModelCall { attempt } if self.model == Some(attempt) => {
+                self.model = None;
+                self.effects.push_back(Effect::CancelModel { attempt });
+            }
+            Output::ExecuteTool(exec) => match self.flush_failed.take() {
+                Some(message) => {
+                    if let Err(e) =
+                        self.core
+                            .handle_tool_result(now, exec.token, ToolOutcome::error(message))
+                    {
+                        self.publish(AgentEvent::Error(e.to_string()));
+                    }
+                }
+                None => self.execute(exec),
+            },
+            Output::AbortTurn { .. } => {
+                let until = now.saturating_add(self.grace_ms as i64);
+                for (token, t) in self.tools.iter_mut() {
+                    if t.phase == Phase::Running {
+                        t.phase = Phase::Aborting { until };
+                        self.effects.push_back(Effect::CancelTool { token: *token });
+                    }
+                }
+                self.withdraw_asks();
+            }
+            Output::Hook { id, call } => self.hook(id, call),
+            _ => {}
+        }
+    }
+
+    fn appended(&mut self, start: u64, end: u64) {
+        let listen = self.seams.contains(Seams::EVENTS);
+        if !listen && !self.publish_events {
+            return;
+        }
+        let mut appends = Vec::new();
+        let mut actions = Vec::new();
+        for seq in start..end {
+            let Some(event) = self.core.session().event(seq) else {
+                continue;
+            };
+            if listen {
+                let session = self.core.session();
+                let mut cx = Cx {
+                    now: self.now,
+                    session,
+                    reply: None,
+                    appends: &mut appends,
+                    actions: &mut actions,
+                };
+                for p in self.plugins.iter_mut() {
+                    if p.seams().contains(Seams::EVENTS) {
+                        p.on_event(&mut cx, event);
+                    }
+                }
+            }
+            if self.publish_events {
+                let e = Arc::new(event.clone());
+                self.effects
+                    .push_back(Effect::Publish(AgentEvent::Event(e)));
+            }
+        }
+        self.apply(appends, actions);
+    }
+
+    fn apply(&mut self, appends: Vec<EventData>, actions: Vec<Action>) {
+        let now = self.now;
+        for data in appends {
+            if let Err(e) = self.core.append_event(now, data, None) {
+                self.publish(AgentEvent::Error(format!("plugin event refused: {e}")));
+            }
+        }
+        for a in actions {
+            match a {
+                Action::Send {
+                    message,
+                    target,
+                    wakeup,
+                } => {
+                    if let Err(e) = self.core.send(now, message, target, wakeup) {
+                        self.publish(AgentEvent::Error(format!("plugin send refused: {e}")));
+                    }
+                }
+                Action::Cancel { cause, keep_inbox } => self.core.cancel(now, cause, keep_inbox),
+            }
+        }
+    }
+
+    /// Withdraws every pending ask: each plugin sees [`Reply::Cancelled`].
+    fn withdraw_asks(&mut self) {
+        while let Some((_, pending)) = self.asks.pop_first() {
+            self.resume_chain(pending, Reply::Cancelled);
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Tools
+
+    fn execute(&mut self, exec: ToolExecution) {
+        if !self.seams.contains(Seams::TOOL_EXECUTE) {
+            self.start_tool(exec);
+            return;
+        }
+        let value = Value::Execute(ToolDispatch::Run(exec.clone()));
+        let seat = Seat::Execute { exec };
+        let end = self.run_chain(&seat, value, 0, None);
+        self.chain_end(seat, end);
+    }
+
+    fn start_tool(&mut self, exec: ToolExecution) {
+        let declared = self
+            .core
+            .config()
+            .tools
+            .get(&exec.name)
+            .and_then(|d| d.timeout_ms)
+            .filter(|ms| ms.is_finite() && *ms > 0.0)
+            .map(ceil_ms);
+        let timeout_ms = declared.or(self.tool_timeout_ms.filter(|ms| *ms > 0));
+        let deadline = timeout_ms.map(|ms| self.now.saturating_add(ms.min(i64::MAX as u64) as i64));
+        self.tools.insert(
+            exec.token,
+            Running {
+                timeout_ms,
+                deadline,
+                phase: Phase::Running,
+            },
+        );
+        self.effects
+            .push_back(Effect::StartTool { exec, timeout_ms });
+    }
+
+    // ------------------------------------------------------------------
+    // Seams
+
+    fn hook(&mut self, id: u64, call: HookCall) {
+        let value = match &call {
+            HookCall::Assemble { default, .. } => Value::Assemble(default.clone()),
+            HookCall::PreStep { default, .. } => Value::PreStep(default.clone()),
+            HookCall::Request { seed, .. } => Value::Request(fill_seed(&self.call, seed.clone())),
+            HookCall::Prepare { config } => {
+                Value::Prepare(plain(config.clone(), &self.retry_policy))
+            }
+            HookCall::RequestError { .. } => Value::RequestError(Recovery::GiveUp),
+            HookCall::TurnStopping { .. } => Value::TurnStopping,
+            HookCall::ToolPreExecute { .. } => Value::PreExecute(PreToolDecision::Allow),
+            HookCall::ToolApproval { .. } => Value::Approval(ApprovalOutcome::NoService),
+            HookCall::ToolPostExecute { .. } => Value::PostExecute(PostToolDecision::accept()),
+            _ => {
+                self.publish(AgentEvent::Error(format!(
+                    "unsupported deferred seam {call:?}"
+                )));
+                return;
+            }
+        };
+        let seat = Seat::Hook { id, call };
+        let end = self.run_chain(&seat, value, 0, None);
+        self.chain_end(seat, end);
+    }
+
+    fn resume_chain(&mut self, pending: Pending, reply: Reply) {
+        let Pending {
+            seat,
+            value,
+            plugin,
+        } = pending;
+        let end = self.run_chain(&seat, value, plugin, Some(reply));
+        self.chain_end(seat, end);
+    }
+
+    /// Runs the plugins from `start` on; `reply` goes to the first one.
+    fn run_chain(
+        &mut self,
+        seat: &Seat,
+        value: Value,
+        start: usize,
+        mut reply: Option<Reply>,
+    ) -> (ChainEnd, Vec<Action>) {
+        let mut appends = Vec::new();
+        let mut actions = Vec::new();
+        let wanted = seam_of(seat);
+        let mut end = None;
+        let mut value = Some(value);
+        for i in start..self.plugins.len() {
+            let plugin = &mut self.plugins[i];
+            if !plugin.seams().contains(wanted) {
+                continue;
+            }
+            let mut cx = Cx {
+                now: self.now,
+                session: self.core.session(),
+                reply: reply.take(),
+                appends: &mut appends,
+                actions: &mut actions,
+            };
+            let Some(v) = value.take() else { break };
+            match call_plugin(plugin.as_mut(), &mut cx, seat, v) {
+                Step::Next(v) => value = Some(v),
+                Step::Done(v) => {
+                    end = Some(ChainEnd::Final(Ok(v)));
+                    break;
+                }
+                Step::Fail(e) => {
+                    end = Some(ChainEnd::Final(Err(e)));
+                    break;
+                }
+                Step::Ask(v, ask) => {
+                    end = Some(ChainEnd::Asked {
+                        plugin: i,
+                        value: v,
+                        ask,
+                    });
+                    break;
+                }
+            }
+        }
+        // Plugin appends land here, before the seam's result takes effect.
+        self.apply(appends, Vec::new());
+        let end = match (end, value) {
+            (Some(end), _) => end,
+            (None, Some(v)) => ChainEnd::Final(Ok(v)),
+            // Unreachable: the value is only taken by a step that ends.
+            (None, None) => ChainEnd::Final(Err(HookError::msg("plugin chain lost its value"))),
+        };
+        (end, actions)
+    }
+
+    /// Completes a chain; queued calls apply after the seam completes
+    /// (loop.md Q3).
+    fn chain_end(&mut self, seat: Seat, (end, actions): (ChainEnd, Vec<Action>)) {
+        match end {
+            ChainEnd::Asked { plugin, value, ask } => {
+                if self.disposing {
+                    // Nobody will answer: the plugin sees the withdrawal.
+                    let pending = Pending {
+                        seat,
+                        value,
+                        plugin,
+                    };
+                    self.apply(Vec::new(), actions);
+                    self.resume_chain(pending, Reply::Cancelled);
+                    return;
+                }
+                self.next_ask += 1;
+                let id = self.next_ask;
+                let event = match ask {
+                    Ask::Approval {
+                        tool, arguments, ..
+                    } => AgentEvent::ApprovalRequested {
+                        id: ApprovalRequestId(id),
+                        tool,
+                        arguments,
+                    },
+                    Ask::Plugin { plugin, request } => AgentEvent::Asked {
+                        id: ApprovalRequestId(id),
+                        plugin,
+                        request,
+                    },
+                };
+                self.asks.insert(
+                    id,
+                    Pending {
+                        seat,
+                        value,
+                        plugin,
+                    },
+                );
+                self.publish(event);
+                self.apply(Vec::new(), actions);
+            }
+            ChainEnd::Final(result) => {
+                let now = self.now;
+                match seat {
+                    Seat::Hook { id, call } => {
+                        let answer = to_answer(&call, result);
+                        if let Err(e) = self.core.complete_hook(now, id, answer) {
+                            self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
+                        }
+                    }
+                    Seat::Execute { exec } => {
+                        let token = exec.token;
+                        let answered = match result {
+                            Ok(Value::Execute(ToolDispatch::Run(e))) => {
+                                self.start_tool(e);
+                                None
+                            }
+                            Ok(Value::Execute(ToolDispatch::Answer(o))) => Some(o),
+                            Ok(_) => Some(ToolOutcome::error("tools/execute: wrong value")),
+                            Err(e) => Some(e.tool_outcome()),
+                        };
+                        if let Some(outcome) = answered
+                            && let Err(e) = self.core.handle_tool_result(now, token, outcome)
+                        {
+                            self.publish(AgentEvent::Error(format!("tool answer refused: {e}")));
+                        }
+                    }
+                }
+                self.apply(Vec::new(), actions);
+            }
+        }
+    }
+}
+
+fn seam_of(seat: &Seat) -> Seams {
+    match seat {
+        Seat::Execute { .. } => Seams::TOOL_EXECUTE,
+        Seat::Hook { call, .. } => match call {
+            HookCall::Assemble { .. } => Seams::ASSEMBLE,
+            HookCall::PreStep { .. } => Seams::PRE_STEP,
+            HookCall::Request { .. } => Seams::REQUEST,
+            HookCall::Prepare { .. } => Seams::PREPARE,
+            HookCall::RequestError { .. } => Seams::REQUEST_ERROR,
+            HookCall::TurnStopping { .. } => Seams::TURN_STOPPING,
+            HookCall::ToolPreExecute { .. } => Seams::TOOL_PRE_EXECUTE,
+            HookCall::ToolApproval { .. } => Seams::TOOL_APPROVAL,
+            HookCall::ToolPostExecute { .. } => Seams::TOOL_POST_EXECUTE,
+            _ => Seams::NONE,
+        },
+    }
+}
+
+enum Step {
+    Next(Value),
+    Done(Value),
+    Fail(HookError),
+    Ask(Value, Ask),
+}
+
+/// One plugin's handler for the seam, with the value wrapped back.
+fn call_plugin(p: &mut dyn Plugin, cx: &mut Cx<'_>, seat: &Seat, value: Value) -> Step {
+    fn wrap<T>(flow: Flow<T>, keep: impl FnOnce() -> Value, f: impl Fn(T) -> Value) -> Step {
+        match flow {
+            Flow::Next(v) => Step::Next(f(v)),
+            Flow::Done(v) => Step::Done(f(v)),
+            Flow::Fail(e) => Step::Fail(e),
+            Flow::Ask(a) => Step::Ask(keep(), a),
+        }
+    }
+    match (seat, value) {
+        (Seat::Hook { call, .. }, value) => match (call, value) {
+            (HookCall::Assemble { turn, step, .. }, Value::Assemble(v)) => {
+                let keep = v.clone();
+                wrap(
+                    p.assemble(cx, *turn, *step, v),
+                    || Value::Assemble(keep),
+                    Value::Assemble,
+                )
+            }
+            (HookCall::PreStep { payload, .. }, Value::PreStep(v)) => {
+                let keep = v.clone();
+                wrap(
+                    p.pre_step(cx, payload, v),
+                    || Value::PreStep(keep),
+                    Value::PreStep,
+                )
+            }
+            (HookCall::Request { turn, step, .. }, Value::Request(v)) => {
+                let keep = v.clone();
+                wrap(
+                    p.request(cx, *turn, *step, v),
+                    || Value::Request(keep),
+                    Value::Request,
+                )
+            }
+            (HookCall::Prepare { .. }, Value::Prepare(v)) => {
+                let keep = v.clone();
+                wrap(p.prepare(cx, v), || Value::Prepare(keep), Value::Prepare)
+            }
+            (HookCall::RequestError { payload }, Value::RequestError(v)) => wrap(
+                p.request_error(cx, payload, v),
+                || Value::RequestError(v),
+                Value::RequestError,
+            ),
+            (HookCall::TurnStopping { turn }, Value::TurnStopping) => wrap(
+                p.turn_stopping(cx, *turn),
+                || Value::TurnStopping,
+                |()| Value::TurnStopping,
+            ),
+            (HookCall::ToolPreExecute { exec }, Value::PreExecute(v)) => {
+                let keep = v.clone();
+                wrap(
+                    p.tool_pre_execute(cx, exec, v),
+                    || Value::PreExecute(keep),
+                    Value::PreExecute,
+                )
+            }
+            (HookCall::ToolApproval { exec, reason }, Value::Approval(v)) => wrap(
+                p.tool_approval(cx, exec, reason.as_deref(), v),
+                || Value::Approval(v),
+                Value::Approval,
+            ),
+            (HookCall::ToolPostExecute { exec, outcome }, Value::PostExecute(v)) => {
+                let keep = v.clone();
+                wrap(
+                    p.tool_post_execute(cx, exec, outcome, v),
+                    || Value::PostExecute(keep),
+                    Value::PostExecute,
+                )
+            }
+            (_, v) => Step::Next(v),
+        },
+        (Seat::Execute { .. }, Value::Execute(v)) => {
+            let keep = v.clone();
+            wrap(
+                p.tool_execute(cx, v),
+                || Value::Execute(keep),
+                Value::Execute,
+            )
+        }
+        (_, v) => Step::Next(v),
+    }
+}
+
+/// The core's answer for a finished chain.
+fn to_answer(call: &HookCall, result: Result<Value, HookError>) -> HookAnswer {
+    match (call, result) {
+        (_, Ok(Value::Assemble(v))) => HookAnswer::Assemble(Ok(v)),
+        (_, Ok(Value::PreStep(v))) => HookAnswer::PreStep(Ok(v)),
+        (_, Ok(Value::Request(v))) => HookAnswer::Request(Ok(v)),
+        (_, Ok(Value::Prepare(v))) => HookAnswer::Prepare(Ok(v)),
+        (_, Ok(Value::RequestError(v))) => HookAnswer::RequestError(Ok(v)),
+        (_, Ok(Value::TurnStopping)) => HookAnswer::TurnStopping(Ok(())),
+        (_, Ok(Value::PreExecute(v))) => HookAnswer::ToolPreExecute(Ok(v)),
+        (_, Ok(Value::Approval(v))) => HookAnswer::ToolApproval(v),
+        (_, Ok(Value::PostExecute(v))) => HookAnswer::ToolPostExecute(Ok(v)),
+        (HookCall::Assemble { .. }, Err(e)) => HookAnswer::Assemble(Err(e)),
+        (HookCall::PreStep { .. }, Err(e)) => HookAnswer::PreStep(Err(e)),
+        (HookCall::Request { .. }, Err(e)) => HookAnswer::Request(Err(e)),
+        (HookCall::Prepare { .. }, Err(e)) => HookAnswer::Prepare(Err(e)),
+        (HookCall::RequestError { .. }, Err(e)) => HookAnswer::RequestError(Err(e)),
+        (HookCall::TurnStopping { .. }, Err(e)) => HookAnswer::TurnStopping(Err(e)),
+        (HookCall::ToolPreExecute { .. }, Err(e)) => HookAnswer::ToolPreExecute(Err(e)),
+        // The approval service has no error channel: a failing approver
+        // means no approval channel (TL-10 `unavailable`).
+        (HookCall::ToolApproval { .. }, Err(_)) => {
+            HookAnswer::ToolApproval(ApprovalOutcome::Unavailable)
+        }
+        (_, Err(e)) => HookAnswer::ToolPostExecute(Err(e)),
+        (_, Ok(Value::Execute(_))) => HookAnswer::ToolPostExecute(Ok(PostToolDecision::accept())),
+    }
+}

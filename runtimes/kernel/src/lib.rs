@@ -1,0 +1,88 @@
+//! `dsh-runtime`: the runtime kernel of dsh (design.md "The runtime kernel
+//! and plugins").
+//!
+//! A [`Kernel`] owns one agent's sans-IO core machine plus every decision a
+//! runtime used to make for itself: the flush gate and checkpoint batching
+//! (SM-12 to SM-14), tool scheduling (deadlines, grace, cancel, abort,
+//! several bodies in flight), approvals and other plugin asks, id and
+//! jitter injection, live-event fan-out, and the [`Plugin`] chain. A
+//! runtime is a loop: feed inputs with `now`, drain [`Kernel::poll`], carry
+//! each [`Effect`] to a thread, a task or a link, sleep until
+//! [`Kernel::poll_timeout`]. `dsh-std` and `dsh-smol` are such loops; so is
+//! `examples/byo.rs`, a hand-written one.
+//!
+//! The one behaviour for each thing the runtimes used to decide apart:
+//!
+//! | decision | behaviour |
+//! |---|---|
+//! | failed write before a model request (SM-14) | the request is not sent; the turn ends in error `FLUSH_FAILED` with the store's message |
+//! | failed write before a tool body | the body does not run; the call gets an error result with the store's message |
+//! | tool deadline (TL-14) | the definition's `timeoutMs` (rounded up), else [`AgentConfig::tool_timeout_ms`] (default none); at the deadline the body is told to stop, and the result is `tool call timed out after <ms>ms` (`ToolTimeoutError` / `TOOL_TIMEOUT`) whether the body returns within the grace or not |
+//! | abort during a body (LC-25, TL-13) | the body is told to stop and its result is awaited for the grace period (a success becomes `ABORTED` in the core); after it, the kernel answers `ABORTED` |
+//! | deferred seams | every seam a plugin handles is answered by the plugin chain; asks are withdrawn (`Reply::Cancelled`) on abort and disposal |
+//! | resume | the log gets `session/end-seed` (IB-14) |
+//! | request config | `reasoning_effort`, `temperature`, `stop` of the config fill every request seed that lacks them |
+//! | persistence | one batch per checkpoint, plus the rest when the agent goes quiet or is disposed |
+//! | header `cwd` | the absolute working directory |
+//!
+//! ```
+//! use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+//! use dsh_runtime::{create_session, AgentConfig, Effect, IdMode, Kernel};
+//! use dsh_core::agent::InboxTarget;
+//!
+//! let mut config = AgentConfig::new(LlmCallConfig::new("mock", "mock"));
+//! config.ids = IdMode::Sequential;
+//! let session = create_session("s1".into(), 1_000, None).unwrap();
+//! let mut kernel = Kernel::new(config, session, 0, Vec::new()).unwrap();
+//! let hi = Message::user("m1", vec![ContentBlock::text("hi")]);
+//! kernel.send(1_000, hi, InboxTarget::NextTurn, true).unwrap();
+//! let mut stored = 0;
+//! while let Some(effect) = kernel.poll() {
+//!     match effect {
+//!         Effect::StartModel(call) => {
+//!             let reply = [
+//!                 StreamChunk::TextDelta { index: 0, text: "hello".into() },
+//!                 StreamChunk::finish(FinishReason::Stop),
+//!             ];
+//!             for chunk in reply {
+//!                 kernel.model_chunk(1_000, call.attempt, chunk).unwrap();
+//!             }
+//!             kernel.model_end(1_000, call.attempt).unwrap();
+//!         }
+//!         Effect::Persist { range, .. } => {
+//!             stored = range.end; // write session().events()[range]
+//!             kernel.persisted(1_000, Ok(())).unwrap();
+//!         }
+//!         _ => {}
+//!     }
+//! }
+//! assert!(kernel.is_idle());
+//! assert_eq!(stored, kernel.session().len());
+//! ```
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod ids;
+mod kernel;
+mod plugin;
+mod session;
+mod types;
+
+#[cfg(feature = "std")]
+pub mod host;
+pub use ids::{IdMode, Ids, Rng};
+pub use kernel::{Kernel, timeout_outcome};
+pub use plugin::{ApprovalDecision, Ask, Cx, Flow, Plugin, Reply, Seams, ToolDispatch};
+pub use session::{create_session, fork_session, resume_session};
+pub use types::{
+    AgentConfig, AgentEvent, ApprovalRequestId, DEFAULT_TOOL_GRACE_MS, Effect, KernelError,
+    TurnSummary,
+};
+
+pub use dsh_core::agent::{AgentStatus, CancelCause, Checkpoint, InboxTarget};

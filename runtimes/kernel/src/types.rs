@@ -1,0 +1,297 @@
+//! The kernel's configuration, effects, live events and errors.
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::Range;
+
+use dsh_core::agent::prompt::PromptSection;
+use dsh_core::agent::retry::RetryPolicy;
+use dsh_core::agent::tools::{ToolRegistry, ToolRegistryError};
+use dsh_core::agent::{
+    AgentOptions, AgentStatus, Checkpoint, InputError, ModelCall, ResumeError, ToolExecution,
+};
+use dsh_core::session::{
+    AppendError, ForkError, HeaderError, SeedError, SessionEvent, TurnEndReason,
+};
+use dsh_core::{LlmCallConfig, TokenUsage};
+use serde_json::Value;
+
+use crate::ids::IdMode;
+
+/// Everything the kernel needs to run one agent. The `call` config is
+/// carried through whole: provider, model and `max_tokens` seed the first
+/// request (LC-13), and `reasoning_effort`, `temperature` and `stop` fill
+/// every request seed that lacks them.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The call config of every request.
+    pub call: LlmCallConfig,
+    /// The system prompt, one section (`{{var}}` references are rendered).
+    pub system_prompt: Option<String>,
+    /// The tools visible to the model (plugins may add more).
+    pub tools: ToolRegistry,
+    /// Deadline of a tool body whose definition has no `timeoutMs`;
+    /// `None` (the default): no deadline (TL-14).
+    pub tool_timeout_ms: Option<u64>,
+    /// How long a body that was told to stop (timeout, abort) may take to
+    /// return before the kernel answers the call itself.
+    pub tool_grace_ms: u64,
+    /// The route's retry policy; `None`: the R-3 defaults.
+    pub retry_policy: Option<RetryPolicy>,
+    /// Run the `llm-retry` executor at the request-error seam.
+    pub retry_executor: bool,
+    /// [HEAD Δ H-1] keep the delivered text of a cancelled stream.
+    pub interrupted_prefix: bool,
+    /// [HEAD Δ H-2] latch wakes that arrive while an aborted turn winds down.
+    pub wake_latch: bool,
+    /// How ids are minted.
+    pub ids: IdMode,
+    /// Seed of the id and jitter generators under [`IdMode::Uuid`].
+    pub seed: u64,
+}
+
+/// The default grace after a tool was told to stop (ms).
+pub const DEFAULT_TOOL_GRACE_MS: u64 = 2_000;
+
+impl AgentConfig {
+    /// A config for `call`: no system prompt, no tools, no default tool
+    /// deadline, a 2 s grace, default retries with the executor on, both
+    /// HEAD deltas on, UUID ids from seed 0 (set [`seed`](Self::seed)).
+    pub fn new(call: LlmCallConfig) -> Self {
+        AgentConfig {
+            call,
+            system_prompt: None,
+            tools: ToolRegistry::new(),
+            tool_timeout_ms: None,
+            tool_grace_ms: DEFAULT_TOOL_GRACE_MS,
+            retry_policy: None,
+            retry_executor: true,
+            interrupted_prefix: true,
+            wake_latch: true,
+            ids: IdMode::Uuid,
+            seed: 0,
+        }
+    }
+
+    /// The core's configuration this config gives (without plugins).
+    pub fn core_config(&self) -> Result<dsh_core::agent::AgentConfig, KernelError> {
+        self.core_config_with(Vec::new(), Vec::new())
+    }
+
+    /// The core's configuration: this one plus the plugins' sections and
+    /// tools.
+    pub(crate) fn core_config_with(
+        &self,
+        sections: Vec<PromptSection>,
+        tools: Vec<dsh_core::agent::tools::ToolDefinition>,
+    ) -> Result<dsh_core::agent::AgentConfig, KernelError> {
+        let mut registry = self.tools.clone();
+        for t in tools {
+            registry.register(t).map_err(KernelError::Tools)?;
+        }
+        let mut all = Vec::new();
+        if let Some(text) = &self.system_prompt {
+            all.push(PromptSection::new("system", 0, text.clone()));
+        }
+        all.extend(sections);
+        Ok(dsh_core::agent::AgentConfig {
+            options: AgentOptions {
+                provider: Some(self.call.provider.clone()),
+                model: Some(self.call.model.clone()),
+                max_tokens: self.call.max_tokens,
+            },
+            sections: all,
+            tools: registry,
+            retry_executor: self.retry_executor,
+            interrupted_prefix: self.interrupted_prefix,
+            wake_latch: self.wake_latch,
+            ..dsh_core::agent::AgentConfig::default()
+        })
+    }
+}
+
+/// Identifies one pending ask (an approval request or a plugin ask).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ApprovalRequestId(pub u64);
+
+/// A live event of an agent: what subscribers of every runtime see.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// The public status changed (LC-3).
+    Status(AgentStatus),
+    /// A session event was appended (every event, in seq order; chunks
+    /// included, so this is the live text).
+    Event(Arc<SessionEvent>),
+    /// A tool call waits for an approval decision.
+    ApprovalRequested {
+        /// Pass back with the decision.
+        id: ApprovalRequestId,
+        /// The tool name.
+        tool: String,
+        /// The raw argument text.
+        arguments: String,
+    },
+    /// A plugin asks the front end something.
+    Asked {
+        /// Pass back with the reply.
+        id: ApprovalRequestId,
+        /// The plugin.
+        plugin: String,
+        /// What it asks.
+        request: Value,
+    },
+    /// A failure with no log position: `agent/error`, a store write, a
+    /// refused plugin append.
+    Error(String),
+}
+
+/// How the last turn ended.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TurnSummary {
+    /// The last turn number (0: none yet).
+    pub turn: u64,
+    /// The `turn/end` reason of that turn, if one was written.
+    pub reason: Option<TurnEndReason>,
+    /// The usage of the turn's last assistant message that had one.
+    pub usage: Option<TokenUsage>,
+}
+
+/// Something for the runtime to do. Drain with
+/// [`Kernel::poll`](crate::Kernel::poll) after every input.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+#[allow(clippy::large_enum_variant)] // drained one at a time, never stored in bulk
+pub enum Effect {
+    /// Start a model stream; feed it back with
+    /// [`model_chunk`](crate::Kernel::model_chunk) and
+    /// [`model_end`](crate::Kernel::model_end) tagged with `call.attempt`.
+    StartModel(ModelCall),
+    /// Stop the stream of this attempt; its later chunks are refused as
+    /// stale.
+    CancelModel {
+        /// The attempt.
+        attempt: u64,
+    },
+    /// Run a tool body; answer with [`tool_done`](crate::Kernel::tool_done).
+    /// Several may be in flight at once (by token).
+    StartTool {
+        /// The call (arguments possibly rewritten by a `tools/execute`
+        /// plugin).
+        exec: ToolExecution,
+        /// The deadline the body may enforce itself (bash passes it to its
+        /// executor); the kernel enforces it too (TL-14).
+        timeout_ms: Option<u64>,
+    },
+    /// Tell the body of this call to stop (its cancel signal).
+    CancelTool {
+        /// The call's token.
+        token: u64,
+    },
+    /// Write `session.events()[range]` durably as one batch, then report
+    /// with [`persisted`](crate::Kernel::persisted). No other effect is
+    /// released until then: with a checkpoint this is the flush barrier
+    /// (SM-12 to SM-14).
+    Persist {
+        /// Seqs to write.
+        range: Range<u64>,
+        /// The durability checkpoint, `None` for the write when the agent
+        /// goes quiet or is disposed.
+        checkpoint: Option<Checkpoint>,
+    },
+    /// Tell subscribers.
+    Publish(AgentEvent),
+    /// Disposal finished: nothing runs, everything is persisted. Emitted
+    /// once; the runtime may drop the kernel.
+    Finished,
+}
+
+/// Why a kernel call failed. The kernel is unchanged when this is
+/// returned. [`KernelError::is_stale`] tells the harmless refusals (a chunk
+/// of a cancelled attempt, a result after the kernel answered a call
+/// itself, an answer to a withdrawn ask) from misuse.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// A chunk or stream end for an attempt that is not in flight.
+    StaleAttempt {
+        /// The attempt named.
+        attempt: u64,
+    },
+    /// A tool result for a call that is not in flight (answered already,
+    /// or unknown).
+    StaleTool {
+        /// The token named.
+        token: u64,
+    },
+    /// An answer for an ask that is not pending.
+    StaleAsk {
+        /// The id named.
+        id: u64,
+    },
+    /// A reply of the wrong kind for the pending ask.
+    WrongReply,
+    /// `persisted` without a pending `Persist` effect.
+    NoPersistPending,
+    /// The agent is being disposed.
+    Disposed,
+    /// The core refused the input.
+    Input(InputError),
+    /// A tool definition (of the config or a plugin) was refused.
+    Tools(ToolRegistryError),
+    /// The session header is invalid.
+    Header(HeaderError),
+    /// The stored log cannot drive an agent.
+    Resume(ResumeError),
+    /// The stored log failed seed validation.
+    Seed(SeedError),
+    /// The fork was refused (F4/F5/F7).
+    Fork(ForkError),
+    /// The session refused an event (the end-seed marker).
+    Append(AppendError),
+}
+
+impl KernelError {
+    /// Whether this is a harmless refusal a runtime may drop: an input
+    /// that raced with a cancel, a timeout or an abort.
+    pub fn is_stale(&self) -> bool {
+        matches!(
+            self,
+            KernelError::StaleAttempt { .. }
+                | KernelError::StaleTool { .. }
+                | KernelError::StaleAsk { .. }
+        )
+    }
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelError::StaleAttempt { attempt } => {
+                write!(f, "model attempt {attempt} is not in flight")
+            }
+            KernelError::StaleTool { token } => write!(f, "tool call {token} is not in flight"),
+            KernelError::StaleAsk { id } => write!(f, "no ask {id} is pending"),
+            KernelError::WrongReply => f.write_str("the reply does not match the pending ask"),
+            KernelError::NoPersistPending => f.write_str("no persist effect is pending"),
+            KernelError::Disposed => f.write_str("the agent is being disposed"),
+            KernelError::Input(e) => write!(f, "{e}"),
+            KernelError::Tools(e) => write!(f, "tool registry: {e}"),
+            KernelError::Header(e) => write!(f, "invalid session header: {e}"),
+            KernelError::Resume(e) => write!(f, "cannot resume: {e}"),
+            KernelError::Seed(e) => write!(f, "stored log is invalid: {e}"),
+            KernelError::Fork(e) => write!(f, "cannot fork: {e}"),
+            KernelError::Append(e) => write!(f, "the session refused the event: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for KernelError {}
+
+impl From<InputError> for KernelError {
+    fn from(e: InputError) -> Self {
+        KernelError::Input(e)
+    }
+}

@@ -1,0 +1,269 @@
+//! The kernel's contract at the sans-IO level: the flush gate (SM-14),
+//! tool deadlines and grace (TL-14), stale inputs, spurious wake-ups and
+//! the plugin chain's composition.
+
+use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
+use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+use dsh_runtime::{
+    AgentConfig, AgentEvent, CancelCause, Cx, Effect, Flow, IdMode, InboxTarget, Kernel,
+    KernelError, Plugin, Seams, create_session,
+};
+use serde_json::json;
+
+const NOW: i64 = 1_000_000;
+
+fn kernel(plugins: Vec<Box<dyn Plugin>>) -> Kernel {
+    let mut tools = ToolRegistry::new();
+    let mut slow = ToolDefinition::untyped("slow", "slow", json!({"type":"object"}));
+    slow.timeout_ms = Some(50.0);
+    tools.register(slow).unwrap();
+    let mut config = AgentConfig::new(LlmCallConfig::new("p", "m"));
+    config.tools = tools;
+    config.ids = IdMode::Sequential;
+    config.tool_grace_ms = 1_000;
+    let session = create_session("k1".into(), NOW, None).unwrap();
+    let mut k = Kernel::new(config, session, 0, plugins).unwrap();
+    let hi = Message::user("u1", vec![ContentBlock::text("hi")]);
+    k.send(NOW, hi, InboxTarget::NextTurn, true).unwrap();
+    k
+}
+
+fn tool_call() -> Vec<StreamChunk> {
+    vec![
+        StreamChunk::BlockEnd {
+            index: 0,
+            block: ContentBlock::tool_call("c1", "slow", "{}"),
+        },
+        StreamChunk::finish(FinishReason::ToolCalls),
+    ]
+}
+
+/// Drains, answering persists; returns the other effects.
+fn drain(k: &mut Kernel, now: i64) -> Vec<Effect> {
+    let mut out = Vec::new();
+    while let Some(e) = k.poll() {
+        match e {
+            Effect::Persist { .. } => k.persisted(now, Ok(())).unwrap(),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn started_model(effects: &[Effect]) -> Option<u64> {
+    effects.iter().find_map(|e| match e {
+        Effect::StartModel(c) => Some(c.attempt),
+        _ => None,
+    })
+}
+
+fn started_tool(effects: &[Effect]) -> Option<(u64, Option<u64>)> {
+    effects.iter().find_map(|e| match e {
+        Effect::StartTool { exec, timeout_ms } => Some((exec.token, *timeout_ms)),
+        _ => None,
+    })
+}
+
+/// Runs to the tool body of `slow`; returns its token.
+fn to_tool(k: &mut Kernel) -> u64 {
+    let fx = drain(k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for c in tool_call() {
+        k.model_chunk(NOW, attempt, c).unwrap();
+    }
+    k.model_end(NOW, attempt).unwrap();
+    let fx = drain(k, NOW);
+    let (token, timeout) = started_tool(&fx).expect("a tool body");
+    assert_eq!(timeout, Some(50));
+    token
+}
+
+#[test]
+fn the_flush_gate_holds_the_model_request_until_the_write_is_reported() {
+    // SM-12/SM-14: the request prefix is written before the request goes
+    // out; nothing is released while the write is pending.
+    let mut k = kernel(Vec::new());
+    let mut effects = Vec::new();
+    let persist = loop {
+        match k.poll().expect("a persist before the request") {
+            e @ Effect::Persist { .. } => break e,
+            other => effects.push(other),
+        }
+    };
+    assert!(started_model(&effects).is_none());
+    let Effect::Persist { range, .. } = persist else {
+        unreachable!()
+    };
+    assert_eq!(range.start, 0);
+    assert!(k.poll().is_none(), "gated until `persisted`");
+    k.persisted(NOW, Ok(())).unwrap();
+    let fx = drain(&mut k, NOW);
+    assert!(started_model(&fx).is_some());
+    assert_eq!(k.persisted(NOW, Ok(())), Err(KernelError::NoPersistPending));
+}
+
+#[test]
+fn a_failed_write_before_the_model_ends_the_turn_with_flush_failed() {
+    let mut k = kernel(Vec::new());
+    let mut published = Vec::new();
+    while let Some(e) = k.poll() {
+        match e {
+            Effect::Persist { checkpoint, .. } => {
+                let r = if checkpoint.is_some() {
+                    Err("disk full".to_string())
+                } else {
+                    Ok(())
+                };
+                k.persisted(NOW, r).unwrap();
+            }
+            Effect::StartModel(_) => panic!("SM-14: the request must not be dispatched"),
+            Effect::Publish(AgentEvent::Error(e)) => published.push(e),
+            _ => {}
+        }
+    }
+    assert!(published.iter().any(|e| e.contains("disk full")));
+    let reason = k.summary().reason.expect("turn ended");
+    let v = serde_json::to_value(&reason).unwrap();
+    assert_eq!(v["kind"], "error");
+    assert_eq!(v["error"]["code"], "FLUSH_FAILED");
+}
+
+#[test]
+fn a_tool_deadline_stops_the_body_and_replaces_its_result() {
+    let mut k = kernel(Vec::new());
+    let token = to_tool(&mut k);
+    assert_eq!(k.poll_timeout(), Some(NOW + 50));
+    // A spurious wake-up before the deadline changes nothing.
+    k.handle_timeout(NOW + 49);
+    assert!(k.poll().is_none());
+    k.handle_timeout(NOW + 50);
+    let fx = drain(&mut k, NOW + 50);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::CancelTool { token: t } if *t == token)),
+        "the body is told to stop"
+    );
+    // The body returns within the grace: TL-14 replaces its success.
+    let ok = ToolOutcome::success(vec![ContentBlock::text("late")]);
+    k.tool_done(NOW + 60, token, ok, Vec::new()).unwrap();
+    drain(&mut k, NOW + 60);
+    let result = k
+        .session()
+        .events()
+        .iter()
+        .find(|e| e.event_type() == "tool/result")
+        .unwrap()
+        .to_json();
+    assert!(
+        result.contains("tool call timed out after 50ms"),
+        "{result}"
+    );
+    assert!(result.contains("TOOL_TIMEOUT"), "{result}");
+}
+
+#[test]
+fn a_body_that_overstays_the_grace_is_answered_and_its_late_result_is_stale() {
+    let mut k = kernel(Vec::new());
+    let token = to_tool(&mut k);
+    k.handle_timeout(NOW + 50);
+    drain(&mut k, NOW + 50);
+    assert_eq!(k.poll_timeout(), Some(NOW + 1_050), "the grace deadline");
+    k.handle_timeout(NOW + 1_050);
+    drain(&mut k, NOW + 1_050);
+    let late = k.tool_done(NOW + 2_000, token, ToolOutcome::error("late"), Vec::new());
+    let err = late.unwrap_err();
+    assert!(err.is_stale(), "{err}");
+    assert_eq!(err, KernelError::StaleTool { token });
+}
+
+#[test]
+fn an_abort_waits_for_the_body_then_answers_aborted_after_the_grace() {
+    let mut k = kernel(Vec::new());
+    let token = to_tool(&mut k);
+    k.cancel(NOW + 1, CancelCause::User, false);
+    let fx = drain(&mut k, NOW + 1);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::CancelTool { token: t } if *t == token))
+    );
+    // Still waiting for the body (LC-25): no turn end yet.
+    assert!(!k.is_idle());
+    k.handle_timeout(NOW + 1_001);
+    drain(&mut k, NOW + 1_001);
+    assert!(k.is_idle());
+    let result = k
+        .session()
+        .events()
+        .iter()
+        .find(|e| e.event_type() == "tool/result")
+        .unwrap()
+        .to_json();
+    assert!(result.contains("\"ABORTED\""), "{result}");
+}
+
+#[test]
+fn a_chunk_of_a_cancelled_attempt_is_a_stale_refusal() {
+    let mut k = kernel(Vec::new());
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).unwrap();
+    k.cancel(NOW, CancelCause::User, false);
+    let fx = drain(&mut k, NOW);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::CancelModel { attempt: a } if *a == attempt))
+    );
+    let chunk = StreamChunk::TextDelta {
+        index: 0,
+        text: "late".into(),
+    };
+    let err = k.model_chunk(NOW, attempt, chunk).unwrap_err();
+    assert!(err.is_stale());
+    // Misuse is not stale.
+    assert!(!KernelError::NoPersistPending.is_stale());
+}
+
+/// Sets the temperature; `stop` short-circuits the chain.
+struct Temp(f64, bool);
+
+impl Plugin for Temp {
+    fn name(&self) -> &str {
+        "temp"
+    }
+    fn seams(&self) -> Seams {
+        Seams::REQUEST
+    }
+    fn request(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        _turn: u64,
+        _step: u64,
+        mut value: LlmCallConfig,
+    ) -> Flow<LlmCallConfig> {
+        value.temperature = Some(value.temperature.unwrap_or(0.0) + self.0);
+        if self.1 {
+            Flow::Done(value)
+        } else {
+            Flow::Next(value)
+        }
+    }
+}
+
+#[test]
+fn plugins_compose_in_order_and_can_short_circuit() {
+    // Ordered around-middleware: 0.5 then +0.25 (done): the third never runs.
+    let plugins: Vec<Box<dyn Plugin>> = vec![
+        Box::new(Temp(0.5, false)),
+        Box::new(Temp(0.25, true)),
+        Box::new(Temp(100.0, false)),
+    ];
+    let mut k = kernel(plugins);
+    let fx = drain(&mut k, NOW);
+    let call = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::StartModel(c) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(call.request.temperature, Some(0.75));
+}
