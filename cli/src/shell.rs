@@ -3,14 +3,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dsh_core::agent::PreparedCall;
-use dsh_core::agent::retry::RetryPolicy;
-use dsh_core::{GenerateOptions, LlmCallConfig, LlmError};
+use dsh_core::LlmCallConfig;
 use dsh_deepseek::{
-    CancelToken, ClientOptions, DeepSeekClient, DeepSeekConfig, PROVIDER_ROUTE, Profile,
-    SessionHeader,
+    ClientOptions, DeepSeekClient, DeepSeekConfig, PROVIDER_ROUTE, Profile, SessionHeader,
 };
-use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ChunkStream, ModelProvider, ToolSet};
+use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
 
 use crate::provider::Provider;
 
@@ -60,11 +57,9 @@ pub fn agent_config(
     let client = DeepSeekClient::with_options(config, options)
         .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
     let call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
-    let model = Arc::new(Model {
-        client,
-        retry_policy: provider.client.retry_policy(),
-    });
-    let mut agent = AgentConfig::new(model, call, cwd.clone());
+    let mut agent = AgentConfig::new(Arc::new(client), call, cwd.clone());
+    // The retry policy of the CLI settings (`--attempts`, `--max-retry-wait`).
+    agent.retry_policy = Some(provider.client.retry_policy());
     agent.tools = ToolSet::standard(dsh_tools::BashConfig {
         env: dsh_tools::EnvPolicy::default().with_secret(provider.api_key_env.clone()),
         ..dsh_tools::BashConfig::default()
@@ -72,29 +67,6 @@ pub fn agent_config(
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)
-}
-
-/// The client with the retry policy of the CLI settings (`--attempts`,
-/// `--max-retry-wait`).
-struct Model {
-    client: DeepSeekClient,
-    retry_policy: RetryPolicy,
-}
-
-impl ModelProvider for Model {
-    fn stream(
-        &self,
-        opts: &GenerateOptions,
-        cancel: &CancelToken,
-    ) -> Result<ChunkStream, LlmError> {
-        ModelProvider::stream(&self.client, opts, cancel)
-    }
-
-    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
-        let mut prepared = ModelProvider::prepare(&self.client, config)?;
-        prepared.retry_policy = Some(self.retry_policy.clone());
-        Ok(prepared)
-    }
 }
 
 /// Whether the built-in tool set has a tool named `name`.

@@ -737,7 +737,7 @@ impl Kernel {
                 self.publish(AgentEvent::Status(status));
             }
             Output::Notify(Notification::Error { error, .. }) => {
-                self.publish(AgentEvent::Error(error.to_string()));
+                self.publish(AgentEvent::Error(error.message().to_string()));
             }
             Output::Notify(_) => {}
             Output::Flush(cp) => {

@@ -76,6 +76,8 @@ pub struct AgentConfig {
     /// Plugins, in order, after the shell's own (provider `prepare`,
     /// approval policy).
     pub plugins: Vec<Box<dyn Plugin>>,
+    /// The retry policy; `None`: the kernel's default.
+    pub retry_policy: Option<dsh_core::agent::retry::RetryPolicy>,
 }
 
 impl core::fmt::Debug for AgentConfig {
@@ -110,6 +112,7 @@ impl AgentConfig {
             clock: Clock::System,
             ids: IdMode::Uuid,
             plugins: Vec::new(),
+            retry_policy: None,
         }
     }
 
@@ -126,6 +129,7 @@ impl AgentConfig {
         k.retry_executor = self.loop_options.retry_executor;
         k.interrupted_prefix = self.loop_options.interrupted_prefix;
         k.wake_latch = self.loop_options.wake_latch;
+        k.retry_policy = self.retry_policy.clone();
         k.ids = self.ids;
         k.seed = crate::clock::os_seed();
         Ok(k)
