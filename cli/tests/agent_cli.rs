@@ -355,6 +355,69 @@ fn the_api_key_never_reaches_a_tool() {
     }
 }
 
+/// Security issue 19.6 / persistence.md W2: what streams in reaches the
+/// store within the write-behind window, so a kill -9 mid-stream keeps the
+/// chunks already received (before, nothing was stored until the turn
+/// ended).
+#[test]
+fn a_kill_mid_stream_keeps_the_chunks_already_received() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(
+        r#"{"responses":[{"fault":{"kind":"stall","turn":{"text":["Partial ","answer ","never ","finished"]},"afterEvents":3}}]}"#,
+    );
+    let mut child = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("go slowly")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The stream stalls after its first events; the write-behind window is
+    // 200 ms. Wait (bounded) until the chunks are on disk.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let stored = loop {
+        let text = data
+            .path()
+            .join("dsh/sessions")
+            .exists()
+            .then(|| transcripts(data.path()))
+            .and_then(|t| t.first().cloned())
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        if text.contains("Partial ") {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        stored,
+        "no streamed chunk reached the log while the stream stalled"
+    );
+    // The torn log repairs to a valid one that keeps those chunks.
+    let log = &transcripts(data.path())[0];
+    let loaded = load_log(&std::fs::read(log).unwrap(), &[]).unwrap();
+    let text: String = loaded
+        .session
+        .events()
+        .iter()
+        .filter_map(|e| match e.data() {
+            dsh_core::session::EventData::AssistantChunk(c) => match c.view() {
+                dsh_core::session::ChunkView::TextDelta { text, .. } => Some(text.to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert!(text.starts_with("Partial "), "{text:?}");
+}
+
 #[test]
 fn ctrl_c_cancels_a_run_and_exits_one() {
     use std::io::Read;

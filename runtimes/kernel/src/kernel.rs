@@ -86,6 +86,11 @@ pub struct Kernel {
     /// The log length at which the last write failed: the quiet-time write
     /// is not retried until the log grows (a checkpoint still retries).
     failed_at: Option<u64>,
+    /// The write-behind window (W2), ms.
+    write_behind_ms: Option<u64>,
+    /// When unwritten events were first seen with no write pending: the
+    /// window runs from here (W2; later events do not move it).
+    behind_since: Option<i64>,
     model: Option<u64>,
     tools: BTreeMap<u64, Running>,
     asks: BTreeMap<u64, Pending>,
@@ -336,6 +341,8 @@ impl Kernel {
             effects: VecDeque::new(),
             persisted,
             persisting: None,
+            write_behind_ms: config.write_batch_max_delay_ms,
+            behind_since: None,
             checkpoint: None,
             held: None,
             flush_failed: None,
@@ -440,6 +447,9 @@ impl Kernel {
     /// passes.
     pub fn poll_timeout(&self) -> Option<i64> {
         let mut best = self.core.poll_timeout();
+        if let Some(d) = self.write_behind_deadline() {
+            best = Some(best.map_or(d, |b: i64| b.min(d)));
+        }
         for t in self.tools.values() {
             let d = match t.phase {
                 Phase::Running => t.deadline,
@@ -702,7 +712,19 @@ impl Kernel {
     /// a disposal.
     fn settle(&mut self) -> Option<Effect> {
         if !self.core.is_quiescent() || !self.tools.is_empty() {
-            return None;
+            // W2/W3: between checkpoints (a response streaming in, a tool
+            // running), what was appended is written once the window that
+            // opened with the first unwritten event has passed.
+            let len = self.core.session().len();
+            if self.persisted >= len || self.failed_at == Some(len) {
+                self.behind_since = None;
+                return None;
+            }
+            let since = *self.behind_since.get_or_insert(self.now);
+            let due = self
+                .write_behind_ms
+                .is_some_and(|ms| self.now >= since.saturating_add(ms as i64));
+            return due.then(|| self.persist(None));
         }
         let len = self.core.session().len();
         if self.persisted < len && self.failed_at != Some(len) {
@@ -718,6 +740,7 @@ impl Kernel {
     fn persist(&mut self, checkpoint: Option<Checkpoint>) -> Effect {
         let len = self.core.session().len();
         self.persisting = Some((len, checkpoint));
+        self.behind_since = None;
         Effect::Persist {
             range: self.persisted..len,
             checkpoint,
@@ -726,6 +749,16 @@ impl Kernel {
 
     fn publish(&mut self, event: AgentEvent) {
         self.effects.push_back(Effect::Publish(event));
+    }
+
+    /// When the open write-behind window closes (W2), if one is open.
+    fn write_behind_deadline(&self) -> Option<i64> {
+        if self.persisting.is_some() {
+            return None;
+        }
+        let since = self.behind_since?;
+        let ms = self.write_behind_ms?;
+        Some(since.saturating_add(ms as i64))
     }
 
     fn on_output(&mut self, out: Output) {

@@ -81,8 +81,8 @@ pub use kernel::{Kernel, timeout_outcome};
 pub use plugin::{ApprovalDecision, Ask, Cx, Flow, Plugin, Reply, Seams, ToolDispatch};
 pub use session::{create_session, fork_session, resume_session};
 pub use types::{
-    AgentConfig, AgentEvent, ApprovalRequestId, DEFAULT_TOOL_GRACE_MS, Effect, KernelError,
-    TurnSummary,
+    AgentConfig, AgentEvent, ApprovalRequestId, DEFAULT_TOOL_GRACE_MS,
+    DEFAULT_WRITE_BATCH_MAX_DELAY_MS, Effect, KernelError, TurnSummary,
 };
 
 pub use dsh_core::agent::{AgentStatus, CancelCause, Checkpoint, InboxTarget};

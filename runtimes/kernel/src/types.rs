@@ -50,7 +50,15 @@ pub struct AgentConfig {
     pub ids: IdMode,
     /// Seed of the id and jitter generators under [`IdMode::Uuid`].
     pub seed: u64,
+    /// The write-behind window (persistence.md W2, `writeBatchMaxDelayMs`):
+    /// events appended between checkpoints (a streaming response) are
+    /// written at most this long after the first of them; `None`: only at
+    /// checkpoints and when the agent goes quiet.
+    pub write_batch_max_delay_ms: Option<u64>,
 }
+
+/// The default write-behind window (ms), persistence.md section 8.
+pub const DEFAULT_WRITE_BATCH_MAX_DELAY_MS: u64 = 200;
 
 /// The default grace after a tool was told to stop (ms).
 pub const DEFAULT_TOOL_GRACE_MS: u64 = 2_000;
@@ -58,7 +66,8 @@ pub const DEFAULT_TOOL_GRACE_MS: u64 = 2_000;
 impl AgentConfig {
     /// A config for `call`: no system prompt, no tools, no default tool
     /// deadline, a 2 s grace, default retries with the executor on, both
-    /// HEAD deltas on, UUID ids from seed 0 (set [`seed`](Self::seed)).
+    /// HEAD deltas on, UUID ids from seed 0 (set [`seed`](Self::seed)), a
+    /// 200 ms write-behind window.
     pub fn new(call: LlmCallConfig) -> Self {
         AgentConfig {
             call,
@@ -72,6 +81,7 @@ impl AgentConfig {
             wake_latch: true,
             ids: IdMode::Uuid,
             seed: 0,
+            write_batch_max_delay_ms: Some(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
         }
     }
 

@@ -267,3 +267,105 @@ fn plugins_compose_in_order_and_can_short_circuit() {
         .unwrap();
     assert_eq!(call.request.temperature, Some(0.75));
 }
+
+/// Persistence W2/W3 (security issue 19.6: a kill mid-stream keeps what was
+/// shown): events appended while a response streams in are written within
+/// the write-behind window, not only at the next checkpoint.
+#[test]
+fn a_streaming_response_is_written_within_the_write_behind_window() {
+    let mut k = kernel(Vec::new());
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    let written_before = k.session().len();
+    // The window opens with the first unwritten chunk.
+    k.model_chunk(
+        NOW,
+        attempt,
+        StreamChunk::BlockStart {
+            index: 0,
+            block_type: "text".into(),
+        },
+    )
+    .unwrap();
+    let mut writes = Vec::new();
+    let mut poll = |k: &mut Kernel, now: i64, writes: &mut Vec<(u64, u64, i64)>| {
+        while let Some(e) = k.poll() {
+            if let Effect::Persist { range, checkpoint } = e {
+                assert_eq!(checkpoint, None, "a write-behind, not a checkpoint");
+                writes.push((range.start, range.end, now));
+                k.persisted(now, Ok(())).unwrap();
+            }
+        }
+    };
+    poll(&mut k, NOW, &mut writes);
+    assert!(writes.is_empty(), "nothing is due yet");
+    assert_eq!(k.poll_timeout(), Some(NOW + 200));
+    for i in 1..=6 {
+        let now = NOW + i * 50;
+        k.model_chunk(
+            now,
+            attempt,
+            StreamChunk::TextDelta {
+                index: 0,
+                text: "x".into(),
+            },
+        )
+        .unwrap();
+        poll(&mut k, now, &mut writes);
+    }
+    // Chunks at +50..+300: the window that opened at +0 closed at +200,
+    // so the write happened at the chunk of +200, with everything so far.
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    let (start, end, at) = writes[0];
+    assert_eq!((start, at), (written_before, NOW + 200));
+    assert!(end > start + 4, "{writes:?}");
+    // The next window opened at +250 (the first unwritten chunk after the
+    // write): a timer wake-up at its end writes the rest.
+    assert_eq!(k.poll_timeout(), Some(NOW + 450));
+    k.handle_timeout(NOW + 450);
+    poll(&mut k, NOW + 450, &mut writes);
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert_eq!(writes[1].1, k.session().len() as u64);
+}
+
+#[test]
+fn without_a_window_only_checkpoints_write() {
+    let mut tools = ToolRegistry::new();
+    tools
+        .register(ToolDefinition::untyped("t", "t", json!({"type":"object"})))
+        .unwrap();
+    let mut config = AgentConfig::new(LlmCallConfig::new("p", "m"));
+    config.tools = tools;
+    config.ids = IdMode::Sequential;
+    config.write_batch_max_delay_ms = None;
+    let session = create_session("k2".into(), NOW, None).unwrap();
+    let mut k = Kernel::new(config, session, 0, Vec::new()).unwrap();
+    let hi = Message::user("u1", vec![ContentBlock::text("hi")]);
+    k.send(NOW, hi, InboxTarget::NextTurn, true).unwrap();
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    k.model_chunk(
+        NOW,
+        attempt,
+        StreamChunk::BlockStart {
+            index: 0,
+            block_type: "text".into(),
+        },
+    )
+    .unwrap();
+    for i in 0..10 {
+        k.model_chunk(
+            NOW + i * 100,
+            attempt,
+            StreamChunk::TextDelta {
+                index: 0,
+                text: "x".into(),
+            },
+        )
+        .unwrap();
+        while let Some(e) = k.poll() {
+            assert!(!matches!(e, Effect::Persist { .. }), "{e:?}");
+        }
+    }
+    assert_eq!(k.poll_timeout(), None);
+}
