@@ -288,7 +288,7 @@ fn a_streaming_response_is_written_within_the_write_behind_window() {
     )
     .unwrap();
     let mut writes = Vec::new();
-    let mut poll = |k: &mut Kernel, now: i64, writes: &mut Vec<(u64, u64, i64)>| {
+    let poll = |k: &mut Kernel, now: i64, writes: &mut Vec<(u64, u64, i64)>| {
         while let Some(e) = k.poll() {
             if let Effect::Persist { range, checkpoint } = e {
                 assert_eq!(checkpoint, None, "a write-behind, not a checkpoint");
@@ -325,7 +325,7 @@ fn a_streaming_response_is_written_within_the_write_behind_window() {
     k.handle_timeout(NOW + 450);
     poll(&mut k, NOW + 450, &mut writes);
     assert_eq!(writes.len(), 2, "{writes:?}");
-    assert_eq!(writes[1].1, k.session().len() as u64);
+    assert_eq!(writes[1].1, k.session().len());
 }
 
 #[test]
