@@ -173,3 +173,43 @@ fn a_changed_recording_is_caught() {
     );
     assert_eq!(r.reproduced, 36);
 }
+
+/// The first `lines` lines of a conformance log (fixture tokens applied),
+/// repaired as a crash-recovering load would: the stored events followed by
+/// the closers of the open turn (persistence.md 6.4), unpacked.
+fn repaired_prefix(name: &str, lines: usize) -> (Vec<u8>, usize) {
+    let path = testdata_dir().join("conformance/sessions").join(name);
+    let bytes = dsh_core::jsonl::fixture_tokens(&std::fs::read(path).unwrap());
+    let cut: Vec<u8> = bytes
+        .split_inclusive(|b| *b == b'\n')
+        .take(lines)
+        .flatten()
+        .copied()
+        .collect();
+    let loaded = dsh_core::jsonl::load_log(&cut, &[]).unwrap();
+    assert!(!loaded.closers.is_empty(), "the cut leaves a turn open");
+    let mut out = Vec::new();
+    dsh_core::jsonl::encode_header_line(loaded.session.header(), &mut out);
+    dsh_core::jsonl::encode_batch(loaded.session.events(), false, &mut out);
+    (out, loaded.closers.len())
+}
+
+#[test]
+fn a_log_repaired_after_a_crash_replays() {
+    // Cut after the tool/call (line 20): the repair answers the call with
+    // TOOL_OUTCOME_UNKNOWN, closes the step and the turn. Those closers are
+    // inputs of the replay, not events the loop must reproduce.
+    let (bytes, closers) = repaired_prefix("examples-acp-agent__tool-call-turn__session.jsonl", 20);
+    assert_eq!(closers, 3);
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    let r = replay_jsonl(&bytes, options).unwrap();
+    assert!(r.identical(), "{r:?}");
+    assert_eq!(
+        (r.reproduced, r.total),
+        (64, 64),
+        "the 3 closers are not counted"
+    );
+}
