@@ -213,3 +213,32 @@ fn a_log_repaired_after_a_crash_replays() {
         "the 3 closers are not counted"
     );
 }
+
+#[test]
+fn a_torn_or_open_recording_does_not_pass_the_check() {
+    // Security issue 19.9: replay said "reproduced 1/1" on a torn log.
+    let name = "examples-acp-agent__tool-call-turn__session.jsonl";
+    let path = testdata_dir().join("conformance/sessions").join(name);
+    let bytes = dsh_core::jsonl::fixture_tokens(&std::fs::read(path).unwrap());
+    let lines: Vec<&[u8]> = bytes.split_inclusive(|b| *b == b'\n').collect();
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    // Torn: the first 20 lines and half of the 21st.
+    let mut torn: Vec<u8> = lines[..20].concat();
+    torn.extend_from_slice(&lines[20][..lines[20].len() / 2]);
+    let r = replay_jsonl(&torn, options).unwrap();
+    assert!(!r.identical(), "{r:?}");
+    assert!(
+        r.first_difference.unwrap().reason.contains("torn tail"),
+        "torn"
+    );
+    // Open: the first 20 whole lines end inside a turn.
+    let open: Vec<u8> = lines[..20].concat();
+    let r = replay_jsonl(&open, options).unwrap();
+    assert!(!r.identical(), "{r:?}");
+    assert!(r.first_difference.unwrap().reason.contains("open turn"));
+    // The whole recording still replays.
+    assert!(replay_jsonl(&bytes, options).unwrap().identical());
+}

@@ -566,9 +566,32 @@ pub fn replay_jsonl(
     };
     let loaded = crate::jsonl::load_log(bytes, &[])?;
     let header = loaded.session.header().clone();
+    // A torn tail or an open last turn: the recording stops mid-way, so
+    // reproducing what it holds does not check it (`dsh log check` fails it
+    // too; the repaired log replays).
+    let incomplete = match loaded.truncate_to {
+        Some(at) => Some(format!(
+            "the recording has a torn tail ({} bytes after offset {at} are not committed); replay the repaired log",
+            bytes.len() - at
+        )),
+        None if !loaded.closers.is_empty() => Some(String::from(
+            "the recording ends inside an open turn; replay the repaired log",
+        )),
+        None => None,
+    };
     let mut events = loaded.session.into_events();
     events.truncate(loaded.stored);
-    Ok(replay(header, events, options))
+    let stored = events.len() as u64;
+    let mut report = replay(header, events, options);
+    if let (Some(reason), None) = (incomplete, &report.first_difference) {
+        report.first_difference = Some(Difference {
+            seq: stored,
+            expected: None,
+            produced: None,
+            reason,
+        });
+    }
+    Ok(report)
 }
 
 /// Replays `events` (a whole recorded log) under `header`.
