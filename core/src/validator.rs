@@ -52,6 +52,8 @@ pub enum Rule {
     AC3,
     /// AC-9: a successful finish with no block is an `EMPTY_RESPONSE` error.
     AC9,
+    /// FR-1: an `error` or `aborted` finish carries a `failure` (LlmFailure).
+    FR1,
 }
 
 impl Rule {
@@ -70,6 +72,7 @@ impl Rule {
             Rule::AC2 => "AC-2",
             Rule::AC3 => "AC-3",
             Rule::AC9 => "AC-9",
+            Rule::FR1 => "FR-1",
         }
     }
 }
@@ -273,6 +276,19 @@ impl StreamValidator {
             }
             StreamChunk::Finish { reason, .. } => {
                 self.finished = true;
+                // A core failure kind read as an unknown shape: its
+                // `failure` is missing or not an LlmFailure.
+                if let FinishReason::Other(_) = reason {
+                    if matches!(reason.kind(), "error" | "aborted") {
+                        return fail(
+                            Rule::FR1,
+                            alloc::format!(
+                                "\"{}\" finish needs a \"failure\" (an LlmFailure) and no other key",
+                                reason.kind()
+                            ),
+                        );
+                    }
+                }
                 if !reason.is_failure() && !self.open.is_empty() {
                     let mut open: alloc::vec::Vec<u64> = self.open.keys().copied().collect();
                     open.sort_unstable();
@@ -425,6 +441,25 @@ mod tests {
             ),
             [(2, "G-5"), (3, "G-7"), (4, "G-6")]
         );
+    }
+
+    #[test]
+    fn a_failure_finish_without_a_failure_is_rejected() {
+        for reason in [
+            r#"{"kind":"error"}"#,
+            r#"{"kind":"aborted"}"#,
+            r#"{"kind":"error","failure":{"code":"X"}}"#,
+        ] {
+            let lines = alloc::format!(
+                "{{\"type\":\"block-start\",\"index\":0,\"blockType\":\"text\"}}\n{{\"type\":\"finish\",\"reason\":{reason}}}"
+            );
+            assert_eq!(rules(&lines), [(1, "FR-1")], "{reason}");
+        }
+        // An unknown kind stays open (FR-2).
+        let lines = r#"{"type":"block-start","index":0,"blockType":"text"}
+{"type":"block-end","index":0,"block":{"type":"text","text":""}}
+{"type":"finish","reason":{"kind":"paused"}}"#;
+        assert!(rules(lines).is_empty());
     }
 
     #[test]
