@@ -179,6 +179,9 @@ enum Ui {
     Line(String),
     Eof,
     Interrupt,
+    /// SIGTERM: end the command the way Ctrl-C does (cancel a running turn,
+    /// save the session), without asking twice.
+    Terminate,
 }
 
 fn spawn_forwarder(agent: &Agent, tx: Sender<Ui>) {
@@ -215,12 +218,40 @@ fn spawn_stdin(tx: Sender<Ui>) {
 }
 
 fn install_ctrlc(tx: Sender<Ui>) {
+    install_sigterm(tx.clone());
     // Only the first handler of a process is installed; a failure leaves
     // the default (the process ends), which is still a way out.
     let _ = ctrlc::set_handler(move || {
         let _ = tx.send(Ui::Interrupt);
     });
 }
+
+/// Forwards SIGTERM as [`Ui::Terminate`] (once per process; a failure
+/// leaves the default, which ends the process).
+#[cfg(unix)]
+fn install_sigterm(tx: Sender<Ui>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static INSTALLED: AtomicBool = AtomicBool::new(false);
+    if INSTALLED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM])
+    else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("dsh-sigterm".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                if tx.send(Ui::Terminate).is_err() {
+                    break;
+                }
+            }
+        });
+}
+
+#[cfg(not(unix))]
+fn install_sigterm(_tx: Sender<Ui>) {}
 
 /// Whether a turn outcome counts as success for an exit code.
 pub fn completed(outcome: &TurnOutcome) -> bool {
@@ -348,7 +379,7 @@ pub fn drive_one_turn(
             Ui::Event(AgentEvent::Status(AgentStatus::Idle)) if outcome.is_some() => break,
             Ui::Event(AgentEvent::Error(e)) => errors.push(e),
             Ui::Event(_) => {}
-            Ui::Interrupt => {
+            Ui::Interrupt | Ui::Terminate => {
                 if cancelled {
                     // Second Ctrl-C: leave now.
                     break;
@@ -711,6 +742,9 @@ fn repl(
                     break;
                 }
             }
+            // Like Ctrl-C twice: the running turn is cancelled below and
+            // the session is saved.
+            Ui::Terminate => break,
         }
     }
     let _ = r.clear_status(&mut out);

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 use dsh_core::jsonl::{self, LogError};
+use dsh_core::session::InvariantChecker;
 
 use crate::Outcome;
 use crate::input::read_input;
@@ -16,7 +17,8 @@ pub enum LogCommand {
     /// re-assembly of every model call, invariants. Prints `<path>: ok` or
     /// `<path>: FAIL <reason>` per file. Core payloads with extra keys or
     /// other shapes load leniently (as the reference's logs need); `--strict`
-    /// fails on them and lists each with its rule id.
+    /// fails on them and lists each with its rule id. Exit 1 when a check
+    /// fails, 2 when a file cannot be read.
     Check {
         /// Apply the conformance fixture-token substitutions before reading.
         #[arg(long)]
@@ -74,8 +76,17 @@ fn read(path: &Path, fixture_tokens: bool) -> Result<Vec<u8>, String> {
 fn check(paths: &[PathBuf], fixture_tokens: bool, strict: bool) -> Outcome {
     let mut out = io::stdout().lock();
     let mut failed = false;
+    let mut unreadable = false;
     for path in paths {
-        let result = read(path, fixture_tokens).and_then(|b| jsonl::verify_log(&b));
+        let bytes = match read(path, fixture_tokens) {
+            Ok(b) => b,
+            Err(why) => {
+                unreadable = true;
+                let _ = writeln!(out, "{}: FAIL {why}", path.display());
+                continue;
+            }
+        };
+        let result = jsonl::verify_log(&bytes);
         let line = match result {
             Ok(report) if strict && !report.deviations.is_empty() => {
                 failed = true;
@@ -97,7 +108,9 @@ fn check(paths: &[PathBuf], fixture_tokens: bool, strict: bool) -> Outcome {
         };
         let _ = writeln!(out, "{line}");
     }
-    if failed {
+    if unreadable {
+        Outcome::BadInput
+    } else if failed {
         Outcome::CheckFailed
     } else {
         Outcome::Ok
@@ -153,6 +166,12 @@ fn repair(path: &Path) -> Outcome {
             return Outcome::CheckFailed;
         }
     };
+    // Loading closes an interrupted turn; a log whose turns are not enclosed
+    // (session.md 11) is corrupt, not torn, and repair does not print it.
+    if let Err(v) = InvariantChecker::check_log(loaded.session.events()) {
+        eprintln!("{}: corrupt: invariant {v}", path.display());
+        return Outcome::CheckFailed;
+    }
     let mut buf = Vec::with_capacity(bytes.len() + 1024);
     jsonl::encode_header_line(loaded.session.header(), &mut buf);
     jsonl::encode_batch(loaded.session.events(), false, &mut buf);

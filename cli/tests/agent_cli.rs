@@ -456,6 +456,70 @@ fn ctrl_c_cancels_a_run_and_exits_one() {
     assert_eq!(turn_end_kinds(&events), vec!["aborted"]);
 }
 
+/// Starts `dsh ARGS` against a stalling mock, waits for "Partial" on its
+/// stdout, sends `signal`, and returns (exit code, stdout, data dir).
+fn signal_during_stream(args: &[&str], signal: &str) -> (Option<i32>, String, tempfile::TempDir) {
+    use std::io::Read;
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(
+        r#"{"responses":[{"fault":{"kind":"stall","turn":{"text":["Partial ","rest"]},"afterEvents":2}}]}"#,
+    );
+    let url = server.url();
+    let mut full: Vec<&str> = args.to_vec();
+    full.extend(["--base-url", &url]);
+    if args[0] == "run" {
+        full.push("x");
+    }
+    let mut child = dsh(data.path())
+        .args(&full)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if args[0] == "chat" {
+        use std::io::Write;
+        // Keep stdin open: the chat must not end by EOF.
+        child.stdin.as_mut().unwrap().write_all(b"x\n").unwrap();
+    }
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    while !text(&seen).contains("Partial") {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "no output: {}", text(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let st = Command::new("kill")
+        .args(["-s", signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    stdout.read_to_end(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    drop(server);
+    (status.code(), text(&seen), data)
+}
+
+#[test]
+fn sigterm_ends_a_run_like_ctrl_c() {
+    let (code, out, data) = signal_during_stream(&["run"], "TERM");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("[turn cancelled]"), "{out}");
+    let events = load(&transcripts(data.path())[0]);
+    assert_eq!(turn_end_kinds(&events), vec!["aborted"]);
+    InvariantChecker::check_log(&events).unwrap();
+}
+
+#[test]
+fn sigterm_ends_a_chat_and_saves_the_session() {
+    let (code, out, data) = signal_during_stream(&["chat"], "TERM");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("resume with: dsh chat --resume "), "{out}");
+    let events = load(&transcripts(data.path())[0]);
+    assert_eq!(turn_end_kinds(&events), vec!["aborted"]);
+    InvariantChecker::check_log(&events).unwrap();
+}
+
 #[test]
 fn redb_store_holds_and_lists_sessions() {
     let data = tempfile::tempdir().unwrap();

@@ -167,7 +167,7 @@ fn a_torn_file_fails_check() {
     assert!(stdout(&o).contains("FAIL torn tail"), "{}", stdout(&o));
     let missing = dir.path().join("missing.jsonl");
     let o = dsh(&["log", "check", missing.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2), "unreadable input (README)");
     assert!(stdout(&o).contains("FAIL cannot read"));
 }
 
@@ -227,4 +227,62 @@ fn a_reference_log_with_other_payload_shapes_loads_and_strict_lists_each() {
         "{out}"
     );
     assert_eq!(lines.len(), 3, "{out}");
+}
+
+#[test]
+fn check_of_a_missing_file_is_bad_input() {
+    // The exit-code contract: 2 for unreadable input, 1 for a failed check.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.jsonl");
+    let good = log("examples-acp-agent__packed-chunks__session.jsonl");
+    let o = dsh(&[
+        "log",
+        "check",
+        "--fixture-tokens",
+        good.to_str().unwrap(),
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with(&format!("{}: ok\n", good.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{}: FAIL cannot read ", missing.display())),
+        "{out}"
+    );
+}
+
+#[test]
+fn repair_refuses_a_log_whose_turns_are_not_enclosed() {
+    // Security issue 19.9: repair exited 0 on a corrupt (not torn) log and
+    // printed a log that fails `log check`. A turn/end of another turn and
+    // a step/start outside a turn are corruption (session.md 11), not a
+    // torn tail: exit 1, nothing printed.
+    let dir = tempfile::tempdir().unwrap();
+    for (n, body) in [
+        format!(
+            "{TURN_START}\n{}\n",
+            r#"{"type":"turn/end","seq":1,"time":11,"data":{"turn":2,"reason":{"kind":"completed"}}}"#
+        ),
+        format!(
+            "{}\n",
+            r#"{"type":"step/start","seq":0,"time":12,"data":{"turn":1,"step":1}}"#
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("bad{n}.jsonl"));
+        std::fs::write(&path, format!("{H}\n{body}")).unwrap();
+        let p = path.to_str().unwrap();
+        let check = dsh(&["log", "check", p]);
+        assert_eq!(check.status.code(), Some(1), "{body}");
+        let o = dsh(&["log", "repair", p]);
+        assert_eq!(o.status.code(), Some(1), "{body}: {}", stdout(&o));
+        assert!(o.stdout.is_empty());
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert!(err.contains(": corrupt: "), "{err}");
+    }
 }

@@ -55,7 +55,9 @@ pub enum ContentBlock {
     Unknown(JsonObject),
 }
 
-/// A durable reference to stored image bytes (C-6).
+/// A durable reference to stored image bytes (C-6). Written with the
+/// reference's key order: `attachmentId, mediaType, width, height, bytes`
+/// (then `name`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -64,12 +66,12 @@ pub struct ImageAttachment {
     pub attachment_id: AttachmentId,
     /// `image/png`, `image/jpeg`, `image/webp` or `image/gif`.
     pub media_type: String,
-    /// Exact encoded byte length.
-    pub bytes: u64,
     /// Pixel width.
     pub width: u64,
     /// Pixel height.
     pub height: u64,
+    /// Exact encoded byte length.
+    pub bytes: u64,
     /// Optional display name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -310,10 +312,25 @@ mod tests {
             }
         ));
         round_trip(r#"{"type":"tool-result","toolCallId":"c","content":[]}"#);
+        // The reference's key order (issue 17).
         let i = round_trip(
-            r#"{"type":"image","attachment":{"attachmentId":"sha256:aa","mediaType":"image/png","bytes":3,"width":1,"height":1}}"#,
+            r#"{"type":"image","attachment":{"attachmentId":"sha256:aa","mediaType":"image/png","width":1,"height":2,"bytes":3}}"#,
         );
         assert!(matches!(i, ContentBlock::Image { .. }));
+        let built = ContentBlock::Image {
+            attachment: ImageAttachment {
+                attachment_id: "sha256:aa".into(),
+                media_type: "image/png".into(),
+                width: 1,
+                height: 2,
+                bytes: 3,
+                name: None,
+            },
+        };
+        assert_eq!(
+            serde_json::to_string(&built).unwrap(),
+            r#"{"type":"image","attachment":{"attachmentId":"sha256:aa","mediaType":"image/png","width":1,"height":2,"bytes":3}}"#
+        );
     }
 
     #[test]

@@ -470,6 +470,25 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_finish_without_a_failure_is_rejected() {
+        for reason in [
+            r#"{"kind":"error"}"#,
+            r#"{"kind":"aborted"}"#,
+            r#"{"kind":"error","failure":{"code":"X"}}"#,
+        ] {
+            let lines = alloc::format!(
+                "{{\"type\":\"block-start\",\"index\":0,\"blockType\":\"text\"}}\n{{\"type\":\"finish\",\"reason\":{reason}}}"
+            );
+            assert_eq!(rules(&lines), [(1, "FR-1")], "{reason}");
+        }
+        // An unknown kind stays open (FR-2).
+        let lines = r#"{"type":"block-start","index":0,"blockType":"text"}
+{"type":"block-end","index":0,"block":{"type":"text","text":""}}
+{"type":"finish","reason":{"kind":"paused"}}"#;
+        assert!(rules(lines).is_empty());
+    }
+
+    #[test]
     fn failure_finishes_may_leave_blocks_open() {
         assert_eq!(
             rules(

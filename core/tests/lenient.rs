@@ -235,8 +235,16 @@ fn what_dsh_owns_is_still_validated() {
             d.as_object_mut().unwrap().remove("turn");
         },
         |d| {
-            d["trigger"] = json!({});
+            d["trigger"] = json!({"kind": "prompt"});
             d["turn"] = json!(-1);
+        },
+        // A legacy trigger must be an object with a non-empty `kind`, and
+        // alone beside `turn` (persistence.md LG1).
+        |d| d["trigger"] = json!({}),
+        |d| d["trigger"] = json!("prompt"),
+        |d| {
+            d["trigger"] = json!({"kind": "prompt"});
+            d["x"] = json!(1);
         },
     ] {
         let (bytes, _) = mutate(&log(TODO), "turn/start", edit);

@@ -202,3 +202,72 @@ fn lc24_replay_derives_parallel_tools_from_the_recording() {
     assert!(r.identical(), "{:?}", r.first_difference);
     assert_eq!(r.reproduced, 31);
 }
+
+/// The first `lines` lines of a conformance log (fixture tokens applied),
+/// repaired as a crash-recovering load would: the stored events followed by
+/// the closers of the open turn (persistence.md 6.4), unpacked.
+fn repaired_prefix(name: &str, lines: usize) -> (Vec<u8>, usize) {
+    let path = testdata_dir().join("conformance/sessions").join(name);
+    let bytes = dsh_core::jsonl::fixture_tokens(&std::fs::read(path).unwrap());
+    let cut: Vec<u8> = bytes
+        .split_inclusive(|b| *b == b'\n')
+        .take(lines)
+        .flatten()
+        .copied()
+        .collect();
+    let loaded = dsh_core::jsonl::load_log(&cut, &[]).unwrap();
+    assert!(!loaded.closers.is_empty(), "the cut leaves a turn open");
+    let mut out = Vec::new();
+    dsh_core::jsonl::encode_header_line(loaded.session.header(), &mut out);
+    dsh_core::jsonl::encode_batch(loaded.session.events(), false, &mut out);
+    (out, loaded.closers.len())
+}
+
+#[test]
+fn a_log_repaired_after_a_crash_replays() {
+    // Cut after the tool/call (line 20): the repair answers the call with
+    // TOOL_OUTCOME_UNKNOWN, closes the step and the turn. Those closers are
+    // inputs of the replay, not events the loop must reproduce.
+    let (bytes, closers) = repaired_prefix("examples-acp-agent__tool-call-turn__session.jsonl", 20);
+    assert_eq!(closers, 3);
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    let r = replay_jsonl(&bytes, options).unwrap();
+    assert!(r.identical(), "{r:?}");
+    assert_eq!(
+        (r.reproduced, r.total),
+        (64, 64),
+        "the 3 closers are not counted"
+    );
+}
+
+#[test]
+fn a_torn_or_open_recording_does_not_pass_the_check() {
+    // Security issue 19.9: replay said "reproduced 1/1" on a torn log.
+    let name = "examples-acp-agent__tool-call-turn__session.jsonl";
+    let path = testdata_dir().join("conformance/sessions").join(name);
+    let bytes = dsh_core::jsonl::fixture_tokens(&std::fs::read(path).unwrap());
+    let lines: Vec<&[u8]> = bytes.split_inclusive(|b| *b == b'\n').collect();
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    // Torn: the first 20 lines and half of the 21st.
+    let mut torn: Vec<u8> = lines[..20].concat();
+    torn.extend_from_slice(&lines[20][..lines[20].len() / 2]);
+    let r = replay_jsonl(&torn, options).unwrap();
+    assert!(!r.identical(), "{r:?}");
+    assert!(
+        r.first_difference.unwrap().reason.contains("torn tail"),
+        "torn"
+    );
+    // Open: the first 20 whole lines end inside a turn.
+    let open: Vec<u8> = lines[..20].concat();
+    let r = replay_jsonl(&open, options).unwrap();
+    assert!(!r.identical(), "{r:?}");
+    assert!(r.first_difference.unwrap().reason.contains("open turn"));
+    // The whole recording still replays.
+    assert!(replay_jsonl(&bytes, options).unwrap().identical());
+}

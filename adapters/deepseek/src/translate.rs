@@ -117,9 +117,17 @@ pub struct Translator {
 }
 
 /// T-1: the `MALFORMED_RESPONSE` error for `payload`, quoting its first 120
-/// characters (Q-20: characters, never a split code point).
+/// characters counted in UTF-16 code units as the reference does; a
+/// surrogate pair that would be split at the cut is left out whole.
 pub fn malformed(payload: &str) -> LlmError {
-    let excerpt: String = payload.chars().take(120).collect();
+    let mut units = 0;
+    let excerpt: String = payload
+        .chars()
+        .take_while(|c| {
+            units += c.len_utf16();
+            units <= 120
+        })
+        .collect();
     let mut message = String::from("malformed SSE payload: ");
     message.push_str(&excerpt);
     LlmError::coded(codes::MALFORMED_RESPONSE, &message)

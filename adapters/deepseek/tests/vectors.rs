@@ -236,6 +236,30 @@ fn tv9_malformed_payload() {
 }
 
 #[test]
+fn t1_excerpt_counts_utf16_code_units() {
+    // an emoji is two UTF-16 units: `{` + 59 emoji = 119 units; the
+    // 60th would straddle the cut and is left out whole.
+    let payload = format!("{{{}", "😀".repeat(100));
+    let out = translate(&payload);
+    let expected = format!("{{{}", "😀".repeat(59));
+    assert_eq!(
+        out,
+        vec![format!(
+            "ERR MALFORMED_RESPONSE: malformed SSE payload: {expected}"
+        )]
+    );
+    // With an even cut the 120 units are all there: `{x` + 59 emoji.
+    let payload = format!("{{x{}", "😀".repeat(100));
+    let expected = format!("{{x{}", "😀".repeat(59));
+    assert_eq!(
+        translate(&payload),
+        vec![format!(
+            "ERR MALFORMED_RESPONSE: malformed SSE payload: {expected}"
+        )]
+    );
+}
+
+#[test]
 fn t1_excerpt_is_120_characters() {
     let payload = format!("{{{}", "é".repeat(200));
     let out = translate(&payload);

@@ -30,8 +30,8 @@ use crate::chunk::LlmFailure;
 use crate::ids::{MessageId, RetryId};
 use crate::options::{AdapterDefaults, LlmCallConfig};
 use crate::session::{
-    AbortCause, EpochHeader, EventData, InboxSpliced, Session, SessionEvent, SessionHeader,
-    SurfaceIntent, SurfaceOp, TurnEndReason,
+    AbortCause, EpochHeader, EventData, HeaderReason, InboxSpliced, Session, SessionEvent,
+    SessionHeader, SurfaceIntent, SurfaceOp, TurnEndReason,
 };
 
 use super::hooks::{
@@ -565,22 +565,128 @@ pub fn replay_jsonl(
     };
     let loaded = crate::jsonl::load_log(bytes, &[])?;
     let header = loaded.session.header().clone();
+    // A torn tail or an open last turn: the recording stops mid-way, so
+    // reproducing what it holds does not check it (`dsh log check` fails it
+    // too; the repaired log replays).
+    let incomplete = match loaded.truncate_to {
+        Some(at) => Some(format!(
+            "the recording has a torn tail ({} bytes after offset {at} are not committed); replay the repaired log",
+            bytes.len() - at
+        )),
+        None if !loaded.closers.is_empty() => Some(String::from(
+            "the recording ends inside an open turn; replay the repaired log",
+        )),
+        None => None,
+    };
     let mut events = loaded.session.into_events();
     events.truncate(loaded.stored);
-    Ok(replay(header, events, options))
+    let stored = events.len() as u64;
+    let mut report = replay(header, events, options);
+    if let (Some(reason), None) = (incomplete, &report.first_difference) {
+        report.first_difference = Some(Difference {
+            seq: stored,
+            expected: None,
+            produced: None,
+            reason,
+        });
+    }
+    Ok(report)
 }
 
 /// Replays `events` (a whole recorded log) under `header`.
+///
+/// The seed (everything up to the last `session/end-seed`) is restored, not
+/// replayed. A log can hold the work of several loop instances: a crash
+/// repair's closers (persistence.md 6.4) end one, and a turn whose
+/// `request/header` says `resume` starts another. Each instance's part is
+/// replayed by a fresh loop over the session restored up to it, so the
+/// closers and the seed are inputs, never mismatches.
 pub fn replay(
     header: SessionHeader,
     events: Vec<SessionEvent>,
     options: ReplayOptions,
 ) -> ReplayReport {
-    // The seed: everything up to the last session/end-seed.
     let seed_len = events
         .iter()
         .rposition(|e| matches!(e.data(), EventData::EndSeed))
         .map_or(0, |i| i + 1);
+    let parts = instances(&events, seed_len);
+    let core_in = |(a, b): (usize, usize)| events[a..b].iter().filter(|e| is_core_event(e)).count();
+    let mut report = ReplayReport {
+        reproduced: 0,
+        total: parts.iter().map(|p| core_in(*p)).sum(),
+        seed: seed_len,
+        first_difference: None,
+    };
+    for (start, end) in parts {
+        let part = replay_from(header.clone(), events[..end].to_vec(), start, options);
+        report.reproduced += part.reproduced;
+        if part.first_difference.is_some() || part.reproduced != core_in((start, end)) {
+            report.first_difference = part.first_difference;
+            break;
+        }
+    }
+    report
+}
+
+/// The parts `(start, end)` of `events` after the seed that one loop
+/// instance wrote: a part ends where crash-repair closers begin (the next
+/// starts after them), and after the last `turn/end` before a
+/// `request/header` with reason `resume` (the new instance's first request).
+fn instances(events: &[SessionEvent], seed_len: usize) -> Vec<(usize, usize)> {
+    let mut parts = Vec::new();
+    let mut start = seed_len;
+    // Just after the last turn/end of the current part, if any.
+    let mut after_turn = None;
+    for i in seed_len..events.len() {
+        match events[i].data() {
+            EventData::TurnEnd(_) => after_turn = Some(i + 1),
+            EventData::RequestHeader(h) if h.reason == HeaderReason::Resume => {
+                if let Some(cut) = after_turn.take() {
+                    parts.push((start, cut));
+                    start = cut;
+                }
+            }
+            _ => {}
+        }
+        if let Some(first) = closers_ending_at(events, start, i) {
+            parts.push((start, first));
+            start = i + 1;
+            after_turn = None;
+        }
+    }
+    parts.push((start, events.len()));
+    parts.retain(|(a, b)| a < b);
+    parts
+}
+
+/// When `events[i]` is the `turn/end` of crash-repair closers of the events
+/// before them (and after `from`), the index of the first closer.
+fn closers_ending_at(events: &[SessionEvent], from: usize, i: usize) -> Option<usize> {
+    match events[i].data() {
+        EventData::TurnEnd(t) if t.reason == TurnEndReason::Interrupted => {}
+        _ => return None,
+    }
+    // Closers: one result per unanswered call, a step end, the turn end;
+    // the earliest start that matches takes them all.
+    (from.max(i.saturating_sub(64))..=i).find(|&first| {
+        let closers = crate::jsonl::interrupted_turn_closers(&events[..first]);
+        closers.len() == i + 1 - first
+            && closers
+                .iter()
+                .zip(&events[first..=i])
+                .all(|(a, b)| a.data() == b.data())
+    })
+}
+
+/// Replays `events[seed_len..]` with a fresh loop over the session restored
+/// from `events[..seed_len]`.
+fn replay_from(
+    header: SessionHeader,
+    events: Vec<SessionEvent>,
+    seed_len: usize,
+    options: ReplayOptions,
+) -> ReplayReport {
     let total = events[seed_len..]
         .iter()
         .filter(|e| is_core_event(e))

@@ -57,6 +57,16 @@ pub(crate) fn reduce(event_type: &str, data: &Value) -> Option<Value> {
     let Value::Object(o) = data else {
         return None;
     };
+    // The reference's legacy `trigger` (persistence.md LG1): only beside
+    // `turn`, and an object with a non-empty string `kind`; else malformed.
+    if event_type == types::TURN_START {
+        if let Some(t) = o.get("trigger") {
+            let kind = t.get("kind").and_then(Value::as_str);
+            if o.len() != 2 || !t.is_object() || kind.is_none_or(str::is_empty) {
+                return None;
+            }
+        }
+    }
     let mut r = only(o, keys);
     match event_type {
         types::ASSISTANT_MESSAGE => {
