@@ -179,8 +179,9 @@ enum Ui {
     Line(String),
     Eof,
     Interrupt,
-    /// SIGTERM: end the command the way Ctrl-C does (cancel a running turn,
-    /// save the session), without asking twice.
+    /// SIGTERM or SIGHUP: end the command the way Ctrl-C does (cancel a
+    /// running turn, stop its tools' process groups, save the session),
+    /// without asking twice.
     Terminate,
 }
 
@@ -226,8 +227,9 @@ fn install_ctrlc(tx: Sender<Ui>) {
     });
 }
 
-/// Forwards SIGTERM as [`Ui::Terminate`] (once per process; a failure
-/// leaves the default, which ends the process).
+/// Forwards SIGTERM and SIGHUP (the terminal went away) as
+/// [`Ui::Terminate`] (once per process; a failure leaves the default, which
+/// ends the process and would leave a running tool's processes behind).
 #[cfg(unix)]
 fn install_sigterm(tx: Sender<Ui>) {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -235,8 +237,10 @@ fn install_sigterm(tx: Sender<Ui>) {
     if INSTALLED.swap(true, Ordering::SeqCst) {
         return;
     }
-    let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM])
-    else {
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ]) else {
         return;
     };
     let _ = std::thread::Builder::new()
@@ -754,12 +758,16 @@ fn repl(
         agent.cancel(CancelCause::User, false);
     }
     agent.dispose();
-    println!(
+    // After a hang-up the terminal may be gone: a failed write is ignored
+    // (println! would panic).
+    let mut stdout = io::stdout();
+    let _ = writeln!(
+        stdout,
         "session {} saved: {}",
         id.as_str(),
         describe_location(store.as_ref(), store_args, &id)
     );
-    println!("resume with: dsh chat --resume {}", id.as_str());
+    let _ = writeln!(stdout, "resume with: dsh chat --resume {}", id.as_str());
     Outcome::Ok
 }
 

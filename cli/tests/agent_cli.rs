@@ -483,11 +483,27 @@ fn signal_during_stream(args: &[&str], signal: &str) -> (Option<i32>, String, te
     }
     let mut stdout = child.stdout.take().unwrap();
     let mut seen = Vec::new();
-    let mut buf = [0u8; 64];
-    while !text(&seen).contains("Partial") {
-        let n = stdout.read(&mut buf).unwrap();
-        assert!(n > 0, "no output: {}", text(&seen));
-        seen.extend_from_slice(&buf[..n]);
+    // Piped stdout holds an attempt's text until it succeeds, so wait for
+    // the stream in the log (the write-behind window stores it within
+    // 200 ms), bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let logged = data
+            .path()
+            .join("dsh/sessions")
+            .exists()
+            .then(|| transcripts(data.path()))
+            .and_then(|t| t.first().cloned())
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        if logged.contains("Partial ") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never reached the log"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let st = Command::new("kill")
         .args(["-s", signal, &child.id().to_string()])
@@ -518,6 +534,68 @@ fn sigterm_ends_a_chat_and_saves_the_session() {
     let events = load(&transcripts(data.path())[0]);
     assert_eq!(turn_end_kinds(&events), vec!["aborted"]);
     InvariantChecker::check_log(&events).unwrap();
+}
+
+/// Security issue 19.8: a hang-up (SIGHUP) while a bash tool runs ends the
+/// chat cleanly and takes the tool's process group with it.
+#[test]
+fn sighup_during_a_tool_ends_its_process_group() {
+    use std::io::Write;
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let marker = format!("dsh-hup-{}", std::process::id());
+    let script = format!(
+        r#"{{"responses":[
+          {{"turn":{{"toolCalls":[{{"id":"c1","name":"bash","arguments":["{{\"command\":\"sleep 30.4711 & sleep 31.4711; echo {marker}\",\"description\":\"wait\"}}"]}}]}}}},
+          {{"turn":{{"text":["done"]}}}}
+        ]}}"#
+    );
+    let server = mock(&script);
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"wait a bit\ny\n").unwrap();
+    // Keep stdin open (a live terminal would be); wait until both sleeps run.
+    let sleeping = |n: usize| {
+        let o = Command::new("pgrep")
+            .args(["-f", "^sleep 3[01][.]4711$"])
+            .output()
+            .unwrap();
+        text(&o.stdout).lines().count() >= n
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !sleeping(2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let st = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // The process group went with the chat: no sleep survives.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while sleeping(1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool's processes outlived the hang-up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let events = load(&transcripts(data.path())[0]);
+    assert_eq!(turn_end_kinds(&events), vec!["aborted"]);
 }
 
 #[test]
