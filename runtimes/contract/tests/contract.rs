@@ -45,6 +45,8 @@ struct Scenario {
     answer: Option<Value>,
     /// Dispose, then resume the session and dispose again.
     resume: bool,
+    /// Record the batches written.
+    record: bool,
 }
 
 impl Scenario {
@@ -60,6 +62,7 @@ impl Scenario {
             cancel_when_started: false,
             answer: None,
             resume: false,
+            record: false,
         }
     }
 }
@@ -77,17 +80,29 @@ struct Run {
     stored: Vec<String>,
     errors: Vec<String>,
     requests: Vec<GenerateOptions>,
+    batches: Vec<Vec<String>>,
 }
 
 fn lines(events: &[SessionEvent]) -> Vec<String> {
     events.iter().map(SessionEvent::to_json).collect()
 }
 
+/// The event types of each batch a store was asked to write.
+type Batches = Arc<std::sync::Mutex<Vec<Vec<String>>>>;
+
 fn store(dir: &std::path::Path, failing: bool) -> Arc<dyn SessionStore> {
+    recorded(dir, failing, None)
+}
+
+fn recorded(dir: &std::path::Path, fail: bool, batches: Option<Batches>) -> Arc<dyn SessionStore> {
     let inner: Arc<dyn SessionStore> =
         Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir)).expect("jsonl store"));
-    if failing {
-        Arc::new(Failing(inner))
+    if fail || batches.is_some() {
+        Arc::new(Wrap {
+            inner,
+            fail,
+            batches,
+        })
     } else {
         inner
     }
@@ -103,7 +118,8 @@ fn stored(store: &Arc<dyn SessionStore>, id: &str) -> Vec<String> {
 fn run_std(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run {
     let probe = Probe::default();
     let provider = Arc::new(ScriptedProvider::new(s.replies.clone()));
-    let store = store(dir, s.failing_store);
+    let batches: Option<Batches> = s.record.then(Batches::default);
+    let store = recorded(dir, s.failing_store, batches.clone());
     let config = || {
         let mut c = dsh_std::AgentConfig::new(provider.clone(), s.call.clone(), work);
         c.tools = (s.tools)(&probe);
@@ -167,13 +183,17 @@ fn run_std(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run {
         },
         errors,
         requests: provider.requests(),
+        batches: batches
+            .map(|b| b.lock().unwrap().clone())
+            .unwrap_or_default(),
     }
 }
 
 fn run_smol(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run {
     let probe = Probe::default();
     let provider = Arc::new(ScriptedProvider::new(s.replies.clone()));
-    let store = store(dir, s.failing_store);
+    let batches: Option<Batches> = s.record.then(Batches::default);
+    let store = recorded(dir, s.failing_store, batches.clone());
     let config = || {
         let mut c =
             dsh_smol::AgentConfig::new(dsh_deepseek::DeepSeekConfig::default(), s.call.clone());
@@ -244,6 +264,9 @@ fn run_smol(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run 
             },
             errors,
             requests: provider.requests(),
+            batches: batches
+                .map(|b| b.lock().unwrap().clone())
+                .unwrap_or_default(),
         }
     })
 }
@@ -599,6 +622,35 @@ fn every_call_config_field_reaches_the_request_everywhere() {
     }
 }
 
+#[test]
+fn writes_are_batched_per_checkpoint_identically_everywhere() {
+    // SM-12/SM-13: one write per step before its model request (pre-step
+    // and before-model coalesce), one before the tool body, one after
+    // turn/end; never per event, nothing twice.
+    let mut s = Scenario::new(
+        vec![call("echo", r#"{"text":"hi"}"#), text("done")],
+        vec!["say hi"],
+    );
+    s.record = true;
+    let (a, b) = both(&s);
+    assert_eq!(a.batches, b.batches, "std and smol batch alike");
+    let last: Vec<&str> = a
+        .batches
+        .iter()
+        .map(|b| b.last().map(String::as_str).unwrap_or(""))
+        .collect();
+    assert_eq!(
+        last,
+        // The second step's request prefix is unchanged: no new header or
+        // context record, so its batch ends at `step/start`.
+        ["request/context", "tool/call", "step/start", "turn/end"],
+        "{:?}",
+        a.batches
+    );
+    let total: usize = a.batches.iter().map(Vec::len).sum();
+    assert_eq!(total, a.log.len());
+}
+
 // ----------------------------------------------------------------------
 // A third-party plugin, outside the kernel crate
 
@@ -676,43 +728,65 @@ fn a_third_party_plugin_works_unchanged_in_every_runtime() {
 // ----------------------------------------------------------------------
 // A store whose writes fail as a full disk would.
 
-struct Failing(Arc<dyn SessionStore>);
+/// A store that fails every write (as a full disk would) or records the
+/// event types of every batch.
+struct Wrap {
+    inner: Arc<dyn SessionStore>,
+    fail: bool,
+    batches: Option<Batches>,
+}
 
 fn disk_full() -> dsh_store::StoreError {
     dsh_store::StoreError::io("append", std::io::Error::other("no space left on device"))
 }
 
-impl SessionStore for Failing {
+impl SessionStore for Wrap {
     fn kind(&self) -> &'static str {
-        "failing"
+        "wrapped"
     }
     fn locate(&self, header: &SessionHeader) -> Option<dsh_store::Location> {
-        self.0.locate(header)
+        self.inner.locate(header)
     }
     fn create(&self, header: SessionHeader) -> Result<(), dsh_store::StoreError> {
-        self.0.create(header)
+        self.inner.create(header)
     }
-    fn append(&self, _id: &SessionId, _e: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
-        Err(disk_full())
+    fn append(&self, id: &SessionId, e: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
+        if self.fail {
+            return Err(disk_full());
+        }
+        if let Some(b) = &self.batches {
+            let types = e.iter().map(|e| e.event_type().to_string()).collect();
+            b.lock().unwrap().push(types);
+        }
+        self.inner.append(id, e)
     }
-    fn enqueue(&self, _id: &SessionId, _e: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
-        Err(disk_full())
+    fn enqueue(&self, id: &SessionId, e: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
+        if self.fail {
+            return Err(disk_full());
+        }
+        self.inner.enqueue(id, e)
     }
-    fn flush(&self, _id: &SessionId) -> Result<(), dsh_store::StoreError> {
-        Err(disk_full())
+    fn flush(&self, id: &SessionId) -> Result<(), dsh_store::StoreError> {
+        if self.fail {
+            return Err(disk_full());
+        }
+        self.inner.flush(id)
     }
     fn flush_all(&self) -> Result<(), dsh_store::StoreError> {
-        Err(disk_full())
+        if self.fail {
+            return Err(disk_full());
+        }
+        self.inner.flush_all()
     }
     fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
-        self.0.load(id)
+        self.inner.load(id)
     }
     fn inspect(
         &self,
         id: &SessionId,
         cancel: &dsh_store::Cancel,
     ) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
-        self.0.inspect(id, cancel)
+        self.inner.inspect(id, cancel)
     }
     fn read_from(
         &self,
@@ -720,24 +794,24 @@ impl SessionStore for Failing {
         from_seq: u64,
         cancel: &dsh_store::Cancel,
     ) -> Result<(SessionHeader, Vec<SessionEvent>), dsh_store::StoreError> {
-        self.0.read_from(id, from_seq, cancel)
+        self.inner.read_from(id, from_seq, cancel)
     }
     fn list(
         &self,
         cancel: &dsh_store::Cancel,
     ) -> Result<Vec<SessionHeader>, dsh_store::StoreError> {
-        self.0.list(cancel)
+        self.inner.list(cancel)
     }
     fn list_snapshots(
         &self,
         cancel: &dsh_store::Cancel,
     ) -> Result<Vec<dsh_store::Snapshot>, dsh_store::StoreError> {
-        self.0.list_snapshots(cancel)
+        self.inner.list_snapshots(cancel)
     }
     fn revision(&self, id: &SessionId) -> Result<dsh_store::Revision, dsh_store::StoreError> {
-        self.0.revision(id)
+        self.inner.revision(id)
     }
     fn release(&self, id: &SessionId) -> Result<(), dsh_store::StoreError> {
-        self.0.release(id)
+        self.inner.release(id)
     }
 }

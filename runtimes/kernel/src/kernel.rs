@@ -1029,14 +1029,18 @@ impl Kernel {
         match end {
             ChainEnd::Asked { plugin, value, ask } => {
                 if self.disposing {
-                    // Nobody will answer: the plugin sees the withdrawal.
-                    let pending = Pending {
-                        seat,
-                        value,
-                        plugin,
-                    };
+                    // Nobody will answer: the plugin sees the withdrawal at
+                    // once; asking again then fails the seam.
                     self.apply(Vec::new(), actions);
-                    self.resume_chain(pending, Reply::Cancelled);
+                    let (end, actions) =
+                        self.run_chain(&seat, value, plugin, Some(Reply::Cancelled));
+                    let end = match end {
+                        ChainEnd::Asked { .. } => ChainEnd::Final(Err(HookError::msg(
+                            "a plugin asked while the agent is being disposed",
+                        ))),
+                        done => done,
+                    };
+                    self.chain_end(seat, (end, actions));
                     return;
                 }
                 self.next_ask += 1;
