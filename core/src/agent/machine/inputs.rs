@@ -215,7 +215,7 @@ impl Agent {
         Ok(())
     }
 
-    /// The result of the tool body started by [`Output::ExecuteTool`]
+    /// The result of the tool body started by [`Output::ExecuteTool`](crate::agent::Output::ExecuteTool)
     /// `token`. Bodies of a parallel group (LC-24) may answer in any order;
     /// results are written in call order.
     pub fn handle_tool_result(
@@ -246,7 +246,7 @@ impl Agent {
         Ok(())
     }
 
-    /// The answer to [`Output::Hook`] `id`.
+    /// The answer to [`Output::Hook`](crate::agent::Output::Hook) `id`.
     pub fn complete_hook(
         &mut self,
         now: i64,
