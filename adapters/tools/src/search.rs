@@ -103,6 +103,57 @@ fn walker(start: &Path) -> ignore::Walk {
         .build()
 }
 
+/// How a walk over the files ended.
+#[derive(Default)]
+struct WalkEnd {
+    /// Entries the walk could not read.
+    unreadable: usize,
+    /// Stopped at `max_files` files.
+    stopped: bool,
+}
+
+/// Calls `visit` with every regular file beneath `start` ([`walker`]'s
+/// rules), at most `max_files` of them; `visit` returns `false` to stop.
+/// A cancelled call ends with the aborted outcome.
+fn each_file(
+    ctx: &ToolContext,
+    start: &Path,
+    max_files: usize,
+    mut visit: impl FnMut(&Path) -> bool,
+) -> Result<WalkEnd, ToolOutcome> {
+    let mut end = WalkEnd::default();
+    let mut visited = 0usize;
+    for entry in walker(start) {
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolOutcome::aborted());
+        }
+        let Ok(entry) = entry else {
+            end.unreadable += 1;
+            continue;
+        };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        visited += 1;
+        if visited > max_files {
+            end.stopped = true;
+            break;
+        }
+        if !visit(entry.path()) {
+            break;
+        }
+    }
+    Ok(end)
+}
+
+/// The required, non-empty `pattern` argument.
+fn pattern_arg(args: &Value) -> Result<&str, ToolOutcome> {
+    match str_arg(args, "pattern")? {
+        Some(p) if !p.is_empty() => Ok(p),
+        _ => Err(ToolOutcome::error("pattern must be a non-empty string")),
+    }
+}
+
 /// `path` relative to the workspace root, for display.
 fn shown(ctx: &ToolContext, path: &Path) -> String {
     let root = ctx.workspace.canonical_root();
@@ -172,10 +223,7 @@ impl Tool for GrepTool {
 impl GrepTool {
     fn run(&self, call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
         let args = &call.arguments;
-        let pattern = match str_arg(args, "pattern")? {
-            Some(p) if !p.is_empty() => p,
-            _ => return Err(ToolOutcome::error("pattern must be a non-empty string")),
-        };
+        let pattern = pattern_arg(args)?;
         let case_insensitive = match args.get("case_insensitive") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -202,31 +250,13 @@ impl GrepTool {
         let mut found: Vec<Value> = Vec::new();
         let mut bytes = 0usize;
         let mut files_with_matches = 0usize;
-        let mut skipped = 0usize;
-        let mut visited = 0usize;
+        let mut unsearchable = 0usize;
         let mut capped = false;
-        let mut walk_stopped = false;
-        for entry in walker(&start) {
-            if ctx.cancel.is_cancelled() {
-                return Err(ToolOutcome::aborted());
-            }
-            let Ok(entry) = entry else {
-                skipped += 1;
-                continue;
-            };
-            if !entry.file_type().is_some_and(|t| t.is_file()) {
-                continue;
-            }
-            visited += 1;
-            if visited > cfg.max_files_visited {
-                walk_stopped = true;
-                break;
-            }
-            let path = entry.path();
+        let walk = each_file(ctx, &start, cfg.max_files_visited, |path| {
             if let Some((glob, pattern)) = &filter {
                 let rel = path.strip_prefix(&start).unwrap_or(path);
                 if !glob_hit(glob, pattern, rel) {
-                    continue;
+                    return true;
                 }
             }
             let name = shown(ctx, path);
@@ -253,15 +283,14 @@ impl GrepTool {
                 }),
             );
             if result.is_err() {
-                skipped += 1;
+                unsearchable += 1;
             }
             if in_file > 0 {
                 files_with_matches += 1;
             }
-            if capped {
-                break;
-            }
-        }
+            !capped
+        })?;
+        let skipped = unsearchable + walk.unreadable;
         let mut out = if lines.is_empty() {
             "No matches found.".to_string()
         } else {
@@ -274,11 +303,8 @@ impl GrepTool {
                 found.len()
             ));
         }
-        if walk_stopped {
-            notes.push(format!(
-                "(Stopped after {} files; search a subdirectory with path to cover the rest.)",
-                cfg.max_files_visited
-            ));
+        if walk.stopped {
+            notes.push(stopped_note(cfg));
         }
         if skipped > 0 {
             notes.push(format!(
@@ -293,11 +319,19 @@ impl GrepTool {
         let value = json!({
             "matches": found,
             "filesWithMatches": files_with_matches,
-            "truncated": capped || walk_stopped,
+            "truncated": capped || walk.stopped,
             "skippedFiles": skipped,
         });
         Ok(ToolOutcome::success(text(out)).with_value(value))
     }
+}
+
+/// The note of a walk stopped at the file limit.
+fn stopped_note(cfg: &SearchConfig) -> String {
+    format!(
+        "(Stopped after {} files; search a subdirectory with path to cover the rest.)",
+        cfg.max_files_visited
+    )
 }
 
 impl Tool for GlobTool {
@@ -328,37 +362,19 @@ impl Tool for GlobTool {
 impl GlobTool {
     fn run(&self, call: &ToolCallRequest, ctx: &ToolContext) -> Result<ToolOutcome, ToolOutcome> {
         let args = &call.arguments;
-        let pattern = match str_arg(args, "pattern")? {
-            Some(p) if !p.is_empty() => p,
-            _ => return Err(ToolOutcome::error("pattern must be a non-empty string")),
-        };
+        let pattern = pattern_arg(args)?;
         let glob = glob_matcher(pattern)?;
         let start = start_path(ctx, args, "glob")?;
         let cfg = &self.config;
         let mut hits: Vec<String> = Vec::new();
-        let mut total = 0usize;
-        let mut visited = 0usize;
-        let mut walk_stopped = false;
-        for entry in walker(&start) {
-            if ctx.cancel.is_cancelled() {
-                return Err(ToolOutcome::aborted());
-            }
-            let Ok(entry) = entry else { continue };
-            if !entry.file_type().is_some_and(|t| t.is_file()) {
-                continue;
-            }
-            visited += 1;
-            if visited > cfg.max_files_visited {
-                walk_stopped = true;
-                break;
-            }
-            let path = entry.path();
+        let walk = each_file(ctx, &start, cfg.max_files_visited, |path| {
             let rel = path.strip_prefix(&start).unwrap_or(path);
             if glob_hit(&glob, pattern, rel) {
-                total += 1;
                 hits.push(shown(ctx, path));
             }
-        }
+            true
+        })?;
+        let total = hits.len();
         hits.sort();
         let mut bytes = 0usize;
         let mut kept = 0usize;
@@ -380,16 +396,14 @@ impl GlobTool {
                 "\n\n(Showing {kept} of {total} files. Use a narrower pattern or path to see the rest.)"
             ));
         }
-        if walk_stopped {
-            out.push_str(&format!(
-                "\n\n(Stopped after {} files; search a subdirectory with path to cover the rest.)",
-                cfg.max_files_visited
-            ));
+        if walk.stopped {
+            out.push_str("\n\n");
+            out.push_str(&stopped_note(cfg));
         }
         let value = json!({
             "paths": hits,
             "total": total,
-            "truncated": kept < total || walk_stopped,
+            "truncated": kept < total || walk.stopped,
         });
         Ok(ToolOutcome::success(text(out)).with_value(value))
     }
