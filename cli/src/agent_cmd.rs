@@ -19,7 +19,7 @@ use dsh_std::{Agent, AgentConfig, AgentEvent, AgentStatus, ApprovalRequestId, Ca
 use dsh_store::SessionStore;
 
 use crate::Outcome;
-use crate::provider::{Provider, ProviderArgs};
+use crate::provider::ProviderArgs;
 use crate::render::{RenderOptions, Renderer, TurnOutcome};
 use crate::store::{StoreArgs, describe_location, new_session_id, now_ms};
 
@@ -83,6 +83,53 @@ pub struct AgentArgs {
     pub cwd: Option<PathBuf>,
     #[command(flatten)]
     pub tools: crate::tool_args::ToolArgs,
+    /// Replace the identity section of the system prompt: TEXT, or @FILE
+    /// to read it from a file.
+    #[arg(long, value_name = "TEXT|@FILE")]
+    pub system: Option<String>,
+    /// Append to the system prompt (after every section): TEXT, or @FILE.
+    #[arg(long, value_name = "TEXT|@FILE")]
+    pub append_system: Option<String>,
+}
+
+/// Largest `@FILE` a prompt flag reads.
+const MAX_PROMPT_FILE_BYTES: u64 = 256 * 1024;
+
+/// The text of a `TEXT|@FILE` flag value.
+fn text_or_file(flag: &str, value: &str) -> Result<String, String> {
+    let Some(path) = value.strip_prefix('@') else {
+        return Ok(value.to_string());
+    };
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("dsh: {flag} @{path}: {e}"))?;
+    let mut text = String::new();
+    file.take(MAX_PROMPT_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("dsh: {flag} @{path}: {e}"))?;
+    if text.len() as u64 > MAX_PROMPT_FILE_BYTES {
+        return Err(format!(
+            "dsh: {flag} @{path}: larger than {MAX_PROMPT_FILE_BYTES} bytes"
+        ));
+    }
+    Ok(text)
+}
+
+impl AgentArgs {
+    /// The prompt settings of `--system` and `--append-system`.
+    pub fn prompt_settings(&self) -> Result<crate::shell::PromptSettings, String> {
+        Ok(crate::shell::PromptSettings {
+            system: self
+                .system
+                .as_deref()
+                .map(|v| text_or_file("--system", v))
+                .transpose()?,
+            append: self
+                .append_system
+                .as_deref()
+                .map(|v| text_or_file("--append-system", v))
+                .transpose()?,
+        })
+    }
 }
 
 /// `dsh chat [--resume ID]`
@@ -147,8 +194,9 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
     };
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
+    let prompt = args.prompt_settings()?;
     let store = args.store.open()?;
-    let mut config = agent_config(&provider, cwd, interactive, approve_all)?;
+    let mut config = crate::shell::agent_config(&provider, cwd, interactive, approve_all, &prompt)?;
     let bash = args.tools.bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
     config.tools = dsh_tools::ToolSet::standard(bash);
@@ -161,16 +209,6 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         config,
         render,
     })
-}
-
-/// The agent configuration for `provider` working in `cwd`.
-pub fn agent_config(
-    provider: &Provider,
-    cwd: PathBuf,
-    interactive: bool,
-    approve_all: bool,
-) -> Result<AgentConfig, String> {
-    crate::shell::agent_config(provider, cwd, interactive, approve_all)
 }
 
 /// What the event loop receives.

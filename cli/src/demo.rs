@@ -81,7 +81,13 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         client: crate::provider::ClientSettings::default(),
     };
     let store = args.store.open()?;
-    let config = crate::shell::agent_config(&provider, workspace.clone(), false, true)?;
+    let config = crate::shell::agent_config(
+        &provider,
+        workspace.clone(),
+        false,
+        true,
+        &crate::shell::PromptSettings::default(),
+    )?;
     let id = new_session_id(now_ms());
     println!(
         "dsh demo: mock DeepSeek server at {} (scripted model, no network)",

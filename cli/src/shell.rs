@@ -1,6 +1,6 @@
 //! The one place the CLI builds a std-shell agent configuration.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_core::agent::PreparedCall;
@@ -13,6 +13,30 @@ use dsh_deepseek::{
 use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ChunkStream, ModelProvider, ToolSet};
 
 use crate::provider::Provider;
+
+/// What the model is told beyond the defaults: `--system` replaces the
+/// identity section, `--append-system` adds text after every section.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PromptSettings {
+    /// The identity section's replacement.
+    pub system: Option<String>,
+    /// Text appended to the system prompt.
+    pub append: Option<String>,
+}
+
+/// The system-prompt plugin for an agent working in `cwd`: the default
+/// sections with `settings` applied, the workspace facts from the host.
+pub fn system_prompt(cwd: &Path, settings: &PromptSettings) -> dsh_system_prompt::SystemPrompt {
+    let mut prompt = dsh_system_prompt::SystemPrompt::new()
+        .with_facts(dsh_system_prompt::host::HostFacts::new(cwd));
+    if let Some(text) = &settings.system {
+        prompt = prompt.with_identity(text.clone());
+    }
+    if let Some(text) = &settings.append {
+        prompt = prompt.with_appended(text.clone());
+    }
+    prompt
+}
 
 /// Tools that only read: never asked about.
 const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob"];
@@ -31,12 +55,14 @@ pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
         })
 }
 
-/// The agent configuration for `provider` working in `cwd`.
+/// The agent configuration for `provider` working in `cwd`, told what
+/// [`system_prompt`] gives.
 pub fn agent_config(
     provider: &Provider,
     cwd: PathBuf,
     _interactive: bool,
     approve_all: bool,
+    prompt: &PromptSettings,
 ) -> Result<AgentConfig, String> {
     let config = DeepSeekConfig {
         api_key_env: provider.api_key_env.clone(),
@@ -69,6 +95,7 @@ pub fn agent_config(
         env: dsh_tools::EnvPolicy::default().with_secret(provider.api_key_env.clone()),
         ..dsh_tools::BashConfig::default()
     });
+    agent.plugins.push(Box::new(system_prompt(&cwd, prompt)));
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)

@@ -627,11 +627,15 @@ mod pty {
         let users: Vec<String> = events
             .iter()
             .filter_map(|e| match e.data() {
-                EventData::UserMessage(m) => m
-                    .content
-                    .first()
-                    .and_then(|b| b.as_text())
-                    .map(String::from),
+                // The runtime-context snapshot (LC-12) is not the user's.
+                EventData::UserMessage(m)
+                    if !dsh_core::agent::prompt::is_runtime_context_source(&m.source) =>
+                {
+                    m.content
+                        .first()
+                        .and_then(|b| b.as_text())
+                        .map(String::from)
+                }
                 _ => None,
             })
             .collect();

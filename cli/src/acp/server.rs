@@ -321,8 +321,14 @@ impl Server {
             .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
         let env = |name: &str| std::env::var(name).ok();
         let provider = crate::provider::resolve(&self.options.provider, &env).map_err(internal)?;
-        let mut config =
-            crate::shell::agent_config(&provider, cwd.clone(), true, false).map_err(internal)?;
+        let mut config = crate::shell::agent_config(
+            &provider,
+            cwd.clone(),
+            true,
+            false,
+            &crate::shell::PromptSettings::default(),
+        )
+        .map_err(internal)?;
         if self.client.fs.read_text_file && self.client.fs.write_text_file {
             let files: Files = Some(Arc::new(ClientFiles::new(
                 self.peer.clone(),

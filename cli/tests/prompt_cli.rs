@@ -1,0 +1,256 @@
+//! What the model is told (issue 13): the request body of a first turn in a
+//! git workspace, field by field; the system prompt and message prefix
+//! byte-identical across turns (loop.md SP-5); a new runtime-context
+//! message only when the git state or the working directory changes
+//! (LC-12).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use dsh_core::agent::prompt::{Assembly, RUNTIME_CONTEXT_HEADER};
+use dsh_deepseek::mock::{MockServer, Script};
+use serde_json::{Value, json};
+
+fn dsh(data: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
+    c.env("XDG_DATA_HOME", data)
+        .env("XDG_CONFIG_HOME", data.join("config"))
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let o = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {o:?}");
+}
+
+fn reply(text: &str) -> Value {
+    json!({"turn": {"text": [text], "usage": {"prompt_tokens": 10, "completion_tokens": 2}}})
+}
+
+fn server(n: usize) -> MockServer {
+    let script =
+        json!({"responses": (0..n).map(|i| reply(&format!("answer {i}"))).collect::<Vec<_>>()});
+    MockServer::start_on(Script::from_json(&script.to_string()).unwrap(), 0).unwrap()
+}
+
+fn bodies(server: &MockServer) -> Vec<Value> {
+    server
+        .requests()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
+}
+
+fn session_id(data: &Path) -> String {
+    let o = dsh(data).arg("sessions").output().unwrap();
+    let listing = String::from_utf8_lossy(&o.stdout).into_owned();
+    let row = listing.lines().nth(1).expect("one session");
+    row.split_whitespace().next().unwrap().to_string()
+}
+
+/// `dsh chat --resume ID` with one piped line.
+fn resume(data: &Path, url: &str, id: &str, cwd: &Path, line: &str) {
+    let mut child = dsh(data)
+        .args(["chat", "--base-url", url, "--resume", id, "--cwd"])
+        .arg(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+}
+
+/// The system text the default plugin gives for the standard tools.
+fn expected_system() -> String {
+    let tools = dsh_std::ToolSet::standard(dsh_tools::BashConfig::default())
+        .registry()
+        .unwrap()
+        .schemas();
+    let assembly = dsh_system_prompt::SystemPrompt::new().apply(
+        Assembly {
+            tools,
+            ..Assembly::default()
+        },
+        None,
+    );
+    assembly.render().unwrap()
+}
+
+fn context(ws: &Path, status: &str) -> String {
+    let date = dsh_system_prompt::utc_date(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
+    );
+    format!(
+        "{RUNTIME_CONTEXT_HEADER}Working directory: {}\nPlatform: {} {}\nDate: {date} (UTC)\n\
+         Git branch: No commits yet on main\nGit status:\n{status}",
+        ws.display(),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+#[test]
+fn sp5_lc12_first_turn_body_and_a_stable_prefix_across_turns() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("README.md"), "hi\n").unwrap();
+    let server = server(4);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(&ws)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+
+    // The first turn, field by field.
+    let first = &bodies(&server)[0];
+    assert_eq!(first["model"], "deepseek-v4-flash");
+    assert_eq!(first["stream"], true);
+    let messages = first["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[0],
+        json!({"role": "system", "content": expected_system()}),
+        "the system prompt: identity, guidelines, tool guidance, environment note"
+    );
+    let system = messages[0]["content"].as_str().unwrap();
+    assert!(system.starts_with("You are an AI agent powered by the DeepSeek Harness SDK.\n\n"));
+    assert!(
+        !system.contains(ws.to_str().unwrap()),
+        "no dynamic fact in the system prompt (SP-5)"
+    );
+    assert_eq!(messages[1], user("hello"));
+    assert_eq!(messages[2], user(&context(&ws, "?? README.md")));
+    assert_eq!(messages.len(), 3);
+    let tools: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert_eq!(t["type"], "function");
+            t["function"]["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "bash",
+            "edit",
+            "glob",
+            "grep",
+            "read",
+            "todo_write",
+            "write"
+        ]
+    );
+    for name in &tools {
+        assert!(
+            system.contains(&format!("- `{name}`")),
+            "{name} is described"
+        );
+    }
+
+    // Turn 2, nothing changed: the whole earlier request is a prefix and
+    // no new runtime-context message appears.
+    let id = session_id(data.path());
+    resume(data.path(), &server.url(), &id, &ws, "second");
+    let second = &bodies(&server)[1];
+    let m2 = second["messages"].as_array().unwrap();
+    assert_eq!(&m2[..3], &messages[..], "byte-identical prefix");
+    assert_eq!(m2[3]["role"], "assistant");
+    assert_eq!(m2[4], user("second"));
+    assert_eq!(m2.len(), 5);
+    assert_eq!(second["tools"], first["tools"]);
+
+    // Turn 3, the git state changed: only a new runtime-context message.
+    std::fs::write(ws.join("new.txt"), "x\n").unwrap();
+    resume(data.path(), &server.url(), &id, &ws, "third");
+    let third = &bodies(&server)[2];
+    let m3 = third["messages"].as_array().unwrap();
+    assert_eq!(&m3[..5], &m2[..]);
+    assert_eq!(m3[6], user("third"));
+    assert_eq!(m3[7], user(&context(&ws, "?? README.md\n?? new.txt")));
+    assert_eq!(m3.len(), 8);
+
+    // Turn 4, another working directory: again only the context changes.
+    let sub = ws.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::write(sub.join("f"), "").unwrap();
+    resume(data.path(), &server.url(), &id, &sub, "fourth");
+    let fourth = &bodies(&server)[3];
+    let m4 = fourth["messages"].as_array().unwrap();
+    assert_eq!(&m4[..8], &m3[..]);
+    assert_eq!(m4[9], user("fourth"));
+    let ctx = m4[10]["content"].as_str().unwrap();
+    assert!(
+        ctx.contains(&format!("Working directory: {}\n", sub.display())),
+        "{ctx}"
+    );
+    assert_eq!(m4.len(), 11);
+}
+
+#[test]
+fn system_and_append_system_flags() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let file = ws.path().join("persona.md");
+    std::fs::write(&file, "You are Rusty, a careful reviewer.").unwrap();
+    let server = server(1);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg(format!("--system=@{}", file.display()))
+        .args(["--append-system", "Always answer in French.", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let body = &bodies(&server)[0];
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.starts_with("You are Rusty, a careful reviewer.\n\n"),
+        "{system}"
+    );
+    assert!(!system.contains("DeepSeek Harness SDK"));
+    assert!(system.ends_with("\n\nAlways answer in French."), "{system}");
+
+    let o = dsh(data.path())
+        .args([
+            "run",
+            "--base-url",
+            &server.url(),
+            "--system",
+            "@/nonexistent/x",
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--system @/nonexistent/x"), "{err}");
+}
