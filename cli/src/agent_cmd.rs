@@ -115,19 +115,22 @@ fn text_or_file(flag: &str, value: &str) -> Result<String, String> {
 }
 
 impl AgentArgs {
-    /// The prompt settings of `--system` and `--append-system`.
-    pub fn prompt_settings(&self) -> Result<crate::shell::PromptSettings, String> {
+    /// The prompt settings of `--system` and `--append-system`, over the
+    /// config file's `system` and `append_system`.
+    pub fn prompt_settings(
+        &self,
+        file: &crate::config_file::ConfigFile,
+    ) -> Result<crate::shell::PromptSettings, String> {
+        let pick = |flag: &str, value: &Option<String>, key: &Option<String>| {
+            value
+                .as_deref()
+                .map(|v| text_or_file(flag, v))
+                .or_else(|| key.as_deref().map(|v| text_or_file(flag, v)))
+                .transpose()
+        };
         Ok(crate::shell::PromptSettings {
-            system: self
-                .system
-                .as_deref()
-                .map(|v| text_or_file("--system", v))
-                .transpose()?,
-            append: self
-                .append_system
-                .as_deref()
-                .map(|v| text_or_file("--append-system", v))
-                .transpose()?,
+            system: pick("--system", &self.system, &file.system)?,
+            append: pick("--append-system", &self.append_system, &file.append_system)?,
         })
     }
 }
@@ -187,17 +190,21 @@ fn env_lookup(name: &str) -> Option<String> {
 
 /// Resolves provider and store and builds the agent configuration.
 pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<Setup, String> {
-    let provider = crate::provider::resolve(&args.provider, &env_lookup)?;
+    let file = crate::config_file::load(&env_lookup)?;
+    let provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
     let cwd = match &args.cwd {
         Some(d) => d.clone(),
         None => std::env::current_dir().map_err(|e| format!("dsh: no current directory: {e}"))?,
     };
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
-    let prompt = args.prompt_settings()?;
+    let prompt = args.prompt_settings(&file)?;
     let store = args.store.open()?;
     let mut config = crate::shell::agent_config(&provider, cwd, interactive, approve_all, &prompt)?;
-    let bash = args.tools.bash_config(&provider.api_key_env);
+    let bash = args
+        .tools
+        .over(&file.tools)
+        .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
     config.tools = dsh_tools::ToolSet::standard(bash);
     let mut render = args.view.options();

@@ -79,6 +79,9 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         api_key_env: "DSH_DEMO_API_KEY".to_string(),
         has_key: false,
         client: crate::provider::ClientSettings::default(),
+        effort: None,
+        temperature: None,
+        max_tokens: None,
     };
     let store = args.store.open()?;
     let config = crate::shell::agent_config(

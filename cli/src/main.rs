@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod acp;
 mod agent_cmd;
+mod config_file;
 mod data_dir;
 mod deepseek;
 mod demo;

@@ -85,7 +85,10 @@ pub fn agent_config(
     }
     let client = DeepSeekClient::with_options(config, options)
         .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
-    let call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
+    let mut call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
+    call.reasoning_effort = provider.effort.clone().map(Into::into);
+    call.temperature = provider.temperature;
+    call.max_tokens = provider.max_tokens;
     let model = Arc::new(Model {
         client,
         retry_policy: provider.client.retry_policy(),

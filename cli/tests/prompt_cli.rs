@@ -254,3 +254,119 @@ fn system_and_append_system_flags() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--system @/nonexistent/x"), "{err}");
 }
+
+/// The first request body of `dsh run` with `flags` and, when given, this
+/// config file.
+fn body_with(config: Option<&str>, flags: &[&str]) -> Value {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    if let Some(text) = config {
+        let dir = data.path().join("config/dsh");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), text).unwrap();
+    }
+    let server = server(1);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .args(flags)
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    bodies(&server).remove(0)
+}
+
+#[test]
+fn settings_model_from_flag_file_and_flag_over_file() {
+    assert_eq!(body_with(None, &[])["model"], "deepseek-v4-flash");
+    assert_eq!(body_with(None, &["--model", "m-flag"])["model"], "m-flag");
+    let file = "model = \"m-file\"\n";
+    assert_eq!(body_with(Some(file), &[])["model"], "m-file");
+    assert_eq!(
+        body_with(Some(file), &["--model", "m-flag"])["model"],
+        "m-flag"
+    );
+}
+
+#[test]
+fn settings_effort_from_flag_file_and_flag_over_file() {
+    let plain = body_with(None, &[]);
+    assert!(plain.get("reasoning_effort").is_none());
+    assert!(plain.get("thinking").is_none());
+    let b = body_with(None, &["--effort", "max"]);
+    assert_eq!(b["reasoning_effort"], "max");
+    assert_eq!(b["thinking"], json!({"type": "enabled"}));
+    let file = "effort = \"low\"\n";
+    assert_eq!(body_with(Some(file), &[])["reasoning_effort"], "low");
+    let b = body_with(Some(file), &["--effort", "off"]);
+    assert!(b.get("reasoning_effort").is_none(), "{b}");
+    assert_eq!(b["thinking"], json!({"type": "disabled"}));
+}
+
+#[test]
+fn settings_temperature_from_flag_file_and_flag_over_file() {
+    assert!(body_with(None, &[]).get("temperature").is_none());
+    assert_eq!(
+        body_with(None, &["--temperature", "0.3"])["temperature"],
+        0.3
+    );
+    let file = "temperature = 1.5\n";
+    assert_eq!(body_with(Some(file), &[])["temperature"], 1.5);
+    assert_eq!(
+        body_with(Some(file), &["--temperature", "0"])["temperature"],
+        0
+    );
+}
+
+#[test]
+fn settings_max_tokens_from_flag_file_and_flag_over_file() {
+    assert!(body_with(None, &[]).get("max_tokens").is_none());
+    assert_eq!(body_with(None, &["--max-tokens", "123"])["max_tokens"], 123);
+    let file = "max_tokens = 4096\n";
+    assert_eq!(body_with(Some(file), &[])["max_tokens"], 4096);
+    assert_eq!(
+        body_with(Some(file), &["--max-tokens", "7"])["max_tokens"],
+        7
+    );
+}
+
+#[test]
+fn settings_a_bad_config_file_names_the_file_and_the_key() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("config/dsh");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.toml");
+    for (text, key) in [
+        ("temperature = 9\n", "temperature"),
+        ("modle = \"x\"\n", "modle"),
+        ("[tools]\nsandbox = \"nope\"\n", "tools.sandbox"),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let o = dsh(data.path())
+            .args(["run", "--base-url", "http://127.0.0.1:9", "hi"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("dsh: config file {}", path.display())),
+            "{err}"
+        );
+        assert!(err.contains(key), "{err}");
+    }
+    // Bad flag values are refused by the flag parser.
+    for flags in [
+        ["--effort", "medium"],
+        ["--temperature", "2.5"],
+        ["--max-tokens", "0"],
+    ] {
+        let o = dsh(data.path())
+            .args(["run", "--base-url", "http://127.0.0.1:9"])
+            .args(flags)
+            .arg("hi")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flags:?}");
+    }
+}
