@@ -55,8 +55,19 @@ pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
         })
 }
 
+/// The workspace-instructions plugin for `cwd`: `AGENTS.md` (else
+/// `CLAUDE.md`) from the repository root down to `cwd`, and the one in the
+/// user's config directory (`$XDG_CONFIG_HOME/dsh`, else `~/.config/dsh`).
+pub fn instructions(cwd: &Path) -> dsh_system_prompt::Instructions {
+    let env = |name: &str| std::env::var(name).ok();
+    let config_dir = crate::config_file::path(&env).and_then(|p| p.parent().map(Path::to_path_buf));
+    dsh_system_prompt::Instructions::new(dsh_system_prompt::host::HostInstructions::new(
+        cwd, config_dir,
+    ))
+}
+
 /// The agent configuration for `provider` working in `cwd`, told what
-/// [`system_prompt`] gives.
+/// [`system_prompt`] and [`instructions`] give.
 pub fn agent_config(
     provider: &Provider,
     cwd: PathBuf,
@@ -99,6 +110,7 @@ pub fn agent_config(
         ..dsh_tools::BashConfig::default()
     });
     agent.plugins.push(Box::new(system_prompt(&cwd, prompt)));
+    agent.plugins.push(Box::new(instructions(&cwd)));
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)

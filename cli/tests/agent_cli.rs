@@ -627,15 +627,13 @@ mod pty {
         let users: Vec<String> = events
             .iter()
             .filter_map(|e| match e.data() {
-                // The runtime-context snapshot (LC-12) is not the user's.
-                EventData::UserMessage(m)
-                    if !dsh_core::agent::prompt::is_runtime_context_source(&m.source) =>
-                {
-                    m.content
-                        .first()
-                        .and_then(|b| b.as_text())
-                        .map(String::from)
-                }
+                // The runtime-context snapshot (LC-12) and workspace
+                // instructions are not the user's.
+                EventData::UserMessage(m) if m.source == dsh_core::MessageSource::User => m
+                    .content
+                    .first()
+                    .and_then(|b| b.as_text())
+                    .map(String::from),
                 _ => None,
             })
             .collect();

@@ -370,3 +370,155 @@ fn settings_a_bad_config_file_names_the_file_and_the_key() {
         assert_eq!(o.status.code(), Some(2), "{flags:?}");
     }
 }
+
+fn instructions(files: &[(&Path, &str)]) -> String {
+    let mut out = String::from(dsh_system_prompt::INSTRUCTIONS_HEADER);
+    for (path, text) in files {
+        out.push_str(&format!(
+            "\n\n<instructions path=\"{}\">\n{text}\n</instructions>",
+            path.display()
+        ));
+    }
+    out
+}
+
+/// AGENTS.md: found in the config dir, the repository root and a nested
+/// directory (nearest last); not delivered again when unchanged; delivered
+/// again when edited mid-session; withdrawn when deleted.
+#[test]
+fn agents_md_found_nested_edited_and_deleted() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    let sub = ws.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let conf = data.path().join("config/dsh");
+    std::fs::create_dir_all(&conf).unwrap();
+    let (user_md, root_md, sub_md) = (
+        conf.join("AGENTS.md"),
+        ws.join("AGENTS.md"),
+        sub.join("CLAUDE.md"),
+    );
+    std::fs::write(&user_md, "User rules.\n").unwrap();
+    std::fs::write(&root_md, "Use tabs.\n").unwrap();
+    std::fs::write(&sub_md, "Sub rules.\n").unwrap();
+    let server = server(4);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(&sub)
+        .arg("one")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let first = &bodies(&server)[0];
+    let m1 = first["messages"].as_array().unwrap();
+    assert_eq!(
+        m1[1],
+        user(&instructions(&[
+            (&user_md, "User rules."),
+            (&root_md, "Use tabs."),
+            (&sub_md, "Sub rules.")
+        ]))
+    );
+    assert_eq!(m1[2], user("one"));
+    assert!(
+        m1[3]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(RUNTIME_CONTEXT_HEADER)
+    );
+    assert_eq!(m1.len(), 4);
+    // The log records the plugin source with the `instructions` form.
+    let log = std::fs::read_dir(data.path().join("dsh/sessions"))
+        .unwrap()
+        .flat_map(|p| std::fs::read_dir(p.unwrap().path()).unwrap())
+        .map(|s| s.unwrap().path().join("session.jsonl"))
+        .next()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(
+        r#""source":{"kind":"plugin","plugin":"@deepseek-ai/dsh-agent-instructions","form":"instructions"}"#
+    ), "{text}");
+
+    // Unchanged: not delivered again.
+    let id = session_id(data.path());
+    resume(data.path(), &server.url(), &id, &sub, "two");
+    let m2 = bodies(&server)[1]["messages"].as_array().unwrap().clone();
+    assert_eq!(&m2[..4], &m1[..]);
+    assert_eq!(m2[5], user("two"));
+    assert_eq!(m2.len(), 6);
+
+    // Edited mid-session: delivered again, whole, before the prompt.
+    std::fs::write(&root_md, "Use spaces.\n").unwrap();
+    resume(data.path(), &server.url(), &id, &sub, "three");
+    let m3 = bodies(&server)[2]["messages"].as_array().unwrap().clone();
+    assert_eq!(&m3[..6], &m2[..]);
+    assert_eq!(
+        m3[7],
+        user(&instructions(&[
+            (&user_md, "User rules."),
+            (&root_md, "Use spaces."),
+            (&sub_md, "Sub rules.")
+        ]))
+    );
+    assert_eq!(m3[8], user("three"));
+    assert_eq!(m3.len(), 9);
+
+    // Deleted: withdrawn.
+    for p in [&user_md, &root_md, &sub_md] {
+        std::fs::remove_file(p).unwrap();
+    }
+    resume(data.path(), &server.url(), &id, &sub, "four");
+    let m4 = bodies(&server)[3]["messages"].as_array().unwrap().clone();
+    assert_eq!(&m4[..9], &m3[..]);
+    assert_eq!(m4[10], user(dsh_system_prompt::INSTRUCTIONS_GONE));
+    assert_eq!(m4[11], user("four"));
+    // The deleted untracked files changed the git status too.
+    assert!(
+        m4[12]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(RUNTIME_CONTEXT_HEADER)
+    );
+    assert_eq!(m4.len(), 13);
+}
+
+/// An oversize file is cut with a note; an unreadable one gives a notice;
+/// the turn still runs.
+#[test]
+fn agents_md_oversize_and_unreadable() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("AGENTS.md"), "x".repeat(40_000)).unwrap();
+    let sub = ws.join("sub");
+    std::fs::create_dir_all(sub.join("AGENTS.md")).unwrap();
+    let server = server(1);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(&sub)
+        .arg("go")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "the turn still runs: {o:?}");
+    let body = &bodies(&server)[0];
+    let text = body["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "{}\n[dsh: this file is 40000 bytes; only the first 32768 are shown]\n</instructions>",
+            "x".repeat(32_768)
+        )),
+        "cut with a note"
+    );
+    assert!(
+        text.contains(&format!(
+            "<instructions path=\"{}\">\n[dsh: this file could not be read: ",
+            sub.join("AGENTS.md").display()
+        )),
+        "{}",
+        &text[text.len() - 300..]
+    );
+    assert_eq!(body["messages"][2], user("go"));
+}

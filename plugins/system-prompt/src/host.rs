@@ -136,3 +136,164 @@ mod tests {
         assert!(facts.platform.contains(std::env::consts::OS));
     }
 }
+
+/// Largest part of one instruction file delivered (bytes).
+pub const MAX_INSTRUCTION_BYTES: u64 = 32 * 1024;
+/// Most instruction files delivered (the nearest are kept).
+pub const MAX_INSTRUCTION_FILES: usize = 16;
+
+/// The instruction files of a workspace on this host: in the user's config
+/// directory, then in every directory from the repository root (the
+/// nearest ancestor holding `.git`; without one, the working directory
+/// alone) down to the working directory. In each directory `AGENTS.md`,
+/// else `CLAUDE.md`.
+#[derive(Clone, Debug)]
+pub struct HostInstructions {
+    cwd: PathBuf,
+    config_dir: Option<PathBuf>,
+}
+
+impl HostInstructions {
+    /// The files for `cwd` (absolute), plus the one in `config_dir` (e.g.
+    /// `~/.config/dsh`) when given.
+    pub fn new(cwd: impl Into<PathBuf>, config_dir: Option<PathBuf>) -> Self {
+        HostInstructions {
+            cwd: cwd.into(),
+            config_dir,
+        }
+    }
+
+    /// The directories searched, least precedence first.
+    pub fn directories(&self) -> Vec<PathBuf> {
+        let mut chain: Vec<PathBuf> = Vec::new();
+        let mut dir = Some(self.cwd.as_path());
+        let mut found_root = false;
+        while let Some(d) = dir {
+            chain.push(d.to_path_buf());
+            if d.join(".git").exists() {
+                found_root = true;
+                break;
+            }
+            dir = d.parent();
+        }
+        if !found_root {
+            chain.truncate(1);
+        }
+        chain.reverse();
+        let mut out: Vec<PathBuf> = self.config_dir.iter().cloned().collect();
+        for d in chain {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        out
+    }
+}
+
+/// The instruction file of `dir`, if any: `AGENTS.md`, else `CLAUDE.md`.
+pub fn instruction_file(dir: &Path) -> Option<crate::InstructionFile> {
+    let path = ["AGENTS.md", "CLAUDE.md"]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.symlink_metadata().is_ok())?;
+    let shown = path.display().to_string();
+    let read = || -> std::io::Result<(String, Option<u64>)> {
+        let file = std::fs::File::open(&path)?;
+        let size = file.metadata()?.len();
+        let mut bytes = Vec::new();
+        file.take(MAX_INSTRUCTION_BYTES).read_to_end(&mut bytes)?;
+        let cut = (size > MAX_INSTRUCTION_BYTES).then_some(size);
+        if cut.is_some() {
+            // Cut at a character boundary (at most 3 bytes of a split one).
+            for _ in 0..3 {
+                if std::str::from_utf8(&bytes).is_ok() {
+                    break;
+                }
+                bytes.pop();
+            }
+        }
+        Ok((String::from_utf8_lossy(&bytes).into_owned(), cut))
+    };
+    Some(match read() {
+        Ok((text, cut_from)) => crate::InstructionFile {
+            path: shown,
+            text: Ok(text),
+            cut_from,
+        },
+        Err(e) => crate::InstructionFile {
+            path: shown,
+            text: Err(e.to_string()),
+            cut_from: None,
+        },
+    })
+}
+
+impl crate::InstructionSource for HostInstructions {
+    fn gather(&mut self) -> Vec<crate::InstructionFile> {
+        let mut files: Vec<crate::InstructionFile> = self
+            .directories()
+            .iter()
+            .filter_map(|d| instruction_file(d))
+            .collect();
+        if files.len() > MAX_INSTRUCTION_FILES {
+            files.drain(..files.len() - MAX_INSTRUCTION_FILES);
+        }
+        files
+    }
+}
+
+#[cfg(test)]
+mod instruction_tests {
+    use super::*;
+    use crate::InstructionSource;
+
+    #[test]
+    fn nearest_last_agents_before_claude_and_capped() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        std::fs::create_dir_all(root.join("repo/.git")).unwrap();
+        std::fs::create_dir_all(root.join("repo/a/b")).unwrap();
+        std::fs::create_dir_all(root.join("conf")).unwrap();
+        std::fs::write(root.join("AGENTS.md"), "outside the repo").unwrap();
+        std::fs::write(root.join("conf/AGENTS.md"), "user").unwrap();
+        std::fs::write(root.join("repo/AGENTS.md"), "repo").unwrap();
+        std::fs::write(root.join("repo/CLAUDE.md"), "ignored: AGENTS.md wins").unwrap();
+        std::fs::write(root.join("repo/a/CLAUDE.md"), "claude a").unwrap();
+        std::fs::write(
+            root.join("repo/a/b/AGENTS.md"),
+            "é".repeat(MAX_INSTRUCTION_BYTES as usize),
+        )
+        .unwrap();
+        let mut src = HostInstructions::new(root.join("repo/a/b"), Some(root.join("conf")));
+        let files = src.gather();
+        let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+        let want: Vec<String> = [
+            "conf/AGENTS.md",
+            "repo/AGENTS.md",
+            "repo/a/CLAUDE.md",
+            "repo/a/b/AGENTS.md",
+        ]
+        .iter()
+        .map(|p| root.join(p).display().to_string())
+        .collect();
+        assert_eq!(paths, want);
+        assert_eq!(files[1].text.as_deref(), Ok("repo"));
+        assert_eq!(files[2].text.as_deref(), Ok("claude a"));
+        let big = &files[3];
+        assert_eq!(big.cut_from, Some(2 * MAX_INSTRUCTION_BYTES));
+        let text = big.text.as_ref().unwrap();
+        assert!(
+            text.len() as u64 <= MAX_INSTRUCTION_BYTES
+                && text.len() as u64 > MAX_INSTRUCTION_BYTES - 4
+        );
+        assert!(!text.contains('\u{FFFD}'), "cut at a character boundary");
+        // Outside a repository only the working directory counts.
+        let mut src = HostInstructions::new(root.join("conf"), None);
+        assert_eq!(src.gather().len(), 1);
+        // A directory named AGENTS.md cannot be read: a notice, not a failure.
+        std::fs::remove_file(root.join("repo/a/b/AGENTS.md")).unwrap();
+        std::fs::create_dir(root.join("repo/a/b/AGENTS.md")).unwrap();
+        let f = instruction_file(&root.join("repo/a/b")).unwrap();
+        assert!(f.text.is_err(), "{f:?}");
+    }
+}

@@ -15,6 +15,10 @@
 //! The plugin does no I/O: the facts come from a [`FactSource`] (on a std
 //! host, [`host::HostFacts`]) once per turn, and the date from the kernel's
 //! `now`. An embedder adds, replaces or removes sections by name.
+//!
+//! [`Instructions`] delivers the workspace's `AGENTS.md` (else `CLAUDE.md`)
+//! files as plugin-sourced context (form `instructions`), again whenever
+//! they change, and withdraws them when they are gone.
 
 #![no_std]
 #![forbid(unsafe_code)]
@@ -25,12 +29,17 @@ extern crate alloc;
 extern crate std;
 
 mod date;
+mod instructions;
 mod system_prompt;
 
 #[cfg(feature = "std")]
 pub mod host;
 
 pub use date::utc_date;
+pub use instructions::{
+    INSTRUCTIONS_GONE, INSTRUCTIONS_HEADER, INSTRUCTIONS_PLUGIN, InstructionFile,
+    InstructionSource, Instructions, is_instructions_source, render as render_instructions,
+};
 pub use system_prompt::{
     APPEND_SECTION, ENVIRONMENT_CONTEXT, ENVIRONMENT_SECTION, FactSource, Facts,
     GUIDELINES_SECTION, Git, IDENTITY_SECTION, SystemPrompt, TOOLS_SECTION, tool_guidance,
