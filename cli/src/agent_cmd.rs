@@ -22,6 +22,7 @@ use crate::Outcome;
 use crate::provider::ProviderArgs;
 use crate::render::{RenderOptions, Renderer, TurnOutcome};
 use crate::store::{StoreArgs, describe_location, new_session_id, now_ms};
+use crate::title::Titler;
 
 /// Display flags.
 #[derive(Args, Clone, Debug, Default)]
@@ -90,6 +91,10 @@ pub struct AgentArgs {
     /// Append to the system prompt (after every section): TEXT, or @FILE.
     #[arg(long, value_name = "TEXT|@FILE")]
     pub append_system: Option<String>,
+    /// Do not ask the model for a session title after the first completed
+    /// turn (config: `titles = false`).
+    #[arg(long)]
+    pub no_title: bool,
 }
 
 /// Largest `@FILE` a prompt flag reads.
@@ -182,6 +187,8 @@ pub struct Setup {
     pub config: AgentConfig,
     /// Render options.
     pub render: RenderOptions,
+    /// Whether to title the session (`--no-title`, `titles`).
+    pub titles: bool,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -215,6 +222,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         store,
         config,
         render,
+        titles: !args.no_title && file.titles.unwrap_or(true),
     })
 }
 
@@ -272,6 +280,20 @@ pub fn completed(outcome: &TurnOutcome) -> bool {
     outcome.reason == "completed"
 }
 
+/// How long a command waits for a pending title before it exits.
+const TITLE_WAIT: Duration = Duration::from_secs(10);
+
+/// A titler for `agent`, which runs with `config`'s provider and call.
+fn titler_for(
+    provider: Arc<dyn dsh_std::ModelProvider>,
+    call: dsh_core::LlmCallConfig,
+    agent: &Agent,
+    enabled: bool,
+) -> Titler {
+    let events = agent.events().unwrap_or_default();
+    Titler::new(provider, call, &events, enabled)
+}
+
 /// `dsh run PROMPT`.
 pub fn run(args: RunArgs) -> Outcome {
     let setup = match setup(&args.agent, false, args.yes) {
@@ -282,6 +304,12 @@ pub fn run(args: RunArgs) -> Outcome {
         }
     };
     let id = new_session_id(now_ms());
+    let mut titler = Titler::new(
+        setup.config.provider.clone(),
+        setup.config.call_config.clone(),
+        &[],
+        setup.titles,
+    );
     let agent = match Agent::create(setup.config, setup.store.clone(), id.clone()) {
         Ok(a) => a,
         Err(e) => {
@@ -290,6 +318,19 @@ pub fn run(args: RunArgs) -> Outcome {
         }
     };
     let result = drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes);
+    // The answer is out; the title gets a bounded wait before exit.
+    titler.turn_ended(&agent);
+    let title = titler.poll(&agent, TITLE_WAIT);
+    if args.json
+        && let Some(seq) = title
+        && let Ok(events) = agent.events()
+        && let Some(ev) = events.get(seq as usize)
+    {
+        // `--json` prints the whole log: the title too.
+        let mut line = Vec::new();
+        dsh_core::jsonl::encode_event_line(ev, &mut line);
+        let _ = io::stdout().write_all(&line);
+    }
     agent.dispose();
     let location = describe_location(setup.store.as_ref(), &args.agent.store, &id);
     match result {
@@ -474,6 +515,8 @@ pub fn chat(args: ChatArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    let provider = setup.config.provider.clone();
+    let call = setup.config.call_config.clone();
     let agent = match &args.resume {
         Some(id) => Agent::resume(
             setup.config,
@@ -489,12 +532,14 @@ pub fn chat(args: ChatArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    let titler = titler_for(provider, call, &agent, setup.titles);
     repl(
         agent,
         setup.store,
         &args.agent.store,
         setup.render,
         args.resume.is_some(),
+        titler,
     )
 }
 
@@ -508,6 +553,8 @@ pub fn fork(args: ForkArgs) -> Outcome {
         }
     };
     let new_id = new_session_id(now_ms());
+    let provider = setup.config.provider.clone();
+    let call = setup.config.call_config.clone();
     let agent = match Agent::fork(
         setup.config,
         setup.store.clone(),
@@ -522,7 +569,15 @@ pub fn fork(args: ForkArgs) -> Outcome {
         }
     };
     eprintln!("forked {} → {}", args.id, new_id.as_str());
-    repl(agent, setup.store, &args.agent.store, setup.render, true)
+    let titler = titler_for(provider, call, &agent, setup.titles);
+    repl(
+        agent,
+        setup.store,
+        &args.agent.store,
+        setup.render,
+        true,
+        titler,
+    )
 }
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
@@ -536,6 +591,7 @@ fn repl(
     store_args: &StoreArgs,
     render: RenderOptions,
     resumed: bool,
+    mut titler: Titler,
 ) -> Outcome {
     let (tx, rx): (Sender<Ui>, Receiver<Ui>) = mpsc::channel();
     spawn_forwarder(&agent, tx.clone());
@@ -574,6 +630,7 @@ fn repl(
     let mut input_ended = false;
     prompt(&mut out, running);
     loop {
+        let _ = titler.poll(&agent, Duration::ZERO);
         let next_held = if !approvals.is_empty() || !running {
             held.pop_front()
         } else {
@@ -606,6 +663,7 @@ fn repl(
                     for e in errors.after_turn(&ev) {
                         let _ = r.notice(&mut out, &format!("error: {e}"));
                     }
+                    titler.turn_ended(&agent);
                 }
             }
             Ui::Event(AgentEvent::Status(status)) => {
@@ -764,6 +822,7 @@ fn repl(
     if running {
         agent.cancel(CancelCause::User, false);
     }
+    let _ = titler.poll(&agent, TITLE_WAIT);
     agent.dispose();
     println!(
         "session {} saved: {}",

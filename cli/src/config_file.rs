@@ -16,6 +16,7 @@
 //! max_event_bytes = 16777216
 //! system = "@/path/to/identity.md"   # TEXT or @FILE
 //! append_system = "Answer briefly."
+//! titles = true            # false: as --no-title
 //!
 //! [tools]
 //! sandbox = "workspace-write"          # workspace-write | off
@@ -62,6 +63,8 @@ pub struct ConfigFile {
     pub system: Option<String>,
     /// `--append-system` (TEXT or @FILE).
     pub append_system: Option<String>,
+    /// `false`: as `--no-title`.
+    pub titles: Option<bool>,
     /// The `[tools]` table.
     #[serde(default)]
     pub tools: ToolsFile,

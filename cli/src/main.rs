@@ -24,6 +24,7 @@ mod shell;
 mod sse;
 mod store;
 mod stream;
+mod title;
 mod tool_args;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.

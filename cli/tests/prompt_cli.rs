@@ -522,3 +522,178 @@ fn agents_md_oversize_and_unreadable() {
     );
     assert_eq!(body["messages"][2], user("go"));
 }
+
+fn titled_server(title: &str, delay_ms: u64, n: usize) -> MockServer {
+    let script = json!({
+        "responses": (0..n).map(|i| reply(&format!("answer {i}"))).collect::<Vec<_>>(),
+        "title": title,
+        "titleDelayMs": delay_ms,
+    });
+    MockServer::start_on(Script::from_json(&script.to_string()).unwrap(), 0).unwrap()
+}
+
+/// The one session log under `data`.
+fn log_path(data: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(data.join("dsh/sessions"))
+        .unwrap()
+        .flat_map(|p| std::fs::read_dir(p.unwrap().path()).unwrap())
+        .map(|s| s.unwrap().path().join("session.jsonl"))
+        .next()
+        .unwrap()
+}
+
+fn log_events(data: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log_path(data))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == t).collect()
+}
+
+/// Titles: one small separate request after the first completed turn,
+/// recorded once as `session/title`, kept on resume, shown by `dsh
+/// sessions`.
+#[test]
+fn titles_recorded_once_survive_resume_and_are_listed() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = titled_server("\"Fix the parser.\"", 0, 2);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("please fix the parser")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let titles = server.title_requests();
+    assert_eq!(titles.len(), 1);
+    let body: Value = serde_json::from_slice(&titles[0].body).unwrap();
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert!(
+        body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(dsh_deepseek::mock::TITLE_MARKER)
+    );
+    assert_eq!(body["messages"][1], user("please fix the parser"));
+    assert_eq!(body["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(body["max_tokens"], 32);
+    assert_eq!(body["thinking"], json!({"type": "disabled"}));
+    assert!(body.get("tools").is_none());
+
+    let events = log_events(data.path());
+    let recorded = of_type(&events, "session/title");
+    assert_eq!(recorded.len(), 1);
+    let prompt_seq = events
+        .iter()
+        .find(|e| e["type"] == "user/message" && e["data"]["source"]["kind"] == "user")
+        .unwrap()["seq"]
+        .clone();
+    assert_eq!(
+        recorded[0]["data"],
+        json!({"title": "Fix the parser", "messageSeqs": [prompt_seq],
+               "source": {"kind": "provider", "provider": "dsh-session-title",
+                          "model": {"provider": "deepseek-official", "model": "deepseek-v4-flash"}}})
+    );
+    let turn_end = of_type(&events, "turn/end")[0]["seq"].as_u64().unwrap();
+    assert!(recorded[0]["seq"].as_u64().unwrap() > turn_end);
+    let check = dsh(data.path())
+        .args(["log", "check"])
+        .arg(log_path(data.path()))
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{check:?}");
+
+    // Resumed: no second title.
+    let id = session_id(data.path());
+    resume(data.path(), &server.url(), &id, ws.path(), "and the lexer");
+    assert_eq!(server.title_requests().len(), 1);
+    let events = log_events(data.path());
+    assert_eq!(of_type(&events, "session/title").len(), 1);
+    assert_eq!(of_type(&events, "turn/end").len(), 2);
+
+    let o = dsh(data.path()).arg("sessions").output().unwrap();
+    let listing = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        listing.lines().next().unwrap().contains("TITLE"),
+        "{listing}"
+    );
+    let row = listing.lines().nth(1).unwrap();
+    assert!(row.contains("  Fix the parser  "), "{listing}");
+    assert!(row.ends_with("please fix the parser"), "{listing}");
+}
+
+/// A slow title never holds a turn back: the second turn of a piped chat
+/// ends before the title of the first is recorded.
+#[test]
+fn titles_never_delay_the_next_turn() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = titled_server("Slow title", 300, 2);
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"one\ntwo\n").unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("answer 0") && out.contains("answer 1"),
+        "{out}"
+    );
+    let events = log_events(data.path());
+    let ends: Vec<u64> = of_type(&events, "turn/end")
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ends.len(), 2);
+    let titles = of_type(&events, "session/title");
+    assert_eq!(titles.len(), 1, "recorded before exit");
+    assert!(titles[0]["seq"].as_u64().unwrap() > ends[1]);
+    assert_eq!(titles[0]["data"]["title"], "Slow title");
+}
+
+/// No title with `--no-title` or `titles = false`; a failed title request
+/// leaves the session untitled and the command successful.
+#[test]
+fn titles_off_or_failed() {
+    for (flags, config, title) in [
+        (&["--no-title"][..], None, "T"),
+        (&[][..], Some("titles = false\n"), "T"),
+        (&[][..], None, ""),
+    ] {
+        let data = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        if let Some(text) = config {
+            let dir = data.path().join("config/dsh");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("config.toml"), text).unwrap();
+        }
+        let server = titled_server(title, 0, 1);
+        let o = dsh(data.path())
+            .args(["run", "--base-url", &server.url(), "--cwd"])
+            .arg(ws.path())
+            .args(flags)
+            .arg("hi")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let expected = usize::from(title.is_empty());
+        assert_eq!(
+            server.title_requests().len(),
+            expected,
+            "{flags:?} {config:?}"
+        );
+        assert!(of_type(&log_events(data.path()), "session/title").is_empty());
+    }
+}
