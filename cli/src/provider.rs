@@ -208,18 +208,6 @@ impl Provider {
     }
 }
 
-/// Resolves the provider from the flags, the config file located through
-/// `env` (see [`crate::config_file::load`]) and `env` (a lookup of
-/// environment variables, so tests need not change the process
-/// environment).
-pub fn resolve(
-    args: &ProviderArgs,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Provider, String> {
-    let file = crate::config_file::load(env)?;
-    resolve_with(args, &file, env)
-}
-
 /// Resolves the provider from the flags over `file`.
 ///
 /// Without a key and without any base URL (flag, file or
@@ -294,6 +282,67 @@ mod tests {
 
     fn args() -> ProviderArgs {
         ProviderArgs::default()
+    }
+
+    fn resolve(
+        args: &ProviderArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Provider, String> {
+        resolve_with(args, &ConfigFile::default(), env)
+    }
+
+    #[test]
+    fn flags_override_the_file_and_the_file_the_defaults() {
+        let env = |k: &str| (k == "DEEPSEEK_API_KEY").then(|| "sk-x".to_string());
+        let file = crate::config_file::parse(
+            "model = \"m\"\nattempts = 2\nidle_timeout = 7\nmax_retry_wait = 3\nmax_event_bytes = 4096\neffort = \"low\"\ntemperature = 1\nmax_tokens = 9\napi_key_env = \"OTHER\"\nbase_url = \"http://f\"",
+        )
+        .unwrap();
+        let p = resolve_with(&args(), &file, &env).unwrap();
+        assert_eq!(p.model, "m");
+        assert_eq!(
+            p.client,
+            ClientSettings {
+                idle_timeout: 7.0,
+                attempts: 2,
+                max_retry_wait: 3.0,
+                max_event_bytes: 4096
+            }
+        );
+        assert_eq!(p.effort.as_deref(), Some("low"));
+        assert_eq!(p.temperature, Some(1.0));
+        assert_eq!(p.max_tokens, Some(9));
+        assert_eq!(p.api_key_env, "OTHER");
+        assert!(!p.has_key, "the file's key variable is the one read");
+        assert_eq!(p.base_url.as_deref(), Some("http://f"));
+        let flags = ProviderArgs {
+            model: Some("f".into()),
+            effort: Some("max".into()),
+            temperature: Some(0.0),
+            max_tokens: Some(1),
+            api_key_env: Some("DEEPSEEK_API_KEY".into()),
+            client: ClientFlags {
+                attempts: Some(1),
+                idle_timeout: Some(1.0),
+                ..ClientFlags::default()
+            },
+            ..ProviderArgs::default()
+        };
+        let p = resolve_with(&flags, &file, &env).unwrap();
+        assert_eq!(p.model, "f");
+        assert_eq!(p.client.attempts, 1);
+        assert_eq!(p.client.idle_timeout, 1.0);
+        assert_eq!(p.client.max_retry_wait, 3.0, "unset flag: the file's");
+        assert_eq!(p.effort.as_deref(), Some("max"));
+        assert_eq!(p.temperature, Some(0.0));
+        assert_eq!(p.max_tokens, Some(1));
+        assert!(p.has_key);
+        let none = resolve(&args(), &env).unwrap();
+        assert_eq!(none.client, ClientSettings::default());
+        assert_eq!(
+            (none.effort, none.temperature, none.max_tokens),
+            (None, None, None)
+        );
     }
 
     #[test]
