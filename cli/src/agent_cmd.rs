@@ -281,7 +281,7 @@ pub fn completed(outcome: &TurnOutcome) -> bool {
 }
 
 /// How long a command waits for a pending title before it exits.
-const TITLE_WAIT: Duration = Duration::from_secs(10);
+const TITLE_WAIT: Duration = Duration::from_secs(5);
 
 /// A titler for `agent`, which runs with `config`'s provider and call.
 fn titler_for(
