@@ -19,9 +19,10 @@ use dsh_std::{Agent, AgentConfig, AgentEvent, AgentStatus, ApprovalRequestId, Ca
 use dsh_store::SessionStore;
 
 use crate::Outcome;
-use crate::provider::{Provider, ProviderArgs};
+use crate::provider::ProviderArgs;
 use crate::render::{RenderOptions, Renderer, TurnOutcome};
 use crate::store::{StoreArgs, describe_location, new_session_id, now_ms};
+use crate::title::Titler;
 
 /// Display flags.
 #[derive(Args, Clone, Debug, Default)]
@@ -83,6 +84,60 @@ pub struct AgentArgs {
     pub cwd: Option<PathBuf>,
     #[command(flatten)]
     pub tools: crate::tool_args::ToolArgs,
+    /// Replace the identity section of the system prompt: TEXT, or @FILE
+    /// to read it from a file.
+    #[arg(long, value_name = "TEXT|@FILE")]
+    pub system: Option<String>,
+    /// Append to the system prompt (after every section): TEXT, or @FILE.
+    #[arg(long, value_name = "TEXT|@FILE")]
+    pub append_system: Option<String>,
+    /// Do not ask the model for a session title after the first completed
+    /// turn (config: `titles = false`).
+    #[arg(long)]
+    pub no_title: bool,
+}
+
+/// Largest `@FILE` a prompt flag reads.
+const MAX_PROMPT_FILE_BYTES: u64 = 256 * 1024;
+
+/// The text of a `TEXT|@FILE` flag value.
+fn text_or_file(flag: &str, value: &str) -> Result<String, String> {
+    let Some(path) = value.strip_prefix('@') else {
+        return Ok(value.to_string());
+    };
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("dsh: {flag} @{path}: {e}"))?;
+    let mut text = String::new();
+    file.take(MAX_PROMPT_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("dsh: {flag} @{path}: {e}"))?;
+    if text.len() as u64 > MAX_PROMPT_FILE_BYTES {
+        return Err(format!(
+            "dsh: {flag} @{path}: larger than {MAX_PROMPT_FILE_BYTES} bytes"
+        ));
+    }
+    Ok(text)
+}
+
+impl AgentArgs {
+    /// The prompt settings of `--system` and `--append-system`, over the
+    /// config file's `system` and `append_system`.
+    pub fn prompt_settings(
+        &self,
+        file: &crate::config_file::ConfigFile,
+    ) -> Result<crate::shell::PromptSettings, String> {
+        let pick = |flag: &str, value: &Option<String>, key: &Option<String>| {
+            value
+                .as_deref()
+                .map(|v| text_or_file(flag, v))
+                .or_else(|| key.as_deref().map(|v| text_or_file(flag, v)))
+                .transpose()
+        };
+        Ok(crate::shell::PromptSettings {
+            system: pick("--system", &self.system, &file.system)?,
+            append: pick("--append-system", &self.append_system, &file.append_system)?,
+        })
+    }
 }
 
 /// `dsh chat [--resume ID]`
@@ -132,6 +187,8 @@ pub struct Setup {
     pub config: AgentConfig,
     /// Render options.
     pub render: RenderOptions,
+    /// Whether to title the session (`--no-title`, `titles`).
+    pub titles: bool,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -140,16 +197,21 @@ fn env_lookup(name: &str) -> Option<String> {
 
 /// Resolves provider and store and builds the agent configuration.
 pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<Setup, String> {
-    let provider = crate::provider::resolve(&args.provider, &env_lookup)?;
+    let file = crate::config_file::load(&env_lookup)?;
+    let provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
     let cwd = match &args.cwd {
         Some(d) => d.clone(),
         None => std::env::current_dir().map_err(|e| format!("dsh: no current directory: {e}"))?,
     };
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
+    let prompt = args.prompt_settings(&file)?;
     let store = args.store.open()?;
-    let mut config = agent_config(&provider, cwd, interactive, approve_all)?;
-    let bash = args.tools.bash_config(&provider.api_key_env);
+    let mut config = crate::shell::agent_config(&provider, cwd, interactive, approve_all, &prompt)?;
+    let bash = args
+        .tools
+        .over(&file.tools)
+        .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
     config.tools = dsh_tools::ToolSet::standard(bash);
     let mut render = args.view.options();
@@ -160,17 +222,8 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         store,
         config,
         render,
+        titles: !args.no_title && file.titles.unwrap_or(true),
     })
-}
-
-/// The agent configuration for `provider` working in `cwd`.
-pub fn agent_config(
-    provider: &Provider,
-    cwd: PathBuf,
-    interactive: bool,
-    approve_all: bool,
-) -> Result<AgentConfig, String> {
-    crate::shell::agent_config(provider, cwd, interactive, approve_all)
 }
 
 /// What the event loop receives.
@@ -262,6 +315,20 @@ pub fn completed(outcome: &TurnOutcome) -> bool {
     outcome.reason == "completed"
 }
 
+/// How long a command waits for a pending title before it exits.
+const TITLE_WAIT: Duration = Duration::from_secs(5);
+
+/// A titler for `agent`, which runs with `config`'s provider and call.
+fn titler_for(
+    provider: Arc<dyn dsh_std::ModelProvider>,
+    call: dsh_core::LlmCallConfig,
+    agent: &Agent,
+    enabled: bool,
+) -> Titler {
+    let events = agent.events().unwrap_or_default();
+    Titler::new(provider, call, &events, enabled)
+}
+
 /// `dsh run PROMPT`.
 pub fn run(args: RunArgs) -> Outcome {
     let setup = match setup(&args.agent, false, args.yes) {
@@ -272,6 +339,12 @@ pub fn run(args: RunArgs) -> Outcome {
         }
     };
     let id = new_session_id(now_ms());
+    let mut titler = Titler::new(
+        setup.config.provider.clone(),
+        setup.config.call_config.clone(),
+        &[],
+        setup.titles,
+    );
     let agent = match Agent::create(setup.config, setup.store.clone(), id.clone()) {
         Ok(a) => a,
         Err(e) => {
@@ -280,6 +353,19 @@ pub fn run(args: RunArgs) -> Outcome {
         }
     };
     let result = drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes);
+    // The answer is out; the title gets a bounded wait before exit.
+    titler.turn_ended(&agent);
+    let title = titler.poll(&agent, TITLE_WAIT);
+    if args.json
+        && let Some(seq) = title
+        && let Ok(events) = agent.events()
+        && let Some(ev) = events.get(seq as usize)
+    {
+        // `--json` prints the whole log: the title too.
+        let mut line = Vec::new();
+        dsh_core::jsonl::encode_event_line(ev, &mut line);
+        let _ = io::stdout().write_all(&line);
+    }
     agent.dispose();
     let location = describe_location(setup.store.as_ref(), &args.agent.store, &id);
     match result {
@@ -464,6 +550,8 @@ pub fn chat(args: ChatArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    let provider = setup.config.provider.clone();
+    let call = setup.config.call_config.clone();
     let agent = match &args.resume {
         Some(id) => Agent::resume(
             setup.config,
@@ -479,12 +567,14 @@ pub fn chat(args: ChatArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    let titler = titler_for(provider, call, &agent, setup.titles);
     repl(
         agent,
         setup.store,
         &args.agent.store,
         setup.render,
         args.resume.is_some(),
+        titler,
     )
 }
 
@@ -498,6 +588,8 @@ pub fn fork(args: ForkArgs) -> Outcome {
         }
     };
     let new_id = new_session_id(now_ms());
+    let provider = setup.config.provider.clone();
+    let call = setup.config.call_config.clone();
     let agent = match Agent::fork(
         setup.config,
         setup.store.clone(),
@@ -512,7 +604,15 @@ pub fn fork(args: ForkArgs) -> Outcome {
         }
     };
     eprintln!("forked {} → {}", args.id, new_id.as_str());
-    repl(agent, setup.store, &args.agent.store, setup.render, true)
+    let titler = titler_for(provider, call, &agent, setup.titles);
+    repl(
+        agent,
+        setup.store,
+        &args.agent.store,
+        setup.render,
+        true,
+        titler,
+    )
 }
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
@@ -526,6 +626,7 @@ fn repl(
     store_args: &StoreArgs,
     render: RenderOptions,
     resumed: bool,
+    mut titler: Titler,
 ) -> Outcome {
     let (tx, rx): (Sender<Ui>, Receiver<Ui>) = mpsc::channel();
     spawn_forwarder(&agent, tx.clone());
@@ -564,6 +665,7 @@ fn repl(
     let mut input_ended = false;
     prompt(&mut out, running);
     loop {
+        let _ = titler.poll(&agent, Duration::ZERO);
         let next_held = if !approvals.is_empty() || !running {
             held.pop_front()
         } else {
@@ -596,6 +698,7 @@ fn repl(
                     for e in errors.after_turn(&ev) {
                         let _ = r.notice(&mut out, &format!("error: {e}"));
                     }
+                    titler.turn_ended(&agent);
                 }
             }
             Ui::Event(AgentEvent::Status(status)) => {
@@ -757,6 +860,7 @@ fn repl(
     if running {
         agent.cancel(CancelCause::User, false);
     }
+    let _ = titler.poll(&agent, TITLE_WAIT);
     agent.dispose();
     // After a hang-up the terminal may be gone: a failed write is ignored
     // (println! would panic).

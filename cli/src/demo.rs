@@ -79,9 +79,18 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         api_key_env: "DSH_DEMO_API_KEY".to_string(),
         has_key: false,
         client: crate::provider::ClientSettings::default(),
+        effort: None,
+        temperature: None,
+        max_tokens: None,
     };
     let store = args.store.open()?;
-    let config = crate::shell::agent_config(&provider, workspace.clone(), false, true)?;
+    let config = crate::shell::agent_config(
+        &provider,
+        workspace.clone(),
+        false,
+        true,
+        &crate::shell::PromptSettings::default(),
+    )?;
     let id = new_session_id(now_ms());
     println!(
         "dsh demo: mock DeepSeek server at {} (scripted model, no network)",

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod acp;
 mod agent_cmd;
+mod config_file;
 mod data_dir;
 mod deepseek;
 mod demo;
@@ -23,6 +24,7 @@ mod shell;
 mod sse;
 mod store;
 mod stream;
+mod title;
 mod tool_args;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.

@@ -1,49 +1,76 @@
-//! Which model endpoint a live command talks to: DeepSeek by default when
-//! `DEEPSEEK_API_KEY` is set; `--base-url`, `--model` and `--api-key-env`
-//! for any OpenAI-compatible endpoint.
+//! Which model endpoint a live command talks to, and how: DeepSeek by
+//! default when `DEEPSEEK_API_KEY` is set; `--base-url`, `--model` and
+//! `--api-key-env` for any OpenAI-compatible endpoint; `--effort`,
+//! `--temperature`, `--max-tokens` for the requests. Every setting may also
+//! come from the config file ([`crate::config_file`]); a flag overrides it.
 
 use clap::Args;
+
+use crate::config_file::ConfigFile;
 
 /// The default model id.
 pub const DEFAULT_MODEL: &str = "deepseek-v4-flash";
 
-/// Provider flags shared by `chat`, `run` and `fork`.
+/// Provider flags shared by `chat`, `run`, `fork` and `acp`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ProviderArgs {
     /// Base URL of an OpenAI-compatible endpoint (default: `$DEEPSEEK_BASE_URL`,
     /// else <https://api.deepseek.com>).
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
-    /// Model id.
-    #[arg(long, default_value = DEFAULT_MODEL)]
-    pub model: String,
-    /// The environment variable holding the API key.
-    #[arg(long, value_name = "NAME", default_value = dsh_deepseek::DEFAULT_API_KEY_ENV)]
-    pub api_key_env: String,
+    /// Model id [default: deepseek-v4-flash].
+    #[arg(long, value_name = "ID")]
+    pub model: Option<String>,
+    /// The environment variable holding the API key [default: DEEPSEEK_API_KEY].
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// Reasoning effort: off, low, high or max (default: the model's).
+    #[arg(long, value_name = "LEVEL", value_parser = effort)]
+    pub effort: Option<String>,
+    /// Sampling temperature, 0 to 2 (default: the server's).
+    #[arg(long, value_name = "T", value_parser = temperature)]
+    pub temperature: Option<f64>,
+    /// Output token cap of each request (default: the server's).
+    #[arg(long, value_name = "N", value_parser = max_tokens)]
+    pub max_tokens: Option<u64>,
     #[command(flatten)]
-    pub client: ClientSettings,
+    pub client: ClientFlags,
 }
 
-/// How patiently the model client talks to the server: one struct the
-/// flags fill (and, later, the config file).
-#[derive(Args, Clone, Debug, PartialEq)]
-pub struct ClientSettings {
-    /// Give up on a model response after this many seconds without data.
-    #[arg(long, value_name = "SECS", default_value_t = 300.0, value_parser = seconds)]
-    pub idle_timeout: f64,
+/// The client flags; unset ones fall back to the config file, then to
+/// [`ClientSettings::default`].
+#[derive(Args, Clone, Debug, Default, PartialEq)]
+pub struct ClientFlags {
+    /// Give up on a model response after this many seconds without data
+    /// [default: 300].
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    pub idle_timeout: Option<f64>,
     /// Model request attempts per step, the first one included (1: never
-    /// retry).
-    #[arg(long, value_name = "N", default_value_t = 6,
-          value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub attempts: u64,
-    /// Longest wait before a retry, in seconds. A server asking (Retry-After)
-    /// for a longer wait ends the turn instead, and says so.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = seconds)]
-    pub max_retry_wait: f64,
+    /// retry) [default: 6].
+    #[arg(long, value_name = "N", value_parser = attempts)]
+    pub attempts: Option<u64>,
+    /// Longest wait before a retry, in seconds [default: 10]. A server
+    /// asking (Retry-After) for a longer wait ends the turn instead, and
+    /// says so.
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    pub max_retry_wait: Option<f64>,
     /// Largest SSE line, event or JSON body accepted from the server, in
-    /// bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = dsh_deepseek::DEFAULT_MAX_EVENT_BYTES,
-          value_parser = event_bytes)]
+    /// bytes [default: 16777216].
+    #[arg(long, value_name = "BYTES", value_parser = event_bytes)]
+    pub max_event_bytes: Option<usize>,
+}
+
+/// How patiently the model client talks to the server (resolved from the
+/// flags, the config file and the defaults).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientSettings {
+    /// Idle budget of a response, in seconds.
+    pub idle_timeout: f64,
+    /// Attempts per step, the first one included.
+    pub attempts: u64,
+    /// Longest retry wait, in seconds.
+    pub max_retry_wait: f64,
+    /// Largest SSE line, event or JSON body, in bytes.
     pub max_event_bytes: usize,
 }
 
@@ -97,8 +124,42 @@ impl ClientSettings {
     }
 }
 
+/// An attempt count between 1 and 1000.
+pub fn attempts(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(v) if (1..=1000).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a number of attempts between 1 and 1000"
+        )),
+    }
+}
+
+/// A reasoning effort id DeepSeek knows.
+pub fn effort(text: &str) -> Result<String, String> {
+    match dsh_deepseek::Effort::parse(text) {
+        Some(e) => Ok(e.as_str().to_string()),
+        None => Err(format!("{text:?} is not an effort (off, low, high, max)")),
+    }
+}
+
+/// A finite temperature between 0 and 2.
+pub fn temperature(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=2.0).contains(&v) => Ok(v),
+        _ => Err(format!("{text:?} is not a temperature between 0 and 2")),
+    }
+}
+
+/// A positive token count (a safe integer).
+pub fn max_tokens(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(v) if (1..=(1u64 << 53) - 1).contains(&v) => Ok(v),
+        _ => Err(format!("{text:?} is not a positive token count")),
+    }
+}
+
 /// A byte limit between 1 KiB and 4 GiB.
-fn event_bytes(text: &str) -> Result<usize, String> {
+pub fn event_bytes(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(v) if (1024..=(1usize << 32)).contains(&v) => Ok(v),
         _ => Err(format!(
@@ -108,7 +169,7 @@ fn event_bytes(text: &str) -> Result<usize, String> {
 }
 
 /// A positive, finite number of seconds, at most 2147483 (the timer limit).
-fn seconds(text: &str) -> Result<f64, String> {
+pub fn seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 2_147_483.0 => Ok(v),
         _ => Err(format!(
@@ -131,6 +192,12 @@ pub struct Provider {
     pub has_key: bool,
     /// Timeouts, retries and limits.
     pub client: ClientSettings,
+    /// Reasoning effort id of every request.
+    pub effort: Option<String>,
+    /// Temperature of every request.
+    pub temperature: Option<f64>,
+    /// Output token cap of every request.
+    pub max_tokens: Option<u64>,
 }
 
 impl Provider {
@@ -141,37 +208,71 @@ impl Provider {
     }
 }
 
-/// Resolves the provider from the flags and `env` (a lookup of environment
-/// variables, so tests need not change the process environment).
+/// Resolves the provider from the flags over `file`.
 ///
-/// Without a key and without any base URL (flag or `$DEEPSEEK_BASE_URL`)
-/// there is nothing to talk to: the error says what to set and points at the
-/// offline demo.
-pub fn resolve(
+/// Without a key and without any base URL (flag, file or
+/// `$DEEPSEEK_BASE_URL`) there is nothing to talk to: the error says what
+/// to set and points at the offline demo.
+pub fn resolve_with(
     args: &ProviderArgs,
+    file: &ConfigFile,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Provider, String> {
     let set = |name: &str| env(name).is_some_and(|v| !v.trim().is_empty());
-    let has_key = set(&args.api_key_env);
-    let base_url = args.base_url.clone().filter(|u| !u.is_empty());
+    let api_key_env = args
+        .api_key_env
+        .clone()
+        .or_else(|| file.api_key_env.clone())
+        .unwrap_or_else(|| dsh_deepseek::DEFAULT_API_KEY_ENV.to_string());
+    let has_key = set(&api_key_env);
+    let base_url = args
+        .base_url
+        .clone()
+        .or_else(|| file.base_url.clone())
+        .filter(|u| !u.is_empty());
     if !has_key && base_url.is_none() && !set(dsh_deepseek::BASE_URL_ENV) {
         return Err(format!(
             "dsh: no API key. Set {key} to a DeepSeek API key (export {key}=sk-...), \
              or use --base-url URL [--api-key-env NAME] [--model ID] for another \
              OpenAI-compatible endpoint.\n\
              To try dsh offline with a bundled mock model, run: dsh demo",
-            key = args.api_key_env
+            key = api_key_env
         ));
     }
-    if args.model.trim().is_empty() {
+    let model = args
+        .model
+        .clone()
+        .or_else(|| file.model.clone())
+        .unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    if model.trim().is_empty() {
         return Err("dsh: --model must not be empty".to_string());
     }
+    let d = ClientSettings::default();
+    let f = &args.client;
+    let client = ClientSettings {
+        idle_timeout: f
+            .idle_timeout
+            .or(file.idle_timeout)
+            .unwrap_or(d.idle_timeout),
+        attempts: f.attempts.or(file.attempts).unwrap_or(d.attempts),
+        max_retry_wait: f
+            .max_retry_wait
+            .or(file.max_retry_wait)
+            .unwrap_or(d.max_retry_wait),
+        max_event_bytes: f
+            .max_event_bytes
+            .or(file.max_event_bytes)
+            .unwrap_or(d.max_event_bytes),
+    };
     Ok(Provider {
         base_url,
-        model: args.model.clone(),
-        api_key_env: args.api_key_env.clone(),
+        model,
+        api_key_env,
         has_key,
-        client: args.client.clone(),
+        client,
+        effort: args.effort.clone().or_else(|| file.effort.clone()),
+        temperature: args.temperature.or(file.temperature),
+        max_tokens: args.max_tokens.or(file.max_tokens),
     })
 }
 
@@ -180,12 +281,68 @@ mod tests {
     use super::*;
 
     fn args() -> ProviderArgs {
-        ProviderArgs {
-            base_url: None,
-            model: DEFAULT_MODEL.into(),
-            api_key_env: "DEEPSEEK_API_KEY".into(),
-            client: ClientSettings::default(),
-        }
+        ProviderArgs::default()
+    }
+
+    fn resolve(
+        args: &ProviderArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Provider, String> {
+        resolve_with(args, &ConfigFile::default(), env)
+    }
+
+    #[test]
+    fn flags_override_the_file_and_the_file_the_defaults() {
+        let env = |k: &str| (k == "DEEPSEEK_API_KEY").then(|| "sk-x".to_string());
+        let file = crate::config_file::parse(
+            "model = \"m\"\nattempts = 2\nidle_timeout = 7\nmax_retry_wait = 3\nmax_event_bytes = 4096\neffort = \"low\"\ntemperature = 1\nmax_tokens = 9\napi_key_env = \"OTHER\"\nbase_url = \"http://f\"",
+        )
+        .unwrap();
+        let p = resolve_with(&args(), &file, &env).unwrap();
+        assert_eq!(p.model, "m");
+        assert_eq!(
+            p.client,
+            ClientSettings {
+                idle_timeout: 7.0,
+                attempts: 2,
+                max_retry_wait: 3.0,
+                max_event_bytes: 4096
+            }
+        );
+        assert_eq!(p.effort.as_deref(), Some("low"));
+        assert_eq!(p.temperature, Some(1.0));
+        assert_eq!(p.max_tokens, Some(9));
+        assert_eq!(p.api_key_env, "OTHER");
+        assert!(!p.has_key, "the file's key variable is the one read");
+        assert_eq!(p.base_url.as_deref(), Some("http://f"));
+        let flags = ProviderArgs {
+            model: Some("f".into()),
+            effort: Some("max".into()),
+            temperature: Some(0.0),
+            max_tokens: Some(1),
+            api_key_env: Some("DEEPSEEK_API_KEY".into()),
+            client: ClientFlags {
+                attempts: Some(1),
+                idle_timeout: Some(1.0),
+                ..ClientFlags::default()
+            },
+            ..ProviderArgs::default()
+        };
+        let p = resolve_with(&flags, &file, &env).unwrap();
+        assert_eq!(p.model, "f");
+        assert_eq!(p.client.attempts, 1);
+        assert_eq!(p.client.idle_timeout, 1.0);
+        assert_eq!(p.client.max_retry_wait, 3.0, "unset flag: the file's");
+        assert_eq!(p.effort.as_deref(), Some("max"));
+        assert_eq!(p.temperature, Some(0.0));
+        assert_eq!(p.max_tokens, Some(1));
+        assert!(p.has_key);
+        let none = resolve(&args(), &env).unwrap();
+        assert_eq!(none.client, ClientSettings::default());
+        assert_eq!(
+            (none.effort, none.temperature, none.max_tokens),
+            (None, None, None)
+        );
     }
 
     #[test]
@@ -268,7 +425,7 @@ mod tests {
     #[test]
     fn custom_key_variable_is_named_in_the_error() {
         let mut a = args();
-        a.api_key_env = "MY_KEY".into();
+        a.api_key_env = Some("MY_KEY".into());
         let err = resolve(&a, &|k| (k == "DEEPSEEK_API_KEY").then(|| "sk".into())).unwrap_err();
         assert!(err.contains("MY_KEY"), "{err}");
     }
@@ -277,7 +434,7 @@ mod tests {
     fn base_url_without_key_is_a_local_endpoint() {
         let mut a = args();
         a.base_url = Some("http://127.0.0.1:8080/v1".into());
-        a.model = "llama".into();
+        a.model = Some("llama".into());
         let p = resolve(&a, &|_| None).unwrap();
         assert_eq!(p.base_url.as_deref(), Some("http://127.0.0.1:8080/v1"));
         assert!(!p.has_key);

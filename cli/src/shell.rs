@@ -1,6 +1,6 @@
 //! The one place the CLI builds a std-shell agent configuration.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_core::LlmCallConfig;
@@ -10,6 +10,30 @@ use dsh_deepseek::{
 use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
 
 use crate::provider::Provider;
+
+/// What the model is told beyond the defaults: `--system` replaces the
+/// identity section, `--append-system` adds text after every section.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PromptSettings {
+    /// The identity section's replacement.
+    pub system: Option<String>,
+    /// Text appended to the system prompt.
+    pub append: Option<String>,
+}
+
+/// The system-prompt plugin for an agent working in `cwd`: the default
+/// sections with `settings` applied, the workspace facts from the host.
+pub fn system_prompt(cwd: &Path, settings: &PromptSettings) -> dsh_system_prompt::SystemPrompt {
+    let mut prompt = dsh_system_prompt::SystemPrompt::new()
+        .with_facts(dsh_system_prompt::host::HostFacts::new(cwd));
+    if let Some(text) = &settings.system {
+        prompt = prompt.with_identity(text.clone());
+    }
+    if let Some(text) = &settings.append {
+        prompt = prompt.with_appended(text.clone());
+    }
+    prompt
+}
 
 /// Tools that only read: never asked about.
 const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob"];
@@ -28,12 +52,25 @@ pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
         })
 }
 
-/// The agent configuration for `provider` working in `cwd`.
+/// The workspace-instructions plugin for `cwd`: `AGENTS.md` (else
+/// `CLAUDE.md`) from the repository root down to `cwd`, and the one in the
+/// user's config directory (`$XDG_CONFIG_HOME/dsh`, else `~/.config/dsh`).
+pub fn instructions(cwd: &Path) -> dsh_system_prompt::Instructions {
+    let env = |name: &str| std::env::var(name).ok();
+    let config_dir = crate::config_file::path(&env).and_then(|p| p.parent().map(Path::to_path_buf));
+    dsh_system_prompt::Instructions::new(dsh_system_prompt::host::HostInstructions::new(
+        cwd, config_dir,
+    ))
+}
+
+/// The agent configuration for `provider` working in `cwd`, told what
+/// [`system_prompt`] and [`instructions`] give.
 pub fn agent_config(
     provider: &Provider,
     cwd: PathBuf,
     _interactive: bool,
     approve_all: bool,
+    prompt: &PromptSettings,
 ) -> Result<AgentConfig, String> {
     let config = DeepSeekConfig {
         api_key_env: provider.api_key_env.clone(),
@@ -56,7 +93,10 @@ pub fn agent_config(
     }
     let client = DeepSeekClient::with_options(config, options)
         .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
-    let call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
+    let mut call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
+    call.reasoning_effort = provider.effort.clone().map(Into::into);
+    call.temperature = provider.temperature;
+    call.max_tokens = provider.max_tokens;
     let mut agent = AgentConfig::new(Arc::new(client), call, cwd.clone());
     // The retry policy of the CLI settings (`--attempts`, `--max-retry-wait`).
     agent.retry_policy = Some(provider.client.retry_policy());
@@ -64,6 +104,8 @@ pub fn agent_config(
         env: dsh_tools::EnvPolicy::default().with_secret(provider.api_key_env.clone()),
         ..dsh_tools::BashConfig::default()
     });
+    agent.plugins.push(Box::new(system_prompt(&cwd, prompt)));
+    agent.plugins.push(Box::new(instructions(&cwd)));
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)

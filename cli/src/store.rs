@@ -179,6 +179,8 @@ pub struct SessionRow {
     pub last: u64,
     /// First prompt, one line.
     pub prompt: String,
+    /// The newest `session/title`, one line (empty when untitled).
+    pub title: String,
 }
 
 /// Lists the sessions of `store`, most recent activity first.
@@ -195,15 +197,20 @@ pub fn rows(store: &dyn SessionStore) -> Result<Vec<SessionRow>, String> {
     }
     let mut rows = Vec::with_capacity(headers.len());
     for header in headers {
-        let (last, prompt) = match store.read_from(&header.id, 0, &cancel) {
+        let (last, prompt, title) = match store.read_from(&header.id, 0, &cancel) {
             Ok((_, events)) => (
                 events
                     .last()
                     .map(|e| e.time().max(0) as u64)
                     .unwrap_or(header.created_at),
                 first_prompt(&events).unwrap_or_default(),
+                crate::title::latest_title(&events).unwrap_or_default(),
             ),
-            Err(e) => (header.created_at, format!("(unreadable: {e})")),
+            Err(e) => (
+                header.created_at,
+                format!("(unreadable: {e})"),
+                String::new(),
+            ),
         };
         rows.push(SessionRow {
             id: header.id.as_str().to_string(),
@@ -211,6 +218,7 @@ pub fn rows(store: &dyn SessionStore) -> Result<Vec<SessionRow>, String> {
             created: header.created_at,
             last,
             prompt: crate::render::cut(&prompt.replace('\n', " "), 60),
+            title: crate::render::cut(&title.replace(['\n', '\r'], " "), 40),
         });
     }
     rows.sort_by(|a, b| b.last.cmp(&a.last).then_with(|| a.id.cmp(&b.id)));
@@ -224,7 +232,8 @@ pub struct SessionsArgs {
     store: StoreArgs,
 }
 
-/// Runs `dsh sessions`: a table of id, cwd, created, last activity, first prompt.
+/// Runs `dsh sessions`: a table of id, cwd, created, last activity, title,
+/// first prompt.
 pub fn run_sessions(args: SessionsArgs) -> Outcome {
     let store = match args.store.open() {
         Ok(s) => s,
@@ -251,17 +260,19 @@ pub fn run_sessions(args: SessionsArgs) -> Outcome {
         return Outcome::Ok;
     }
     println!(
-        "{:<24}  {:<19}  {:<19}  {:<30}  FIRST PROMPT",
-        "ID", "CREATED", "LAST ACTIVITY", "CWD"
+        "{:<24}  {:<19}  {:<19}  {:<30}  {:<40}  FIRST PROMPT",
+        "ID", "CREATED", "LAST ACTIVITY", "CWD", "TITLE"
     );
     for r in rows {
+        let title = if r.title.is_empty() { "-" } else { &r.title };
         println!(
-            "{:<24}  {:<19}  {:<19}  {:<30}  {}",
+            "{:<24}  {:<19}  {:<19}  {:<30}  {:<40}  {}",
             r.id,
             stamp(r.created),
             stamp(r.last),
             crate::render::cut(&r.cwd, 30),
-            r.prompt
+            crate::sanitize::terminal(title),
+            crate::sanitize::terminal(&r.prompt)
         );
     }
     Outcome::Ok
@@ -361,6 +372,7 @@ mod tests {
                 created: 1_000,
                 last: 3_000,
                 prompt: "list the files please".into(),
+                title: String::new(),
             }]
         );
         let loc = describe_location(store.as_ref(), &args, &id);

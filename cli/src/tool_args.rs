@@ -28,21 +28,33 @@ pub enum InheritArg {
     None,
 }
 
+/// A `--sandbox` / `tools.sandbox` value.
+pub fn sandbox(text: &str) -> Result<SandboxArg, String> {
+    SandboxArg::from_str(text, false)
+        .map_err(|_| format!("{text:?} is not a sandbox (workspace-write, off)"))
+}
+
+/// A `--tool-env` / `tools.tool_env` value.
+pub fn inherit(text: &str) -> Result<InheritArg, String> {
+    InheritArg::from_str(text, false)
+        .map_err(|_| format!("{text:?} is not an environment set (all, core, none)"))
+}
+
 /// Tool process flags.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ToolArgs {
-    /// Sandbox of bash commands.
-    #[arg(long, value_enum, default_value_t = SandboxArg::WorkspaceWrite)]
-    pub sandbox: SandboxArg,
+    /// Sandbox of bash commands [default: workspace-write].
+    #[arg(long, value_enum)]
+    pub sandbox: Option<SandboxArg>,
     /// Another directory bash commands may write beneath (repeatable).
     #[arg(long, value_name = "DIR")]
     pub writable_root: Vec<PathBuf>,
     /// Deny bash commands TCP connections (Landlock ABI 4+).
     #[arg(long)]
     pub no_network: bool,
-    /// Environment tool processes start from.
-    #[arg(long, value_enum, default_value_t = InheritArg::All, value_name = "SET")]
-    pub tool_env: InheritArg,
+    /// Environment tool processes start from [default: all].
+    #[arg(long, value_enum, value_name = "SET")]
+    pub tool_env: Option<InheritArg>,
     /// A variable name pattern (`*` and `?`, any case) kept from tool
     /// processes (repeatable). The API key variable is always kept out.
     #[arg(long, value_name = "PATTERN")]
@@ -55,11 +67,35 @@ pub struct ToolArgs {
 }
 
 impl ToolArgs {
+    /// These flags over the config file's `[tools]` table (already checked).
+    pub fn over(&self, file: &crate::config_file::ToolsFile) -> ToolArgs {
+        fn or_list<T: Clone>(flags: &[T], file: &Option<Vec<T>>) -> Vec<T> {
+            if flags.is_empty() {
+                file.clone().unwrap_or_default()
+            } else {
+                flags.to_vec()
+            }
+        }
+        ToolArgs {
+            sandbox: self
+                .sandbox
+                .or_else(|| file.sandbox.as_deref().and_then(|s| sandbox(s).ok())),
+            writable_root: or_list(&self.writable_root, &file.writable_roots),
+            no_network: self.no_network || file.no_network.unwrap_or(false),
+            tool_env: self
+                .tool_env
+                .or_else(|| file.tool_env.as_deref().and_then(|s| inherit(s).ok())),
+            tool_env_exclude: or_list(&self.tool_env_exclude, &file.tool_env_exclude),
+            tool_env_keep_secrets: self.tool_env_keep_secrets
+                || file.tool_env_keep_secrets.unwrap_or(false),
+        }
+    }
+
     /// The bash configuration these flags select; `api_key_env` never
     /// reaches a tool process.
     pub fn bash_config(&self, api_key_env: &str) -> BashConfig {
         let env = EnvPolicy {
-            inherit: match self.tool_env {
+            inherit: match self.tool_env.unwrap_or_default() {
                 InheritArg::All => Inherit::All,
                 InheritArg::Core => Inherit::Core,
                 InheritArg::None => Inherit::None,
@@ -70,7 +106,7 @@ impl ToolArgs {
         }
         .with_secret(api_key_env);
         let sandbox = SandboxPolicy {
-            mode: match self.sandbox {
+            mode: match self.sandbox.unwrap_or_default() {
                 SandboxArg::WorkspaceWrite => SandboxMode::WorkspaceWrite,
                 SandboxArg::Off => SandboxMode::Off,
             },
@@ -99,15 +135,38 @@ mod tests {
 
     #[test]
     fn defaults_confine_and_hide_the_key() {
-        let c = ToolArgs {
-            sandbox: SandboxArg::WorkspaceWrite,
-            ..ToolArgs::default()
-        }
-        .bash_config("MY_KEY_VAR");
+        let c = ToolArgs::default().bash_config("MY_KEY_VAR");
         assert_eq!(c.sandbox.mode, SandboxMode::WorkspaceWrite);
         assert!(c.sandbox.network);
         assert!(c.env.secrets.contains(&"MY_KEY_VAR".to_string()));
         assert!(c.env.secrets.contains(&"DEEPSEEK_API_KEY".to_string()));
         assert!(!c.env.ignore_default_excludes);
+    }
+
+    #[test]
+    fn flags_override_the_tools_table() {
+        let file = crate::config_file::parse(
+            "[tools]\nsandbox = \"off\"\ntool_env = \"none\"\nwritable_roots = [\"/f\"]\nno_network = true",
+        )
+        .unwrap()
+        .tools;
+        let from_file = ToolArgs::default().over(&file);
+        assert_eq!(from_file.sandbox, Some(SandboxArg::Off));
+        assert_eq!(from_file.tool_env, Some(InheritArg::None));
+        assert_eq!(from_file.writable_root, [PathBuf::from("/f")]);
+        assert!(from_file.no_network);
+        let c = from_file.bash_config("K");
+        assert_eq!(c.sandbox.mode, SandboxMode::Off);
+        assert!(!c.sandbox.network);
+        let flags = ToolArgs {
+            sandbox: Some(SandboxArg::WorkspaceWrite),
+            tool_env: Some(InheritArg::Core),
+            writable_root: vec![PathBuf::from("/g")],
+            ..ToolArgs::default()
+        }
+        .over(&file);
+        assert_eq!(flags.sandbox, Some(SandboxArg::WorkspaceWrite));
+        assert_eq!(flags.tool_env, Some(InheritArg::Core));
+        assert_eq!(flags.writable_root, [PathBuf::from("/g")]);
     }
 }

@@ -832,7 +832,9 @@ mod pty {
         let users: Vec<String> = events
             .iter()
             .filter_map(|e| match e.data() {
-                EventData::UserMessage(m) => m
+                // The runtime-context snapshot (LC-12) and workspace
+                // instructions are not the user's.
+                EventData::UserMessage(m) if m.source == dsh_core::MessageSource::User => m
                     .content
                     .first()
                     .and_then(|b| b.as_text())

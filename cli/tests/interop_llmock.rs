@@ -122,7 +122,15 @@ fn run(extra: &[&str]) -> Output {
         .env_remove("DEEPSEEK_BASE_URL")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
-        .args(["run", "--yes", "--model", "gpt-4o-mini", "--base-url"])
+        // No title request: these tests count the requests LLMock gets.
+        .args([
+            "run",
+            "--yes",
+            "--no-title",
+            "--model",
+            "gpt-4o-mini",
+            "--base-url",
+        ])
         .arg(format!("{}/v1", url()))
         .arg("--cwd")
         .arg(ws.path())

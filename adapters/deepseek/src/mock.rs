@@ -49,6 +49,12 @@
 //!
 //! When the script is exhausted the server answers
 //! `500 {"error":{"message":"mock script exhausted"}}`.
+//!
+//! A session-title request (its system message starts with
+//! [`TITLE_MARKER`], as `dsh`'s does) is answered apart from the script
+//! with the text of `"title"` (default `Mock session title`; `""` answers
+//! with a 500; `"titleDelayMs"` slows it down), and recorded in [`MockServer::title_requests`] rather than
+//! [`MockServer::requests`], so scripts need not know about titles.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -80,7 +86,16 @@ pub struct Script {
     /// every response closes its connection.
     #[serde(default)]
     pub keep_alive_connections: bool,
+    /// The answer to session-title requests (see the module docs).
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Pause before each write of a title answer, in milliseconds.
+    #[serde(default)]
+    pub title_delay_ms: u64,
 }
+
+/// How the system message of a session-title request starts.
+pub const TITLE_MARKER: &str = "Write a title for this coding-agent session.";
 
 impl Script {
     /// Parses a script from JSON text.
@@ -253,6 +268,9 @@ struct Shared {
     next: AtomicUsize,
     per_session: Option<Mutex<BTreeMap<String, usize>>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    title: Option<String>,
+    title_delay_ms: u64,
+    title_requests: Mutex<Vec<RecordedRequest>>,
     stop: AtomicBool,
     keep_alive: bool,
     connections: AtomicUsize,
@@ -288,6 +306,9 @@ impl MockServer {
             next: AtomicUsize::new(0),
             per_session: script.per_session.then(|| Mutex::new(BTreeMap::new())),
             requests: Mutex::new(Vec::new()),
+            title: script.title,
+            title_delay_ms: script.title_delay_ms,
+            title_requests: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             keep_alive: script.keep_alive_connections,
             connections: AtomicUsize::new(0),
@@ -322,6 +343,15 @@ impl MockServer {
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared
             .requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// The session-title requests received so far.
+    pub fn title_requests(&self) -> Vec<RecordedRequest> {
+        self.shared
+            .title_requests
             .lock()
             .map(|r| r.clone())
             .unwrap_or_default()
@@ -448,6 +478,21 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     }
 }
 
+/// Whether `request` is a session-title request (its first message is a
+/// system message starting with [`TITLE_MARKER`]).
+fn is_title_request(request: &RecordedRequest) -> bool {
+    serde_json::from_slice::<Value>(&request.body)
+        .ok()
+        .and_then(|v| {
+            let first = v.get("messages")?.get(0)?.clone();
+            Some(
+                first.get("role")?.as_str()? == "system"
+                    && first.get("content")?.as_str()?.starts_with(TITLE_MARKER),
+            )
+        })
+        .unwrap_or(false)
+}
+
 /// Answers one request; returns whether the connection stays open.
 fn serve_one(stream: &mut TcpStream, shared: &Shared) -> io::Result<bool> {
     let keep = shared.keep_alive;
@@ -458,6 +503,38 @@ fn serve_one(stream: &mut TcpStream, shared: &Shared) -> io::Result<bool> {
         .header_values("x-deepseek-harness-session-id")
         .first()
         .map(|s| s.to_string());
+    if is_title_request(&request) {
+        let text = shared
+            .title
+            .clone()
+            .unwrap_or_else(|| String::from("Mock session title"));
+        if let Ok(mut r) = shared.title_requests.lock() {
+            r.push(request);
+        }
+        if text.is_empty() {
+            let body = json!({"error":{"message":"mock title refused"}}).to_string();
+            write_plain(stream, 500, &BTreeMap::new(), body.as_bytes(), false)?;
+            return Ok(false);
+        }
+        let turn = Turn {
+            text: alloc::vec![text],
+            delay_ms: shared.title_delay_ms,
+            ..Turn::default()
+        };
+        let mut w = Chunked {
+            stream,
+            shared,
+            delay: Duration::ZERO,
+            chunk_size: None,
+            keep: false,
+        };
+        w.configure(&turn);
+        w.head(200, &turn.headers)?;
+        w.events(&render(&turn), usize::MAX, 0)?;
+        w.done()?;
+        w.end()?;
+        return Ok(false);
+    }
     if let Ok(mut r) = shared.requests.lock() {
         r.push(request);
     }

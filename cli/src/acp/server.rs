@@ -320,9 +320,15 @@ impl Server {
         let cwd = std::fs::canonicalize(cwd)
             .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
         let env = |name: &str| std::env::var(name).ok();
-        let provider = crate::provider::resolve(&self.options.provider, &env).map_err(internal)?;
-        let mut config =
-            crate::shell::agent_config(&provider, cwd.clone(), true, false).map_err(internal)?;
+        let file = crate::config_file::load(&env).map_err(internal)?;
+        let provider =
+            crate::provider::resolve_with(&self.options.provider, &file, &env).map_err(internal)?;
+        // The config file's `system` / `append_system` apply here too.
+        let prompt = crate::agent_cmd::AgentArgs::default()
+            .prompt_settings(&file)
+            .map_err(internal)?;
+        let mut config = crate::shell::agent_config(&provider, cwd.clone(), true, false, &prompt)
+            .map_err(internal)?;
         if self.client.fs.read_text_file && self.client.fs.write_text_file {
             let files: Files = Some(Arc::new(ClientFiles::new(
                 self.peer.clone(),

@@ -228,6 +228,10 @@ enum Msg {
     },
     Subscribe(Sender<AgentEvent>),
     Snapshot(SyncSender<Vec<SessionEvent>>),
+    Append {
+        data: EventData,
+        reply: SyncSender<Result<u64, KernelError>>,
+    },
     Chunk {
         attempt: u64,
         chunk: StreamChunk,
@@ -465,6 +469,18 @@ impl Agent {
         });
     }
 
+    /// Appends a foreign event (a plugin's, e.g. `session/title`) at the
+    /// end of the log; returns its seq. It is written with the next batch
+    /// (at once when the agent is quiet).
+    pub fn append_event(&self, data: EventData) -> Result<u64, ShellError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.submit(Msg::Append { data, reply })?;
+        match answer.recv() {
+            Ok(r) => r.map_err(ShellError::from),
+            Err(_) => Err(ShellError::Disposed),
+        }
+    }
+
     /// A receiver of every live event from now on.
     pub fn subscribe(&self) -> Receiver<AgentEvent> {
         let (tx, rx) = mpsc::channel();
@@ -674,6 +690,11 @@ impl Driver {
             }
             Msg::Snapshot(reply) => {
                 let _ = reply.send(self.kernel.session().events().to_vec());
+            }
+            Msg::Append { data, reply } => {
+                let r = self.kernel.append_event(now, data);
+                self.drain();
+                let _ = reply.send(r);
             }
             Msg::Chunk { attempt, chunk } => {
                 counted = false;
