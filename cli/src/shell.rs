@@ -36,7 +36,7 @@ pub fn system_prompt(cwd: &Path, settings: &PromptSettings) -> dsh_system_prompt
 }
 
 /// Tools that only read: never asked about.
-const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob"];
+const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "bash_output"];
 
 /// The approval policy: everything `auto` when `approve_all`; otherwise
 /// read-only tools `auto` and every other tool `ask` (in `chat` the user

@@ -161,6 +161,9 @@ fn sp5_lc12_first_turn_body_and_a_stable_prefix_across_turns() {
         tools,
         [
             "bash",
+            "bash_output",
+            "bash_start",
+            "bash_stop",
             "edit",
             "glob",
             "grep",

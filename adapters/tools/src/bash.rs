@@ -302,7 +302,7 @@ fn json_number(v: f64) -> Value {
 }
 
 /// `SIGKILL` to the whole process group `pgid`.
-fn kill_group(pgid: u32) {
+pub(crate) fn kill_group(pgid: u32) {
     if let Ok(pgid) = i32::try_from(pgid) {
         if pgid > 0 {
             // SAFETY: kill(2) with a negative pid signals a process group;
@@ -325,6 +325,61 @@ fn sanitize(id: &str) -> String {
         })
         .take(64)
         .collect()
+}
+
+/// The `workdir` argument resolved against the workspace (default: its
+/// root); an error unless it is a directory.
+pub(crate) fn workdir(args: &Value, ctx: &ToolContext) -> Result<PathBuf, ToolOutcome> {
+    let workdir = match args.get("workdir").and_then(Value::as_str) {
+        Some(w) if !w.is_empty() => {
+            let p = Path::new(w);
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                ctx.workspace.root().join(p)
+            }
+        }
+        _ => ctx.workspace.root().to_path_buf(),
+    };
+    if !workdir.is_dir() {
+        return Err(ToolOutcome::error(format!(
+            "invalid workdir: \"{}\" is not a directory",
+            workdir.display()
+        )));
+    }
+    Ok(workdir)
+}
+
+/// Starts `shell -c command` in `workdir` as the leader of a new process
+/// group, with the configured environment and sandbox (over `root`), stdin
+/// closed and both output streams piped.
+pub(crate) fn spawn_local(
+    config: &BashConfig,
+    command: &str,
+    workdir: &Path,
+    root: &Path,
+) -> Result<std::process::Child, String> {
+    let confinement = sandbox::prepare(&config.sandbox, root)
+        .map_err(|e| format!("failed to start bash: {e}"))?;
+    let mut cmd = Command::new(&config.shell);
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(workdir)
+        .env_clear()
+        .envs(config.env.current())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if confinement.enforced() {
+        // SAFETY: the closure makes only async-signal-safe system calls
+        // (prctl, landlock_restrict_self) and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || confinement.apply_in_child());
+        }
+    }
+    cmd.spawn()
+        .map_err(|e| format!("failed to start bash: {e}"))
 }
 
 impl BashTool {
@@ -369,23 +424,7 @@ impl BashTool {
                 "background execution is disabled for this bash tool",
             ));
         }
-        let workdir = match args.get("workdir").and_then(Value::as_str) {
-            Some(w) if !w.is_empty() => {
-                let p = Path::new(w);
-                if p.is_absolute() {
-                    p.to_path_buf()
-                } else {
-                    ctx.workspace.root().join(p)
-                }
-            }
-            _ => ctx.workspace.root().to_path_buf(),
-        };
-        if !workdir.is_dir() {
-            return Err(ToolOutcome::error(format!(
-                "invalid workdir: \"{}\" is not a directory",
-                workdir.display()
-            )));
-        }
+        let workdir = workdir(args, ctx)?;
         if let Some(Runner(runner)) = &self.config.runner {
             let run = CommandRun {
                 call_id: &call.call_id,
@@ -412,28 +451,8 @@ impl BashTool {
                 timeout_ms,
             ));
         }
-        let confinement = sandbox::prepare(&self.config.sandbox, ctx.workspace.root())
-            .map_err(|e| ToolOutcome::error(format!("failed to start bash: {e}")))?;
-        let mut cmd = Command::new(&self.config.shell);
-        cmd.arg("-c")
-            .arg(command)
-            .current_dir(&workdir)
-            .env_clear()
-            .envs(self.config.env.current())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if confinement.enforced() {
-            // SAFETY: the closure makes only async-signal-safe system calls
-            // (prctl, landlock_restrict_self) and allocates nothing.
-            unsafe {
-                cmd.pre_exec(move || confinement.apply_in_child());
-            }
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| ToolOutcome::error(format!("failed to start bash: {e}")))?;
+        let mut child = spawn_local(&self.config, command, &workdir, ctx.workspace.root())
+            .map_err(ToolOutcome::error)?;
         let pgid = child.id();
         let cap = self.config.max_output_bytes;
         let spill = |stream: &str| {

@@ -30,6 +30,7 @@ use dsh_core::session::EventData;
 use serde_json::Value;
 
 pub mod approval;
+pub mod background;
 pub mod bash;
 pub mod env;
 pub mod fs;
@@ -39,6 +40,7 @@ pub mod search;
 pub mod todo;
 
 pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPlugin, ApprovalPolicy};
+pub use background::{BackgroundConfig, BashOutputTool, BashStartTool, BashStopTool, Jobs};
 pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
 pub use env::{EnvPolicy, Inherit};
 pub use fs::{EditConfig, EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
@@ -246,11 +248,20 @@ impl ToolSet {
     }
 
     /// What `dsh` gives a coding agent: the built-in five (bash with
-    /// `bash`) plus the read-only search tools `grep` and `glob`.
+    /// `bash`), the read-only search tools `grep` and `glob`, and the
+    /// background jobs `bash_start`, `bash_output`, `bash_stop` (with
+    /// `bash`'s shell, environment and sandbox).
     pub fn standard(bash: BashConfig) -> Self {
+        let jobs = Jobs::new(BackgroundConfig {
+            bash: bash.clone(),
+            ..BackgroundConfig::default()
+        });
         let mut set = ToolSet::builtin_with(bash);
         set.insert(Box::new(GrepTool::default()));
         set.insert(Box::new(GlobTool::default()));
+        for tool in jobs.tools() {
+            set.insert(tool);
+        }
         set
     }
 

@@ -352,6 +352,11 @@ impl Server {
             let mut bash = BashTool::default();
             bash.config.runner = Some(Runner(Arc::new(runner)));
             config.tools.insert(Box::new(bash));
+            // Commands run in the editor's terminal: no local background
+            // jobs beside them.
+            for name in ["bash_start", "bash_output", "bash_stop"] {
+                config.tools.remove(name);
+            }
         }
         Ok((config, cwd))
     }

@@ -282,6 +282,12 @@ pub fn tool_guidance(tools: &[ToolSchema]) -> String {
              directory and is not interactive.",
         );
     }
+    if has("bash_start") && has("bash_output") {
+        hints.push(
+            "Run servers, watchers and other long-running commands with `bash_start`, read \
+             their output with `bash_output`, and stop them with `bash_stop` when done.",
+        );
+    }
     if !hints.is_empty() {
         out.push_str("\n\n");
         out.push_str(&hints.join("\n"));
