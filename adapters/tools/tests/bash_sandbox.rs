@@ -92,15 +92,28 @@ fn key_is_not_inherited_and_writes_outside_the_workspace_fail() {
     if !landlock_available() {
         return;
     }
-    // Outside the workspace and outside the temp dirs: the target dir.
+    // Outside the workspace: the target dir. The default policy also opens
+    // the temp dirs; when the target dir is itself beneath one (a clone in
+    // /tmp, as CI's fresh-clone step makes), they are closed here so the
+    // target dir is really outside.
     let outside_root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let mut temps = vec![PathBuf::from("/tmp"), PathBuf::from("/var/tmp")];
+    temps.extend(std::env::var_os("TMPDIR").map(PathBuf::from));
+    let temp_dirs = !temps.iter().any(|t| outside_root.starts_with(t));
+    let confined = || BashConfig {
+        sandbox: SandboxPolicy {
+            temp_dirs,
+            ..SandboxPolicy::default()
+        },
+        ..BashConfig::default()
+    };
     let outside = tempfile::tempdir_in(&outside_root).unwrap();
     let escape = outside.path().join("escape.txt");
     let cmd = format!(
         "echo inside > in.txt && echo out > '{}'; echo status=$?",
         escape.display()
     );
-    let text = text_of(&bash(BashConfig::default(), ws.path(), &cmd));
+    let text = text_of(&bash(confined(), ws.path(), &cmd));
     assert!(text.contains("status=1"), "{text}");
     assert!(text.contains("Permission denied"), "{text}");
     assert!(
@@ -133,6 +146,7 @@ fn key_is_not_inherited_and_writes_outside_the_workspace_fail() {
     let extra = BashConfig {
         sandbox: SandboxPolicy {
             writable_roots: vec![outside.path().to_path_buf()],
+            temp_dirs,
             ..SandboxPolicy::default()
         },
         ..BashConfig::default()
