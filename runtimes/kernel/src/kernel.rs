@@ -17,7 +17,7 @@ use dsh_core::agent::{
     PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload,
     ToolExecution,
 };
-use dsh_core::session::{EventData, Session};
+use dsh_core::session::{EventData, Session, SurfaceIntent};
 use dsh_core::{LlmCallConfig, Message, SessionId, StreamChunk};
 
 use crate::ids::{Ids, Jitter};
@@ -861,10 +861,10 @@ impl Kernel {
         self.apply(appends, actions);
     }
 
-    fn apply(&mut self, appends: Vec<EventData>, actions: Vec<Action>) {
+    fn apply(&mut self, appends: Vec<(EventData, Option<SurfaceIntent>)>, actions: Vec<Action>) {
         let now = self.now;
-        for data in appends {
-            if let Err(e) = self.core.append_event(now, data, None) {
+        for (data, intent) in appends {
+            if let Err(e) = self.core.append_event(now, data, intent) {
                 self.publish(AgentEvent::Error(format!("plugin event refused: {e}")));
             }
         }
@@ -1028,6 +1028,7 @@ impl Kernel {
     fn chain_end(&mut self, seat: Seat, (end, actions): (ChainEnd, Vec<Action>)) {
         match end {
             ChainEnd::Asked { plugin, value, ask } => {
+                let index = plugin;
                 if self.disposing {
                     // Nobody will answer: the plugin sees the withdrawal at
                     // once; asking again then fails the seam.
@@ -1058,6 +1059,23 @@ impl Kernel {
                         plugin,
                         request,
                     },
+                    Ask::Model { plugin, request } => {
+                        self.asks.insert(
+                            id,
+                            Pending {
+                                seat,
+                                value,
+                                plugin: index,
+                            },
+                        );
+                        self.effects.push_back(Effect::SideModel {
+                            id,
+                            plugin,
+                            request: *request,
+                        });
+                        self.apply(Vec::new(), actions);
+                        return;
+                    }
                 };
                 self.asks.insert(
                     id,

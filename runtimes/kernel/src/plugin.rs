@@ -36,7 +36,8 @@ use dsh_core::agent::{
     PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload,
     ToolExecution,
 };
-use dsh_core::session::{EventData, Session, SessionEvent};
+use dsh_core::session::{EventData, Session, SessionEvent, SurfaceIntent};
+use dsh_core::{GenerateOptions, StreamChunk, TokenUsage};
 use serde_json::Value;
 
 /// What a seam handler decided.
@@ -65,6 +66,16 @@ pub enum Ask {
         arguments: String,
         /// Why, when the policy gave a reason.
         reason: Option<String>,
+    },
+    /// A side model call through the agent's own provider (a compaction
+    /// summary, …). Handed to the runtime as
+    /// [`Effect::SideModel`](crate::Effect::SideModel); answered with
+    /// [`Reply::Model`]. Not logged as a turn's request.
+    Model {
+        /// The asking plugin's name.
+        plugin: String,
+        /// The complete request (provider route, model, messages, system).
+        request: Box<GenerateOptions>,
     },
     /// Anything else a plugin needs answered. Published as
     /// [`AgentEvent::Asked`](crate::AgentEvent::Asked).
@@ -95,8 +106,77 @@ pub enum Reply {
     Approval(ApprovalDecision),
     /// The answer to [`Ask::Plugin`].
     Plugin(Value),
+    /// The answer to [`Ask::Model`]: the reply, or the failure's message.
+    Model(Result<SideReply, String>),
     /// The ask was withdrawn (the turn was aborted, the agent disposed).
     Cancelled,
+}
+
+/// The folded reply of a side model call ([`Ask::Model`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SideReply {
+    /// The concatenated text deltas.
+    pub text: String,
+    /// The usage the provider reported, if any.
+    pub usage: Option<TokenUsage>,
+}
+
+/// Most text a side reply keeps (bytes); more is cut at a char boundary.
+pub const SIDE_REPLY_MAX_BYTES: usize = 256 * 1024;
+
+/// Folds a side call's chunk stream into a [`SideReply`]: the one place
+/// every runtime uses to answer [`Ask::Model`].
+#[derive(Clone, Debug, Default)]
+pub struct SideCollector {
+    reply: SideReply,
+    failure: Option<String>,
+    finished: bool,
+}
+
+impl SideCollector {
+    /// An empty collector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes one chunk; returns `true` once the stream has finished.
+    pub fn push(&mut self, chunk: StreamChunk) -> bool {
+        match chunk {
+            StreamChunk::TextDelta { text, .. } => {
+                let room = SIDE_REPLY_MAX_BYTES.saturating_sub(self.reply.text.len());
+                let mut cut = text.len().min(room);
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                self.reply.text.push_str(&text[..cut]);
+            }
+            StreamChunk::Usage { usage } => self.reply.usage = Some(usage),
+            StreamChunk::Finish { reason, .. } => {
+                self.finished = true;
+                match reason {
+                    dsh_core::FinishReason::Error { failure }
+                    | dsh_core::FinishReason::Aborted { failure } => {
+                        self.failure =
+                            Some(alloc::format!("{}: {}", failure.code, failure.message));
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        self.finished
+    }
+
+    /// The reply: an error when the stream failed or never finished.
+    pub fn finish(self) -> Result<SideReply, String> {
+        if let Some(f) = self.failure {
+            return Err(f);
+        }
+        if !self.finished {
+            return Err(String::from("the side model call ended without a finish"));
+        }
+        Ok(self.reply)
+    }
 }
 
 /// A set of seams (a bit set), as [`Plugin::seams`] declares them.
@@ -176,7 +256,7 @@ pub struct Cx<'a> {
     pub(crate) now: i64,
     pub(crate) session: &'a Session,
     pub(crate) reply: Option<Reply>,
-    pub(crate) appends: &'a mut Vec<EventData>,
+    pub(crate) appends: &'a mut Vec<(EventData, Option<SurfaceIntent>)>,
     pub(crate) actions: &'a mut Vec<Action>,
 }
 
@@ -201,7 +281,13 @@ impl Cx<'_> {
     /// result takes effect). Loop-owned types are refused by the core and
     /// reported as a live error.
     pub fn append(&mut self, data: EventData) {
-        self.appends.push(data);
+        self.appends.push((data, None));
+    }
+
+    /// Appends a surface replacement (compaction, pruning: CP-1): a
+    /// `user/message` or `tool/result` with a `replace` intent.
+    pub fn append_surface(&mut self, data: EventData, intent: SurfaceIntent) {
+        self.appends.push((data, Some(intent)));
     }
 
     /// Appends a plugin event with JSON data.

@@ -200,6 +200,18 @@ pub enum Effect {
         /// The call's token.
         token: u64,
     },
+    /// Carry out a plugin's side model call ([`Ask::Model`](crate::Ask::Model))
+    /// with the agent's provider; fold the stream with
+    /// [`SideCollector`](crate::SideCollector) and answer
+    /// [`Kernel::answer`](crate::Kernel::answer)`(id, Reply::Model(..))`.
+    SideModel {
+        /// The ask id to answer.
+        id: u64,
+        /// The asking plugin.
+        plugin: String,
+        /// The request.
+        request: dsh_core::GenerateOptions,
+    },
     /// Write `session.events()[range]` durably as one batch, then report
     /// with [`persisted`](crate::Kernel::persisted). No other effect is
     /// released until then: with a checkpoint this is the flush barrier
