@@ -6,8 +6,8 @@
 //! - **pressure** (CP-3 a), in `agent/pre-step`: when the input plus
 //!   output tokens the provider reported for the latest request reach
 //!   [`CompactionConfig::threshold`] of the context window (from
-//!   `llm.prepareCall`, else [`CompactionConfig::context_window`]). Old
-//!   tool results are pruned first, model-free (`compact/prune` plus a
+//!   [`CompactionConfig::context_window`], else `llm.prepareCall`'s). Old
+//!   tool results are pruned first, model-free (`compaction/prune` plus a
 //!   replacing `tool/result`); when that is not enough, the older part of
 //!   the surface is summarised;
 //! - **overflow** (CP-3 b), in `agent/request-error` on
@@ -17,10 +17,12 @@
 //!
 //! The summary is a side model call through the agent's own provider
 //! ([`Ask::Model`]) with its own prompt, bracketed exactly as CP-2:
-//! `compact/start`, `compact/summary`, the replacing `user/message`
-//! (source `{"kind":"plugin","plugin":"compact"}`), `compact/end`. A failed
+//! `compaction/start`, `compaction/summary`, the replacing `user/message`
+//! (source `{"kind":"plugin","plugin":"compact"}`), `compaction/end` (the
+//! HEAD names with `compactionId`, session.md §0, as the conformance logs
+//! and the stores know them; CP-2 shows the older `compact/*`). A failed
 //! summary closes the bracket with `error` and the turn goes on. An
-//! unmatched `compact/start` after the latest `session/end-seed` is a lock;
+//! unmatched `compaction/start` after the latest `session/end-seed` is a lock;
 //! one before it is stale and ignored.
 
 #![no_std]
@@ -48,6 +50,21 @@ pub const PLUGIN: &str = "compact";
 /// The provider failure code of an overflow (CP-3 b).
 pub const CONTEXT_WINDOW_EXCEEDED: &str = "CONTEXT_WINDOW_EXCEEDED";
 
+/// `compaction/start` (the HEAD names of CP-2's bracket, session.md §0).
+pub const START: &str = "compaction/start";
+/// `compaction/summary`.
+pub const SUMMARY: &str = "compaction/summary";
+/// `compaction/end`.
+pub const END: &str = "compaction/end";
+/// `compaction/prune`.
+pub const PRUNE: &str = "compaction/prune";
+
+/// The `compactionId` of the compaction whose first event has seq `seq`
+/// (deterministic: the same log gives the same ids).
+pub fn compaction_id(seq: u64) -> String {
+    format!("compaction-{seq}")
+}
+
 /// The default instructions of the summary call.
 pub const DEFAULT_PROMPT: &str = "Summarise the conversation above for a continuation of the same task. Keep every fact, decision, file path, command and open question the work still needs; drop chatter. Answer with the summary only.";
 
@@ -59,7 +76,8 @@ const POSTAMBLE: &str = "</compacted-summary>";
 pub struct CompactionConfig {
     /// Fraction of the context window at which pressure compaction runs.
     pub threshold: f64,
-    /// The context window when `llm.prepareCall` does not report one.
+    /// The context window to measure against, overriding the one
+    /// `llm.prepareCall` reports (`None`: the provider's).
     pub context_window: Option<u64>,
     /// Surface nodes always kept verbatim at the tail.
     pub keep_nodes: usize,
@@ -87,7 +105,7 @@ impl Default for CompactionConfig {
     }
 }
 
-/// A summary in flight (between `compact/start` and its reply).
+/// A summary in flight (between `compaction/start` and its reply).
 #[derive(Clone, Debug, PartialEq)]
 struct Pending {
     turn: Option<u64>,
@@ -131,9 +149,9 @@ impl Compaction {
         }
     }
 
-    /// The context window in use (prepared, else configured).
+    /// The context window in use (configured, else prepared).
     pub fn context_window(&self) -> Option<u64> {
-        self.window.or(self.config.context_window)
+        self.config.context_window.or(self.window)
     }
 
     fn over_threshold(&self, used: u64) -> bool {
@@ -143,7 +161,7 @@ impl Compaction {
         }
     }
 
-    /// Opens a summary: appends `compact/start` and asks for the model
+    /// Opens a summary: appends `compaction/start` and asks for the model
     /// call. `None` when nothing can be shadowed.
     fn open(&mut self, cx: &mut Cx<'_>, turn: Option<u64>) -> Option<Ask> {
         let plan = plan(cx.session(), self.config.keep_nodes)?;
@@ -168,8 +186,9 @@ impl Compaction {
         request.max_tokens = self.config.summary_max_tokens;
         request.purpose = Some(Purpose::Compaction);
         request.session_id = Some(cx.session().id().clone());
-        let start = cx.session().len();
-        cx.append_plugin("compact/start", &json!({ "turn": turn }));
+        let start = cx.next_seq();
+        let id = compaction_id(start);
+        cx.append_plugin(START, &json!({ "compactionId": id, "turn": turn }));
         self.pending = Some(Pending {
             turn,
             start,
@@ -201,12 +220,18 @@ impl Compaction {
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
-                cx.append_plugin("compact/end", &json!({ "turn": p.turn, "error": e }));
+                let id = compaction_id(p.start);
+                cx.append_plugin(
+                    END,
+                    &json!({ "compactionId": id, "turn": p.turn, "error": e }),
+                );
                 return false;
             }
         };
         let summary = vec![ContentBlock::text(reply.text.clone())];
+        let id = compaction_id(p.start);
         let mut data = json!({
+            "compactionId": id,
             "summary": summary,
             "shadowedRange": { "start": p.seqs[0], "end": p.end },
             "shadowedSeqs": p.seqs,
@@ -225,8 +250,8 @@ impl Compaction {
                 );
             }
         }
-        let summary_seq = cx.session().len();
-        cx.append_plugin("compact/summary", &data);
+        let summary_seq = cx.next_seq();
+        cx.append_plugin(SUMMARY, &data);
         let mut message = Message::user(
             format!("compact-{}", p.start),
             vec![
@@ -242,7 +267,7 @@ impl Compaction {
             EventData::UserMessage(Arc::new(message)),
             SurfaceIntent::replace(p.seqs[0], p.end, sources),
         );
-        cx.append_plugin("compact/end", &json!({ "turn": p.turn }));
+        cx.append_plugin(END, &json!({ "compactionId": id, "turn": p.turn }));
         true
     }
 
@@ -286,9 +311,11 @@ impl Compaction {
         }
         let mut saved = 0;
         for (seq, tokens, pruned) in edits {
+            let id = compaction_id(cx.next_seq());
             cx.append_plugin(
-                "compact/prune",
+                PRUNE,
                 &json!({
+                    "compactionId": id,
                     "shadowedRange": { "start": seq, "end": seq },
                     "shadowedSeqs": [seq],
                     "shadowedTokenCount": tokens,
@@ -417,13 +444,13 @@ pub fn reported_usage(session: &Session) -> Option<u64> {
     None
 }
 
-/// Whether a live compaction lock is held: an unmatched `compact/start`
+/// Whether a live compaction lock is held: an unmatched `compaction/start`
 /// after the latest `session/end-seed` (CP-2; a lock before it is stale).
 pub fn locked(session: &Session) -> bool {
     for e in session.events().iter().rev() {
         match e.event_type() {
-            "compact/end" | "session/end-seed" => return false,
-            "compact/start" => return true,
+            END | "session/end-seed" => return false,
+            START => return true,
             _ => {}
         }
     }

@@ -206,14 +206,14 @@ fn pressure_compacts_before_the_step_and_the_conversation_continues() {
     assert_eq!(seen.requests[3].messages.len(), 6);
     let s = k.session();
     let t = types(s);
-    let start = t.iter().position(|x| x == "compact/start").unwrap();
+    let start = t.iter().position(|x| x == "compaction/start").unwrap();
     assert_eq!(
         &t[start..start + 4],
         [
-            "compact/start",
-            "compact/summary",
+            "compaction/start",
+            "compaction/summary",
             "user/message",
-            "compact/end"
+            "compaction/end"
         ]
     );
     let replacing = &s.events()[start + 2];
@@ -227,8 +227,15 @@ fn pressure_compacts_before_the_step_and_the_conversation_continues() {
         serde_json::json!({"kind":"plugin","plugin":"compact"})
     );
     let end = s.events()[start + 3].to_json();
-    assert!(end.contains(r#""data":{"turn":3}"#), "{end}");
-    assert!(s.events()[start].to_json().contains(r#""data":{"turn":3}"#));
+    let id = format!("compaction-{}", s.events()[start].seq());
+    let want = format!(r#""data":{{"compactionId":"{id}","turn":3}}"#);
+    assert!(end.contains(&want), "{end}");
+    assert!(s.events()[start].to_json().contains(&want));
+    let summary = s.events()[start + 1].to_json();
+    assert!(
+        summary.contains(&format!(r#""compactionId":"{id}","summary":"#)),
+        "{summary}"
+    );
     assert!(!locked(s));
     assert_replays(s);
     assert!(
@@ -264,7 +271,7 @@ fn overflow_compacts_and_retries_once() {
     // The retry is in the same step: one step/start for turn 3.
     let turn3 = t.iter().rposition(|x| x == "turn/start").unwrap();
     assert_eq!(t[turn3..].iter().filter(|x| *x == "step/start").count(), 1);
-    assert!(t.contains(&"compact/summary".to_string()));
+    assert!(t.contains(&"compaction/summary".to_string()));
     assert!(last_turn_end(s).contains("completed"));
     assert_replays(s);
 }
@@ -315,14 +322,14 @@ fn failed_summary_closes_the_bracket_with_error_and_the_turn_goes_on() {
     let end = s
         .events()
         .iter()
-        .find(|e| e.event_type() == "compact/end")
+        .find(|e| e.event_type() == "compaction/end")
         .unwrap()
         .to_json();
     assert!(
         end.contains(r#""error":"RATE_LIMITED: slow down""#),
         "{end}"
     );
-    assert!(!types(s).contains(&"compact/summary".to_string()));
+    assert!(!types(s).contains(&"compaction/summary".to_string()));
     assert_eq!(s.surface().replace_generation, 0);
     assert_eq!(seen.requests[2].messages.len(), 5);
     assert!(last_turn_end(s).contains("completed"));
@@ -330,8 +337,8 @@ fn failed_summary_closes_the_bracket_with_error_and_the_turn_goes_on() {
     assert_replays(s);
 }
 
-/// CP-2 stale-lock rule: a crash between `compact/start` and
-/// `compact/end` leaves a lock; after reload (a `session/end-seed`) it is
+/// CP-2 stale-lock rule: a crash between `compaction/start` and
+/// `compaction/end` leaves a lock; after reload (a `session/end-seed`) it is
 /// stale and the next compaction runs.
 #[test]
 fn crash_during_compaction_leaves_a_stale_lock_and_the_next_one_runs() {
@@ -357,8 +364,11 @@ fn crash_during_compaction_leaves_a_stale_lock_and_the_next_one_runs() {
         }
     }
     let crashed = crashed.expect("a summary was asked for");
-    assert_eq!(crashed.last_event().unwrap().event_type(), "compact/start");
-    assert!(locked(&crashed), "an unmatched compact/start is a lock");
+    assert_eq!(
+        crashed.last_event().unwrap().event_type(),
+        "compaction/start"
+    );
+    assert!(locked(&crashed), "an unmatched compaction/start is a lock");
     // The stored log holds everything up to the crash; loading it runs
     // crash repair (the open turn closes as interrupted, 6.4).
     let mut stored = crashed.events().to_vec();
@@ -373,8 +383,8 @@ fn crash_during_compaction_leaves_a_stale_lock_and_the_next_one_runs() {
     run(&mut k, &mut models, &mut summaries, &mut seen);
     assert_eq!(seen.side.len(), 1, "the next compaction ran");
     let t = types(k.session());
-    assert_eq!(t.iter().filter(|x| *x == "compact/start").count(), 2);
-    assert_eq!(t.iter().filter(|x| *x == "compact/end").count(), 1);
+    assert_eq!(t.iter().filter(|x| *x == "compaction/start").count(), 2);
+    assert_eq!(t.iter().filter(|x| *x == "compaction/end").count(), 1);
     assert!(last_turn_end(k.session()).contains("completed"));
 }
 
@@ -441,7 +451,7 @@ fn pressure_prunes_old_tool_results_first() {
     }
     let s = k.session();
     let t = types(s);
-    let p = t.iter().position(|x| x == "compact/prune").unwrap();
+    let p = t.iter().position(|x| x == "compaction/prune").unwrap();
     assert_eq!(t[p + 1], "tool/result");
     let pruned = &s.events()[p + 1];
     assert!(matches!(
@@ -456,6 +466,6 @@ fn pressure_prunes_old_tool_results_first() {
     // The third request saw the pruned first result and the verbatim second.
     let last = serde_json::to_string(&requests[2].messages).unwrap();
     assert_eq!(last.matches(&"x".repeat(2_000)).count(), 1);
-    assert_eq!(t.iter().filter(|x| *x == "compact/prune").count(), 1);
+    assert_eq!(t.iter().filter(|x| *x == "compaction/prune").count(), 1);
     assert_replays(s);
 }

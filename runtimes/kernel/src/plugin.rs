@@ -271,6 +271,12 @@ impl Cx<'_> {
         self.session
     }
 
+    /// The seq the next [`append`](Self::append) will get (appends queued
+    /// at this seam land in order right after the session's last event).
+    pub fn next_seq(&self) -> u64 {
+        self.session.len() + self.appends.len() as u64
+    }
+
     /// The answer to this plugin's [`Flow::Ask`], when the method is
     /// called again with it.
     pub fn reply(&self) -> Option<&Reply> {

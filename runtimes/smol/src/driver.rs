@@ -310,6 +310,7 @@ impl Driver {
         while let Some(effect) = self.kernel.poll() {
             match effect {
                 Effect::StartModel(call) => self.start_model(call),
+                Effect::SideModel { id, request, .. } => self.start_side_call(id, request),
                 Effect::CancelModel { attempt } => {
                     if let Some(c) = self.streams.remove(&attempt) {
                         c.cancel();
@@ -347,6 +348,21 @@ impl Driver {
                 _ => {}
             }
         }
+    }
+
+    /// A plugin's side model call (a compaction summary) on the blocking
+    /// pool; the answer comes back as an ordinary ask answer.
+    fn start_side_call(&mut self, id: u64, request: dsh_core::GenerateOptions) {
+        let tx = self.tx.clone();
+        let provider = self.provider.clone();
+        smol::unblock(move || {
+            let r = dsh_runtime::host::side_call(&*provider, &request, &CancelToken::new());
+            let _ = tx.send_blocking(Msg::Answer {
+                id,
+                reply: Reply::Model(r),
+            });
+        })
+        .detach();
     }
 
     fn start_model(&mut self, call: ModelCall) {

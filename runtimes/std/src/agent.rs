@@ -713,6 +713,7 @@ impl Driver {
         while let Some(effect) = self.kernel.poll() {
             match effect {
                 Effect::StartModel(call) => self.start_stream(call.attempt, call.request),
+                Effect::SideModel { id, request, .. } => self.start_side_call(id, request),
                 Effect::CancelModel { attempt } => {
                     if let Some(c) = self.streams.remove(&attempt) {
                         c.cancel();
@@ -759,6 +760,30 @@ impl Driver {
         self.subscribers.retain(|s| s.send(event.clone()).is_ok());
         if self.subscribers.is_empty() {
             self.kernel.set_publish_events(false);
+        }
+    }
+
+    /// A plugin's side model call (a compaction summary) on its own
+    /// thread; the answer comes back as an ordinary ask answer.
+    fn start_side_call(&mut self, id: u64, request: dsh_core::GenerateOptions) {
+        let provider = self.provider.clone();
+        let tx = self.tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("dsh-side-{id}"))
+            .spawn(move || {
+                let r = dsh_runtime::host::side_call(&*provider, &request, &CancelToken::new());
+                let _ = tx.send(Msg::Answer {
+                    id,
+                    reply: Reply::Model(r),
+                });
+            });
+        match spawned {
+            Ok(h) => self.push_thread(h),
+            Err(e) => {
+                let now = self.now();
+                let reply = Reply::Model(Err(format!("cannot start the side call thread: {e}")));
+                let _ = self.kernel.answer(now, id, reply);
+            }
         }
     }
 

@@ -1,0 +1,85 @@
+//! `dsh demo --scenario compaction` end to end (loop.md CP-1 to CP-3,
+//! issue 14): four scripted turns through the std runtime, the mock
+//! DeepSeek server and the JSONL store cross a small context window;
+//! pressure compaction summarises the older history and the conversation
+//! continues; the stored log checks and replays.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn dsh(data: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
+    c.env("XDG_DATA_HOME", data)
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn transcripts(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            transcripts(&p, out);
+        } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn demo_compaction_crosses_the_window_compacts_and_replays() {
+    let data = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let o = dsh(data.path())
+        .args(["demo", "--scenario", "compaction", "--store-dir"])
+        .arg(store.path())
+        .arg("--workspace")
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    // The turn after the checkpoint answered from the summary, and the
+    // conversation went on.
+    assert!(out.contains("From the summary"), "{out}");
+    assert!(out.contains("Still here"), "{out}");
+    assert!(out.contains("compaction at seq"), "{out}");
+    // The log is where --store-dir says and where the output says.
+    let mut logs = Vec::new();
+    transcripts(store.path(), &mut logs);
+    assert_eq!(logs.len(), 1, "{out}");
+    let log = logs[0].to_str().unwrap();
+    assert!(out.contains(&format!("dsh replay --check {log}")), "{out}");
+    let raw = std::fs::read_to_string(&logs[0]).unwrap();
+    // CP-2 order: start, summary, the replacing user/message, end.
+    let types: Vec<&str> = raw
+        .lines()
+        .filter_map(|l| l.split("\"type\":\"").nth(1))
+        .filter_map(|t| t.split('"').next())
+        .collect();
+    let start = types.iter().position(|t| *t == "compaction/start").unwrap();
+    assert_eq!(
+        &types[start..start + 4],
+        [
+            "compaction/start",
+            "compaction/summary",
+            "user/message",
+            "compaction/end"
+        ]
+    );
+    assert!(
+        raw.contains(r#""surfaceOp":{"op":"replace","start":4,"end":12}"#),
+        "{raw}"
+    );
+    for args in [["log", "check"], ["replay", "--check"]] {
+        let c = dsh(data.path()).args(args).arg(log).output().unwrap();
+        assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
+    }
+}
