@@ -83,3 +83,58 @@ fn demo_compaction_crosses_the_window_compacts_and_replays() {
         assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
     }
 }
+
+/// CP-3 (c): `/compact` in `dsh chat` summarises the older history
+/// between turns through the same provider; the chat goes on.
+#[test]
+fn chat_compact_command_summarises_between_turns() {
+    use dsh_deepseek::mock::{MockServer, Script};
+    use std::io::Write;
+    let script = r#"{"responses":[
+      {"turn":{"text":["one"],"usage":{"prompt_tokens":10,"completion_tokens":1}}},
+      {"turn":{"text":["two"],"usage":{"prompt_tokens":10,"completion_tokens":1}}},
+      {"turn":{"text":["SUMMARY-TEXT"],"usage":{"prompt_tokens":10,"completion_tokens":1}}},
+      {"turn":{"text":["three"],"usage":{"prompt_tokens":10,"completion_tokens":1}}}
+    ]}"#;
+    let server = MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"first\nsecond\n/compact\nthird\n")
+        .unwrap();
+    drop(stdin);
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    });
+    let o = child.wait_with_output().unwrap();
+    drop(watchdog);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    assert!(
+        out.contains("compacted: the older history is now a summary"),
+        "{out}"
+    );
+    assert!(out.contains("three"), "{out}");
+    let mut logs = Vec::new();
+    transcripts(&data.path().join("dsh"), &mut logs);
+    let raw = std::fs::read_to_string(&logs[0]).unwrap();
+    assert!(raw.contains(r#""type":"compaction/start","seq""#), "{raw}");
+    assert!(raw.contains(r#""turn":null"#), "{raw}");
+    assert!(raw.contains("SUMMARY-TEXT"), "{raw}");
+    let log = logs[0].to_str().unwrap();
+    for args in [["log", "check"], ["replay", "--check"]] {
+        let c = dsh(data.path()).args(args).arg(log).output().unwrap();
+        assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
+    }
+}

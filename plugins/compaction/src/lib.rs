@@ -13,7 +13,10 @@
 //! - **overflow** (CP-3 b), in `agent/request-error` on
 //!   `CONTEXT_WINDOW_EXCEEDED`: summarise, then `retry` once per step,
 //!   only when a replacement was made (the replace generation advances,
-//!   LC-26); otherwise the provider's failure ends the turn verbatim.
+//!   LC-26); otherwise the provider's failure ends the turn verbatim;
+//! - **manual** (CP-3 c): the plugin command [`COMMAND`]
+//!   ([`Kernel::command`](dsh_runtime::Kernel::command)), as maintenance
+//!   with `turn: null`.
 //!
 //! The summary is a side model call through the agent's own provider
 //! ([`Ask::Model`]) with its own prompt, bracketed exactly as CP-2:
@@ -47,6 +50,8 @@ use serde_json::{Value, json};
 
 /// The plugin name, as in the replacing message's source.
 pub const PLUGIN: &str = "compact";
+/// The name of the manual run's plugin command (CP-3 c).
+pub const COMMAND: &str = "compact";
 /// The provider failure code of an overflow (CP-3 b).
 pub const CONTEXT_WINDOW_EXCEEDED: &str = "CONTEXT_WINDOW_EXCEEDED";
 
@@ -337,7 +342,36 @@ impl Plugin for Compaction {
     }
 
     fn seams(&self) -> Seams {
-        Seams::PRE_STEP | Seams::PREPARE | Seams::REQUEST_ERROR
+        Seams::PRE_STEP | Seams::PREPARE | Seams::REQUEST_ERROR | Seams::COMMAND
+    }
+
+    /// CP-3 (c): the manual run, command [`COMMAND`], as maintenance with
+    /// `turn: null`. The result is `{"compacted":bool}` plus `"reason"`
+    /// when nothing was replaced.
+    fn command(&mut self, cx: &mut Cx<'_>, name: &str, value: Value) -> Flow<Value> {
+        if name != COMMAND {
+            return Flow::Next(value);
+        }
+        if cx.reply().is_some() {
+            let error = match cx.reply() {
+                Some(Reply::Model(Err(e))) => Some(e.clone()),
+                _ => None,
+            };
+            return Flow::Done(match (self.close(cx), error) {
+                (true, _) => json!({ "compacted": true }),
+                (false, Some(e)) => json!({ "compacted": false, "reason": e }),
+                (false, None) => json!({ "compacted": false, "reason": "the summary failed" }),
+            });
+        }
+        if self.pending.is_some() || locked(cx.session()) {
+            return Flow::Done(
+                json!({ "compacted": false, "reason": "a compaction is already running" }),
+            );
+        }
+        match self.open(cx, None) {
+            Some(ask) => Flow::Ask(ask),
+            None => Flow::Done(json!({ "compacted": false, "reason": "nothing to compact" })),
+        }
     }
 
     fn prepare(&mut self, _cx: &mut Cx<'_>, value: PreparedCall) -> Flow<PreparedCall> {

@@ -469,3 +469,58 @@ fn pressure_prunes_old_tool_results_first() {
     assert_eq!(t.iter().filter(|x| *x == "compaction/prune").count(), 1);
     assert_replays(s);
 }
+
+/// CP-3 (c): the manual run is maintenance with `turn: null`; its result
+/// comes back as `AgentEvent::CommandDone`; a second run with nothing left
+/// to shadow says so.
+#[test]
+fn manual_compaction_runs_as_maintenance_with_turn_null() {
+    let mut k = kernel(1_000_000);
+    let mut models = vec![reply("one", 1, 1), reply("two", 1, 1), reply("3", 1, 1)];
+    let mut summaries = vec![summary("one and two")];
+    let mut seen = Seen::default();
+    for text in ["first", "second"] {
+        user(&mut k, text);
+        run(&mut k, &mut models, &mut summaries, &mut seen);
+    }
+    let before = k.session().surface().nodes.len();
+    k.command(NOW, dsh_compaction::COMMAND, serde_json::json!({}))
+        .unwrap();
+    let mut done = Vec::new();
+    for _ in 0..100 {
+        let Some(e) = k.poll() else { break };
+        match e {
+            Effect::Persist { .. } => k.persisted(NOW, Ok(())).unwrap(),
+            Effect::SideModel { id, .. } => k
+                .answer(NOW, id, Reply::Model(summaries.remove(0)))
+                .unwrap(),
+            Effect::Publish(dsh_runtime::AgentEvent::CommandDone { name, result }) => {
+                done.push((name, result))
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        done,
+        vec![(
+            "compact".to_string(),
+            Ok(serde_json::json!({"compacted": true}))
+        )]
+    );
+    let s = k.session();
+    assert!(s.surface().nodes.len() < before);
+    let start = s
+        .events()
+        .iter()
+        .find(|e| e.event_type() == "compaction/start")
+        .unwrap()
+        .to_json();
+    assert!(start.contains(r#""turn":null"#), "{start}");
+    assert!(k.is_idle());
+    // The conversation continues after the manual run.
+    user(&mut k, "third");
+    run(&mut k, &mut models, &mut summaries, &mut seen);
+    assert_eq!(seen.requests[2].messages.len(), 4, "5 without the summary");
+    assert!(last_turn_end(k.session()).contains("completed"));
+    assert_replays(k.session());
+}

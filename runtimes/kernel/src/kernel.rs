@@ -145,6 +145,7 @@ enum Value {
     Approval(ApprovalOutcome),
     Execute(ToolDispatch),
     PostExecute(PostToolDecision),
+    Command(serde_json::Value),
 }
 
 /// Which seam a chain runs for, with its payload.
@@ -152,6 +153,7 @@ enum Value {
 enum Seat {
     Hook { id: u64, call: HookCall },
     Execute { exec: ToolExecution },
+    Command { name: String },
 }
 
 /// A chain stopped at a plugin's ask.
@@ -613,6 +615,30 @@ impl Kernel {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Runs plugin command `name` with `args` as maintenance (LC-39): only
+    /// while idle; every plugin with [`Seams::COMMAND`] sees it in order
+    /// ([`Plugin::command`]); the value starts as `null`. The result is
+    /// published as [`AgentEvent::CommandDone`]; input sent meanwhile waits
+    /// for the end of the maintenance.
+    pub fn command(
+        &mut self,
+        now: i64,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<(), KernelError> {
+        self.tick(now);
+        if self.disposing {
+            return Err(KernelError::Disposed);
+        }
+        self.core.begin_maintenance(self.now)?;
+        let seat = Seat::Command {
+            name: String::from(name),
+        };
+        let end = self.run_chain(&seat, Value::Command(args), 0, None);
+        self.chain_end(seat, end);
         Ok(())
     }
 
@@ -1097,6 +1123,19 @@ impl Kernel {
                             self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
                         }
                     }
+                    Seat::Command { name } => {
+                        let result = match result {
+                            Ok(Value::Command(v)) => Ok(v),
+                            Ok(_) => Err(String::from("the command chain lost its value")),
+                            Err(e) => Err(e.to_string()),
+                        };
+                        if let Err(e) = self.core.end_maintenance(now) {
+                            self.publish(AgentEvent::Error(format!(
+                                "maintenance end refused: {e}"
+                            )));
+                        }
+                        self.publish(AgentEvent::CommandDone { name, result });
+                    }
                     Seat::Execute { exec } => {
                         let token = exec.token;
                         let answered = match result {
@@ -1124,6 +1163,7 @@ impl Kernel {
 fn seam_of(seat: &Seat) -> Seams {
     match seat {
         Seat::Execute { .. } => Seams::TOOL_EXECUTE,
+        Seat::Command { .. } => Seams::COMMAND,
         Seat::Hook { call, .. } => match call {
             HookCall::Assemble { .. } => Seams::ASSEMBLE,
             HookCall::PreStep { .. } => Seams::PRE_STEP,
@@ -1227,6 +1267,14 @@ fn call_plugin(p: &mut dyn Plugin, cx: &mut Cx<'_>, seat: &Seat, value: Value) -
                 Value::Execute,
             )
         }
+        (Seat::Command { name }, Value::Command(v)) => {
+            let keep = v.clone();
+            wrap(
+                p.command(cx, name, v),
+                || Value::Command(keep),
+                Value::Command,
+            )
+        }
         (_, v) => Step::Next(v),
     }
 }
@@ -1256,6 +1304,8 @@ fn to_answer(call: &HookCall, result: Result<Value, HookError>) -> HookAnswer {
             HookAnswer::ToolApproval(ApprovalOutcome::Unavailable)
         }
         (_, Err(e)) => HookAnswer::ToolPostExecute(Err(e)),
-        (_, Ok(Value::Execute(_))) => HookAnswer::ToolPostExecute(Ok(PostToolDecision::accept())),
+        (_, Ok(Value::Execute(_) | Value::Command(_))) => {
+            HookAnswer::ToolPostExecute(Ok(PostToolDecision::accept()))
+        }
     }
 }

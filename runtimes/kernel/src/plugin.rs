@@ -210,6 +210,8 @@ impl Seams {
     pub const EVENTS: Seams = Seams(1 << 10);
     /// `session/flush` listeners.
     pub const FLUSH: Seams = Seams(1 << 11);
+    /// Plugin commands ([`Kernel::command`](crate::Kernel::command)).
+    pub const COMMAND: Seams = Seams(1 << 12);
 
     /// Whether every seam of `other` is in `self`.
     pub const fn contains(self, other: Seams) -> bool {
@@ -446,6 +448,14 @@ pub trait Plugin: Send {
         Flow::Next(value)
     }
 
+    /// A plugin command ([`Kernel::command`](crate::Kernel::command)), run
+    /// as maintenance while the agent is idle: `value` starts as the
+    /// command's arguments; the final value is its result. A plugin that
+    /// does not know `name` passes the value on.
+    fn command(&mut self, cx: &mut Cx<'_>, name: &str, value: Value) -> Flow<Value> {
+        Flow::Next(value)
+    }
+
     /// A session event was appended (every event, in seq order).
     fn on_event(&mut self, cx: &mut Cx<'_>, event: &SessionEvent) {}
 
@@ -535,6 +545,9 @@ impl<P: Plugin + ?Sized> Plugin for Box<P> {
         value: PostToolDecision,
     ) -> Flow<PostToolDecision> {
         (**self).tool_post_execute(cx, exec, outcome, value)
+    }
+    fn command(&mut self, cx: &mut Cx<'_>, name: &str, value: Value) -> Flow<Value> {
+        (**self).command(cx, name, value)
     }
     fn on_event(&mut self, cx: &mut Cx<'_>, event: &SessionEvent) {
         (**self).on_event(cx, event)

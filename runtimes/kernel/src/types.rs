@@ -153,6 +153,14 @@ pub enum AgentEvent {
         /// What it asks.
         request: Value,
     },
+    /// A plugin command ([`Kernel::command`](crate::Kernel::command))
+    /// finished: its result, or the failure's message.
+    CommandDone {
+        /// The command's name.
+        name: String,
+        /// The result.
+        result: Result<Value, String>,
+    },
     /// A failure with no log position: `agent/error`, a store write, a
     /// refused plugin append.
     Error(String),

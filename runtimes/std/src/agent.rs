@@ -171,6 +171,9 @@ pub enum ShellError {
     Spawn(String),
     /// The configuration is unusable (workspace, tool definitions).
     Config(String),
+    /// A plugin command failed or could not run (the agent is busy, no
+    /// plugin answered it): the message.
+    Command(String),
 }
 
 impl core::fmt::Display for ShellError {
@@ -184,6 +187,7 @@ impl core::fmt::Display for ShellError {
             ShellError::Timeout => f.write_str("timed out waiting for the agent to go idle"),
             ShellError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
             ShellError::Config(e) => write!(f, "invalid agent config: {e}"),
+            ShellError::Command(e) => write!(f, "command failed: {e}"),
         }
     }
 }
@@ -228,6 +232,11 @@ enum Msg {
     },
     Subscribe(Sender<AgentEvent>),
     Snapshot(SyncSender<Vec<SessionEvent>>),
+    Command {
+        name: String,
+        args: serde_json::Value,
+        reply: SyncSender<Result<serde_json::Value, String>>,
+    },
     Chunk {
         attempt: u64,
         chunk: StreamChunk,
@@ -370,6 +379,7 @@ impl Agent {
             threads: Vec::new(),
             timer: None,
             handled: 0,
+            commands: std::collections::VecDeque::new(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("dsh-agent-{id}"))
@@ -472,6 +482,38 @@ impl Agent {
         rx
     }
 
+    /// Runs plugin command `name` (maintenance while idle, LC-39) and
+    /// waits up to `timeout` for its result.
+    pub fn command(
+        &self,
+        name: &str,
+        args: serde_json::Value,
+        timeout: Option<Duration>,
+    ) -> Result<serde_json::Value, ShellError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.submit(Msg::Command {
+            name: name.to_string(),
+            args,
+            reply,
+        })?;
+        let result = match timeout {
+            Some(t) => answer.recv_timeout(t).map_err(|e| match e {
+                mpsc::RecvTimeoutError::Timeout => ShellError::Timeout,
+                mpsc::RecvTimeoutError::Disconnected => ShellError::Disposed,
+            })?,
+            None => answer.recv().map_err(|_| ShellError::Disposed)?,
+        };
+        result.map_err(ShellError::Command)
+    }
+
+    /// `compactNow` (loop.md CP-3 c): the compaction plugin's manual run
+    /// (`dsh_compaction`'s command `"compact"`), while idle. The result is
+    /// `{"compacted":bool,"reason"?}`; without the plugin it is `{}`
+    /// unchanged.
+    pub fn compact_now(&self, timeout: Option<Duration>) -> Result<serde_json::Value, ShellError> {
+        self.command("compact", serde_json::json!({}), timeout)
+    }
+
     /// The session events so far (a copy).
     pub fn events(&self) -> Result<Vec<SessionEvent>, ShellError> {
         let (reply, answer) = mpsc::sync_channel(1);
@@ -559,6 +601,8 @@ struct Driver {
     timer: Option<(i64, Instant)>,
     /// Handle calls handled so far.
     handled: u64,
+    /// Callers of running plugin commands, in start order.
+    commands: std::collections::VecDeque<SyncSender<Result<serde_json::Value, String>>>,
 }
 
 impl Driver {
@@ -675,6 +719,12 @@ impl Driver {
             Msg::Snapshot(reply) => {
                 let _ = reply.send(self.kernel.session().events().to_vec());
             }
+            Msg::Command { name, args, reply } => match self.kernel.command(now, &name, args) {
+                Ok(()) => self.commands.push_back(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e.to_string()));
+                }
+            },
             Msg::Chunk { attempt, chunk } => {
                 counted = false;
                 let r = self.kernel.model_chunk(now, attempt, chunk);
@@ -741,6 +791,11 @@ impl Driver {
                     self.report(r);
                 }
                 Effect::Publish(event) => {
+                    if let AgentEvent::CommandDone { result, .. } = &event
+                        && let Some(reply) = self.commands.pop_front()
+                    {
+                        let _ = reply.send(result.clone());
+                    }
                     if let AgentEvent::Status(s) = &event
                         && let Ok(mut st) = self.shared.state.lock()
                     {
