@@ -138,3 +138,77 @@ fn chat_compact_command_summarises_between_turns() {
         assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
     }
 }
+
+/// Runs `dsh chat` on the mock with `script`, feeding `input`; returns
+/// stdout, stderr and the stored log.
+fn chat(script: &str, input: &[u8]) -> (String, String, String, String) {
+    use dsh_deepseek::mock::{MockServer, Script};
+    use std::io::Write;
+    let server = MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    drop(stdin);
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    });
+    let o = child.wait_with_output().unwrap();
+    drop(watchdog);
+    let mut logs = Vec::new();
+    transcripts(&data.path().join("dsh"), &mut logs);
+    let raw = std::fs::read_to_string(&logs[0]).unwrap();
+    let log = logs[0].to_str().unwrap().to_string();
+    let c = dsh(data.path())
+        .args(["replay", "--check", &log])
+        .output()
+        .unwrap();
+    assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
+    (text(&o.stdout), text(&o.stderr), raw, log)
+}
+
+const OVERFLOW: &str = r#"{"fault":{"kind":"http","status":400,"body":{"error":{"message":"This model's maximum context length is 1000 tokens. However, you requested 1200 tokens.","type":"invalid_request_error"}}}}"#;
+
+/// CP-3 (b), LC-26: a provider overflow (HTTP 400, classified
+/// `CONTEXT_WINDOW_EXCEEDED`) compacts and retries the same step once.
+#[test]
+fn chat_overflow_compacts_and_retries_the_step() {
+    let script = format!(
+        r#"{{"responses":[
+      {{"turn":{{"text":["one"]}}}},
+      {{"turn":{{"text":["two"]}}}},
+      {OVERFLOW},
+      {{"turn":{{"text":["OVERFLOW-SUMMARY"]}}}},
+      {{"turn":{{"text":["three after retry"]}}}}
+    ]}}"#
+    );
+    let (out, err, raw, _) = chat(&script, b"first\nsecond\nthird\n");
+    assert!(out.contains("three after retry"), "{out}\n{err}");
+    assert!(raw.contains("OVERFLOW-SUMMARY"), "{raw}");
+    assert!(raw.contains(r#""type":"compaction/end""#), "{raw}");
+    let ends = raw.matches(r#""type":"turn/end""#).count();
+    let completed = raw.matches(r#""reason":{"kind":"completed"}"#).count();
+    assert_eq!((ends, completed), (3, 3), "{raw}");
+}
+
+/// CP-3 (b): when nothing can be compacted the overflow ends the turn
+/// with the provider's failure, stated clearly.
+#[test]
+fn chat_overflow_with_nothing_to_compact_fails_clearly() {
+    let script = format!(r#"{{"responses":[{OVERFLOW}]}}"#);
+    let (out, err, raw, _) = chat(&script, b"only message\n");
+    assert!(!raw.contains("compaction/start"), "{raw}");
+    assert!(raw.contains("CONTEXT_WINDOW_EXCEEDED"), "{raw}");
+    let shown = format!("{out}{err}");
+    assert!(shown.contains("maximum context length"), "{shown}");
+}
