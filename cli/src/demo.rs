@@ -173,12 +173,14 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     Ok(ok)
 }
 
-/// Per turn: the tokens the provider reported and the derived history the
-/// next request starts from; then each compaction.
+/// Per turn: the tokens the provider reported, and the derived history
+/// the next request starts from, with and without the compaction; then
+/// each compaction.
 fn print_compaction_report(events: &[dsh_core::session::SessionEvent]) {
-    use dsh_core::session::EventData;
+    use dsh_core::session::{EventData, SurfaceOp};
+    let size = |m: &dsh_core::Message| serde_json::to_string(m).map(|j| j.len() / 4).unwrap_or(0);
     println!();
-    println!("turn  reported tokens  history after the turn (messages, ~tokens)");
+    println!("turn  reported tokens  history (messages, ~tokens)  without compaction");
     let header = dsh_core::SessionHeader::new("report", 0);
     for (i, e) in events.iter().enumerate() {
         let EventData::TurnEnd(t) = e.data() else {
@@ -197,15 +199,22 @@ fn print_compaction_report(events: &[dsh_core::session::SessionEvent]) {
             continue;
         };
         let messages = s.derive_messages().to_vec();
-        let chars = serde_json::to_string(&messages)
-            .map(|j| j.len())
-            .unwrap_or(0);
+        let tokens: usize = messages.iter().map(|m| size(m)).sum();
+        // Every message ever appended to the surface, none replaced.
+        let all: Vec<_> = events[..=i]
+            .iter()
+            .filter(|e| e.surface_op() == Some(SurfaceOp::Append))
+            .filter_map(|e| e.derived_message())
+            .collect();
+        let all_tokens: usize = all.iter().map(|m| size(m)).sum();
         println!(
-            "{:>4}  {:>15}  {:>3} messages, ~{} tokens",
+            "{:>4}  {:>15}  {:>3} messages, ~{:<5} tokens  {:>3} messages, ~{} tokens",
             t.turn,
             used,
             messages.len(),
-            chars / 4
+            tokens,
+            all.len(),
+            all_tokens
         );
     }
     for e in events {
