@@ -237,6 +237,11 @@ enum Msg {
         args: serde_json::Value,
         reply: SyncSender<Result<serde_json::Value, String>>,
     },
+    /// A side model call ended (from its thread; not a handle call).
+    SideDone {
+        id: u64,
+        result: Result<dsh_runtime::SideReply, String>,
+    },
     Chunk {
         attempt: u64,
         chunk: StreamChunk,
@@ -719,6 +724,11 @@ impl Driver {
             Msg::Snapshot(reply) => {
                 let _ = reply.send(self.kernel.session().events().to_vec());
             }
+            Msg::SideDone { id, result } => {
+                counted = false;
+                // A withdrawn ask (abort, disposal) is ignored.
+                let _ = self.kernel.answer(now, id, Reply::Model(result));
+            }
             Msg::Command { name, args, reply } => match self.kernel.command(now, &name, args) {
                 Ok(()) => self.commands.push_back(reply),
                 Err(e) => {
@@ -826,11 +836,9 @@ impl Driver {
         let spawned = std::thread::Builder::new()
             .name(format!("dsh-side-{id}"))
             .spawn(move || {
-                let r = dsh_runtime::host::side_call(&*provider, &request, &CancelToken::new());
-                let _ = tx.send(Msg::Answer {
-                    id,
-                    reply: Reply::Model(r),
-                });
+                let result =
+                    dsh_runtime::host::side_call(&*provider, &request, &CancelToken::new());
+                let _ = tx.send(Msg::SideDone { id, result });
             });
         match spawned {
             Ok(h) => self.push_thread(h),
