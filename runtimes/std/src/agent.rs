@@ -385,6 +385,7 @@ impl Agent {
             timer: None,
             handled: 0,
             commands: std::collections::VecDeque::new(),
+            sides: BTreeMap::new(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("dsh-agent-{id}"))
@@ -608,6 +609,8 @@ struct Driver {
     handled: u64,
     /// Callers of running plugin commands, in start order.
     commands: std::collections::VecDeque<SyncSender<Result<serde_json::Value, String>>>,
+    /// Side model calls in flight, by ask id (stopped when the driver ends).
+    sides: BTreeMap<u64, CancelToken>,
 }
 
 impl Driver {
@@ -638,7 +641,7 @@ impl Driver {
                 None => self.on_timer(),
             }
         }
-        for c in self.streams.values() {
+        for c in self.streams.values().chain(self.sides.values()) {
             c.cancel();
         }
         for c in self.tools.values() {
@@ -726,6 +729,7 @@ impl Driver {
             }
             Msg::SideDone { id, result } => {
                 counted = false;
+                self.sides.remove(&id);
                 // A withdrawn ask (abort, disposal) is ignored.
                 let _ = self.kernel.answer(now, id, Reply::Model(result));
             }
@@ -833,16 +837,18 @@ impl Driver {
     fn start_side_call(&mut self, id: u64, request: dsh_core::GenerateOptions) {
         let provider = self.provider.clone();
         let tx = self.tx.clone();
+        let cancel = CancelToken::new();
+        self.sides.insert(id, cancel.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("dsh-side-{id}"))
             .spawn(move || {
-                let result =
-                    dsh_runtime::host::side_call(&*provider, &request, &CancelToken::new());
+                let result = dsh_runtime::host::side_call(&*provider, &request, &cancel);
                 let _ = tx.send(Msg::SideDone { id, result });
             });
         match spawned {
             Ok(h) => self.push_thread(h),
             Err(e) => {
+                self.sides.remove(&id);
                 let now = self.now();
                 let reply = Reply::Model(Err(format!("cannot start the side call thread: {e}")));
                 let _ = self.kernel.answer(now, id, reply);
