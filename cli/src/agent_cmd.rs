@@ -214,6 +214,13 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
     config.tools = dsh_tools::ToolSet::standard(bash);
+    // Pressure and overflow compaction against the model's context window
+    // (loop.md CP-3 a, b); `/compact` in chat runs it by hand (CP-3 c).
+    config
+        .plugins
+        .push(Box::new(dsh_compaction::Compaction::new(
+            dsh_compaction::CompactionConfig::default(),
+        )));
     let mut render = args.view.options();
     render.max_retry_wait_ms = provider.client.max_retry_wait_ms();
     // `run` keeps stdout for the answer: notices and errors go to stderr.
@@ -616,8 +623,12 @@ pub fn fork(args: ForkArgs) -> Outcome {
 }
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
-/steer (they steer the running turn; the default), /followup TEXT, /cancel, /quit; \
+/steer (they steer the running turn; the default), /followup TEXT, /cancel, \
+/compact (summarise the older history now), /quit; \
 Ctrl-C cancels a turn, Ctrl-C twice or Ctrl-D quits";
+
+/// How long `/compact` waits for the summary.
+const COMPACT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// The interactive loop.
 fn repl(
@@ -792,6 +803,24 @@ fn repl(
                         let _ = r.notice(&mut out, "lines typed during a turn now steer it");
                     }
                     "/cancel" => agent.cancel(CancelCause::User, false),
+                    "/compact" if running => {
+                        let _ = r.notice(&mut out, "(/compact runs between turns)");
+                    }
+                    "/compact" => {
+                        let _ = r.notice(&mut out, "compacting…");
+                        let notice = match agent.compact_now(Some(COMPACT_TIMEOUT)) {
+                            Ok(v) if v["compacted"] == true => {
+                                "compacted: the older history is now a summary".to_string()
+                            }
+                            Ok(v) => format!(
+                                "not compacted: {}",
+                                v["reason"].as_str().unwrap_or("no compaction plugin")
+                            ),
+                            Err(e) => format!("error: {e}"),
+                        };
+                        let _ = r.notice(&mut out, &notice);
+                        prompt(&mut out, running);
+                    }
                     _ => {
                         let (followup, body) = match text.strip_prefix("/followup ") {
                             Some(rest) => (true, rest),

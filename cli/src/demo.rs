@@ -23,6 +23,33 @@ pub const DEMO_SCRIPT: &str = include_str!("assets/demo-script.json");
 /// file, then `bash` checks it.
 pub const DEMO_SCRIPT_BASH: &str = include_str!("assets/demo-script-bash.json");
 
+/// The scripted model of `dsh demo --scenario compaction`: two answers
+/// whose reported usage crosses the demo's context window, the summary,
+/// and two answers after the checkpoint.
+pub const COMPACTION_SCRIPT: &str = include_str!("assets/demo-compaction-script.json");
+
+/// The context window of the compaction scenario (tokens).
+pub const COMPACTION_WINDOW: u64 = 7_000;
+
+/// The prompts of the compaction scenario, one turn each.
+pub const COMPACTION_PROMPTS: [&str; 4] = [
+    "Remember: the service is called ledger, it runs on port 8080, and its tests live in tests/api.",
+    "Also remember: retries use exponential backoff capped at 30 seconds; the config file is ledger.toml.",
+    "What do you know about the service so far?",
+    "Are you still with me?",
+];
+
+/// Which offline demo to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// One turn: the model writes a file and checks it with tools.
+    #[default]
+    Basic,
+    /// Four turns that cross a small context window: pressure compaction
+    /// summarises the older history and the conversation continues.
+    Compaction,
+}
+
 /// The prompt of the demo turn.
 pub const DEMO_PROMPT: &str = "Create hello.txt with a short greeting, then check what you wrote.";
 
@@ -37,6 +64,9 @@ pub struct DemoArgs {
     /// kept afterwards so you can look at it).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// The scenario to run.
+    #[arg(long, value_enum, default_value_t = Scenario::Basic)]
+    scenario: Scenario,
 }
 
 /// Runs the demo.
@@ -65,7 +95,10 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     };
     let workspace =
         std::fs::canonicalize(&workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
-    let text = if crate::shell::has_tool("write") {
+    let compaction = args.scenario == Scenario::Compaction;
+    let text = if compaction {
+        COMPACTION_SCRIPT
+    } else if crate::shell::has_tool("write") {
         DEMO_SCRIPT
     } else {
         DEMO_SCRIPT_BASH
@@ -84,24 +117,50 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         max_tokens: None,
     };
     let store = args.store.open()?;
-    let config = crate::shell::agent_config(
+    let mut config = crate::shell::agent_config(
         &provider,
         workspace.clone(),
         false,
         true,
         &crate::shell::PromptSettings::default(),
     )?;
+    if compaction {
+        config
+            .plugins
+            .push(Box::new(dsh_compaction::Compaction::new(
+                dsh_compaction::CompactionConfig {
+                    context_window: Some(COMPACTION_WINDOW),
+                    ..Default::default()
+                },
+            )));
+    }
     let id = new_session_id(now_ms());
     println!(
         "dsh demo: mock DeepSeek server at {} (scripted model, no network)",
         server.url()
     );
     println!("workspace: {}", workspace.display());
-    println!("> {DEMO_PROMPT}");
     let agent = dsh_std::Agent::create(config, store.clone(), id.clone())
         .map_err(|e| format!("cannot start the agent: {e}"))?;
     let render = args.view.options();
-    let outcome = drive_one_turn(&agent, DEMO_PROMPT, render, false, true);
+    let prompts: &[&str] = if compaction {
+        println!("context window: {COMPACTION_WINDOW} tokens, compaction at 80%");
+        &COMPACTION_PROMPTS
+    } else {
+        &[DEMO_PROMPT]
+    };
+    let mut outcome = Err(String::from("no turn ran"));
+    for prompt in prompts {
+        println!("> {prompt}");
+        outcome = drive_one_turn(&agent, prompt, render, false, true);
+        println!();
+        if !outcome.as_ref().is_ok_and(completed) {
+            break;
+        }
+    }
+    if compaction && let Ok(events) = agent.events() {
+        print_compaction_report(&events);
+    }
     agent.dispose();
     drop(server);
     let location = describe_location(store.as_ref(), &args.store, &id);
@@ -121,6 +180,65 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     println!("list sessions:    dsh sessions");
     println!("try a live model: export DEEPSEEK_API_KEY=sk-... && dsh chat");
     Ok(ok)
+}
+
+/// Per turn: the tokens the provider reported, and the derived history
+/// the next request starts from, with and without the compaction; then
+/// each compaction.
+fn print_compaction_report(events: &[dsh_core::session::SessionEvent]) {
+    use dsh_core::session::{EventData, SurfaceOp};
+    let size = |m: &dsh_core::Message| serde_json::to_string(m).map(|j| j.len() / 4).unwrap_or(0);
+    println!();
+    println!("turn  reported tokens  history (messages, ~tokens)  without compaction");
+    let header = dsh_core::SessionHeader::new("report", 0);
+    for (i, e) in events.iter().enumerate() {
+        let EventData::TurnEnd(t) = e.data() else {
+            continue;
+        };
+        let used: i64 = events[..i]
+            .iter()
+            .rev()
+            .find_map(|e| match e.data() {
+                EventData::AssistantMessage(m) => m.usage,
+                _ => None,
+            })
+            .map(|u| u.input_tokens + u.output_tokens + u.cache_read_tokens.unwrap_or(0))
+            .unwrap_or(0);
+        let Ok(mut s) = dsh_core::Session::restore(header.clone(), events[..=i].to_vec()) else {
+            continue;
+        };
+        let messages = s.derive_messages().to_vec();
+        let tokens: usize = messages.iter().map(|m| size(m)).sum();
+        // Every message ever appended to the surface, none replaced.
+        let all: Vec<_> = events[..=i]
+            .iter()
+            .filter(|e| e.surface_op() == Some(SurfaceOp::Append))
+            .filter_map(|e| e.derived_message())
+            .collect();
+        let all_tokens: usize = all.iter().map(|m| size(m)).sum();
+        println!(
+            "{:>4}  {:>15}  {:>3} messages, ~{:<5} tokens  {:>3} messages, ~{} tokens",
+            t.turn,
+            used,
+            messages.len(),
+            tokens,
+            all.len(),
+            all_tokens
+        );
+    }
+    for e in events {
+        if e.event_type() == dsh_compaction::SUMMARY
+            && let EventData::Plugin(p) = e.data()
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(p.data.get())
+        {
+            println!(
+                "compaction at seq {}: shadowed seqs {} (~{} tokens) replaced by a summary",
+                e.seq(),
+                v["shadowedSeqs"],
+                v["shadowedTokenCount"]
+            );
+        }
+    }
 }
 
 #[cfg(test)]

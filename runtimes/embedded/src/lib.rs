@@ -92,7 +92,9 @@ use dsh_deepseek::{
     DeepSeekConfig, HttpErrorResponse, PROVIDER_ROUTE, StreamDecoder, classify_http_error, codes,
     error_finish,
 };
-use dsh_runtime::{AgentConfig as KernelConfig, Effect, IdMode, Kernel, KernelError};
+use dsh_runtime::{
+    AgentConfig as KernelConfig, Effect, IdMode, Kernel, KernelError, Plugin, Reply, SideCollector,
+};
 use embedded_io::{Error as _, ErrorKind, ErrorType, Read, Write};
 use heapless::Vec as HVec;
 
@@ -196,6 +198,8 @@ pub enum ShellError {
     /// The agent is running but waits for an answer the shell cannot give
     /// (a deferred hook).
     Stalled,
+    /// A plugin command failed (or no plugin answered it): the message.
+    Command(String),
 }
 
 impl fmt::Display for ShellError {
@@ -211,6 +215,7 @@ impl fmt::Display for ShellError {
             ShellError::Stalled => {
                 f.write_str("the agent waits for an answer the shell cannot give")
             }
+            ShellError::Command(e) => write!(f, "command failed: {e}"),
         }
     }
 }
@@ -237,6 +242,11 @@ impl From<KernelError> for ShellError {
 enum Work {
     Model(ModelCall),
     Tool(ToolExecution),
+    /// A plugin's side model call (a compaction summary).
+    Side {
+        id: u64,
+        request: dsh_core::GenerateOptions,
+    },
 }
 
 /// How one model call ended.
@@ -263,6 +273,10 @@ pub struct Shell<O, S> {
     chunks: Vec<StreamChunk>,
     sink_error: Option<ErrorKind>,
     user_messages: u64,
+    /// The side call being streamed, if any.
+    side: Option<SideCollector>,
+    /// The result of the last plugin command.
+    command: Option<Result<serde_json::Value, String>>,
 }
 
 impl<O, S> fmt::Debug for Shell<O, S> {
@@ -283,6 +297,19 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         clock: fn() -> i64,
         opener: O,
         sink: S,
+    ) -> Result<Self, ShellError> {
+        Self::with_plugins(config, tools, clock, opener, sink, Vec::new())
+    }
+
+    /// [`new`](Self::new) with kernel `plugins`, in order (for example the
+    /// compaction plugin, whose summaries go over the same link).
+    pub fn with_plugins(
+        config: ShellConfig,
+        tools: &[Tool],
+        clock: fn() -> i64,
+        opener: O,
+        sink: S,
+        plugins: Vec<alloc::boxed::Box<dyn Plugin>>,
     ) -> Result<Self, ShellError> {
         let mut registry = ToolRegistry::new();
         for tool in tools {
@@ -308,7 +335,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         kernel_config.retry_executor = false;
         kernel_config.interrupted_prefix = false;
         kernel_config.wake_latch = false;
-        let kernel = Kernel::new(kernel_config, session, 0, Vec::new())?;
+        let kernel = Kernel::new(kernel_config, session, 0, plugins)?;
         let mut shell = Shell {
             kernel,
             opener,
@@ -323,6 +350,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             chunks: Vec::new(),
             sink_error: None,
             user_messages: 0,
+            side: None,
+            command: None,
         };
         encode_header_line(&header, &mut shell.scratch);
         shell
@@ -380,6 +409,24 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         self.run()
     }
 
+    /// Runs plugin command `name` (maintenance while idle, LC-39; for
+    /// example `"compact"`, the compaction plugin's manual run) to its end.
+    pub fn command(
+        &mut self,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value, ShellError> {
+        let now = (self.clock)();
+        self.command = None;
+        self.kernel.command(now, name, args)?;
+        self.drain();
+        self.run()?;
+        match self.command.take() {
+            Some(r) => r.map_err(ShellError::Command),
+            None => Err(ShellError::Stalled),
+        }
+    }
+
     /// Runs queued work until the agent is idle.
     pub fn run(&mut self) -> Result<(), ShellError> {
         loop {
@@ -387,6 +434,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 match work {
                     Work::Model(call) => self.call_model(call),
                     Work::Tool(exec) => self.run_tool(exec),
+                    Work::Side { id, request } => self.call_side(id, request),
                 }
                 continue;
             }
@@ -423,6 +471,12 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 }
                 Effect::StartModel(call) => self.work.push_back(Work::Model(call)),
                 Effect::StartTool { exec, .. } => self.work.push_back(Work::Tool(exec)),
+                Effect::SideModel { id, request, .. } => {
+                    self.work.push_back(Work::Side { id, request })
+                }
+                Effect::Publish(dsh_runtime::AgentEvent::CommandDone { result, .. }) => {
+                    self.command = Some(result);
+                }
                 Effect::CancelModel { attempt } => {
                     self.cancelled = Some(attempt);
                     self.work
@@ -494,7 +548,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     fn call_model(&mut self, call: ModelCall) {
         let attempt = call.attempt;
         self.cancelled = None;
-        let end = match self.stream(call) {
+        let end = match self.stream(call.request, Some(attempt)) {
             Ok(end) => end,
             Err(e) => {
                 log_warn!("dsh: model call failed: {=str}", e.failure().code.as_str());
@@ -522,6 +576,25 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         }
     }
 
+    /// A plugin's side call (loop.md CP-2's summary) over the same link
+    /// and configuration; the answer goes back to the asking plugin.
+    fn call_side(&mut self, id: u64, request: dsh_core::GenerateOptions) {
+        self.side = Some(SideCollector::new());
+        let streamed = self.stream(request, None);
+        let collector = self.side.take().unwrap_or_default();
+        let result = match streamed {
+            Ok(_) => collector.finish(),
+            Err(e) => {
+                let f = e.failure();
+                Err(format!("{}: {}", f.code, f.message))
+            }
+        };
+        let now = (self.clock)();
+        if self.kernel.answer(now, id, Reply::Model(result)).is_ok() {
+            self.drain();
+        }
+    }
+
     fn base_url(&self) -> String {
         format!("http://{}", self.config.host)
     }
@@ -541,17 +614,16 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     }
 
     /// One model call: request, response head, body into the agent.
-    fn stream(&mut self, call: ModelCall) -> Result<StreamEnd, LlmError> {
-        let attempt = call.attempt;
-        let body = dsh_deepseek::build_request_body(&call.request, &self.config.deepseek, None)?;
-        let session = call
-            .request
-            .session_id
-            .as_ref()
-            .map(|s| s.as_str().to_string());
-        let compact = call.request.purpose == Some(Purpose::Compaction);
+    fn stream(
+        &mut self,
+        request: dsh_core::GenerateOptions,
+        attempt: Option<u64>,
+    ) -> Result<StreamEnd, LlmError> {
+        let body = dsh_deepseek::build_request_body(&request, &self.config.deepseek, None)?;
+        let session = request.session_id.as_ref().map(|s| s.as_str().to_string());
+        let compact = request.purpose == Some(Purpose::Compaction);
         // The request (a copy of the history) is no longer needed.
-        drop(call);
+        drop(request);
         let bearer = self.config.api_key.as_ref().map(|k| format!("Bearer {k}"));
         let mut headers: HVec<(&str, &str), 6> = HVec::new();
         let _ = headers.push(("content-type", "application/json"));
@@ -644,7 +716,19 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// Feeds the decoded chunks to the agent; false when it no longer
     /// wants this attempt.
-    fn deliver(&mut self, attempt: u64) -> bool {
+    fn deliver(&mut self, attempt: Option<u64>) -> bool {
+        let Some(attempt) = attempt else {
+            // A side call: fold into its collector; stop at its finish.
+            let mut wanted = true;
+            for chunk in self.chunks.drain(..) {
+                if let Some(side) = self.side.as_mut()
+                    && side.push(chunk)
+                {
+                    wanted = false;
+                }
+            }
+            return wanted;
+        };
         let mut chunks = core::mem::take(&mut self.chunks);
         let mut wanted = true;
         for chunk in chunks.drain(..) {

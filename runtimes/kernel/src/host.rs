@@ -13,7 +13,7 @@ use dsh_core::agent::PreparedCall;
 use dsh_core::{GenerateOptions, LlmCallConfig, LlmError, StreamChunk};
 use dsh_deepseek::{CancelToken, DeepSeekClient, error_finish};
 
-use crate::plugin::{Cx, Flow, Plugin, Seams};
+use crate::plugin::{Cx, Flow, Plugin, Seams, SideCollector, SideReply};
 
 /// Where a std runtime reads `now` (epoch milliseconds).
 #[derive(Clone, Default)]
@@ -136,6 +136,20 @@ pub fn pump(
             send(error_finish(&e, cancel.is_cancelled()));
         }
     }
+}
+
+/// Carries out a side model call ([`Effect::SideModel`](crate::Effect::SideModel))
+/// with `provider`: pumps the stream into a [`SideCollector`]. Blocks;
+/// runtimes call it on a thread or blocking pool and answer the kernel
+/// with `Reply::Model(result)`.
+pub fn side_call(
+    provider: &dyn ModelProvider,
+    request: &GenerateOptions,
+    cancel: &CancelToken,
+) -> Result<SideReply, String> {
+    let mut collector = SideCollector::new();
+    pump(provider, request, cancel, |chunk| !collector.push(chunk));
+    collector.finish()
 }
 
 /// The provider's `prepare` (LC-15) as a plugin; the kernel's retry

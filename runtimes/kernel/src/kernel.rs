@@ -17,7 +17,7 @@ use dsh_core::agent::{
     PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload,
     ToolExecution,
 };
-use dsh_core::session::{EventData, Session};
+use dsh_core::session::{EventData, Session, SurfaceIntent};
 use dsh_core::{LlmCallConfig, Message, SessionId, StreamChunk};
 
 use crate::ids::{Ids, Jitter};
@@ -145,6 +145,7 @@ enum Value {
     Approval(ApprovalOutcome),
     Execute(ToolDispatch),
     PostExecute(PostToolDecision),
+    Command(serde_json::Value),
 }
 
 /// Which seam a chain runs for, with its payload.
@@ -152,6 +153,7 @@ enum Value {
 enum Seat {
     Hook { id: u64, call: HookCall },
     Execute { exec: ToolExecution },
+    Command { name: String },
 }
 
 /// A chain stopped at a plugin's ask.
@@ -616,6 +618,30 @@ impl Kernel {
         Ok(())
     }
 
+    /// Runs plugin command `name` with `args` as maintenance (LC-39): only
+    /// while idle; every plugin with [`Seams::COMMAND`] sees it in order
+    /// ([`Plugin::command`]); the value starts as `null`. The result is
+    /// published as [`AgentEvent::CommandDone`]; input sent meanwhile waits
+    /// for the end of the maintenance.
+    pub fn command(
+        &mut self,
+        now: i64,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<(), KernelError> {
+        self.tick(now);
+        if self.disposing {
+            return Err(KernelError::Disposed);
+        }
+        self.core.begin_maintenance(self.now)?;
+        let seat = Seat::Command {
+            name: String::from(name),
+        };
+        let end = self.run_chain(&seat, Value::Command(args), 0, None);
+        self.chain_end(seat, end);
+        Ok(())
+    }
+
     /// Answers ask `id` ([`AgentEvent::ApprovalRequested`] or
     /// [`AgentEvent::Asked`]).
     pub fn answer(&mut self, now: i64, id: u64, reply: Reply) -> Result<(), KernelError> {
@@ -861,10 +887,10 @@ impl Kernel {
         self.apply(appends, actions);
     }
 
-    fn apply(&mut self, appends: Vec<EventData>, actions: Vec<Action>) {
+    fn apply(&mut self, appends: Vec<(EventData, Option<SurfaceIntent>)>, actions: Vec<Action>) {
         let now = self.now;
-        for data in appends {
-            if let Err(e) = self.core.append_event(now, data, None) {
+        for (data, intent) in appends {
+            if let Err(e) = self.core.append_event(now, data, intent) {
                 self.publish(AgentEvent::Error(format!("plugin event refused: {e}")));
             }
         }
@@ -1028,6 +1054,7 @@ impl Kernel {
     fn chain_end(&mut self, seat: Seat, (end, actions): (ChainEnd, Vec<Action>)) {
         match end {
             ChainEnd::Asked { plugin, value, ask } => {
+                let index = plugin;
                 if self.disposing {
                     // Nobody will answer: the plugin sees the withdrawal at
                     // once; asking again then fails the seam.
@@ -1058,6 +1085,23 @@ impl Kernel {
                         plugin,
                         request,
                     },
+                    Ask::Model { plugin, request } => {
+                        self.asks.insert(
+                            id,
+                            Pending {
+                                seat,
+                                value,
+                                plugin: index,
+                            },
+                        );
+                        self.effects.push_back(Effect::SideModel {
+                            id,
+                            plugin,
+                            request: *request,
+                        });
+                        self.apply(Vec::new(), actions);
+                        return;
+                    }
                 };
                 self.asks.insert(
                     id,
@@ -1078,6 +1122,19 @@ impl Kernel {
                         if let Err(e) = self.core.complete_hook(now, id, answer) {
                             self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
                         }
+                    }
+                    Seat::Command { name } => {
+                        let result = match result {
+                            Ok(Value::Command(v)) => Ok(v),
+                            Ok(_) => Err(String::from("the command chain lost its value")),
+                            Err(e) => Err(e.to_string()),
+                        };
+                        if let Err(e) = self.core.end_maintenance(now) {
+                            self.publish(AgentEvent::Error(format!(
+                                "maintenance end refused: {e}"
+                            )));
+                        }
+                        self.publish(AgentEvent::CommandDone { name, result });
                     }
                     Seat::Execute { exec } => {
                         let token = exec.token;
@@ -1106,6 +1163,7 @@ impl Kernel {
 fn seam_of(seat: &Seat) -> Seams {
     match seat {
         Seat::Execute { .. } => Seams::TOOL_EXECUTE,
+        Seat::Command { .. } => Seams::COMMAND,
         Seat::Hook { call, .. } => match call {
             HookCall::Assemble { .. } => Seams::ASSEMBLE,
             HookCall::PreStep { .. } => Seams::PRE_STEP,
@@ -1209,6 +1267,14 @@ fn call_plugin(p: &mut dyn Plugin, cx: &mut Cx<'_>, seat: &Seat, value: Value) -
                 Value::Execute,
             )
         }
+        (Seat::Command { name }, Value::Command(v)) => {
+            let keep = v.clone();
+            wrap(
+                p.command(cx, name, v),
+                || Value::Command(keep),
+                Value::Command,
+            )
+        }
         (_, v) => Step::Next(v),
     }
 }
@@ -1238,6 +1304,8 @@ fn to_answer(call: &HookCall, result: Result<Value, HookError>) -> HookAnswer {
             HookAnswer::ToolApproval(ApprovalOutcome::Unavailable)
         }
         (_, Err(e)) => HookAnswer::ToolPostExecute(Err(e)),
-        (_, Ok(Value::Execute(_))) => HookAnswer::ToolPostExecute(Ok(PostToolDecision::accept())),
+        (_, Ok(Value::Execute(_) | Value::Command(_))) => {
+            HookAnswer::ToolPostExecute(Ok(PostToolDecision::accept()))
+        }
     }
 }

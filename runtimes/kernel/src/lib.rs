@@ -78,7 +78,10 @@ mod types;
 pub mod host;
 pub use ids::{IdMode, Ids, Rng};
 pub use kernel::{Kernel, timeout_outcome};
-pub use plugin::{ApprovalDecision, Ask, Cx, Flow, Plugin, Reply, Seams, ToolDispatch};
+pub use plugin::{
+    ApprovalDecision, Ask, Cx, Flow, Plugin, Reply, SIDE_REPLY_MAX_BYTES, Seams, SideCollector,
+    SideReply, ToolDispatch,
+};
 pub use session::{create_session, fork_session, resume_session};
 pub use types::{
     AgentConfig, AgentEvent, ApprovalRequestId, DEFAULT_TOOL_GRACE_MS,

@@ -36,7 +36,8 @@ use dsh_core::agent::{
     PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload,
     ToolExecution,
 };
-use dsh_core::session::{EventData, Session, SessionEvent};
+use dsh_core::session::{EventData, Session, SessionEvent, SurfaceIntent};
+use dsh_core::{GenerateOptions, StreamChunk, TokenUsage};
 use serde_json::Value;
 
 /// What a seam handler decided.
@@ -65,6 +66,16 @@ pub enum Ask {
         arguments: String,
         /// Why, when the policy gave a reason.
         reason: Option<String>,
+    },
+    /// A side model call through the agent's own provider (a compaction
+    /// summary, …). Handed to the runtime as
+    /// [`Effect::SideModel`](crate::Effect::SideModel); answered with
+    /// [`Reply::Model`]. Not logged as a turn's request.
+    Model {
+        /// The asking plugin's name.
+        plugin: String,
+        /// The complete request (provider route, model, messages, system).
+        request: Box<GenerateOptions>,
     },
     /// Anything else a plugin needs answered. Published as
     /// [`AgentEvent::Asked`](crate::AgentEvent::Asked).
@@ -95,8 +106,77 @@ pub enum Reply {
     Approval(ApprovalDecision),
     /// The answer to [`Ask::Plugin`].
     Plugin(Value),
+    /// The answer to [`Ask::Model`]: the reply, or the failure's message.
+    Model(Result<SideReply, String>),
     /// The ask was withdrawn (the turn was aborted, the agent disposed).
     Cancelled,
+}
+
+/// The folded reply of a side model call ([`Ask::Model`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SideReply {
+    /// The concatenated text deltas.
+    pub text: String,
+    /// The usage the provider reported, if any.
+    pub usage: Option<TokenUsage>,
+}
+
+/// Most text a side reply keeps (bytes); more is cut at a char boundary.
+pub const SIDE_REPLY_MAX_BYTES: usize = 256 * 1024;
+
+/// Folds a side call's chunk stream into a [`SideReply`]: the one place
+/// every runtime uses to answer [`Ask::Model`].
+#[derive(Clone, Debug, Default)]
+pub struct SideCollector {
+    reply: SideReply,
+    failure: Option<String>,
+    finished: bool,
+}
+
+impl SideCollector {
+    /// An empty collector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes one chunk; returns `true` once the stream has finished.
+    pub fn push(&mut self, chunk: StreamChunk) -> bool {
+        match chunk {
+            StreamChunk::TextDelta { text, .. } => {
+                let room = SIDE_REPLY_MAX_BYTES.saturating_sub(self.reply.text.len());
+                let mut cut = text.len().min(room);
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                self.reply.text.push_str(&text[..cut]);
+            }
+            StreamChunk::Usage { usage } => self.reply.usage = Some(usage),
+            StreamChunk::Finish { reason, .. } => {
+                self.finished = true;
+                match reason {
+                    dsh_core::FinishReason::Error { failure }
+                    | dsh_core::FinishReason::Aborted { failure } => {
+                        self.failure =
+                            Some(alloc::format!("{}: {}", failure.code, failure.message));
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        self.finished
+    }
+
+    /// The reply: an error when the stream failed or never finished.
+    pub fn finish(self) -> Result<SideReply, String> {
+        if let Some(f) = self.failure {
+            return Err(f);
+        }
+        if !self.finished {
+            return Err(String::from("the side model call ended without a finish"));
+        }
+        Ok(self.reply)
+    }
 }
 
 /// A set of seams (a bit set), as [`Plugin::seams`] declares them.
@@ -130,6 +210,8 @@ impl Seams {
     pub const EVENTS: Seams = Seams(1 << 10);
     /// `session/flush` listeners.
     pub const FLUSH: Seams = Seams(1 << 11);
+    /// Plugin commands ([`Kernel::command`](crate::Kernel::command)).
+    pub const COMMAND: Seams = Seams(1 << 12);
 
     /// Whether every seam of `other` is in `self`.
     pub const fn contains(self, other: Seams) -> bool {
@@ -176,7 +258,7 @@ pub struct Cx<'a> {
     pub(crate) now: i64,
     pub(crate) session: &'a Session,
     pub(crate) reply: Option<Reply>,
-    pub(crate) appends: &'a mut Vec<EventData>,
+    pub(crate) appends: &'a mut Vec<(EventData, Option<SurfaceIntent>)>,
     pub(crate) actions: &'a mut Vec<Action>,
 }
 
@@ -191,6 +273,12 @@ impl Cx<'_> {
         self.session
     }
 
+    /// The seq the next [`append`](Self::append) will get (appends queued
+    /// at this seam land in order right after the session's last event).
+    pub fn next_seq(&self) -> u64 {
+        self.session.len() + self.appends.len() as u64
+    }
+
     /// The answer to this plugin's [`Flow::Ask`], when the method is
     /// called again with it.
     pub fn reply(&self) -> Option<&Reply> {
@@ -201,7 +289,13 @@ impl Cx<'_> {
     /// result takes effect). Loop-owned types are refused by the core and
     /// reported as a live error.
     pub fn append(&mut self, data: EventData) {
-        self.appends.push(data);
+        self.appends.push((data, None));
+    }
+
+    /// Appends a surface replacement (compaction, pruning: CP-1): a
+    /// `user/message` or `tool/result` with a `replace` intent.
+    pub fn append_surface(&mut self, data: EventData, intent: SurfaceIntent) {
+        self.appends.push((data, Some(intent)));
     }
 
     /// Appends a plugin event with JSON data.
@@ -354,6 +448,14 @@ pub trait Plugin: Send {
         Flow::Next(value)
     }
 
+    /// A plugin command ([`Kernel::command`](crate::Kernel::command)), run
+    /// as maintenance while the agent is idle: `value` starts as the
+    /// command's arguments; the final value is its result. A plugin that
+    /// does not know `name` passes the value on.
+    fn command(&mut self, cx: &mut Cx<'_>, name: &str, value: Value) -> Flow<Value> {
+        Flow::Next(value)
+    }
+
     /// A session event was appended (every event, in seq order).
     fn on_event(&mut self, cx: &mut Cx<'_>, event: &SessionEvent) {}
 
@@ -443,6 +545,9 @@ impl<P: Plugin + ?Sized> Plugin for Box<P> {
         value: PostToolDecision,
     ) -> Flow<PostToolDecision> {
         (**self).tool_post_execute(cx, exec, outcome, value)
+    }
+    fn command(&mut self, cx: &mut Cx<'_>, name: &str, value: Value) -> Flow<Value> {
+        (**self).command(cx, name, value)
     }
     fn on_event(&mut self, cx: &mut Cx<'_>, event: &SessionEvent) {
         (**self).on_event(cx, event)

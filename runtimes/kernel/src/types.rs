@@ -153,6 +153,14 @@ pub enum AgentEvent {
         /// What it asks.
         request: Value,
     },
+    /// A plugin command ([`Kernel::command`](crate::Kernel::command))
+    /// finished: its result, or the failure's message.
+    CommandDone {
+        /// The command's name.
+        name: String,
+        /// The result.
+        result: Result<Value, String>,
+    },
     /// A failure with no log position: `agent/error`, a store write, a
     /// refused plugin append.
     Error(String),
@@ -199,6 +207,18 @@ pub enum Effect {
     CancelTool {
         /// The call's token.
         token: u64,
+    },
+    /// Carry out a plugin's side model call ([`Ask::Model`](crate::Ask::Model))
+    /// with the agent's provider; fold the stream with
+    /// [`SideCollector`](crate::SideCollector) and answer
+    /// [`Kernel::answer`](crate::Kernel::answer)`(id, Reply::Model(..))`.
+    SideModel {
+        /// The ask id to answer.
+        id: u64,
+        /// The asking plugin.
+        plugin: String,
+        /// The request.
+        request: dsh_core::GenerateOptions,
     },
     /// Write `session.events()[range]` durably as one batch, then report
     /// with [`persisted`](crate::Kernel::persisted). No other effect is

@@ -369,3 +369,42 @@ fn without_a_window_only_checkpoints_write() {
     }
     assert_eq!(k.poll_timeout(), None);
 }
+
+/// `SideCollector` folds a side call (`Ask::Model`): text and usage, a
+/// failing finish is an error, a stream without a finish is an error.
+#[test]
+fn side_collector_folds_a_side_call() {
+    use dsh_core::{LlmFailure, TokenUsage};
+    use dsh_runtime::SideCollector;
+    let mut c = SideCollector::new();
+    assert!(!c.push(StreamChunk::TextDelta {
+        index: 0,
+        text: "sum".into()
+    }));
+    c.push(StreamChunk::TextDelta {
+        index: 0,
+        text: "mary".into(),
+    });
+    let usage = TokenUsage {
+        input_tokens: 3,
+        output_tokens: 1,
+        ..TokenUsage::default()
+    };
+    c.push(StreamChunk::Usage { usage });
+    assert!(c.push(StreamChunk::finish(FinishReason::Stop)));
+    let r = c.finish().unwrap();
+    assert_eq!(r.text, "summary");
+    assert_eq!(r.usage.unwrap().input_tokens, 3);
+
+    let mut c = SideCollector::new();
+    c.push(StreamChunk::finish(FinishReason::Error {
+        failure: LlmFailure::new("RATE_LIMITED", "slow down"),
+    }));
+    assert_eq!(c.finish().unwrap_err(), "RATE_LIMITED: slow down");
+    let mut c = SideCollector::new();
+    c.push(StreamChunk::TextDelta {
+        index: 0,
+        text: "x".into(),
+    });
+    assert!(c.finish().is_err());
+}

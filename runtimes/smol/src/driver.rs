@@ -38,6 +38,11 @@ pub(crate) enum Msg {
         reply: Reply,
     },
     Dispose(Option<Sender<()>>),
+    Command {
+        name: String,
+        args: serde_json::Value,
+        reply: Sender<Result<serde_json::Value, String>>,
+    },
     Chunk {
         attempt: u64,
         chunk: StreamChunk,
@@ -168,6 +173,7 @@ pub(crate) fn spawn(
         running: running.clone(),
         subscribers: Vec::new(),
         idle_waiters: Vec::new(),
+        commands: std::collections::VecDeque::new(),
         streams: BTreeMap::new(),
         bodies: BTreeMap::new(),
         disposing: None,
@@ -220,6 +226,8 @@ struct Driver {
     bodies: BTreeMap<u64, ToolCancel>,
     /// Set once disposal began: who waits for it.
     disposing: Option<Vec<Sender<()>>>,
+    /// Callers of running plugin commands, in start order.
+    commands: std::collections::VecDeque<Sender<Result<serde_json::Value, String>>>,
 }
 
 impl Driver {
@@ -275,6 +283,12 @@ impl Driver {
                 self.kernel.set_publish_events(true);
             }
             Msg::WaitIdle(reply) => self.idle_waiters.push(reply),
+            Msg::Command { name, args, reply } => match self.kernel.command(now, &name, args) {
+                Ok(()) => self.commands.push_back(reply),
+                Err(e) => {
+                    let _ = reply.try_send(Err(e.to_string()));
+                }
+            },
             Msg::Answer { id, reply } => {
                 // An unknown or withdrawn id is ignored.
                 let _ = self.kernel.answer(now, id, reply);
@@ -310,6 +324,7 @@ impl Driver {
         while let Some(effect) = self.kernel.poll() {
             match effect {
                 Effect::StartModel(call) => self.start_model(call),
+                Effect::SideModel { id, request, .. } => self.start_side_call(id, request),
                 Effect::CancelModel { attempt } => {
                     if let Some(c) = self.streams.remove(&attempt) {
                         c.cancel();
@@ -338,6 +353,11 @@ impl Driver {
                     self.report(r);
                 }
                 Effect::Publish(event) => {
+                    if let AgentEvent::CommandDone { result, .. } = &event
+                        && let Some(reply) = self.commands.pop_front()
+                    {
+                        let _ = reply.try_send(result.clone());
+                    }
                     if let AgentEvent::Status(s) = &event {
                         self.running
                             .store(*s == AgentStatus::Running, Ordering::Release);
@@ -347,6 +367,21 @@ impl Driver {
                 _ => {}
             }
         }
+    }
+
+    /// A plugin's side model call (a compaction summary) on the blocking
+    /// pool; the answer comes back as an ordinary ask answer.
+    fn start_side_call(&mut self, id: u64, request: dsh_core::GenerateOptions) {
+        let tx = self.tx.clone();
+        let provider = self.provider.clone();
+        smol::unblock(move || {
+            let r = dsh_runtime::host::side_call(&*provider, &request, &CancelToken::new());
+            let _ = tx.send_blocking(Msg::Answer {
+                id,
+                reply: Reply::Model(r),
+            });
+        })
+        .detach();
     }
 
     fn start_model(&mut self, call: ModelCall) {

@@ -159,6 +159,8 @@ pub enum ShellError {
     Closed,
     /// `wait_idle` gave up.
     Timeout,
+    /// A plugin command failed (or no plugin answered it): the message.
+    Command(String),
 }
 
 impl fmt::Display for ShellError {
@@ -172,6 +174,7 @@ impl fmt::Display for ShellError {
             ShellError::Config(e) => write!(f, "invalid configuration: {e}"),
             ShellError::Closed => f.write_str("the agent has been disposed"),
             ShellError::Timeout => f.write_str("timed out waiting for the agent to go idle"),
+            ShellError::Command(e) => write!(f, "command failed: {e}"),
         }
     }
 }
@@ -366,6 +369,32 @@ impl Agent {
                 .await
             }
         }
+    }
+
+    /// Runs plugin command `name` (maintenance while idle, LC-39) and
+    /// returns its result.
+    pub async fn command(
+        &self,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value, ShellError> {
+        let (reply, answer) = async_channel::bounded(1);
+        self.tx
+            .send(Msg::Command {
+                name: name.to_string(),
+                args,
+                reply,
+            })
+            .await
+            .map_err(|_| ShellError::Closed)?;
+        let result = answer.recv().await.map_err(|_| ShellError::Closed)?;
+        result.map_err(ShellError::Command)
+    }
+
+    /// `compactNow` (loop.md CP-3 c): the compaction plugin's manual run
+    /// (command `"compact"`), while idle.
+    pub async fn compact_now(&self) -> Result<serde_json::Value, ShellError> {
+        self.command("compact", serde_json::json!({})).await
     }
 
     /// A new live subscription; it sees events from now on.

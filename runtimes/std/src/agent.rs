@@ -171,6 +171,9 @@ pub enum ShellError {
     Spawn(String),
     /// The configuration is unusable (workspace, tool definitions).
     Config(String),
+    /// A plugin command failed or could not run (the agent is busy, no
+    /// plugin answered it): the message.
+    Command(String),
 }
 
 impl core::fmt::Display for ShellError {
@@ -184,6 +187,7 @@ impl core::fmt::Display for ShellError {
             ShellError::Timeout => f.write_str("timed out waiting for the agent to go idle"),
             ShellError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
             ShellError::Config(e) => write!(f, "invalid agent config: {e}"),
+            ShellError::Command(e) => write!(f, "command failed: {e}"),
         }
     }
 }
@@ -231,6 +235,16 @@ enum Msg {
     Append {
         data: EventData,
         reply: SyncSender<Result<u64, KernelError>>,
+    },
+    Command {
+        name: String,
+        args: serde_json::Value,
+        reply: SyncSender<Result<serde_json::Value, String>>,
+    },
+    /// A side model call ended (from its thread; not a handle call).
+    SideDone {
+        id: u64,
+        result: Result<dsh_runtime::SideReply, String>,
     },
     Chunk {
         attempt: u64,
@@ -374,6 +388,8 @@ impl Agent {
             threads: Vec::new(),
             timer: None,
             handled: 0,
+            commands: std::collections::VecDeque::new(),
+            sides: BTreeMap::new(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("dsh-agent-{id}"))
@@ -488,6 +504,38 @@ impl Agent {
         rx
     }
 
+    /// Runs plugin command `name` (maintenance while idle, LC-39) and
+    /// waits up to `timeout` for its result.
+    pub fn command(
+        &self,
+        name: &str,
+        args: serde_json::Value,
+        timeout: Option<Duration>,
+    ) -> Result<serde_json::Value, ShellError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.submit(Msg::Command {
+            name: name.to_string(),
+            args,
+            reply,
+        })?;
+        let result = match timeout {
+            Some(t) => answer.recv_timeout(t).map_err(|e| match e {
+                mpsc::RecvTimeoutError::Timeout => ShellError::Timeout,
+                mpsc::RecvTimeoutError::Disconnected => ShellError::Disposed,
+            })?,
+            None => answer.recv().map_err(|_| ShellError::Disposed)?,
+        };
+        result.map_err(ShellError::Command)
+    }
+
+    /// `compactNow` (loop.md CP-3 c): the compaction plugin's manual run
+    /// (`dsh_compaction`'s command `"compact"`), while idle. The result is
+    /// `{"compacted":bool,"reason"?}`; without the plugin it is `{}`
+    /// unchanged.
+    pub fn compact_now(&self, timeout: Option<Duration>) -> Result<serde_json::Value, ShellError> {
+        self.command("compact", serde_json::json!({}), timeout)
+    }
+
     /// The session events so far (a copy).
     pub fn events(&self) -> Result<Vec<SessionEvent>, ShellError> {
         let (reply, answer) = mpsc::sync_channel(1);
@@ -575,6 +623,10 @@ struct Driver {
     timer: Option<(i64, Instant)>,
     /// Handle calls handled so far.
     handled: u64,
+    /// Callers of running plugin commands, in start order.
+    commands: std::collections::VecDeque<SyncSender<Result<serde_json::Value, String>>>,
+    /// Side model calls in flight, by ask id (stopped when the driver ends).
+    sides: BTreeMap<u64, CancelToken>,
 }
 
 impl Driver {
@@ -605,7 +657,7 @@ impl Driver {
                 None => self.on_timer(),
             }
         }
-        for c in self.streams.values() {
+        for c in self.streams.values().chain(self.sides.values()) {
             c.cancel();
         }
         for c in self.tools.values() {
@@ -696,6 +748,18 @@ impl Driver {
                 self.drain();
                 let _ = reply.send(r);
             }
+            Msg::SideDone { id, result } => {
+                counted = false;
+                self.sides.remove(&id);
+                // A withdrawn ask (abort, disposal) is ignored.
+                let _ = self.kernel.answer(now, id, Reply::Model(result));
+            }
+            Msg::Command { name, args, reply } => match self.kernel.command(now, &name, args) {
+                Ok(()) => self.commands.push_back(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e.to_string()));
+                }
+            },
             Msg::Chunk { attempt, chunk } => {
                 counted = false;
                 let r = self.kernel.model_chunk(now, attempt, chunk);
@@ -734,6 +798,7 @@ impl Driver {
         while let Some(effect) = self.kernel.poll() {
             match effect {
                 Effect::StartModel(call) => self.start_stream(call.attempt, call.request),
+                Effect::SideModel { id, request, .. } => self.start_side_call(id, request),
                 Effect::CancelModel { attempt } => {
                     if let Some(c) = self.streams.remove(&attempt) {
                         c.cancel();
@@ -761,6 +826,11 @@ impl Driver {
                     self.report(r);
                 }
                 Effect::Publish(event) => {
+                    if let AgentEvent::CommandDone { result, .. } = &event
+                        && let Some(reply) = self.commands.pop_front()
+                    {
+                        let _ = reply.send(result.clone());
+                    }
                     if let AgentEvent::Status(s) = &event
                         && let Ok(mut st) = self.shared.state.lock()
                     {
@@ -780,6 +850,30 @@ impl Driver {
         self.subscribers.retain(|s| s.send(event.clone()).is_ok());
         if self.subscribers.is_empty() {
             self.kernel.set_publish_events(false);
+        }
+    }
+
+    /// A plugin's side model call (a compaction summary) on its own
+    /// thread; the answer comes back as an ordinary ask answer.
+    fn start_side_call(&mut self, id: u64, request: dsh_core::GenerateOptions) {
+        let provider = self.provider.clone();
+        let tx = self.tx.clone();
+        let cancel = CancelToken::new();
+        self.sides.insert(id, cancel.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("dsh-side-{id}"))
+            .spawn(move || {
+                let result = dsh_runtime::host::side_call(&*provider, &request, &cancel);
+                let _ = tx.send(Msg::SideDone { id, result });
+            });
+        match spawned {
+            Ok(h) => self.push_thread(h),
+            Err(e) => {
+                self.sides.remove(&id);
+                let now = self.now();
+                let reply = Reply::Model(Err(format!("cannot start the side call thread: {e}")));
+                let _ = self.kernel.answer(now, id, reply);
+            }
         }
     }
 
