@@ -74,8 +74,10 @@ fn demo_compaction_crosses_the_window_compacts_and_replays() {
             "compaction/end"
         ]
     );
+    // The first turn's surface: its prompt (seq 4), the runtime-context
+    // message of the system-prompt plugin (seq 5) and the answer (seq 13).
     assert!(
-        raw.contains(r#""surfaceOp":{"op":"replace","start":4,"end":12}"#),
+        raw.contains(r#""surfaceOp":{"op":"replace","start":4,"end":13}"#),
         "{raw}"
     );
     for args in [["log", "check"], ["replay", "--check"]] {
