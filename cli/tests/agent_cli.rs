@@ -47,6 +47,28 @@ fn events_of(bytes: &[u8]) -> Vec<SessionEvent> {
     loaded.session.events().to_vec()
 }
 
+/// Whether the first stored transcript under `data` contains `needle`
+/// within `secs` seconds (polled).
+fn log_contains_within(data: &Path, needle: &str, secs: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let text = data
+            .join("dsh/sessions")
+            .exists()
+            .then(|| transcripts(data))
+            .and_then(|t| t.first().cloned())
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        if text.contains(needle) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn header_of(path: &Path) -> dsh_core::session::SessionHeader {
     let bytes = std::fs::read(path).unwrap();
     load_log(&bytes, &[]).unwrap().session.header().clone()
@@ -376,24 +398,7 @@ fn a_kill_mid_stream_keeps_the_chunks_already_received() {
         .unwrap();
     // The stream stalls after its first events; the write-behind window is
     // 200 ms. Wait (bounded) until the chunks are on disk.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let stored = loop {
-        let text = data
-            .path()
-            .join("dsh/sessions")
-            .exists()
-            .then(|| transcripts(data.path()))
-            .and_then(|t| t.first().cloned())
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .unwrap_or_default();
-        if text.contains("Partial ") {
-            break true;
-        }
-        if std::time::Instant::now() > deadline {
-            break false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let stored = log_contains_within(data.path(), "Partial ", 20);
     let _ = child.kill();
     let _ = child.wait();
     assert!(
@@ -486,25 +491,10 @@ fn signal_during_stream(args: &[&str], signal: &str) -> (Option<i32>, String, te
     // Piped stdout holds an attempt's text until it succeeds, so wait for
     // the stream in the log (the write-behind window stores it within
     // 200 ms), bounded.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let logged = data
-            .path()
-            .join("dsh/sessions")
-            .exists()
-            .then(|| transcripts(data.path()))
-            .and_then(|t| t.first().cloned())
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .unwrap_or_default();
-        if logged.contains("Partial ") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the stream never reached the log"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert!(
+        log_contains_within(data.path(), "Partial ", 20),
+        "the stream never reached the log"
+    );
     let st = Command::new("kill")
         .args(["-s", signal, &child.id().to_string()])
         .status()
