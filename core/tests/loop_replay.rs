@@ -271,3 +271,68 @@ fn a_torn_or_open_recording_does_not_pass_the_check() {
     // The whole recording still replays.
     assert!(replay_jsonl(&bytes, options).unwrap().identical());
 }
+
+/// A recording with `event` inserted right before the first
+/// `assistant/message`; later seqs and the seqs that cite them shift by one.
+fn with_event_before_first_message(name: &str, event: serde_json::Value) -> String {
+    use serde_json::Value;
+    let path = testdata_dir().join("conformance/sessions").join(name);
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = String::new();
+    let mut at: Option<u64> = None;
+    for line in text.lines() {
+        let mut e: Value = serde_json::from_str(line).unwrap();
+        let Some(seq) = e.get("seq").and_then(Value::as_u64) else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        if at.is_none() && e["type"] == "assistant/message" {
+            at = Some(seq);
+            let inserted = serde_json::json!({
+                "type": event["type"],
+                "seq": seq,
+                "time": e["time"],
+                "data": event["data"],
+            });
+            out.push_str(&inserted.to_string());
+            out.push('\n');
+        }
+        if let Some(at) = at {
+            let shift = |v: &mut Value| {
+                if let Some(s) = v.as_u64().filter(|s| *s >= at) {
+                    *v = Value::from(s + 1);
+                }
+            };
+            shift(&mut e["seq"]);
+            if let Some(seqs) = e.get_mut("sourceEventSeqs").and_then(Value::as_array_mut) {
+                seqs.iter_mut().for_each(shift);
+            }
+        }
+        out.push_str(&e.to_string());
+        out.push('\n');
+    }
+    assert!(at.is_some(), "{name} has no assistant/message");
+    out
+}
+
+#[test]
+fn a_title_landing_between_the_finish_chunk_and_the_message_replays() {
+    // A session title comes from a side call and lands whenever it
+    // finishes; between a stream's finish chunk and the message its end
+    // writes is a valid place (the live CLI wrote one there). Replay must
+    // take it as an input there, not end the stream ahead of it.
+    let title = serde_json::json!({
+        "type": "session/title",
+        "data": {"title": "t", "messageSeqs": [], "source": {"kind": "fallback"}}
+    });
+    let name = "examples-acp-agent__text-turn__session.jsonl";
+    let text = with_event_before_first_message(name, title);
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    let r = replay_jsonl(text.as_bytes(), options).unwrap();
+    assert!(r.identical(), "{:?}", r.first_difference);
+    assert_eq!(r.reproduced, 39);
+}

@@ -953,7 +953,15 @@ impl Driver {
         let pos = self.pos();
         if !is_core_event(next) {
             if let Waiting::Model { attempt } = self.waiting {
-                if self.stream_finished() {
+                // A foreign event between the finish chunk and the message
+                // the stream's end writes arrived on its own (a session
+                // title from a side call): it goes in first. Otherwise the
+                // stream's end wrote it (a retry, a compaction).
+                let message_next = matches!(
+                    self.rec.next_core(pos).map(SessionEvent::data),
+                    Some(EventData::AssistantMessage(_))
+                );
+                if self.stream_finished() && !message_next {
                     return self.end_stream(now, attempt, next);
                 }
             }
