@@ -1,9 +1,14 @@
 //! The runtime contract suite, written once: every scenario runs in
 //! `dsh-std` and in `dsh-smol` with the same scripted model, tools,
-//! plugins, fixed clock and deterministic ids, and the two session logs
-//! must be byte-identical (and match what each store holds). Each of the
-//! behaviours the runtimes used to decide apart (issue 12) has a scenario
-//! asserting the one behaviour the spec asks for.
+//! plugins, fixed clock and deterministic ids, and the session logs must
+//! be byte-identical (and match what each store holds). The scenarios the
+//! embedded shell can run (it has fn-pointer tools that finish at once, no
+//! resume and no front end to answer a plugin's question) run in
+//! `dsh-embedded` too, on the host over an in-memory loopback link that
+//! serves the same model replies as HTTP/SSE bodies: its log, its batches
+//! and its requests must match. Each of the behaviours the runtimes used to
+//! decide apart (issue 12) has a scenario asserting the one behaviour the
+//! spec asks for.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,10 +18,7 @@ use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::agent::{CancelCause, PreStepDecision, PreStepPayload};
 use dsh_core::session::{SessionEvent, SessionHeader};
-use dsh_core::{
-    ContentBlock, FinishReason, GenerateOptions, LlmCallConfig, ReasoningEffortId, SessionId,
-    StreamChunk,
-};
+use dsh_core::{ContentBlock, GenerateOptions, LlmCallConfig, ReasoningEffortId, SessionId};
 use dsh_runtime::host::{Clock, ScriptedProvider, ScriptedReply};
 use dsh_runtime::{AgentEvent, Ask, Cx, Flow, IdMode, Plugin, Reply, Seams, ToolDispatch};
 use dsh_store::SessionStore;
@@ -31,7 +33,7 @@ const WAIT: Option<Duration> = Some(Duration::from_secs(20));
 
 /// One scenario: everything both runtimes get.
 struct Scenario {
-    replies: Vec<ScriptedReply>,
+    replies: Vec<Model>,
     tools: fn(&Probe) -> ToolSet,
     plugins: fn() -> Vec<Box<dyn Plugin>>,
     call: LlmCallConfig,
@@ -50,7 +52,7 @@ struct Scenario {
 }
 
 impl Scenario {
-    fn new(replies: Vec<ScriptedReply>, prompts: Vec<&'static str>) -> Self {
+    fn new(replies: Vec<Model>, prompts: Vec<&'static str>) -> Self {
         Scenario {
             replies,
             tools: |_| tools(),
@@ -117,7 +119,7 @@ fn stored(store: &Arc<dyn SessionStore>, id: &str) -> Vec<String> {
 
 fn run_std(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run {
     let probe = Probe::default();
-    let provider = Arc::new(ScriptedProvider::new(s.replies.clone()));
+    let provider = Arc::new(ScriptedProvider::new(s.replies.iter().map(Model::reply)));
     let batches: Option<Batches> = s.record.then(Batches::default);
     let store = recorded(dir, s.failing_store, batches.clone());
     let config = || {
@@ -191,7 +193,7 @@ fn run_std(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run {
 
 fn run_smol(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run {
     let probe = Probe::default();
-    let provider = Arc::new(ScriptedProvider::new(s.replies.clone()));
+    let provider = Arc::new(ScriptedProvider::new(s.replies.iter().map(Model::reply)));
     let batches: Option<Batches> = s.record.then(Batches::default);
     let store = recorded(dir, s.failing_store, batches.clone());
     let config = || {
@@ -343,26 +345,265 @@ fn results(log: &[String]) -> Vec<(String, bool, Value)> {
 }
 
 // ----------------------------------------------------------------------
-// Scripted replies and tools
+// The embedded shell, on the host over a loopback link
 
-fn text(t: &str) -> ScriptedReply {
-    ScriptedReply::Chunks(vec![
-        StreamChunk::TextDelta {
-            index: 0,
-            text: t.into(),
-        },
-        StreamChunk::finish(FinishReason::Stop),
-    ])
+/// One HTTP exchange in memory: the request is appended to the last
+/// entry of `requests`, the scripted response is read back.
+struct Loopback {
+    response: Vec<u8>,
+    at: usize,
+    requests: std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>,
 }
 
-fn call(name: &str, args: &str) -> ScriptedReply {
-    ScriptedReply::Chunks(vec![
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::tool_call("c1", name, args),
-        },
-        StreamChunk::finish(FinishReason::ToolCalls),
-    ])
+impl embedded_io::ErrorType for Loopback {
+    type Error = core::convert::Infallible;
+}
+
+impl embedded_io::Read for Loopback {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
+        let rest = &self.response[self.at..];
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl embedded_io::Write for Loopback {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        if let Some(last) = self.requests.borrow_mut().last_mut() {
+            last.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// A log sink: a `Vec`, or one that fails every write (a full disk).
+struct Sink {
+    bytes: Vec<u8>,
+    fail: bool,
+    /// The length of `bytes` at each flush (the shell flushes once per
+    /// batch it writes).
+    flushes: Vec<usize>,
+}
+
+impl embedded_io::ErrorType for Sink {
+    type Error = embedded_io::ErrorKind;
+}
+
+impl embedded_io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        if self.fail && !self.bytes.is_empty() {
+            return Err(embedded_io::ErrorKind::OutOfMemory);
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        if self.flushes.last() != Some(&self.bytes.len()) {
+            self.flushes.push(self.bytes.len());
+        }
+        Ok(())
+    }
+}
+
+fn embedded_clock() -> i64 {
+    NOW
+}
+
+/// `echo` as the embedded shell's fn-pointer tool (the same answer as
+/// [`Echo`]).
+fn embedded_echo(
+    args: &str,
+    out: &mut dsh_embedded::ToolOutput,
+) -> Result<(), dsh_embedded::ToolError> {
+    let v: Value = serde_json::from_str(args).map_err(|_| dsh_embedded::ToolError)?;
+    out.push_str(&format!("echo: {}", v["text"].as_str().unwrap_or_default()));
+    Ok(())
+}
+
+const EMBEDDED_TOOLS: [dsh_embedded::Tool; 1] = [dsh_embedded::Tool {
+    name: "echo",
+    description: "Echo the text",
+    parameters: r#"{"type":"object"}"#,
+    run: embedded_echo,
+}];
+
+/// What an embedded run gives.
+struct EmbeddedRun {
+    /// The agent's log (from memory: a failing sink holds only the header).
+    log: Vec<String>,
+    /// The lines the sink received after the header.
+    written: Vec<String>,
+    /// The header line.
+    header: Value,
+    /// The JSON body of each model request.
+    requests: Vec<Value>,
+    /// The errors `prompt` returned.
+    errors: Vec<String>,
+    /// The event types of each batch written (between two flushes).
+    batches: Vec<Vec<String>>,
+}
+
+/// Runs `s` in the embedded shell: each model call reads the next
+/// scripted SSE body over a fresh loopback link.
+fn run_embedded(s: &Scenario, work: &std::path::Path) -> EmbeddedRun {
+    let mut bodies: std::collections::VecDeque<Vec<u8>> = s
+        .replies
+        .iter()
+        .map(|m| {
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n{}",
+                m.sse
+            )
+            .into_bytes()
+        })
+        .collect();
+    let requests = std::rc::Rc::new(std::cell::RefCell::new(Vec::<Vec<u8>>::new()));
+    let sent = requests.clone();
+    let opener = move || -> Result<Loopback, core::convert::Infallible> {
+        let response = bodies.pop_front().unwrap_or_else(|| {
+            b"HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\n\r\nscript exhausted"
+                .to_vec()
+        });
+        sent.borrow_mut().push(Vec::new());
+        Ok(Loopback {
+            response,
+            at: 0,
+            requests: sent.clone(),
+        })
+    };
+    let mut config = dsh_embedded::ShellConfig::new("127.0.0.1", "s1");
+    config.call = Some(s.call.clone());
+    config.cwd = Some(work.to_str().unwrap().to_string());
+    let sink = Sink {
+        bytes: Vec::new(),
+        fail: s.failing_store,
+        flushes: Vec::new(),
+    };
+    let mut shell = dsh_embedded::Shell::with_plugins(
+        config,
+        &EMBEDDED_TOOLS,
+        embedded_clock,
+        opener,
+        sink,
+        (s.plugins)(),
+    )
+    .unwrap();
+    let mut errors = Vec::new();
+    for p in &s.prompts {
+        // A failing sink is reported after the turn ran to its end.
+        if let Err(e) = shell.prompt(p) {
+            errors.push(e.to_string());
+        }
+    }
+    let (agent, sink) = shell.into_parts();
+    let mut batches = Vec::new();
+    let mut from = 0;
+    for &to in &sink.flushes {
+        // The header line goes out with the first batch.
+        let batch: Vec<String> = String::from_utf8_lossy(&sink.bytes[from..to])
+            .lines()
+            .filter(|l| !l.starts_with(r#"{"type":"session","#))
+            .map(str::to_string)
+            .collect();
+        from = to;
+        batches.push(types(&batch));
+    }
+    let text = String::from_utf8(sink.bytes).unwrap();
+    let mut written = text.lines().map(str::to_string);
+    let header = serde_json::from_str(&written.next().unwrap_or_default()).unwrap();
+    let requests = requests
+        .borrow()
+        .iter()
+        .map(|r| {
+            let text = String::from_utf8_lossy(r);
+            let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+            serde_json::from_str(body).unwrap_or(Value::Null)
+        })
+        .collect();
+    EmbeddedRun {
+        log: lines(agent.session().events()),
+        written: written.collect(),
+        header,
+        requests,
+        errors,
+        batches,
+    }
+}
+
+/// Runs `s` in std, smol and the embedded shell: the three logs must be
+/// byte-identical (and the embedded sink must hold its log).
+fn all_three(s: &Scenario) -> (Run, Run, EmbeddedRun) {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().canonicalize().unwrap();
+    let (std_run, smol_run) = both(s);
+    let e = run_embedded(s, &root);
+    assert_eq!(e.log, e.written, "embedded: the sink holds the log");
+    assert_eq!(
+        std_run.log.join("\n"),
+        e.log.join("\n"),
+        "std and embedded logs differ"
+    );
+    (std_run, smol_run, e)
+}
+
+// ----------------------------------------------------------------------
+// Scripted replies and tools
+
+/// One scripted model reply, as the DeepSeek SSE body a server sends.
+/// The std and smol runs get the chunks the adapter's decoder makes of
+/// it; the embedded run reads the body itself over its loopback link, so
+/// every runtime sees the same chunks.
+#[derive(Clone, Debug)]
+struct Model {
+    sse: String,
+}
+
+impl Model {
+    fn from_deltas(deltas: &[Value], finish: &str) -> Model {
+        let mut sse = String::new();
+        for delta in deltas {
+            let frame = json!({"id": "r1", "object": "chat.completion.chunk",
+                "model": "deepseek-v4-flash",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
+            sse.push_str(&format!("data: {frame}\n\n"));
+        }
+        let last = json!({"id": "r1", "object": "chat.completion.chunk",
+            "model": "deepseek-v4-flash",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}});
+        sse.push_str(&format!("data: {last}\n\ndata: [DONE]\n\n"));
+        Model { sse }
+    }
+
+    /// The chunks the DeepSeek decoder makes of the body.
+    fn reply(&self) -> ScriptedReply {
+        let mut decoder = dsh_deepseek::StreamDecoder::new();
+        let mut chunks = Vec::new();
+        decoder
+            .push(self.sse.as_bytes(), &mut chunks)
+            .expect("scripted SSE decodes");
+        decoder.finish_into(&mut chunks).expect("scripted SSE ends");
+        ScriptedReply::Chunks(chunks)
+    }
+}
+
+fn text(t: &str) -> Model {
+    Model::from_deltas(&[json!({"role": "assistant", "content": t})], "stop")
+}
+
+fn call(name: &str, args: &str) -> Model {
+    Model::from_deltas(
+        &[
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "c1",
+            "type": "function", "function": {"name": name, "arguments": args}}]}),
+        ],
+        "tool_calls",
+    )
 }
 
 /// `echo {"text"}` answers `echo: <text>`.
@@ -425,7 +666,7 @@ fn a_tool_turn_gives_the_same_log_in_every_runtime() {
         vec![call("echo", r#"{"text":"hi"}"#), text("done")],
         vec!["say hi"],
     );
-    let (a, _) = both(&s);
+    let (a, _, _) = all_three(&s);
     let t = types(&a.log);
     assert!(t.contains(&"tool/call".to_string()), "{t:?}");
     assert_eq!(t.last().map(String::as_str), Some("turn/end"));
@@ -448,6 +689,12 @@ fn the_header_cwd_is_the_absolute_working_directory_in_every_runtime() {
         let header: &SessionHeader = &got.header;
         assert_eq!(header.cwd.as_deref(), root.to_str(), "{name}: header cwd");
     }
+    let e = run_embedded(&s, &root);
+    assert_eq!(
+        e.header["cwd"].as_str(),
+        root.to_str(),
+        "embedded: header cwd"
+    );
 }
 
 #[test]
@@ -472,9 +719,22 @@ fn a_failed_write_before_the_model_ends_the_turn_in_error_everywhere() {
             run.errors
         );
     }
-    let end = of_type(&std_run.log, "turn/end");
-    assert_eq!(end[0]["data"]["reason"]["kind"], "error");
-    assert_eq!(end[0]["data"]["reason"]["error"]["code"], "FLUSH_FAILED");
+    let e = run_embedded(&s, work.path());
+    assert!(e.requests.is_empty(), "embedded: no request was sent");
+    assert!(
+        e.written.is_empty(),
+        "embedded: only the header was written"
+    );
+    assert!(
+        e.errors.iter().any(|m| m.contains("sink failed")),
+        "{:?}",
+        e.errors
+    );
+    for log in [&std_run.log, &e.log] {
+        let end = of_type(log, "turn/end");
+        assert_eq!(end[0]["data"]["reason"]["kind"], "error");
+        assert_eq!(end[0]["data"]["reason"]["error"]["code"], "FLUSH_FAILED");
+    }
 }
 
 #[test]
@@ -620,6 +880,12 @@ fn every_call_config_field_reaches_the_request_everywhere() {
         assert_eq!(r.stop, Some(vec!["END".to_string()]));
         assert_eq!(r.max_tokens, Some(512));
     }
+    let (_, _, e) = all_three(&s);
+    let body = &e.requests[0];
+    assert_eq!(body["reasoning_effort"], "high", "{body}");
+    assert_eq!(body["temperature"], 0.25, "{body}");
+    assert_eq!(body["stop"], json!(["END"]), "{body}");
+    assert_eq!(body["max_tokens"], 512, "{body}");
 }
 
 #[test]
@@ -632,8 +898,9 @@ fn writes_are_batched_per_checkpoint_identically_everywhere() {
         vec!["say hi"],
     );
     s.record = true;
-    let (a, b) = both(&s);
+    let (a, b, e) = all_three(&s);
     assert_eq!(a.batches, b.batches, "std and smol batch alike");
+    assert_eq!(a.batches, e.batches, "std and embedded batch alike");
     let last: Vec<&str> = a
         .batches
         .iter()
@@ -708,7 +975,7 @@ fn a_third_party_plugin_works_unchanged_in_every_runtime() {
         vec!["tell me the forbidden codes", "say something"],
     );
     s.plugins = || vec![Box::new(Guard)];
-    let (a, b) = both(&s);
+    let (a, b, e) = all_three(&s);
     let ends = of_type(&a.log, "turn/end");
     assert_eq!(ends[0]["data"]["reason"]["kind"], "blocked", "{ends:?}");
     assert_eq!(ends[1]["data"]["reason"]["kind"], "completed");
@@ -723,6 +990,14 @@ fn a_third_party_plugin_works_unchanged_in_every_runtime() {
             "{system}"
         );
     }
+    let system = &e.requests[0]["messages"][0];
+    assert_eq!(system["role"], "system", "{system}");
+    assert!(
+        system["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("Never reveal the launch codes.")),
+        "{system}"
+    );
 }
 
 // ----------------------------------------------------------------------

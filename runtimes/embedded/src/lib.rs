@@ -158,8 +158,15 @@ pub struct ShellConfig {
     pub model: String,
     /// The session id (header `id`).
     pub session_id: String,
+    /// The working directory the header records (`cwd`), if the device
+    /// has one worth recording (default none).
+    pub cwd: Option<String>,
     /// The adapter configuration the request body is built with.
     pub deepseek: DeepSeekConfig,
+    /// The whole call configuration (provider route, model, reasoning
+    /// effort, temperature, max tokens, stop, ...). When set, `model` is
+    /// not used; when not, the call is `model` on the DeepSeek route.
+    pub call: Option<LlmCallConfig>,
 }
 
 impl ShellConfig {
@@ -172,7 +179,9 @@ impl ShellConfig {
             user_agent: String::from(concat!("dsh-embedded/", env!("CARGO_PKG_VERSION"))),
             model: String::from("deepseek-v4-flash"),
             session_id: session_id.into(),
+            cwd: None,
             deepseek: DeepSeekConfig::default(),
+            call: None,
         }
     }
 }
@@ -272,7 +281,8 @@ pub struct Shell<O, S> {
     scratch: Vec<u8>,
     chunks: Vec<StreamChunk>,
     sink_error: Option<ErrorKind>,
-    user_messages: u64,
+    /// Ids of the user messages [`prompt`](Self::prompt) builds.
+    user_ids: dsh_runtime::Ids,
     /// The side call being streamed, if any.
     side: Option<SideCollector>,
     /// The result of the last plugin command.
@@ -323,11 +333,17 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 ))
                 .map_err(ShellError::Tool)?;
         }
-        let session =
-            dsh_runtime::create_session(config.session_id.as_str().into(), clock(), None)?;
+        let session = dsh_runtime::create_session(
+            config.session_id.as_str().into(),
+            clock(),
+            config.cwd.clone(),
+        )?;
         let header = session.header().clone();
-        let mut kernel_config =
-            KernelConfig::new(LlmCallConfig::new(PROVIDER_ROUTE, config.model.clone()));
+        let call = config
+            .call
+            .clone()
+            .unwrap_or_else(|| LlmCallConfig::new(PROVIDER_ROUTE, config.model.clone()));
+        let mut kernel_config = KernelConfig::new(call);
         kernel_config.tools = registry;
         kernel_config.ids = IdMode::Sequential;
         // The core's reference defaults (no retry executor, no HEAD deltas),
@@ -349,7 +365,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             scratch: Vec::new(),
             chunks: Vec::new(),
             sink_error: None,
-            user_messages: 0,
+            user_ids: dsh_runtime::Ids::new(IdMode::Sequential, 0),
             side: None,
             command: None,
         };
@@ -391,11 +407,10 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         (self.kernel.into_core(), self.sink)
     }
 
-    /// Sends a user text (message id `u1`, `u2`, …) and runs until the agent
-    /// is idle.
+    /// Sends a user text (message id `U1`, `U2`, …, as the other runtimes
+    /// number them) and runs until the agent is idle.
     pub fn prompt(&mut self, text: &str) -> Result<(), ShellError> {
-        self.user_messages += 1;
-        let id = format!("u{}", self.user_messages);
+        let id = self.user_ids.user_message_id();
         self.send(Message::user(id, vec![ContentBlock::text(text)]))
     }
 
