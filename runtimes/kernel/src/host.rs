@@ -1,10 +1,10 @@
 //! What every std runtime shares around the kernel (feature `std`): the
-//! clock, model providers and their stream pump, and the provider's
-//! `prepare` as a plugin.
+//! clock, model providers and their stream pump, the provider's `prepare`
+//! as a plugin, and the one error type of the hosted runtimes' handles.
 
 use std::boxed::Box;
 use std::collections::VecDeque;
-use std::string::String;
+use std::string::{String, ToString};
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
@@ -14,6 +14,7 @@ use dsh_core::{GenerateOptions, LlmCallConfig, LlmError, StreamChunk};
 use dsh_deepseek::{CancelToken, DeepSeekClient, error_finish};
 
 use crate::plugin::{Cx, Flow, Plugin, Seams, SideCollector, SideReply};
+use crate::types::KernelError;
 
 /// Where a std runtime reads `now` (epoch milliseconds).
 #[derive(Clone, Default)]
@@ -249,6 +250,82 @@ impl ModelProvider for ScriptedProvider {
                 "SCRIPT_EXHAUSTED",
                 "the scripted provider has no reply left",
             )),
+        }
+    }
+}
+
+/// Why a call on a hosted runtime's agent handle (`dsh-std`, `dsh-smol`)
+/// failed: one type for both, so code moving between them matches the
+/// same variants and shows the same messages.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ShellError {
+    /// The session store failed.
+    Store(dsh_store::StoreError),
+    /// The core refused the input (duplicate id, invalid message, ...).
+    Input(dsh_core::agent::InputError),
+    /// The stored log cannot drive an agent.
+    Resume(dsh_core::agent::ResumeError),
+    /// The stored log failed seed validation.
+    Seed(dsh_core::session::SeedError),
+    /// The fork was refused (F4/F5/F7).
+    Fork(dsh_core::session::ForkError),
+    /// The configuration is unusable (workspace, tool definitions, adapter
+    /// settings): what is wrong.
+    Config(String),
+    /// The agent has been disposed (its driver is gone).
+    Disposed,
+    /// `wait_idle` gave up before the agent went idle.
+    Timeout,
+    /// A thread could not be started: the OS error.
+    Spawn(String),
+    /// A plugin command failed or could not run (the agent is busy, no
+    /// plugin answered it): the message.
+    Command(String),
+}
+
+impl core::fmt::Display for ShellError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ShellError::Store(e) => write!(f, "session store: {e}"),
+            ShellError::Input(e) => write!(f, "input refused: {e}"),
+            ShellError::Resume(e) => write!(f, "cannot resume: {e}"),
+            ShellError::Seed(e) => write!(f, "stored log is invalid: {e}"),
+            ShellError::Fork(e) => write!(f, "cannot fork: {e}"),
+            ShellError::Config(e) => write!(f, "invalid agent config: {e}"),
+            ShellError::Disposed => f.write_str("the agent has been disposed"),
+            ShellError::Timeout => f.write_str("timed out waiting for the agent to go idle"),
+            ShellError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
+            ShellError::Command(e) => write!(f, "command failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ShellError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ShellError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<dsh_store::StoreError> for ShellError {
+    fn from(e: dsh_store::StoreError) -> Self {
+        ShellError::Store(e)
+    }
+}
+
+impl From<KernelError> for ShellError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Input(e) => ShellError::Input(e),
+            KernelError::Resume(e) => ShellError::Resume(e),
+            KernelError::Seed(e) => ShellError::Seed(e),
+            KernelError::Fork(e) => ShellError::Fork(e),
+            KernelError::Append(e) => ShellError::Input(dsh_core::agent::InputError::Append(e)),
+            KernelError::Disposed => ShellError::Disposed,
+            other => ShellError::Config(other.to_string()),
         }
     }
 }

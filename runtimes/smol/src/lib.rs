@@ -50,14 +50,13 @@ use std::time::Duration;
 
 use async_channel::{Receiver, Sender};
 use dsh_core::agent::retry::RetryPolicy;
-use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget, InputError, ResumeError};
-use dsh_core::session::{ForkError, SeedError};
+use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget};
 use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId};
 use dsh_deepseek::{ClientOptions, DeepSeekConfig};
-use dsh_runtime::{Ids, KernelError};
-use dsh_store::{SessionStore, StoreError};
+use dsh_runtime::Ids;
+use dsh_store::SessionStore;
 
-pub use dsh_runtime::host::{Clock, ModelProvider};
+pub use dsh_runtime::host::{Clock, ModelProvider, ShellError};
 pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, Reply, TurnSummary};
 pub use dsh_tools;
 pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, Tool, ToolSet};
@@ -135,68 +134,6 @@ impl AgentConfig {
             ids: IdMode::Uuid,
             clock: Clock::System,
             plugins: Vec::new(),
-        }
-    }
-}
-
-/// Why a shell call failed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ShellError {
-    /// The session store failed.
-    Store(StoreError),
-    /// The core refused the input (duplicate id, invalid message, ...).
-    Input(InputError),
-    /// The stored log cannot be resumed.
-    Resume(ResumeError),
-    /// The fork was refused (F4/F5/F7).
-    Fork(ForkError),
-    /// The stored log failed seed validation.
-    Seed(SeedError),
-    /// The configuration is invalid (adapter config, tool registry).
-    Config(String),
-    /// The agent's task has stopped (disposed).
-    Closed,
-    /// `wait_idle` gave up.
-    Timeout,
-    /// A plugin command failed (or no plugin answered it): the message.
-    Command(String),
-}
-
-impl fmt::Display for ShellError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ShellError::Store(e) => write!(f, "session store: {e}"),
-            ShellError::Input(e) => write!(f, "input refused: {e}"),
-            ShellError::Resume(e) => write!(f, "cannot resume: {e}"),
-            ShellError::Fork(e) => write!(f, "cannot fork: {e}"),
-            ShellError::Seed(e) => write!(f, "stored log is invalid: {e}"),
-            ShellError::Config(e) => write!(f, "invalid configuration: {e}"),
-            ShellError::Closed => f.write_str("the agent has been disposed"),
-            ShellError::Timeout => f.write_str("timed out waiting for the agent to go idle"),
-            ShellError::Command(e) => write!(f, "command failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ShellError {}
-
-impl From<StoreError> for ShellError {
-    fn from(e: StoreError) -> Self {
-        ShellError::Store(e)
-    }
-}
-
-impl From<KernelError> for ShellError {
-    fn from(e: KernelError) -> Self {
-        match e {
-            KernelError::Input(e) => ShellError::Input(e),
-            KernelError::Resume(e) => ShellError::Resume(e),
-            KernelError::Seed(e) => ShellError::Seed(e),
-            KernelError::Fork(e) => ShellError::Fork(e),
-            KernelError::Append(e) => ShellError::Input(InputError::Append(e)),
-            KernelError::Disposed => ShellError::Closed,
-            other => ShellError::Config(other.to_string()),
         }
     }
 }
@@ -315,10 +252,10 @@ impl Agent {
                 reply,
             })
             .await
-            .map_err(|_| ShellError::Closed)?;
+            .map_err(|_| ShellError::Disposed)?;
         match answer.recv().await {
             Ok(r) => r.map_err(ShellError::from),
-            Err(_) => Err(ShellError::Closed),
+            Err(_) => Err(ShellError::Disposed),
         }
     }
 
@@ -357,8 +294,8 @@ impl Agent {
         self.tx
             .send(Msg::WaitIdle(reply))
             .await
-            .map_err(|_| ShellError::Closed)?;
-        let wait = async { answer.recv().await.map_err(|_| ShellError::Closed) };
+            .map_err(|_| ShellError::Disposed)?;
+        let wait = async { answer.recv().await.map_err(|_| ShellError::Disposed) };
         match timeout {
             None => wait.await,
             Some(t) => {
@@ -386,8 +323,8 @@ impl Agent {
                 reply,
             })
             .await
-            .map_err(|_| ShellError::Closed)?;
-        let result = answer.recv().await.map_err(|_| ShellError::Closed)?;
+            .map_err(|_| ShellError::Disposed)?;
+        let result = answer.recv().await.map_err(|_| ShellError::Disposed)?;
         result.map_err(ShellError::Command)
     }
 

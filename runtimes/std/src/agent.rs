@@ -9,16 +9,17 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dsh_core::agent::tools::ToolOutcome;
-use dsh_core::agent::{self as core_agent, AgentStatus, CancelCause, InboxTarget, InputError};
+use dsh_core::agent::{self as core_agent, AgentStatus, CancelCause, InboxTarget};
 use dsh_core::session::{EventData, SessionEvent};
 use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
 use dsh_deepseek::CancelToken;
+pub use dsh_runtime::host::ShellError;
 use dsh_runtime::host::{Clock, ModelProvider, ProviderPrepare, absolute_cwd, pump};
 use dsh_runtime::{
     AgentEvent, ApprovalRequestId, Effect, IdMode, Ids, Kernel, KernelError, Plugin, Reply,
     TurnSummary,
 };
-use dsh_store::{SessionStore, StoreError};
+use dsh_store::SessionStore;
 use dsh_tools::{
     ApprovalDecision, ApprovalPlugin, ApprovalPolicy, CancelToken as ToolCancel, ToolSet, Workspace,
 };
@@ -148,69 +149,6 @@ impl AgentConfig {
         let root = self.workspace.as_ref().unwrap_or(&self.cwd);
         Workspace::new(root)
             .map_err(|e| ShellError::Config(format!("workspace {}: {e}", root.display())))
-    }
-}
-
-/// Why a shell operation failed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ShellError {
-    /// The session store failed.
-    Store(StoreError),
-    /// The stored log cannot drive an agent.
-    Resume(String),
-    /// The fork boundary or child is invalid.
-    Fork(String),
-    /// The core refused the input (duplicate id, invalid message).
-    Input(InputError),
-    /// The agent has been disposed (its driver is gone).
-    Disposed,
-    /// `wait_idle` timed out.
-    Timeout,
-    /// A thread could not be started.
-    Spawn(String),
-    /// The configuration is unusable (workspace, tool definitions).
-    Config(String),
-    /// A plugin command failed or could not run (the agent is busy, no
-    /// plugin answered it): the message.
-    Command(String),
-}
-
-impl core::fmt::Display for ShellError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            ShellError::Store(e) => write!(f, "session store: {e}"),
-            ShellError::Resume(e) => write!(f, "cannot resume: {e}"),
-            ShellError::Fork(e) => write!(f, "cannot fork: {e}"),
-            ShellError::Input(e) => write!(f, "{e}"),
-            ShellError::Disposed => f.write_str("the agent has been disposed"),
-            ShellError::Timeout => f.write_str("timed out waiting for the agent to go idle"),
-            ShellError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
-            ShellError::Config(e) => write!(f, "invalid agent config: {e}"),
-            ShellError::Command(e) => write!(f, "command failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ShellError {}
-
-impl From<StoreError> for ShellError {
-    fn from(e: StoreError) -> Self {
-        ShellError::Store(e)
-    }
-}
-
-impl From<KernelError> for ShellError {
-    fn from(e: KernelError) -> Self {
-        match e {
-            KernelError::Input(e) => ShellError::Input(e),
-            KernelError::Disposed => ShellError::Disposed,
-            KernelError::Fork(e) => ShellError::Fork(e.to_string()),
-            e @ (KernelError::Resume(_) | KernelError::Seed(_) | KernelError::Append(_)) => {
-                ShellError::Resume(e.to_string())
-            }
-            other => ShellError::Config(other.to_string()),
-        }
     }
 }
 

@@ -656,7 +656,10 @@ fn duplicate_message_ids_are_refused() {
     let m = Message::user("same", vec![ContentBlock::text("x")]);
     agent.inject(m.clone()).unwrap();
     let err = agent.inject(m).unwrap_err();
-    assert_eq!(err.to_string(), "message \"same\" is already pending");
+    assert_eq!(
+        err.to_string(),
+        "input refused: message \"same\" is already pending"
+    );
 }
 
 #[test]
