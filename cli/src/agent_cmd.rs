@@ -451,6 +451,7 @@ pub fn drive_one_turn(
                 id,
                 tool,
                 arguments,
+                ..
             }) => {
                 let decision = if approve_all {
                     dsh_std::ApprovalDecision::Allow
@@ -734,6 +735,7 @@ fn repl(
                 id,
                 tool,
                 arguments,
+                ..
             }) => {
                 let _ = r.clear_status(&mut out);
                 let _ = r.end_line(&mut out);

@@ -178,6 +178,7 @@ impl Plugin for ApprovalPlugin {
     ) -> Flow<ApprovalOutcome> {
         match cx.reply() {
             None => Flow::Ask(Ask::Approval {
+                call_id: exec.call_id.0.clone(),
                 tool: exec.name.clone(),
                 arguments: exec.raw_arguments.clone(),
                 reason: reason.map(String::from),

@@ -125,22 +125,12 @@ impl SessionMode {
     }
 }
 
-/// A call whose result has not arrived (to match an approval request,
-/// which names the tool and arguments but not the call id).
-struct OpenCall {
-    id: String,
-    name: String,
-    arguments: String,
-    asked: bool,
-}
-
 /// One open session.
 struct Live {
     agent: Agent,
     cwd: PathBuf,
     policy: ApprovalPolicy,
     calls: Calls,
-    open: Vec<OpenCall>,
     /// The running `session/prompt` request.
     prompt: Option<RequestId>,
     /// `session/cancel` arrived for the running prompt.
@@ -390,7 +380,6 @@ impl Server {
                 cwd,
                 policy,
                 calls: Calls::default(),
-                open: Vec::new(),
                 prompt: None,
                 cancel_requested: false,
                 mode: SessionMode::Ask,
@@ -518,70 +507,26 @@ impl Server {
                 for update in map::updates(&ev, Mode::Live, &live.cwd, &mut live.calls, &asks) {
                     notify(&self.peer, session, update);
                 }
-                match ev.data() {
-                    EventData::ToolCall(c) => live.open.push(OpenCall {
-                        id: c.call_id.as_str().to_string(),
-                        name: c.name.clone(),
-                        arguments: c.arguments.clone(),
-                        asked: false,
-                    }),
-                    EventData::ToolResult(r) => {
-                        let answered: Vec<&str> = r
-                            .message
-                            .content
-                            .iter()
-                            .filter_map(|b| match b {
-                                dsh_core::ContentBlock::ToolResult { tool_call_id, .. } => {
-                                    Some(tool_call_id.as_str())
-                                }
-                                _ => None,
-                            })
-                            .collect();
-                        live.open.retain(|c| !answered.contains(&c.id.as_str()));
+                if let EventData::TurnEnd(end) = ev.data() {
+                    if let Some(id) = live.prompt.take() {
+                        let result = map::stop_reason(&end.reason, live.cancel_requested)
+                            .map(PromptResponse::new);
+                        live.cancel_requested = false;
+                        self.peer.respond(&id, result);
                     }
-                    EventData::TurnEnd(end) => {
-                        live.open.clear();
-                        if let Some(id) = live.prompt.take() {
-                            let result = map::stop_reason(&end.reason, live.cancel_requested)
-                                .map(PromptResponse::new);
-                            live.cancel_requested = false;
-                            self.peer.respond(&id, result);
-                        }
-                    }
-                    _ => {}
                 }
             }
-            AgentEvent::ApprovalRequested {
-                id,
-                tool,
-                arguments,
-            } if live.mode.allows(&tool) => {
+            AgentEvent::ApprovalRequested { id, tool, .. } if live.mode.allows(&tool) => {
                 // The mode answers; the call already shows in progress.
-                if let Some(c) = live
-                    .open
-                    .iter_mut()
-                    .find(|c| !c.asked && c.name == tool && c.arguments == arguments)
-                {
-                    c.asked = true;
-                }
                 live.agent.answer_approval(id, ApprovalDecision::Allow);
             }
             AgentEvent::ApprovalRequested {
                 id,
+                call_id,
                 tool,
                 arguments,
+                ..
             } => {
-                let call_id = match live
-                    .open
-                    .iter_mut()
-                    .find(|c| !c.asked && c.name == tool && c.arguments == arguments)
-                {
-                    Some(c) => {
-                        c.asked = true;
-                        c.id.clone()
-                    }
-                    None => format!("approval-{}", id.0),
-                };
                 let args: Value = serde_json::from_str(&arguments).unwrap_or(Value::Null);
                 let request = RequestPermissionRequest::new(
                     session.to_string(),

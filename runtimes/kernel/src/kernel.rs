@@ -1074,11 +1074,16 @@ impl Kernel {
                 let id = self.next_ask;
                 let event = match ask {
                     Ask::Approval {
-                        tool, arguments, ..
-                    } => AgentEvent::ApprovalRequested {
-                        id: ApprovalRequestId(id),
+                        call_id,
                         tool,
                         arguments,
+                        reason,
+                    } => AgentEvent::ApprovalRequested {
+                        id: ApprovalRequestId(id),
+                        call_id,
+                        tool,
+                        arguments,
+                        reason,
                     },
                     Ask::Plugin { plugin, request } => AgentEvent::Asked {
                         id: ApprovalRequestId(id),

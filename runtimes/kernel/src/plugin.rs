@@ -60,6 +60,9 @@ pub enum Ask {
     /// A tool call needs a front end's approval (TL-10). Published as
     /// [`AgentEvent::ApprovalRequested`](crate::AgentEvent::ApprovalRequested).
     Approval {
+        /// The call's id (`tool/call.callId`), so a front end can tie the
+        /// question to the call it shows.
+        call_id: String,
         /// The tool name.
         tool: String,
         /// The raw argument text.

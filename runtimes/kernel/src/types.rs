@@ -139,10 +139,14 @@ pub enum AgentEvent {
     ApprovalRequested {
         /// Pass back with the decision.
         id: ApprovalRequestId,
+        /// The call's id (`tool/call.callId`).
+        call_id: String,
         /// The tool name.
         tool: String,
         /// The raw argument text.
         arguments: String,
+        /// Why the policy asks, when it gave a reason.
+        reason: Option<String>,
     },
     /// A plugin asks the front end something.
     Asked {

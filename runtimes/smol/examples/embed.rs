@@ -80,6 +80,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                     id,
                     tool,
                     arguments,
+                    ..
                 } => {
                     // Every tool asks first (the policy above); refuse `bash`.
                     let decision = if tool == "bash" {

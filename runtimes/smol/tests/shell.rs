@@ -374,6 +374,7 @@ fn approval_is_asked_and_answered() {
                     id,
                     tool,
                     arguments,
+                    ..
                 }) => {
                     assert_eq!(tool, "echo");
                     assert_eq!(arguments, r#"{"text":"ping"}"#);

@@ -483,12 +483,15 @@ fn approval_ask_then_deny_then_allow() {
     agent.send("read it").unwrap();
     let AgentEvent::ApprovalRequested {
         id,
+        call_id,
         tool,
         arguments,
+        ..
     } = wait_for(&rx, |e| matches!(e, AgentEvent::ApprovalRequested { .. }))
     else {
         unreachable!()
     };
+    assert_eq!(call_id, "c1", "the question names the call it is about");
     assert_eq!(tool, "read");
     assert_eq!(arguments, r#"{"file_path":"notes.txt"}"#);
     assert_eq!(agent.status(), AgentStatus::Running);
@@ -496,11 +499,12 @@ fn approval_ask_then_deny_then_allow() {
     agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
 
     agent.send("now read it").unwrap();
-    let AgentEvent::ApprovalRequested { id, .. } =
+    let AgentEvent::ApprovalRequested { id, call_id, .. } =
         wait_for(&rx, |e| matches!(e, AgentEvent::ApprovalRequested { .. }))
     else {
         unreachable!()
     };
+    assert_eq!(call_id, "c2");
     agent.answer_approval(id, ApprovalDecision::Allow);
     agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
 
