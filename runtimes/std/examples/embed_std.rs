@@ -2,7 +2,7 @@
 //! it streams, approvals answered, then idle and dispose.
 //!
 //! ```text
-//! cargo run -p dsh-std --example embed [PROMPT]
+//! cargo run -p dsh-std --example embed_std [PROMPT]
 //! ```
 //!
 //! With `DEEPSEEK_API_KEY` set the prompt goes to DeepSeek; without it the

@@ -2,7 +2,7 @@
 //! streams, approvals answered, then idle and dispose.
 //!
 //! ```text
-//! cargo run -p dsh-smol --example embed [PROMPT]
+//! cargo run -p dsh-smol --example embed_smol [PROMPT]
 //! ```
 //!
 //! With `DEEPSEEK_API_KEY` set the prompt goes to DeepSeek; without it the
