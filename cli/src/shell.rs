@@ -35,11 +35,12 @@ pub fn system_prompt(cwd: &Path, settings: &PromptSettings) -> dsh_system_prompt
     prompt
 }
 
-/// Tools that only read: never asked about.
-const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "bash_output"];
+/// Tools never asked about: those that only read, and `todo_write`,
+/// which changes nothing but the agent's own plan in its session log.
+const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "bash_output", "todo_write"];
 
 /// The approval policy: everything `auto` when `approve_all`; otherwise
-/// read-only tools `auto` and every other tool `ask` (in `chat` the user
+/// read-only tools (and the plan) `auto` and every other tool `ask` (in `chat` the user
 /// answers; `run` without `--yes` denies).
 pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
     if approve_all {
@@ -129,6 +130,8 @@ mod tests {
         assert_eq!(p.mode_for("bash"), ApprovalMode::Ask);
         assert_eq!(p.mode_for("write"), ApprovalMode::Ask);
         assert_eq!(p.mode_for("edit"), ApprovalMode::Ask);
+        assert_eq!(p.mode_for("bash_start"), ApprovalMode::Ask);
+        assert_eq!(p.mode_for("todo_write"), ApprovalMode::Auto);
         assert_eq!(approval_policy(true).mode_for("bash"), ApprovalMode::Auto);
     }
 

@@ -125,7 +125,7 @@ delete env.DEEPSEEK_BASE_URL;
 
 const script = {
   responses: [
-    // Prompt 1: plan, write (both need permission: granted), answer.
+    // Prompt 1: plan (never asks), write (needs permission: granted), answer.
     { turn: { reasoning: ["Plan first."], toolCalls: [{ id: "call_todo", name: "todo_write",
       arguments: ['{"todos":[{"content":"Write notes.txt","status":"in_progress"}]}'] }] } },
     { turn: { text: ["Writing."], toolCalls: [{ id: "call_write", name: "write",
@@ -265,7 +265,9 @@ await app.connectWith(first.stream, async (agent) => {
   updates = wireUpdates(first, mark);
   check(buffers.get(join(ws, "notes.txt")) === "one\ntwo\n", "notes.txt written to the editor's buffer");
   check(!existsSync(join(ws, "notes.txt")), "not to the disk");
-  check(permissionRequests.length === 2, `two permission requests, got ${permissionRequests.length}`);
+  check(permissionRequests.length === 1, `one permission request (the plan never asks), got ${permissionRequests.length}`);
+  check(permissionRequests[0].toolCall.toolCallId === "call_write",
+    `the permission request names the write call, got ${permissionRequests[0].toolCall.toolCallId}`);
   const plan = updates.find((u) => u.update.sessionUpdate === "plan");
   check(plan && plan.update.entries[0].content === "Write notes.txt" && plan.update.entries[0].status === "in_progress",
     "todo_write becomes a plan");
