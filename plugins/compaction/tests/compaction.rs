@@ -9,8 +9,8 @@ use dsh_core::{
     StreamChunk, TokenUsage,
 };
 use dsh_runtime::{
-    AgentConfig, Effect, IdMode, InboxTarget, Kernel, Plugin, Reply, SideReply, create_session,
-    resume_session,
+    AgentConfig, CancelCause, Effect, IdMode, InboxTarget, Kernel, Plugin, Reply, SideReply,
+    create_session, resume_session,
 };
 
 const NOW: i64 = 1_000_000;
@@ -523,4 +523,52 @@ fn manual_compaction_runs_as_maintenance_with_turn_null() {
     assert_eq!(seen.requests[2].messages.len(), 4, "5 without the summary");
     assert!(last_turn_end(k.session()).contains("completed"));
     assert_replays(k.session());
+}
+
+/// An abort while the summary call is in flight stops that call
+/// (`Effect::CancelSide` names it) and closes the bracket; its late answer
+/// is refused as stale and changes nothing.
+#[test]
+fn an_abort_during_the_summary_call_cancels_it() {
+    let mut k = kernel(1_000);
+    let mut models = vec![reply("one", 300, 50), reply("two", 700, 150)];
+    let mut summaries = vec![];
+    let mut seen = Seen::default();
+    for text in ["first", "second"] {
+        user(&mut k, text);
+        run(&mut k, &mut models, &mut summaries, &mut seen);
+    }
+    user(&mut k, "third");
+    let mut side = None;
+    while let Some(e) = k.poll() {
+        match e {
+            Effect::Persist { .. } => k.persisted(NOW, Ok(())).unwrap(),
+            Effect::SideModel { id, .. } => {
+                side = Some(id);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let side = side.expect("a summary was asked for");
+    k.cancel(NOW, CancelCause::User, false);
+    let mut cancelled = Vec::new();
+    while let Some(e) = k.poll() {
+        match e {
+            Effect::Persist { .. } => k.persisted(NOW, Ok(())).unwrap(),
+            Effect::CancelSide { id } => cancelled.push(id),
+            _ => {}
+        }
+    }
+    assert_eq!(cancelled, vec![side], "the summary call is stopped");
+    let before = k.session().len();
+    assert!(
+        k.answer(NOW, side, Reply::Model(summary("late"))).is_err(),
+        "a late answer is stale"
+    );
+    assert_eq!(k.session().len(), before, "and changes nothing");
+    let t = types(k.session());
+    assert!(t.contains(&"compaction/end".to_string()), "{t:?}");
+    assert!(last_turn_end(k.session()).contains("aborted"), "{t:?}");
+    assert!(!locked(k.session()), "no lock is left");
 }

@@ -489,6 +489,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 Effect::SideModel { id, request, .. } => {
                     self.work.push_back(Work::Side { id, request })
                 }
+                Effect::CancelSide { id } => self
+                    .work
+                    .retain(|w| !matches!(w, Work::Side { id: side, .. } if *side == id)),
                 Effect::Publish(dsh_runtime::AgentEvent::CommandDone { result, .. }) => {
                     self.command = Some(result);
                 }

@@ -161,6 +161,8 @@ struct Pending {
     seat: Seat,
     value: Value,
     plugin: usize,
+    /// A side model call is in flight for it.
+    side: bool,
 }
 
 enum ChainEnd {
@@ -910,9 +912,13 @@ impl Kernel {
         }
     }
 
-    /// Withdraws every pending ask: each plugin sees [`Reply::Cancelled`].
+    /// Withdraws every pending ask: each plugin sees [`Reply::Cancelled`];
+    /// side calls in flight are stopped ([`Effect::CancelSide`]).
     fn withdraw_asks(&mut self) {
-        while let Some((_, pending)) = self.asks.pop_first() {
+        while let Some((id, pending)) = self.asks.pop_first() {
+            if pending.side {
+                self.effects.push_back(Effect::CancelSide { id });
+            }
             self.resume_chain(pending, Reply::Cancelled);
         }
     }
@@ -987,6 +993,7 @@ impl Kernel {
             seat,
             value,
             plugin,
+            ..
         } = pending;
         let end = self.run_chain(&seat, value, plugin, Some(reply));
         self.chain_end(seat, end);
@@ -1097,6 +1104,7 @@ impl Kernel {
                                 seat,
                                 value,
                                 plugin: index,
+                                side: true,
                             },
                         );
                         self.effects.push_back(Effect::SideModel {
@@ -1114,6 +1122,7 @@ impl Kernel {
                         seat,
                         value,
                         plugin,
+                        side: false,
                     },
                 );
                 self.publish(event);

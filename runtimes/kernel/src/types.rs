@@ -224,6 +224,13 @@ pub enum Effect {
         /// The request.
         request: dsh_core::GenerateOptions,
     },
+    /// Stop side call `id` (its ask was withdrawn: the turn was aborted or
+    /// the agent is being disposed). Its answer, if one still comes, is
+    /// refused as stale.
+    CancelSide {
+        /// The ask id of the side call.
+        id: u64,
+    },
     /// Write `session.events()[range]` durably as one batch, then report
     /// with [`persisted`](crate::Kernel::persisted). No other effect is
     /// released until then: with a checkpoint this is the flush barrier

@@ -175,6 +175,7 @@ pub(crate) fn spawn(
         idle_waiters: Vec::new(),
         commands: std::collections::VecDeque::new(),
         streams: BTreeMap::new(),
+        sides: BTreeMap::new(),
         bodies: BTreeMap::new(),
         disposing: None,
     };
@@ -223,6 +224,8 @@ struct Driver {
     subscribers: Vec<Sender<AgentEvent>>,
     idle_waiters: Vec<Sender<TurnSummary>>,
     streams: BTreeMap<u64, CancelToken>,
+    /// Side model calls in flight, by ask id.
+    sides: BTreeMap<u64, CancelToken>,
     bodies: BTreeMap<u64, ToolCancel>,
     /// Set once disposal began: who waits for it.
     disposing: Option<Vec<Sender<()>>>,
@@ -290,6 +293,7 @@ impl Driver {
                 }
             },
             Msg::Answer { id, reply } => {
+                self.sides.remove(&id);
                 // An unknown or withdrawn id is ignored.
                 let _ = self.kernel.answer(now, id, reply);
             }
@@ -325,6 +329,11 @@ impl Driver {
             match effect {
                 Effect::StartModel(call) => self.start_model(call),
                 Effect::SideModel { id, request, .. } => self.start_side_call(id, request),
+                Effect::CancelSide { id } => {
+                    if let Some(c) = self.sides.remove(&id) {
+                        c.cancel();
+                    }
+                }
                 Effect::CancelModel { attempt } => {
                     if let Some(c) = self.streams.remove(&attempt) {
                         c.cancel();
@@ -374,8 +383,10 @@ impl Driver {
     fn start_side_call(&mut self, id: u64, request: dsh_core::GenerateOptions) {
         let tx = self.tx.clone();
         let provider = self.provider.clone();
+        let cancel = CancelToken::new();
+        self.sides.insert(id, cancel.clone());
         smol::unblock(move || {
-            let r = dsh_runtime::host::side_call(&*provider, &request, &CancelToken::new());
+            let r = dsh_runtime::host::side_call(&*provider, &request, &cancel);
             let _ = tx.send_blocking(Msg::Answer {
                 id,
                 reply: Reply::Model(r),
@@ -447,7 +458,7 @@ impl Driver {
 
     /// Store release, disposal answers.
     async fn finish(mut self) {
-        for c in self.streams.values() {
+        for c in self.streams.values().chain(self.sides.values()) {
             c.cancel();
         }
         for c in self.bodies.values() {

@@ -737,6 +737,11 @@ impl Driver {
             match effect {
                 Effect::StartModel(call) => self.start_stream(call.attempt, call.request),
                 Effect::SideModel { id, request, .. } => self.start_side_call(id, request),
+                Effect::CancelSide { id } => {
+                    if let Some(c) = self.sides.remove(&id) {
+                        c.cancel();
+                    }
+                }
                 Effect::CancelModel { attempt } => {
                     if let Some(c) = self.streams.remove(&attempt) {
                         c.cancel();
