@@ -336,12 +336,24 @@ impl Agent {
     ) -> Result<Agent, ShellError> {
         let parent = store.inspect(from, &dsh_store::Cancel::new())?;
         let now = config.clock.now_ms();
-        let child =
-            dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id.clone(), now)?;
-        store.create(child.header().clone())?;
-        store.append(&new_id, child.events())?;
-        let stored = child.len();
-        Agent::start(config, store, child, stored)
+        let child = dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id, now)?;
+        Agent::adopt(config, store, child)
+    }
+
+    /// Runs an agent on a new session the caller built (a subagent's
+    /// child, a seeded fork): its header is registered with the store and
+    /// its seed events, if any, are written before the agent starts.
+    pub fn adopt(
+        config: AgentConfig,
+        store: Arc<dyn SessionStore>,
+        session: dsh_core::session::Session,
+    ) -> Result<Agent, ShellError> {
+        store.create(session.header().clone())?;
+        if !session.is_empty() {
+            store.append(session.id(), session.events())?;
+        }
+        let stored = session.len();
+        Agent::start(config, store, session, stored)
     }
 
     fn start(
