@@ -207,22 +207,30 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
     let prompt = args.prompt_settings(&file)?;
     let store = args.store.open()?;
-    let mut config = crate::shell::agent_config(&provider, cwd, interactive, approve_all, &prompt)?;
     let bash = args
         .tools
         .over(&file.tools)
         .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
-    config.tools = dsh_tools::ToolSet::standard(bash);
-    // Pressure and overflow compaction against the model's context window
-    // (loop.md CP-3 a, b); `/compact` in chat runs it by hand (CP-3 c).
-    config
-        .plugins
-        .push(Box::new(dsh_compaction::Compaction::new(
-            dsh_compaction::CompactionConfig::default(),
-        )));
+    let max_retry_wait_ms = provider.client.max_retry_wait_ms();
+    // The agent, and each subagent it starts, are built alike.
+    let build = move || {
+        let mut config =
+            crate::shell::agent_config(&provider, cwd.clone(), interactive, approve_all, &prompt)?;
+        config.tools = dsh_tools::ToolSet::standard(bash.clone());
+        // Pressure and overflow compaction against the model's context
+        // window (loop.md CP-3 a, b); `/compact` in chat runs it by hand
+        // (CP-3 c).
+        config
+            .plugins
+            .push(Box::new(dsh_compaction::Compaction::new(
+                dsh_compaction::CompactionConfig::default(),
+            )));
+        Ok(config)
+    };
+    let config = crate::shell::delegating(store.clone(), build)?;
     let mut render = args.view.options();
-    render.max_retry_wait_ms = provider.client.max_retry_wait_ms();
+    render.max_retry_wait_ms = max_retry_wait_ms;
     // `run` keeps stdout for the answer: notices and errors go to stderr.
     render.stderr_notices = !interactive;
     Ok(Setup {

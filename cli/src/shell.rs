@@ -111,6 +111,26 @@ pub fn agent_config(
     Ok(agent)
 }
 
+/// The configuration `build` makes, able to delegate to subagents
+/// (loop.md SA-1 to SA-3): the `subagent` and `subagent_fork` tools, whose
+/// children are built by `build` too (same provider, model, tools and
+/// plugins) and stored in `store`, beside the parent.
+pub fn delegating(
+    store: Arc<dyn dsh_store::SessionStore>,
+    build: impl Fn() -> Result<AgentConfig, String> + Send + Sync + 'static,
+) -> Result<AgentConfig, String> {
+    let build: dsh_subagents::std_runner::ConfigFactory = Arc::new(build);
+    let mut config = build()?;
+    let delegation = dsh_subagents::std_runner::Delegation::with_ids(
+        store,
+        build,
+        dsh_subagents::std_runner::Settings::default(),
+        Arc::new(|| crate::store::new_session_id(crate::store::now_ms())),
+    );
+    delegation.install(&mut config);
+    Ok(config)
+}
+
 /// Whether the built-in tool set has a tool named `name`.
 pub fn has_tool(name: &str) -> bool {
     ToolSet::standard(dsh_tools::BashConfig::default())

@@ -19,6 +19,7 @@ use std::string::{String, ToString};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dsh_core::SessionId;
 use dsh_core::agent::CancelCause;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_std::{Agent, AgentConfig, ShellError};
@@ -61,7 +62,11 @@ pub struct Delegation {
     store: Arc<dyn SessionStore>,
     factory: ConfigFactory,
     settings: Settings,
+    ids: IdSource,
 }
+
+/// Makes a child's session id.
+pub type IdSource = Arc<dyn Fn() -> SessionId + Send + Sync>;
 
 impl core::fmt::Debug for Delegation {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -84,10 +89,22 @@ impl Delegation {
         factory: ConfigFactory,
         settings: Settings,
     ) -> Arc<Delegation> {
+        Delegation::with_ids(store, factory, settings, Arc::new(dsh_std::new_session_id))
+    }
+
+    /// As [`with_settings`](Self::with_settings), naming children with
+    /// `ids` (default: UUID v4).
+    pub fn with_ids(
+        store: Arc<dyn SessionStore>,
+        factory: ConfigFactory,
+        settings: Settings,
+        ids: IdSource,
+    ) -> Arc<Delegation> {
         Arc::new(Delegation {
             store,
             factory,
             settings,
+            ids,
         })
     }
 
@@ -159,7 +176,7 @@ impl Delegation {
         )));
         self.add_tools(&mut config);
         let now = config.clock.now_ms();
-        let id = dsh_std::new_session_id();
+        let id = (self.ids)();
         let session = match mode {
             Mode::Spawn => spawn_session(
                 id,
