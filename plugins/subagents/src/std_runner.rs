@@ -18,6 +18,7 @@ use std::format;
 use std::string::{String, ToString};
 use std::sync::Arc;
 use std::time::Duration;
+use std::vec::Vec;
 
 use dsh_core::SessionId;
 use dsh_core::agent::CancelCause;
@@ -117,18 +118,34 @@ impl Delegation {
     /// `subagent` and `subagent_fork` tools. An agent at the depth cap
     /// keeps the tools; a call gets the cap's clear error.
     pub fn install(self: &Arc<Self>, config: &mut AgentConfig) {
-        config
-            .plugins
-            .push(Box::new(Subagents::new(self.settings.max_depth)));
+        config.plugins.push(Box::new(self.plugin()));
         self.add_tools(config);
     }
 
+    /// The kernel plugin of a delegating agent (any runtime; pair it with
+    /// [`tools`](Self::tools)).
+    pub fn plugin(&self) -> Subagents {
+        Subagents::new(self.settings.max_depth)
+    }
+
+    /// The `subagent` and `subagent_fork` tool bodies, for any runtime
+    /// that runs `dsh_tools` bodies (`dsh_std`, `dsh_smol`); the children
+    /// are `dsh_std` agents.
+    pub fn tools(self: &Arc<Self>) -> Vec<Box<dyn Tool>> {
+        [Mode::Spawn, Mode::Fork]
+            .into_iter()
+            .map(|mode| {
+                Box::new(SubagentTool {
+                    mode,
+                    delegation: self.clone(),
+                }) as Box<dyn Tool>
+            })
+            .collect()
+    }
+
     fn add_tools(self: &Arc<Self>, config: &mut AgentConfig) {
-        for mode in [Mode::Spawn, Mode::Fork] {
-            config.tools.insert(Box::new(SubagentTool {
-                mode,
-                delegation: self.clone(),
-            }));
+        for tool in self.tools() {
+            config.tools.insert(tool);
         }
     }
 
