@@ -189,6 +189,9 @@ pub struct Setup {
     pub render: RenderOptions,
     /// Whether to title the session (`--no-title`, `titles`).
     pub titles: bool,
+    /// The agent's subagents: attach the agent so that its background
+    /// children can report back (a REPL; `run` ends after one turn).
+    pub delegation: Arc<dsh_subagents::std_runner::Delegation>,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -228,7 +231,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
             )));
         Ok(config)
     };
-    let config = crate::shell::delegating(store.clone(), build)?;
+    let (config, delegation) = crate::shell::delegating(store.clone(), build)?;
     let mut render = args.view.options();
     render.max_retry_wait_ms = max_retry_wait_ms;
     // `run` keeps stdout for the answer: notices and errors go to stderr.
@@ -236,6 +239,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
     Ok(Setup {
         store,
         config,
+        delegation,
         render,
         titles: !args.no_title && file.titles.unwrap_or(true),
     })
@@ -582,6 +586,9 @@ pub fn chat(args: ChatArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    setup
+        .delegation
+        .attach(agent.session_id().clone(), agent.mailbox());
     let titler = titler_for(provider, call, &agent, setup.titles);
     repl(
         agent,
@@ -618,6 +625,9 @@ pub fn fork(args: ForkArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    setup
+        .delegation
+        .attach(agent.session_id().clone(), agent.mailbox());
     eprintln!("forked {} → {}", args.id, new_id.as_str());
     let titler = titler_for(provider, call, &agent, setup.titles);
     repl(

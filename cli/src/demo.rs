@@ -144,7 +144,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         }
     };
     let mut config = if subagent {
-        crate::shell::delegating(store.clone(), build)?
+        crate::shell::delegating(store.clone(), build)?.0
     } else {
         build()?
     };

@@ -115,10 +115,16 @@ pub fn agent_config(
 /// (loop.md SA-1 to SA-3): the `subagent` and `subagent_fork` tools, whose
 /// children are built by `build` too (same provider, model, tools and
 /// plugins) and stored in `store`, beside the parent.
+///
+/// Returns the delegation too: [`Delegation::attach`] an agent started
+/// from the configuration to let its background children
+/// (`run_in_background`) report back to it.
+///
+/// [`Delegation::attach`]: dsh_subagents::std_runner::Delegation::attach
 pub fn delegating(
     store: Arc<dyn dsh_store::SessionStore>,
     build: impl Fn() -> Result<AgentConfig, String> + Send + Sync + 'static,
-) -> Result<AgentConfig, String> {
+) -> Result<(AgentConfig, Arc<dsh_subagents::std_runner::Delegation>), String> {
     let build: dsh_subagents::std_runner::ConfigFactory = Arc::new(build);
     let mut config = build()?;
     let delegation = dsh_subagents::std_runner::Delegation::with_ids(
@@ -128,7 +134,7 @@ pub fn delegating(
         Arc::new(|| crate::store::new_session_id(crate::store::now_ms())),
     );
     delegation.install(&mut config);
-    Ok(config)
+    Ok((config, delegation))
 }
 
 /// Whether the built-in tool set has a tool named `name`.

@@ -9,7 +9,8 @@
 //!   `session/end-seed`.
 //!
 //! Both take `description` and `prompt` (required) and `run_in_background`
-//! (optional). The child's header carries `parentSession`,
+//! (optional: the call returns at once and the child's result arrives
+//! later as a `subagent-settled` message, [`settled_message`]). The child's header carries `parentSession`,
 //! `origin: "subagent"` and `delegationDepth` = the parent's + 1 (SA-1);
 //! its first turn logs a `subagent/descriptor` before its first request.
 //!
@@ -432,6 +433,54 @@ pub fn outcome(reason: Option<&TurnEndReason>, output: Option<String>) -> ToolOu
             "NOT_COMPLETED",
         ),
     }
+}
+
+/// The `source.kind` of the message that brings a background child's
+/// result to its parent (session.md 4.4 lists it).
+pub const SETTLED_KIND: &str = "subagent-settled";
+
+/// The tool's result when a child starts in the background.
+pub fn started_outcome(child: &SessionId, description: &str) -> ToolOutcome {
+    ToolOutcome::success(alloc::vec![ContentBlock::text(format!(
+        "Started background subagent \"{description}\" (session {}). Its answer will arrive as a message when it finishes; continue with other work meanwhile.",
+        child.as_str()
+    ))])
+}
+
+/// The message that delivers a background child's result (`outcome`, as
+/// [`outcome`] maps it) to the parent: a user message with source
+/// `{"kind":"subagent-settled","session":child}` whose text names the child
+/// and carries its answer or its failure.
+pub fn settled_message(
+    id: &str,
+    child: &SessionId,
+    description: &str,
+    outcome: &ToolOutcome,
+) -> dsh_core::Message {
+    let text: String = outcome
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .concat();
+    let head = format!(
+        "Background subagent \"{description}\" (session {})",
+        child.as_str()
+    );
+    let body = if outcome.is_error() {
+        format!("{head} did not finish: {text}")
+    } else {
+        format!("{head} finished. Its answer:\n\n{text}")
+    };
+    let mut message = dsh_core::Message::user(id, alloc::vec![ContentBlock::text(body)]);
+    let mut source = serde_json::Map::new();
+    source.insert(String::from("kind"), Value::from(SETTLED_KIND));
+    source.insert(String::from("session"), Value::from(child.as_str()));
+    message.source = dsh_core::MessageSource::Other(source);
+    message
 }
 
 /// The subagents plugin (a kernel [`Plugin`], every runtime).

@@ -10,26 +10,36 @@
 //! aborted, the parent disposed), the child is cancelled with
 //! `{"kind":"parent"}` and the call ends `ABORTED`.
 //!
+//! With `run_in_background` the call returns at once (at most
+//! [`Settings::max_background`] such children run at a time); when the
+//! child is done, its mapped result reaches the parent as a user message
+//! with source `{"kind":"subagent-settled","session":child}`, delivered
+//! like `steer` (the parent's next step, or a new turn when it is idle)
+//! through the parent's [`Mailbox`] ([`Delegation::attach`]; without one
+//! the call is a clear error).
+//!
 //! A child never asks for approval (nobody would answer): its policy is the
 //! parent's with every `ask` turned into `deny`.
 
 use std::boxed::Box;
+use std::collections::BTreeMap;
 use std::format;
 use std::string::{String, ToString};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::vec::Vec;
 
 use dsh_core::SessionId;
 use dsh_core::agent::CancelCause;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
-use dsh_std::{Agent, AgentConfig, ShellError};
+use dsh_std::{Agent, AgentConfig, InboxTarget, Mailbox, ShellError};
 use dsh_store::SessionStore;
 use dsh_tools::{Tool, ToolCallRequest, ToolContext};
 
 use crate::{
     DEFAULT_MAX_DEPTH, Mode, ParentLink, Subagents, child_depth, definition, final_output,
-    fork_session, outcome, parse_request, spawn_session,
+    fork_session, outcome, parse_request, settled_message, spawn_session, started_outcome,
 };
 
 /// Builds a fresh configuration for a child agent: the same provider,
@@ -46,6 +56,8 @@ pub struct Settings {
     pub poll: Duration,
     /// How long a cancelled child gets to end its turn and persist.
     pub cancel_wait: Duration,
+    /// The most background children (`run_in_background`) running at once.
+    pub max_background: usize,
 }
 
 impl Default for Settings {
@@ -54,6 +66,7 @@ impl Default for Settings {
             max_depth: DEFAULT_MAX_DEPTH,
             poll: Duration::from_millis(20),
             cancel_wait: Duration::from_millis(1_500),
+            max_background: 4,
         }
     }
 }
@@ -64,6 +77,19 @@ pub struct Delegation {
     factory: ConfigFactory,
     settings: Settings,
     ids: IdSource,
+    /// Background children running now.
+    background: AtomicUsize,
+    /// Where background results go, by parent session.
+    mailboxes: Mutex<BTreeMap<SessionId, Mailbox>>,
+}
+
+/// Frees a background slot when dropped.
+struct Release(Arc<Delegation>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.background.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Makes a child's session id.
@@ -106,6 +132,8 @@ impl Delegation {
             factory,
             settings,
             ids,
+            background: AtomicUsize::new(0),
+            mailboxes: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -178,12 +206,136 @@ impl Delegation {
             Err(e) => return Ok(e.outcome()),
         };
         if request.run_in_background {
-            return Ok(ToolOutcome::coded_error(
-                "background subagents are not available here; call again with run_in_background false",
-                "SubagentError",
-                "UNSUPPORTED",
-            ));
+            return self.run_in_background(mode, &request, &link, depth);
         }
+        let (child, seed) = self.start(mode, &request, &link, depth)?;
+        let summary = loop {
+            match child.wait_idle(Some(self.settings.poll)) {
+                Ok(summary) => break summary,
+                Err(ShellError::Timeout) => {
+                    if ctx.cancel.is_cancelled() {
+                        child.cancel(CancelCause::Parent, false);
+                        let _ = child.wait_idle(Some(self.settings.cancel_wait));
+                        self.detach(child.session_id());
+                        child.dispose();
+                        return Ok(ToolOutcome::aborted());
+                    }
+                }
+                Err(e) => return Err(format!("the subagent stopped: {e}")),
+            }
+        };
+        let events = child.events().map_err(|e| e.to_string());
+        self.detach(child.session_id());
+        child.dispose();
+        let events = events?;
+        let live = events.get(seed..).unwrap_or(&[]);
+        Ok(outcome(summary.reason.as_ref(), final_output(live)))
+    }
+
+    /// Starts a child in the background (bounded by
+    /// [`Settings::max_background`]); a watcher thread delivers its result
+    /// to the parent's [`Mailbox`] as a `subagent-settled` message (steer:
+    /// at the parent's next step, or a new turn when it is idle).
+    fn run_in_background(
+        self: &Arc<Self>,
+        mode: Mode,
+        request: &crate::Request,
+        link: &ParentLink,
+        depth: u64,
+    ) -> Result<ToolOutcome, String> {
+        let error = |message: String, code: &str| {
+            Ok(ToolOutcome::coded_error(message, "SubagentError", code))
+        };
+        let Some(mailbox) = self.mailbox(&link.session) else {
+            return error(
+                String::from(
+                    "background subagents are not available for this session; call again with run_in_background false",
+                ),
+                "NO_BACKGROUND",
+            );
+        };
+        let max = self.settings.max_background;
+        let reserved = self
+            .background
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok();
+        if !reserved {
+            return error(
+                format!(
+                    "{max} background subagents are already running; wait for one to finish or run this one in the foreground"
+                ),
+                "TOO_MANY",
+            );
+        }
+        let release = Release(self.clone());
+        let (child, seed) = self.start(mode, request, link, depth)?;
+        let id = child.session_id().clone();
+        let description = request.description.clone();
+        let this = self.clone();
+        let watcher = std::thread::Builder::new()
+            .name(format!("dsh-subagent-{id}"))
+            .spawn(move || {
+                let _release = release;
+                let result = match child.wait_idle(None) {
+                    Ok(summary) => {
+                        let events = child.events().unwrap_or_default();
+                        let live = events.get(seed..).unwrap_or(&[]);
+                        outcome(summary.reason.as_ref(), final_output(live))
+                    }
+                    Err(e) => ToolOutcome::error(format!("the subagent stopped: {e}")),
+                };
+                let child_id = child.session_id().clone();
+                child.dispose();
+                this.detach(&child_id);
+                let message_id = (this.ids)();
+                let message =
+                    settled_message(message_id.as_str(), &child_id, &description, &result);
+                // A parent disposed meanwhile cannot be told; the child's
+                // log is stored either way.
+                let _ = mailbox.send_message(message, InboxTarget::NextStep, true);
+            });
+        if let Err(e) = watcher {
+            return Err(format!("cannot start the subagent's watcher: {e}"));
+        }
+        Ok(started_outcome(&id, &request.description))
+    }
+
+    fn mailbox(&self, session: &SessionId) -> Option<Mailbox> {
+        self.mailboxes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(session).cloned())
+    }
+
+    /// Lets background children of session `id` (an agent this delegation
+    /// installed into) deliver their results to it through `mailbox`.
+    /// Children started by this delegation are attached by it.
+    pub fn attach(&self, id: SessionId, mailbox: Mailbox) {
+        if let Ok(mut m) = self.mailboxes.lock() {
+            m.insert(id, mailbox);
+        }
+    }
+
+    /// Forgets the mailbox of session `id` (a disposed agent).
+    pub fn detach(&self, id: &SessionId) {
+        if let Ok(mut m) = self.mailboxes.lock() {
+            m.remove(id);
+        }
+    }
+
+    /// Starts a child for `request`: its configuration from the factory
+    /// (approvals never asked, the child plugin, the tools), its session
+    /// (fresh or forked), its one `followup`. Returns it with its seed
+    /// length.
+    fn start(
+        self: &Arc<Self>,
+        mode: Mode,
+        request: &crate::Request,
+        link: &ParentLink,
+        depth: u64,
+    ) -> Result<(Agent, usize), String> {
         let mut config = (self.factory)().map_err(|e| format!("child configuration: {e}"))?;
         config.approval = config.approval.delegated();
         config.plugins.push(Box::new(Subagents::child(
@@ -216,27 +368,11 @@ impl Delegation {
         let seed = session.len() as usize;
         let child = Agent::adopt(config, self.store.clone(), session)
             .map_err(|e| format!("cannot start the subagent: {e}"))?;
+        self.attach(child.session_id().clone(), child.mailbox());
         child
             .followup(&request.prompt)
             .map_err(|e| format!("cannot prompt the subagent: {e}"))?;
-        let summary = loop {
-            match child.wait_idle(Some(self.settings.poll)) {
-                Ok(summary) => break summary,
-                Err(ShellError::Timeout) => {
-                    if ctx.cancel.is_cancelled() {
-                        child.cancel(CancelCause::Parent, false);
-                        let _ = child.wait_idle(Some(self.settings.cancel_wait));
-                        child.dispose();
-                        return Ok(ToolOutcome::aborted());
-                    }
-                }
-                Err(e) => return Err(format!("the subagent stopped: {e}")),
-            }
-        };
-        let events = child.events().map_err(|e| e.to_string())?;
-        child.dispose();
-        let live = events.get(seed..).unwrap_or(&[]);
-        Ok(outcome(summary.reason.as_ref(), final_output(live)))
+        Ok((child, seed))
     }
 }
 

@@ -403,3 +403,148 @@ impl Rig {
             .collect()
     }
 }
+
+fn scripted_call(calls: &[(&str, Value)]) -> dsh_std::ScriptedReply {
+    use dsh_core::{FinishReason, StreamChunk};
+    let mut chunks: Vec<StreamChunk> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (id, args))| StreamChunk::ToolCallDelta {
+            index: i as u64,
+            id: id.to_string(),
+            name: Some("subagent".into()),
+            arguments_delta: args.to_string(),
+        })
+        .collect();
+    chunks.push(StreamChunk::finish(FinishReason::ToolCalls));
+    dsh_std::ScriptedReply::Chunks(chunks)
+}
+
+fn scripted_text(text: &str) -> dsh_std::ScriptedReply {
+    use dsh_core::{FinishReason, StreamChunk};
+    dsh_std::ScriptedReply::Chunks(vec![
+        StreamChunk::TextDelta {
+            index: 0,
+            text: text.into(),
+        },
+        StreamChunk::finish(FinishReason::Stop),
+    ])
+}
+
+/// A delegation whose children talk to `child_url` (the mock), and a
+/// parent on `parent` (scripted), attached for background results.
+fn background_rig(
+    child_script: Value,
+    parent: Arc<dsh_std::ScriptedProvider>,
+    max_background: usize,
+) -> (Rig, Agent) {
+    let rig = rig(child_script, 3);
+    let url = rig.server.url();
+    let root = rig.work.path().to_path_buf();
+    let settings = Settings {
+        max_background,
+        ..Settings::default()
+    };
+    let delegation = Delegation::with_settings(
+        rig.store.clone(),
+        Arc::new(move || Ok(base_config(&url, &root))),
+        settings,
+    );
+    let mut config = AgentConfig::new(
+        parent,
+        LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
+        rig.work.path(),
+    );
+    delegation.install(&mut config);
+    let agent = Agent::create(config, rig.store.clone(), dsh_std::new_session_id()).unwrap();
+    delegation.attach(agent.session_id().clone(), agent.mailbox());
+    (rig, agent)
+}
+
+#[test]
+fn background_child_reports_back_with_a_settled_message() {
+    let args = json!({"description": "Background job", "prompt": "Say BG_DONE.", "run_in_background": true});
+    let parent_model = Arc::new(dsh_std::ScriptedProvider::new([
+        scripted_call(&[("c1", args)]),
+        scripted_text("waiting"),
+        scripted_text("GOT IT"),
+    ]));
+    let (rig, parent) = background_rig(
+        json!({"responses": [{"turn": {"text": ["BG_DONE"], "delayMs": 200}}]}),
+        parent_model.clone(),
+        2,
+    );
+    parent.send("Start it in the background.").unwrap();
+    parent.wait_idle(WAIT).unwrap();
+    // The settled message wakes the parent (or enters its next step).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while parent_model.requests().len() < 3 {
+        assert!(Instant::now() < deadline, "no report from the child");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    parent.wait_idle(WAIT).unwrap();
+    let pid = parent.session_id().clone();
+    drop(parent);
+    let pheader = rig.headers().into_iter().find(|h| h.id == pid).unwrap();
+    let pevents = rig.events(&pheader);
+    let (started, is_error) = tool_result(&pevents);
+    assert!(!is_error);
+    assert!(
+        started.starts_with("Started background subagent"),
+        "{started}"
+    );
+    let settled = pevents
+        .iter()
+        .find(|e| {
+            e.event_type() == "user/message" && data(e)["source"]["kind"] == "subagent-settled"
+        })
+        .expect("a subagent-settled message");
+    let child = rig.children_of_id(&pid).remove(0);
+    assert_eq!(data(settled)["source"]["session"], child.id.as_str());
+    let text = data(settled)["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("finished") && text.ends_with("BG_DONE"),
+        "{text}"
+    );
+    // The model saw it.
+    let last = parent_model.requests().pop().unwrap();
+    assert!(format!("{:?}", last.messages).contains("BG_DONE"));
+    assert_log_ok(&pheader, &pevents);
+    assert_log_ok(&child, &rig.events(&child));
+}
+
+#[test]
+fn background_children_are_bounded() {
+    let args = |d: &str| json!({"description": d, "prompt": "Slow.", "run_in_background": true});
+    let parent_model = Arc::new(dsh_std::ScriptedProvider::new([
+        scripted_call(&[("c1", args("one")), ("c2", args("two"))]),
+        scripted_text("ok"),
+    ]));
+    let (rig, parent) = background_rig(
+        json!({"responses": [{"turn": {"text": ["late"], "delayMs": 5000}}]}),
+        parent_model,
+        1,
+    );
+    parent.send("Start two.").unwrap();
+    parent.wait_idle(WAIT).unwrap();
+    let pid = parent.session_id().clone();
+    let events = parent.events().unwrap();
+    drop(parent);
+    let results: Vec<Value> = events
+        .iter()
+        .filter(|e| e.event_type() == "tool/result")
+        .map(|e| data(e)["message"]["content"][0].clone())
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["isError"], json!(false));
+    assert_eq!(results[1]["isError"], json!(true));
+    let text = results[1]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("1 background subagents are already running"),
+        "{text}"
+    );
+    assert_eq!(rig.children_of_id(&pid).len(), 1);
+}
