@@ -39,6 +39,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
 
+use dsh_core::agent::prompt::{Assembly, PromptSection};
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::agent::{PreStepDecision, PreStepPayload};
 use dsh_core::session::{EventData, Session, SessionEvent, SessionHeader, TurnEndReason};
@@ -492,11 +493,23 @@ pub fn settled_message(
 ///   model's arguments).
 /// - `agent/pre-step`, in a child: the `subagent/descriptor` is appended
 ///   before the first step of its first turn (SA-1).
+/// - `system-prompt/assemble`, in a child: the runtime-context section
+///   [`DELEGATION_SECTION`].
 #[derive(Clone, Debug)]
 pub struct Subagents {
     max_depth: u64,
     descriptor: Option<Value>,
+    delegated: bool,
 }
+
+/// The runtime-context section a child gets (name).
+pub const DELEGATION_SECTION: &str = "subagent:delegation";
+
+/// The sort order of [`DELEGATION_SECTION`] (after the workspace facts).
+pub const DELEGATION_ORDER: i64 = 900;
+
+/// The runtime-context section a child gets (text).
+pub const DELEGATION_TEXT: &str = "You are a delegated subagent: another agent handed you this task, and your final message is returned to it as your result. Your permissions were fixed when you were started and cannot be widened here; operations that need approval are refused automatically. If the task needs more than that, do not retry the refused operation; say so in your answer so the delegating agent can handle it.";
 
 impl Subagents {
     /// The plugin of an agent that may delegate, up to `max_depth`.
@@ -504,15 +517,18 @@ impl Subagents {
         Subagents {
             max_depth,
             descriptor: None,
+            delegated: false,
         }
     }
 
     /// The plugin of a child started by tool `mode` with `label`: it logs
-    /// the descriptor once.
+    /// the descriptor once, and tells the model it is a delegated subagent
+    /// (the runtime-context section [`DELEGATION_SECTION`]).
     pub fn child(max_depth: u64, mode: Mode, label: &str) -> Self {
         Subagents {
             max_depth,
             descriptor: Some(descriptor(mode, label)),
+            delegated: true,
         }
     }
 
@@ -534,7 +550,24 @@ impl Plugin for Subagents {
     }
 
     fn seams(&self) -> Seams {
-        Seams::TOOL_EXECUTE | Seams::PRE_STEP
+        Seams::TOOL_EXECUTE | Seams::PRE_STEP | Seams::ASSEMBLE
+    }
+
+    fn assemble(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        _turn: u64,
+        _step: u64,
+        mut value: Assembly,
+    ) -> Flow<Assembly> {
+        if self.delegated {
+            value.contexts.push(PromptSection::new(
+                DELEGATION_SECTION,
+                DELEGATION_ORDER,
+                DELEGATION_TEXT,
+            ));
+        }
+        Flow::Next(value)
     }
 
     fn pre_step(

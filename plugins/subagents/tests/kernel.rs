@@ -157,3 +157,28 @@ fn sa1_a_child_logs_its_descriptor_once_before_its_first_step() {
         json!({"version": 2, "mode": "one-shot", "provider": "spawn", "label": "Label"})
     );
 }
+
+#[test]
+fn a_child_is_told_it_is_a_delegated_subagent_and_a_parent_is_not() {
+    for (plugin, delegated) in [
+        (Subagents::child(3, Mode::Fork, "Label"), true),
+        (Subagents::new(3), false),
+    ] {
+        let mut k = kernel(Some(1), plugin);
+        run(&mut k, vec![text("one")]);
+        let context = k
+            .session()
+            .events()
+            .iter()
+            .map(|e| e.to_json())
+            .find(|j| j.contains("Current runtime context"));
+        match context {
+            Some(j) => {
+                assert!(delegated, "{j}");
+                assert!(j.contains(dsh_subagents::DELEGATION_SECTION), "{j}");
+                assert!(j.contains("You are a delegated subagent"), "{j}");
+            }
+            None => assert!(!delegated, "the child got no runtime context"),
+        }
+    }
+}
