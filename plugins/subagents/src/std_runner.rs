@@ -33,14 +33,19 @@ use std::vec::Vec;
 use dsh_core::SessionId;
 use dsh_core::agent::CancelCause;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
+use dsh_core::session::EventData;
 use dsh_std::{Agent, AgentConfig, InboxTarget, Mailbox, ShellError};
 use dsh_store::SessionStore;
 use dsh_tools::{Tool, ToolCallRequest, ToolContext};
+use serde_json::json;
 
 use crate::{
     DEFAULT_MAX_DEPTH, Mode, ParentLink, Subagents, child_depth, definition, final_output,
     fork_session, outcome, parse_request, settled_message, spawn_session, started_outcome,
 };
+
+/// The event recording a child's approval policy.
+const APPROVAL_POLICY: &str = "approval/policy";
 
 /// Builds a fresh configuration for a child agent: the same provider,
 /// model, tools and plugins as the parent (the subagent pieces are added
@@ -369,6 +374,14 @@ impl Delegation {
         let child = Agent::adopt(config, self.store.clone(), session)
             .map_err(|e| format!("cannot start the subagent: {e}"))?;
         self.attach(child.session_id().clone(), child.mailbox());
+        // The child never asks: recorded as the reference does, before its
+        // prompt (session.md `approval/policy`, last one wins).
+        child
+            .append_event(EventData::plugin(
+                APPROVAL_POLICY,
+                &json!({"policy": "never", "source": "delegation"}),
+            ))
+            .map_err(|e| format!("cannot record the subagent's approval policy: {e}"))?;
         child
             .followup(&request.prompt)
             .map_err(|e| format!("cannot prompt the subagent: {e}"))?;

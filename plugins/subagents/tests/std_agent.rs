@@ -189,10 +189,16 @@ fn sa2_spawn_runs_a_linked_child_and_returns_its_answer() {
         data(&cevents[at]),
         json!({"version": 2, "mode": "one-shot", "provider": "spawn", "label": "Reply with CHILD_OK"})
     );
-    // The prompt went in as one followup (next-turn).
-    assert_eq!(data(&cevents[0])["target"], "next-turn");
+    // The child never asks (as the reference records it), then the prompt
+    // went in as one followup (next-turn).
+    assert_eq!(cevents[0].event_type(), "approval/policy");
     assert_eq!(
-        data(&cevents[0])["inserted"][0]["content"][0]["text"],
+        data(&cevents[0]),
+        json!({"policy": "never", "source": "delegation"})
+    );
+    assert_eq!(data(&cevents[1])["target"], "next-turn");
+    assert_eq!(
+        data(&cevents[1])["inserted"][0]["content"][0]["text"],
         "Reply with exactly the word CHILD_OK and nothing else."
     );
     assert_eq!(turn_end(&cevents), json!({"kind": "completed"}));
@@ -265,6 +271,7 @@ fn sa3_fork_seeds_the_child_with_the_completed_turns() {
         lines(&pevents[..seed as usize])
     );
     assert_eq!(cevents[seed as usize].event_type(), "session/end-seed");
+    assert_eq!(cevents[seed as usize + 1].event_type(), "approval/policy");
     // Turn numbering continues; the first request resumes (LC-17).
     let live = &cevents[seed as usize + 1..];
     let turn_start = live
