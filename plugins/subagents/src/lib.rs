@@ -500,6 +500,7 @@ pub struct Subagents {
     max_depth: u64,
     descriptor: Option<Value>,
     delegated: bool,
+    token: Option<String>,
 }
 
 /// The runtime-context section a child gets (name).
@@ -518,6 +519,7 @@ impl Subagents {
             max_depth,
             descriptor: None,
             delegated: false,
+            token: None,
         }
     }
 
@@ -529,7 +531,15 @@ impl Subagents {
             max_depth,
             descriptor: Some(descriptor(mode, label)),
             delegated: true,
+            token: None,
         }
+    }
+
+    /// Adds `token` to every link under [`LINK_KEY`] (as `"token"`), so a
+    /// body can tell a link this plugin made from one the model wrote.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
     }
 
     /// The cap.
@@ -596,7 +606,11 @@ impl Plugin for Subagents {
             return Flow::Next(ToolDispatch::Answer(e.outcome()));
         }
         if let Some(obj) = exec.arguments.as_object_mut() {
-            obj.insert(String::from(LINK_KEY), link.to_value());
+            let mut value = link.to_value();
+            if let (Some(token), Some(v)) = (&self.token, value.as_object_mut()) {
+                v.insert(String::from("token"), Value::from(token.as_str()));
+            }
+            obj.insert(String::from(LINK_KEY), value);
         }
         Flow::Next(ToolDispatch::Run(exec))
     }

@@ -82,6 +82,9 @@ pub struct Delegation {
     factory: ConfigFactory,
     settings: Settings,
     ids: IdSource,
+    /// The secret the plugin puts in every link; a link without it was not
+    /// made by this delegation's plugin (the model wrote it) and is refused.
+    token: String,
     /// Background children running now.
     background: AtomicUsize,
     /// Where background results go, by parent session.
@@ -137,6 +140,7 @@ impl Delegation {
             factory,
             settings,
             ids,
+            token: dsh_std::new_session_id().as_str().to_string(),
             background: AtomicUsize::new(0),
             mailboxes: Mutex::new(BTreeMap::new()),
         })
@@ -158,7 +162,7 @@ impl Delegation {
     /// The kernel plugin of a delegating agent (any runtime; pair it with
     /// [`tools`](Self::tools)).
     pub fn plugin(&self) -> Subagents {
-        Subagents::new(self.settings.max_depth)
+        Subagents::new(self.settings.max_depth).with_token(self.token.clone())
     }
 
     /// The `subagent` and `subagent_fork` tool bodies, for any runtime
@@ -206,6 +210,10 @@ impl Delegation {
             Err(e) => return Ok(ToolOutcome::invalid_arguments(&[e.to_string()])),
         };
         let link = ParentLink::from_arguments(&call.arguments).map_err(|e| e.to_string())?;
+        let token = call.arguments[crate::LINK_KEY]["token"].as_str();
+        if token != Some(self.token.as_str()) {
+            return Err(crate::ArgsError::NoLink.to_string());
+        }
         let depth = match child_depth(link.depth, self.settings.max_depth) {
             Ok(d) => d,
             Err(e) => return Ok(e.outcome()),
@@ -343,11 +351,10 @@ impl Delegation {
     ) -> Result<(Agent, usize), String> {
         let mut config = (self.factory)().map_err(|e| format!("child configuration: {e}"))?;
         config.approval = config.approval.delegated();
-        config.plugins.push(Box::new(Subagents::child(
-            self.settings.max_depth,
-            mode,
-            &request.description,
-        )));
+        config.plugins.push(Box::new(
+            Subagents::child(self.settings.max_depth, mode, &request.description)
+                .with_token(self.token.clone()),
+        ));
         self.add_tools(&mut config);
         let now = config.clock.now_ms();
         let id = (self.ids)();

@@ -555,3 +555,34 @@ fn background_children_are_bounded() {
     );
     assert_eq!(rig.children_of_id(&pid).len(), 1);
 }
+
+#[test]
+fn a_link_the_model_writes_is_refused() {
+    // The tools without the plugin: the only link is the model's own.
+    let forged = json!({"description": "d", "prompt": "p", "_dshParent": {"session": "someone-else", "depth": 0, "forkAt": null}});
+    let parent_model = Arc::new(dsh_std::ScriptedProvider::new([
+        scripted_call(&[("c1", forged)]),
+        scripted_text("ok"),
+    ]));
+    let rig = rig(json!({"responses": []}), 3);
+    let mut config = AgentConfig::new(
+        parent_model,
+        LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
+        rig.work.path(),
+    );
+    for tool in rig.delegation.tools() {
+        config.tools.insert(tool);
+    }
+    let agent = Agent::create(config, rig.store.clone(), dsh_std::new_session_id()).unwrap();
+    agent.send("Delegate.").unwrap();
+    agent.wait_idle(WAIT).unwrap();
+    let events = agent.events().unwrap();
+    drop(agent);
+    let (text, is_error) = tool_result(&events);
+    assert!(is_error);
+    assert!(
+        text.contains("subagents plugin is not registered"),
+        "{text}"
+    );
+    assert_eq!(rig.headers().len(), 1, "no child was started");
+}
