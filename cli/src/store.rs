@@ -306,20 +306,34 @@ pub fn run_sessions(args: SessionsArgs) -> Outcome {
         );
         return Outcome::Ok;
     }
+    // A child's id is indented under its parent's (`└ `, two columns per
+    // level); the column is as wide as the widest.
+    let ids: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let id = crate::sanitize::terminal(&r.id).into_owned();
+            if r.depth == 0 {
+                id
+            } else {
+                format!("{}└ {id}", "  ".repeat(r.depth - 1))
+            }
+        })
+        .collect();
+    let width = ids
+        .iter()
+        .map(|i| i.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(24);
     println!(
-        "{:<24}  {:<19}  {:<19}  {:<30}  {:<40}  FIRST PROMPT",
+        "{:<width$}  {:<19}  {:<19}  {:<30}  {:<40}  FIRST PROMPT",
         "ID", "CREATED", "LAST ACTIVITY", "CWD", "TITLE"
     );
-    for r in rows {
+    for (r, id) in rows.iter().zip(ids) {
         let title = if r.title.is_empty() { "-" } else { &r.title };
-        let id = if r.depth == 0 {
-            r.id.clone()
-        } else {
-            format!("{}└ {}", "  ".repeat(r.depth - 1), r.id)
-        };
         println!(
-            "{:<24}  {:<19}  {:<19}  {:<30}  {:<40}  {}",
-            crate::sanitize::terminal(&id),
+            "{:<width$}  {:<19}  {:<19}  {:<30}  {:<40}  {}",
+            id,
             stamp(r.created),
             stamp(r.last),
             crate::render::cut(&r.cwd, 30),
