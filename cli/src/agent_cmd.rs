@@ -590,15 +590,22 @@ pub fn chat(args: ChatArgs) -> Outcome {
         .delegation
         .attach(agent.session_id().clone(), agent.mailbox());
     let titler = titler_for(provider, call, &agent, setup.titles);
-    repl(
+    let outcome = repl(
         agent,
         setup.store,
         &args.agent.store,
         setup.render,
         args.resume.is_some(),
         titler,
-    )
+    );
+    // Background subagents end with their parent (cause `parent`).
+    setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
+    outcome
 }
+
+/// How long `dsh chat` and `dsh fork` wait for background subagents to
+/// stop and persist at exit.
+const SUBAGENT_SHUTDOWN: Duration = Duration::from_secs(3);
 
 /// `dsh fork ID [--at SEQ]`: forks the stored session and chats on the fork.
 pub fn fork(args: ForkArgs) -> Outcome {
@@ -630,14 +637,16 @@ pub fn fork(args: ForkArgs) -> Outcome {
         .attach(agent.session_id().clone(), agent.mailbox());
     eprintln!("forked {} → {}", args.id, new_id.as_str());
     let titler = titler_for(provider, call, &agent, setup.titles);
-    repl(
+    let outcome = repl(
         agent,
         setup.store,
         &args.agent.store,
         setup.render,
         true,
         titler,
-    )
+    );
+    setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
+    outcome
 }
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \

@@ -25,7 +25,7 @@ use std::boxed::Box;
 use std::collections::BTreeMap;
 use std::format;
 use std::string::{String, ToString};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::vec::Vec;
@@ -87,6 +87,9 @@ pub struct Delegation {
     token: String,
     /// Background children running now.
     background: AtomicUsize,
+    /// Set by [`shutdown`](Delegation::shutdown): background children are
+    /// cancelled and no new one starts.
+    stopping: AtomicBool,
     /// Where background results go, by parent session.
     mailboxes: Mutex<BTreeMap<SessionId, Mailbox>>,
 }
@@ -142,6 +145,7 @@ impl Delegation {
             ids,
             token: dsh_std::new_session_id().as_str().to_string(),
             background: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
             mailboxes: Mutex::new(BTreeMap::new()),
         })
     }
@@ -267,6 +271,12 @@ impl Delegation {
                 "NO_BACKGROUND",
             );
         };
+        if self.stopping.load(Ordering::SeqCst) {
+            return error(
+                String::from("the agent is shutting down; no new background subagent starts"),
+                "NO_BACKGROUND",
+            );
+        }
         let max = self.settings.max_background;
         let reserved = self
             .background
@@ -291,13 +301,23 @@ impl Delegation {
             .name(format!("dsh-subagent-{id}"))
             .spawn(move || {
                 let _release = release;
-                let result = match child.wait_idle(None) {
-                    Ok(summary) => {
-                        let events = child.events().unwrap_or_default();
-                        let live = events.get(seed..).unwrap_or(&[]);
-                        outcome(summary.reason.as_ref(), final_output(live))
+                let result = loop {
+                    match child.wait_idle(Some(this.settings.poll)) {
+                        Ok(summary) => {
+                            let events = child.events().unwrap_or_default();
+                            let live = events.get(seed..).unwrap_or(&[]);
+                            break outcome(summary.reason.as_ref(), final_output(live));
+                        }
+                        Err(ShellError::Timeout) if this.stopping.load(Ordering::SeqCst) => {
+                            child.cancel(CancelCause::Parent, false);
+                            let _ = child.wait_idle(Some(this.settings.cancel_wait));
+                            break ToolOutcome::aborted();
+                        }
+                        Err(ShellError::Timeout) => {}
+                        Err(e) => {
+                            break ToolOutcome::error(format!("the subagent stopped: {e}"));
+                        }
                     }
-                    Err(e) => ToolOutcome::error(format!("the subagent stopped: {e}")),
                 };
                 let child_id = child.session_id().clone();
                 child.dispose();
@@ -328,6 +348,17 @@ impl Delegation {
     pub fn attach(&self, id: SessionId, mailbox: Mailbox) {
         if let Ok(mut m) = self.mailboxes.lock() {
             m.insert(id, mailbox);
+        }
+    }
+
+    /// Stops the background children (the parent is going away): each is
+    /// cancelled with `{"kind":"parent"}` and persisted; waits up to
+    /// `timeout` for them. No background child starts afterwards.
+    pub fn shutdown(&self, timeout: Duration) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + timeout;
+        while self.background.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(self.settings.poll);
         }
     }
 

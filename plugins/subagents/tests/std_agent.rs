@@ -444,7 +444,7 @@ fn background_rig(
     child_script: Value,
     parent: Arc<dsh_std::ScriptedProvider>,
     max_background: usize,
-) -> (Rig, Agent) {
+) -> (Rig, Agent, Arc<Delegation>) {
     let rig = rig(child_script, 3);
     let url = rig.server.url();
     let root = rig.work.path().to_path_buf();
@@ -465,7 +465,7 @@ fn background_rig(
     delegation.install(&mut config);
     let agent = Agent::create(config, rig.store.clone(), dsh_std::new_session_id()).unwrap();
     delegation.attach(agent.session_id().clone(), agent.mailbox());
-    (rig, agent)
+    (rig, agent, delegation)
 }
 
 #[test]
@@ -476,7 +476,7 @@ fn background_child_reports_back_with_a_settled_message() {
         scripted_text("waiting"),
         scripted_text("GOT IT"),
     ]));
-    let (rig, parent) = background_rig(
+    let (rig, parent, _) = background_rig(
         json!({"responses": [{"turn": {"text": ["BG_DONE"], "delayMs": 200}}]}),
         parent_model.clone(),
         2,
@@ -530,7 +530,7 @@ fn background_children_are_bounded() {
         scripted_call(&[("c1", args("one")), ("c2", args("two"))]),
         scripted_text("ok"),
     ]));
-    let (rig, parent) = background_rig(
+    let (rig, parent, _) = background_rig(
         json!({"responses": [{"turn": {"text": ["late"], "delayMs": 5000}}]}),
         parent_model,
         1,
@@ -585,4 +585,41 @@ fn a_link_the_model_writes_is_refused() {
         "{text}"
     );
     assert_eq!(rig.headers().len(), 1, "no child was started");
+}
+
+#[test]
+fn shutdown_cancels_background_children_with_cause_parent() {
+    let args = json!({"description": "Slow", "prompt": "Slow.", "run_in_background": true});
+    let parent_model = Arc::new(dsh_std::ScriptedProvider::new([
+        scripted_call(&[("c1", args)]),
+        scripted_text("ok"),
+    ]));
+    let (rig, parent, delegation) = background_rig(
+        json!({"responses": [{"turn": {"text": ["late"], "delayMs": 5000}}]}),
+        parent_model,
+        2,
+    );
+    parent.send("Start it.").unwrap();
+    parent.wait_idle(WAIT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rig.server.requests().is_empty() {
+        assert!(Instant::now() < deadline, "the child never asked the model");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = parent.session_id().clone();
+    drop(parent);
+    let started = Instant::now();
+    delegation.shutdown(Duration::from_secs(10));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let child = rig.children_of_id(&pid).remove(0);
+    let events = rig.events(&child);
+    assert_eq!(
+        turn_end(&events),
+        json!({"kind": "aborted", "reason": {"kind": "parent"}})
+    );
+    assert_log_ok(&child, &events);
 }
