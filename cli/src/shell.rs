@@ -38,15 +38,21 @@ pub fn system_prompt(cwd: &Path, settings: &PromptSettings) -> dsh_system_prompt
 /// Tools that only read: never asked about.
 const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "bash_output"];
 
+/// The delegation tools: never asked about, since a subagent never asks
+/// either (what would ask in its parent is refused in it), so delegating
+/// cannot widen what runs unasked.
+const DELEGATION_TOOLS: &[&str] = &[dsh_subagents::SPAWN_TOOL, dsh_subagents::FORK_TOOL];
+
 /// The approval policy: everything `auto` when `approve_all`; otherwise
-/// read-only tools `auto` and every other tool `ask` (in `chat` the user
-/// answers; `run` without `--yes` denies).
+/// read-only and delegation tools `auto` and every other tool `ask` (in
+/// `chat` the user answers; `run` without `--yes` denies).
 pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
     if approve_all {
         return ApprovalPolicy::new(ApprovalMode::Auto);
     }
     READ_ONLY_TOOLS
         .iter()
+        .chain(DELEGATION_TOOLS)
         .fold(ApprovalPolicy::new(ApprovalMode::Ask), |p, t| {
             p.with(*t, ApprovalMode::Auto)
         })
@@ -156,6 +162,13 @@ mod tests {
         assert_eq!(p.mode_for("write"), ApprovalMode::Ask);
         assert_eq!(p.mode_for("edit"), ApprovalMode::Ask);
         assert_eq!(approval_policy(true).mode_for("bash"), ApprovalMode::Auto);
+        // Delegating is not asked about; what the child would do is.
+        let p = approval_policy(false);
+        assert_eq!(p.mode_for("subagent"), ApprovalMode::Auto);
+        assert_eq!(p.mode_for("subagent_fork"), ApprovalMode::Auto);
+        let child = p.delegated();
+        assert_eq!(child.mode_for("bash"), ApprovalMode::Deny);
+        assert_eq!(child.mode_for("read"), ApprovalMode::Auto);
     }
 
     #[test]

@@ -1027,8 +1027,15 @@ fn a_subagent_runs_as_a_linked_child_session() {
     c.initialize();
     let session = c.new_session(1, ws.path());
     c.prompt(2, &session, "Delegate it");
-    let (before, response) = c.until_response(2, Some("allow_once"));
+    let (before, response) = c.until_response(2, None);
     assert_eq!(response["result"]["stopReason"], "end_turn");
+    // Delegating is not asked about (the child never asks either).
+    assert!(
+        before
+            .iter()
+            .all(|m| m["method"] != "session/request_permission"),
+        "{before:?}"
+    );
     let done = updates(&before, "tool_call_update")
         .into_iter()
         .find(|u| u["status"] == "completed")
