@@ -238,7 +238,10 @@ impl Delegation {
                         return Ok(ToolOutcome::aborted());
                     }
                 }
-                Err(e) => return Err(format!("the subagent stopped: {e}")),
+                Err(e) => {
+                    self.detach(child.session_id());
+                    return Err(format!("the subagent stopped: {e}"));
+                }
             }
         };
         let events = child.events().map_err(|e| e.to_string());
@@ -330,6 +333,8 @@ impl Delegation {
                 let _ = mailbox.send_message(message, InboxTarget::NextStep, true);
             });
         if let Err(e) = watcher {
+            // The child went with the closure (disposed, slot released).
+            self.detach(&id);
             return Err(format!("cannot start the subagent's watcher: {e}"));
         }
         Ok(started_outcome(&id, &request.description))
@@ -414,15 +419,21 @@ impl Delegation {
         self.attach(child.session_id().clone(), child.mailbox());
         // The child never asks: recorded as the reference does, before its
         // prompt (session.md `approval/policy`, last one wins).
-        child
+        let prompted = child
             .append_event(EventData::plugin(
                 APPROVAL_POLICY,
                 &json!({"policy": "never", "source": "delegation"}),
             ))
-            .map_err(|e| format!("cannot record the subagent's approval policy: {e}"))?;
-        child
-            .followup(&request.prompt)
-            .map_err(|e| format!("cannot prompt the subagent: {e}"))?;
+            .map_err(|e| format!("cannot record the subagent's approval policy: {e}"))
+            .and_then(|_| {
+                child
+                    .followup(&request.prompt)
+                    .map_err(|e| format!("cannot prompt the subagent: {e}"))
+            });
+        if let Err(e) = prompted {
+            self.detach(child.session_id());
+            return Err(e);
+        }
         Ok((child, seed))
     }
 }
