@@ -189,6 +189,9 @@ pub struct Setup {
     pub render: RenderOptions,
     /// Whether to title the session (`--no-title`, `titles`).
     pub titles: bool,
+    /// The agent's subagents: attach the agent so that its background
+    /// children can report back (a REPL; `run` ends after one turn).
+    pub delegation: Arc<dsh_subagents::std_runner::Delegation>,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -207,27 +210,36 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
     let prompt = args.prompt_settings(&file)?;
     let store = args.store.open()?;
-    let mut config = crate::shell::agent_config(&provider, cwd, interactive, approve_all, &prompt)?;
     let bash = args
         .tools
         .over(&file.tools)
         .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
-    config.tools = dsh_tools::ToolSet::standard(bash);
-    // Pressure and overflow compaction against the model's context window
-    // (loop.md CP-3 a, b); `/compact` in chat runs it by hand (CP-3 c).
-    config
-        .plugins
-        .push(Box::new(dsh_compaction::Compaction::new(
-            dsh_compaction::CompactionConfig::default(),
-        )));
+    let max_retry_wait_ms = provider.client.max_retry_wait_ms();
+    // The agent, and each subagent it starts, are built alike.
+    let build = move || {
+        let mut config =
+            crate::shell::agent_config(&provider, cwd.clone(), interactive, approve_all, &prompt)?;
+        config.tools = dsh_tools::ToolSet::standard(bash.clone());
+        // Pressure and overflow compaction against the model's context
+        // window (loop.md CP-3 a, b); `/compact` in chat runs it by hand
+        // (CP-3 c).
+        config
+            .plugins
+            .push(Box::new(dsh_compaction::Compaction::new(
+                dsh_compaction::CompactionConfig::default(),
+            )));
+        Ok(config)
+    };
+    let (config, delegation) = crate::shell::delegating(store.clone(), build)?;
     let mut render = args.view.options();
-    render.max_retry_wait_ms = provider.client.max_retry_wait_ms();
+    render.max_retry_wait_ms = max_retry_wait_ms;
     // `run` keeps stdout for the answer: notices and errors go to stderr.
     render.stderr_notices = !interactive;
     Ok(Setup {
         store,
         config,
+        delegation,
         render,
         titles: !args.no_title && file.titles.unwrap_or(true),
     })
@@ -575,16 +587,26 @@ pub fn chat(args: ChatArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    setup
+        .delegation
+        .attach(agent.session_id().clone(), agent.mailbox());
     let titler = titler_for(provider, call, &agent, setup.titles);
-    repl(
+    let outcome = repl(
         agent,
         setup.store,
         &args.agent.store,
         setup.render,
         args.resume.is_some(),
         titler,
-    )
+    );
+    // Background subagents end with their parent (cause `parent`).
+    setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
+    outcome
 }
+
+/// How long `dsh chat` and `dsh fork` wait for background subagents to
+/// stop and persist at exit.
+const SUBAGENT_SHUTDOWN: Duration = Duration::from_secs(3);
 
 /// `dsh fork ID [--at SEQ]`: forks the stored session and chats on the fork.
 pub fn fork(args: ForkArgs) -> Outcome {
@@ -611,16 +633,21 @@ pub fn fork(args: ForkArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    setup
+        .delegation
+        .attach(agent.session_id().clone(), agent.mailbox());
     eprintln!("forked {} → {}", args.id, new_id.as_str());
     let titler = titler_for(provider, call, &agent, setup.titles);
-    repl(
+    let outcome = repl(
         agent,
         setup.store,
         &args.agent.store,
         setup.render,
         true,
         titler,
-    )
+    );
+    setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
+    outcome
 }
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \

@@ -28,6 +28,14 @@ pub const DEMO_SCRIPT_BASH: &str = include_str!("assets/demo-script-bash.json");
 /// and two answers after the checkpoint.
 pub const COMPACTION_SCRIPT: &str = include_str!("assets/demo-compaction-script.json");
 
+/// The scripted model of `dsh demo --scenario subagent`: the parent
+/// delegates to a spawned child, the child writes a file and answers, the
+/// parent reports.
+pub const SUBAGENT_SCRIPT: &str = include_str!("assets/demo-subagent-script.json");
+
+/// The prompt of the subagent scenario.
+pub const SUBAGENT_PROMPT: &str = "Delegate this to a subagent: create hello.txt with a one-line greeting. Then tell me what it did.";
+
 /// The context window of the compaction scenario (tokens).
 pub const COMPACTION_WINDOW: u64 = 7_000;
 
@@ -48,6 +56,9 @@ pub enum Scenario {
     /// Four turns that cross a small context window: pressure compaction
     /// summarises the older history and the conversation continues.
     Compaction,
+    /// The model delegates to a spawned child agent (the `subagent` tool);
+    /// the child's log is stored beside the parent's.
+    Subagent,
 }
 
 /// The prompt of the demo turn.
@@ -96,8 +107,11 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     let workspace =
         std::fs::canonicalize(&workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
     let compaction = args.scenario == Scenario::Compaction;
+    let subagent = args.scenario == Scenario::Subagent;
     let text = if compaction {
         COMPACTION_SCRIPT
+    } else if subagent {
+        SUBAGENT_SCRIPT
     } else if crate::shell::has_tool("write") {
         DEMO_SCRIPT
     } else {
@@ -117,13 +131,23 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         max_tokens: None,
     };
     let store = args.store.open()?;
-    let mut config = crate::shell::agent_config(
-        &provider,
-        workspace.clone(),
-        false,
-        true,
-        &crate::shell::PromptSettings::default(),
-    )?;
+    let build = {
+        let workspace = workspace.clone();
+        move || {
+            crate::shell::agent_config(
+                &provider,
+                workspace.clone(),
+                false,
+                true,
+                &crate::shell::PromptSettings::default(),
+            )
+        }
+    };
+    let mut config = if subagent {
+        crate::shell::delegating(store.clone(), build)?.0
+    } else {
+        build()?
+    };
     if compaction {
         config
             .plugins
@@ -146,6 +170,8 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     let prompts: &[&str] = if compaction {
         println!("context window: {COMPACTION_WINDOW} tokens, compaction at 80%");
         &COMPACTION_PROMPTS
+    } else if subagent {
+        &[SUBAGENT_PROMPT]
     } else {
         &[DEMO_PROMPT]
     };
@@ -166,6 +192,14 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     let location = describe_location(store.as_ref(), &args.store, &id);
     println!();
     println!("session {}: {location}", id.as_str());
+    let mut logs = vec![location.clone()];
+    if subagent {
+        for child in children_of(store.as_ref(), &id) {
+            let at = describe_location(store.as_ref(), &args.store, &child);
+            println!("  subagent {}: {at}", child.as_str());
+            logs.push(at);
+        }
+    }
     let ok = match &outcome {
         Ok(o) => completed(o),
         Err(e) => {
@@ -173,13 +207,29 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
             false
         }
     };
-    if location.ends_with("session.jsonl") {
-        println!("check the log:    dsh log check {location}");
-        println!("replay the turn:  dsh replay --check {location}");
+    for log in logs.iter().filter(|l| l.ends_with("session.jsonl")) {
+        println!("check the log:    dsh log check {log}");
+        println!("replay the turn:  dsh replay --check {log}");
     }
     println!("list sessions:    dsh sessions");
     println!("try a live model: export DEEPSEEK_API_KEY=sk-... && dsh chat");
     Ok(ok)
+}
+
+/// The sessions whose header names `parent` as `parentSession` (SA-1),
+/// oldest first.
+fn children_of(
+    store: &dyn dsh_store::SessionStore,
+    parent: &dsh_core::SessionId,
+) -> Vec<dsh_core::SessionId> {
+    let mut children: Vec<_> = store
+        .list(&dsh_store::Cancel::new())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|h| h.parent_session.as_ref() == Some(parent))
+        .collect();
+    children.sort_by_key(|h| h.created_at);
+    children.into_iter().map(|h| h.id).collect()
 }
 
 /// Per turn: the tokens the provider reported, and the derived history

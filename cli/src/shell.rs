@@ -39,15 +39,21 @@ pub fn system_prompt(cwd: &Path, settings: &PromptSettings) -> dsh_system_prompt
 /// which changes nothing but the agent's own plan in its session log.
 const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "bash_output", "todo_write"];
 
+/// The delegation tools: never asked about, since a subagent never asks
+/// either (what would ask in its parent is refused in it), so delegating
+/// cannot widen what runs unasked.
+const DELEGATION_TOOLS: &[&str] = &[dsh_subagents::SPAWN_TOOL, dsh_subagents::FORK_TOOL];
+
 /// The approval policy: everything `auto` when `approve_all`; otherwise
-/// read-only tools (and the plan) `auto` and every other tool `ask` (in `chat` the user
-/// answers; `run` without `--yes` denies).
+/// read-only tools, the plan and the delegation tools `auto`, every other
+/// tool `ask` (in `chat` the user answers; `run` without `--yes` denies).
 pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
     if approve_all {
         return ApprovalPolicy::new(ApprovalMode::Auto);
     }
     READ_ONLY_TOOLS
         .iter()
+        .chain(DELEGATION_TOOLS)
         .fold(ApprovalPolicy::new(ApprovalMode::Ask), |p, t| {
             p.with(*t, ApprovalMode::Auto)
         })
@@ -112,6 +118,32 @@ pub fn agent_config(
     Ok(agent)
 }
 
+/// The configuration `build` makes, able to delegate to subagents
+/// (loop.md SA-1 to SA-3): the `subagent` and `subagent_fork` tools, whose
+/// children are built by `build` too (same provider, model, tools and
+/// plugins) and stored in `store`, beside the parent.
+///
+/// Returns the delegation too: [`Delegation::attach`] an agent started
+/// from the configuration to let its background children
+/// (`run_in_background`) report back to it.
+///
+/// [`Delegation::attach`]: dsh_subagents::std_runner::Delegation::attach
+pub fn delegating(
+    store: Arc<dyn dsh_store::SessionStore>,
+    build: impl Fn() -> Result<AgentConfig, String> + Send + Sync + 'static,
+) -> Result<(AgentConfig, Arc<dsh_subagents::std_runner::Delegation>), String> {
+    let build: dsh_subagents::std_runner::ConfigFactory = Arc::new(build);
+    let mut config = build()?;
+    let delegation = dsh_subagents::std_runner::Delegation::with_ids(
+        store,
+        build,
+        dsh_subagents::std_runner::Settings::default(),
+        Arc::new(|| crate::store::new_session_id(crate::store::now_ms())),
+    );
+    delegation.install(&mut config);
+    Ok((config, delegation))
+}
+
 /// Whether the built-in tool set has a tool named `name`.
 pub fn has_tool(name: &str) -> bool {
     ToolSet::standard(dsh_tools::BashConfig::default())
@@ -133,6 +165,13 @@ mod tests {
         assert_eq!(p.mode_for("bash_start"), ApprovalMode::Ask);
         assert_eq!(p.mode_for("todo_write"), ApprovalMode::Auto);
         assert_eq!(approval_policy(true).mode_for("bash"), ApprovalMode::Auto);
+        // Delegating is not asked about; what the child would do is.
+        let p = approval_policy(false);
+        assert_eq!(p.mode_for("subagent"), ApprovalMode::Auto);
+        assert_eq!(p.mode_for("subagent_fork"), ApprovalMode::Auto);
+        let child = p.delegated();
+        assert_eq!(child.mode_for("bash"), ApprovalMode::Deny);
+        assert_eq!(child.mode_for("read"), ApprovalMode::Auto);
     }
 
     #[test]

@@ -181,6 +181,10 @@ pub struct SessionRow {
     pub prompt: String,
     /// The newest `session/title`, one line (empty when untitled).
     pub title: String,
+    /// The parent session of a subagent or fork (`parentSession`).
+    pub parent: Option<String>,
+    /// How many listed ancestors this row has (0: a top-level session).
+    pub depth: usize,
 }
 
 /// Lists the sessions of `store`, most recent activity first.
@@ -219,10 +223,53 @@ pub fn rows(store: &dyn SessionStore) -> Result<Vec<SessionRow>, String> {
             last,
             prompt: crate::render::cut(&prompt.replace('\n', " "), 60),
             title: crate::render::cut(&title.replace(['\n', '\r'], " "), 40),
+            parent: header
+                .parent_session
+                .as_ref()
+                .map(|p| p.as_str().to_string()),
+            depth: 0,
         });
     }
     rows.sort_by(|a, b| b.last.cmp(&a.last).then_with(|| a.id.cmp(&b.id)));
-    Ok(rows)
+    Ok(nest(rows))
+}
+
+/// Orders `rows` (most recent first) as a tree: each session is followed
+/// by its children (subagents, forks), oldest first, with `depth` set. A
+/// row whose parent is not listed is a top-level row.
+fn nest(rows: Vec<SessionRow>) -> Vec<SessionRow> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let ids: BTreeSet<String> = rows.iter().map(|r| r.id.clone()).collect();
+    let mut children: BTreeMap<String, Vec<SessionRow>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for r in rows {
+        match r.parent.clone().filter(|p| ids.contains(p) && *p != r.id) {
+            Some(p) => children.entry(p).or_default().push(r),
+            None => roots.push(r),
+        }
+    }
+    for list in children.values_mut() {
+        list.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    // Depth-first, with an explicit stack (no recursion on stored data).
+    let mut stack: Vec<SessionRow> = roots.into_iter().rev().collect();
+    while let Some(mut r) = stack.pop() {
+        let depth = r.depth;
+        if let Some(kids) = children.remove(&r.id) {
+            for mut k in kids.into_iter().rev() {
+                k.depth = depth + 1;
+                stack.push(k);
+            }
+        }
+        r.depth = depth;
+        out.push(r);
+    }
+    // A parent cycle leaves rows unreached: list them at the top level.
+    for (_, kids) in children {
+        out.extend(kids);
+    }
+    out
 }
 
 /// `dsh sessions`.
@@ -233,7 +280,7 @@ pub struct SessionsArgs {
 }
 
 /// Runs `dsh sessions`: a table of id, cwd, created, last activity, title,
-/// first prompt.
+/// first prompt; a subagent's or fork's row follows its parent's, indented.
 pub fn run_sessions(args: SessionsArgs) -> Outcome {
     let store = match args.store.open() {
         Ok(s) => s,
@@ -259,15 +306,34 @@ pub fn run_sessions(args: SessionsArgs) -> Outcome {
         );
         return Outcome::Ok;
     }
+    // A child's id is indented under its parent's (`└ `, two columns per
+    // level); the column is as wide as the widest.
+    let ids: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let id = crate::sanitize::terminal(&r.id).into_owned();
+            if r.depth == 0 {
+                id
+            } else {
+                format!("{}└ {id}", "  ".repeat(r.depth - 1))
+            }
+        })
+        .collect();
+    let width = ids
+        .iter()
+        .map(|i| i.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(24);
     println!(
-        "{:<24}  {:<19}  {:<19}  {:<30}  {:<40}  FIRST PROMPT",
+        "{:<width$}  {:<19}  {:<19}  {:<30}  {:<40}  FIRST PROMPT",
         "ID", "CREATED", "LAST ACTIVITY", "CWD", "TITLE"
     );
-    for r in rows {
+    for (r, id) in rows.iter().zip(ids) {
         let title = if r.title.is_empty() { "-" } else { &r.title };
         println!(
-            "{:<24}  {:<19}  {:<19}  {:<30}  {:<40}  {}",
-            r.id,
+            "{:<width$}  {:<19}  {:<19}  {:<30}  {:<40}  {}",
+            id,
             stamp(r.created),
             stamp(r.last),
             crate::render::cut(&r.cwd, 30),
@@ -341,6 +407,45 @@ mod tests {
     }
 
     #[test]
+    fn children_follow_their_parent_indented() {
+        let row = |id: &str, parent: Option<&str>, created: u64, last: u64| SessionRow {
+            id: id.into(),
+            cwd: "/w".into(),
+            created,
+            last,
+            prompt: String::new(),
+            title: String::new(),
+            parent: parent.map(String::from),
+            depth: 0,
+        };
+        // Most recent activity first, as `rows` sorts them.
+        let rows = vec![
+            row("c2", Some("p"), 30, 90),
+            row("other", None, 5, 80),
+            row("p", None, 10, 70),
+            row("g", Some("c1"), 25, 60),
+            row("c1", Some("p"), 20, 50),
+            row("orphan", Some("gone"), 1, 10),
+        ];
+        let out: Vec<(String, usize)> = nest(rows).into_iter().map(|r| (r.id, r.depth)).collect();
+        let expected = [
+            ("other", 0),
+            ("p", 0),
+            ("c1", 1),
+            ("g", 2),
+            ("c2", 1),
+            ("orphan", 0),
+        ];
+        assert_eq!(
+            out,
+            expected
+                .iter()
+                .map(|(i, d)| (i.to_string(), *d))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn lists_id_cwd_times_and_first_prompt() {
         let dir = tempfile::tempdir().unwrap();
         let args = StoreArgs {
@@ -373,6 +478,8 @@ mod tests {
                 last: 3_000,
                 prompt: "list the files please".into(),
                 title: String::new(),
+                parent: None,
+                depth: 0,
             }]
         );
         let loc = describe_location(store.as_ref(), &args, &id);

@@ -1010,3 +1010,56 @@ fn the_tool_timeout_kills_the_command_in_the_clients_terminal() {
         "partial\n[timed out after 300ms]\n[killed by signal: SIGKILL]"
     );
 }
+
+/// The model delegates to a subagent, then answers.
+const SUBAGENT_SCRIPT: &str = r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"call_s","name":"subagent","arguments":["{\"description\": \"Reply with CHILD_OK\", \"prompt\": \"Reply with exactly the word CHILD_OK and nothing else.\"}"]}]}},
+ {"turn":{"text":["CHILD_OK"]}},
+ {"turn":{"text":["PARENT_DONE"]}}
+]}"#;
+
+#[test]
+fn a_subagent_runs_as_a_linked_child_session() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(SUBAGENT_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Delegate it");
+    let (before, response) = c.until_response(2, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn");
+    // Delegating is not asked about (the child never asks either).
+    assert!(
+        before
+            .iter()
+            .all(|m| m["method"] != "session/request_permission"),
+        "{before:?}"
+    );
+    let done = updates(&before, "tool_call_update")
+        .into_iter()
+        .find(|u| u["status"] == "completed")
+        .expect("a completed subagent call");
+    assert_eq!(done["content"][0]["content"]["text"], "CHILD_OK");
+    c.finish();
+    let parent = transcript(data.path(), &session);
+    log_check(data.path(), &parent);
+    let child_id = newest_other_session(data.path(), &session);
+    let child = transcript(data.path(), &child_id);
+    log_check(data.path(), &child);
+    let header: Value = serde_json::from_str(
+        std::fs::read_to_string(&child)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["parentSession"], session.as_str());
+    assert_eq!(header["origin"], "subagent");
+    assert_eq!(header["delegationDepth"], 1);
+    assert_eq!(
+        turn_end_reasons(&events(&child)),
+        [json!({"kind": "completed"})]
+    );
+}

@@ -79,10 +79,14 @@ fn resume(data: &Path, url: &str, id: &str, cwd: &Path, line: &str) {
 
 /// The system text the default plugin gives for the standard tools.
 fn expected_system() -> String {
-    let tools = dsh_std::ToolSet::standard(dsh_tools::BashConfig::default())
+    let mut registry = dsh_std::ToolSet::standard(dsh_tools::BashConfig::default())
         .registry()
-        .unwrap()
-        .schemas();
+        .unwrap();
+    // The delegation tools (loop.md SA-1) every CLI agent has.
+    for mode in [dsh_subagents::Mode::Spawn, dsh_subagents::Mode::Fork] {
+        registry.register(dsh_subagents::definition(mode)).unwrap();
+    }
+    let tools = registry.schemas();
     let assembly = dsh_system_prompt::SystemPrompt::new().apply(
         Assembly {
             tools,
@@ -168,6 +172,8 @@ fn sp5_lc12_first_turn_body_and_a_stable_prefix_across_turns() {
             "glob",
             "grep",
             "read",
+            "subagent",
+            "subagent_fork",
             "todo_write",
             "write"
         ]

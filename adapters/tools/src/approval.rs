@@ -80,6 +80,23 @@ impl ApprovalPolicy {
         self.overrides.insert(tool.into(), mode);
     }
 
+    /// This policy for a delegated agent (a subagent), which has no one to
+    /// ask: every `ask` becomes `deny`.
+    pub fn delegated(&self) -> ApprovalPolicy {
+        let fix = |m: ApprovalMode| match m {
+            ApprovalMode::Ask => ApprovalMode::Deny,
+            other => other,
+        };
+        ApprovalPolicy {
+            default: fix(self.default),
+            overrides: self
+                .overrides
+                .iter()
+                .map(|(k, m)| (k.clone(), fix(*m)))
+                .collect(),
+        }
+    }
+
     /// The default mode.
     pub fn default_mode(&self) -> ApprovalMode {
         self.default
@@ -199,6 +216,19 @@ mod tests {
             assert_eq!(ApprovalMode::parse(m.as_str()), Some(m));
         }
         assert_eq!(ApprovalMode::parse("maybe"), None);
+    }
+
+    #[test]
+    fn delegated_policy_denies_what_would_ask() {
+        let p = ApprovalPolicy::new(ApprovalMode::Ask)
+            .with("read", ApprovalMode::Auto)
+            .with("bash", ApprovalMode::Ask)
+            .delegated();
+        assert_eq!(p.mode_for("read"), ApprovalMode::Auto);
+        assert_eq!(p.mode_for("bash"), ApprovalMode::Deny);
+        assert_eq!(p.mode_for("write"), ApprovalMode::Deny);
+        let auto = ApprovalPolicy::new(ApprovalMode::Auto).delegated();
+        assert_eq!(auto.mode_for("bash"), ApprovalMode::Auto);
     }
 
     #[test]

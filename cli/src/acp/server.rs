@@ -299,11 +299,22 @@ impl Server {
     /// file tools reading and writing through the client when it offers
     /// both `fs` capabilities, and `bash` in the client's terminal when it
     /// offers one and `--client-terminal` was given.
+    ///
+    /// The agent can delegate (loop.md SA-1 to SA-3): its subagents are
+    /// built the same way (their file and terminal tools go through the
+    /// client under the parent's session id) and stored beside it.
     fn config(
         &self,
         cwd: &std::path::Path,
         session: &str,
-    ) -> Result<(dsh_std::AgentConfig, PathBuf), acp::Error> {
+    ) -> Result<
+        (
+            dsh_std::AgentConfig,
+            PathBuf,
+            Arc<dsh_subagents::std_runner::Delegation>,
+        ),
+        acp::Error,
+    > {
         if !cwd.is_absolute() {
             return Err(invalid_params("cwd must be an absolute path"));
         }
@@ -317,38 +328,20 @@ impl Server {
         let prompt = crate::agent_cmd::AgentArgs::default()
             .prompt_settings(&file)
             .map_err(internal)?;
-        let mut config = crate::shell::agent_config(&provider, cwd.clone(), true, false, &prompt)
-            .map_err(internal)?;
-        if self.client.fs.read_text_file && self.client.fs.write_text_file {
-            let files: Files = Some(Arc::new(ClientFiles::new(
-                self.peer.clone(),
-                session.to_string(),
-            )));
-            config.tools.insert(Box::new(ReadTool {
-                files: files.clone(),
-                ..ReadTool::default()
-            }));
-            config.tools.insert(Box::new(WriteTool {
-                files: files.clone(),
-                ..WriteTool::default()
-            }));
-            config.tools.insert(Box::new(EditTool {
-                files,
-                ..EditTool::default()
-            }));
-        }
-        if self.options.client_terminal && self.client.terminal {
-            let runner = ClientTerminal::new(self.peer.clone(), session.to_string());
-            let mut bash = BashTool::default();
-            bash.config.runner = Some(Runner(Arc::new(runner)));
-            config.tools.insert(Box::new(bash));
-            // Commands run in the editor's terminal: no local background
-            // jobs beside them.
-            for name in ["bash_start", "bash_output", "bash_stop"] {
-                config.tools.remove(name);
-            }
-        }
-        Ok((config, cwd))
+        let client_fs = self.client.fs.read_text_file && self.client.fs.write_text_file;
+        let client_terminal = self.options.client_terminal && self.client.terminal;
+        let peer = self.peer.clone();
+        let session = session.to_string();
+        let root = cwd.clone();
+        let build = move || {
+            let mut config =
+                crate::shell::agent_config(&provider, root.clone(), true, false, &prompt)?;
+            client_tools(&mut config, &peer, &session, client_fs, client_terminal);
+            Ok(config)
+        };
+        let (config, delegation) =
+            crate::shell::delegating(self.store.clone(), build).map_err(internal)?;
+        Ok((config, cwd, delegation))
     }
 
     /// Starts forwarding `agent`'s events to the loop and keeps the
@@ -390,10 +383,11 @@ impl Server {
 
     fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {
         let id = new_session_id(now_ms());
-        let (config, cwd) = self.config(&r.cwd, id.as_str())?;
+        let (config, cwd, delegation) = self.config(&r.cwd, id.as_str())?;
         let policy = config.approval.clone();
         let agent = Agent::create(config, self.store.clone(), id)
             .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
+        delegation.attach(agent.session_id().clone(), agent.mailbox());
         let session = self.register(agent, cwd, policy)?;
         Ok(NewSessionResponse::new(session).modes(SessionMode::Ask.state()))
     }
@@ -401,7 +395,7 @@ impl Server {
     fn load_session(&mut self, r: LoadSessionRequest) -> Result<LoadSessionResponse, acp::Error> {
         let session = r.session_id.0.to_string();
         if !self.sessions.contains_key(&session) {
-            let (config, cwd) = self.config(&r.cwd, &session)?;
+            let (config, cwd, delegation) = self.config(&r.cwd, &session)?;
             let policy = config.approval.clone();
             let agent = Agent::resume(config, self.store.clone(), &SessionId::new(session.clone()))
                 .map_err(|e| match e {
@@ -410,6 +404,7 @@ impl Server {
                     }
                     e => internal(format!("cannot load session {session}: {e}")),
                 })?;
+            delegation.attach(agent.session_id().clone(), agent.mailbox());
             self.register(agent, cwd, policy)?;
         }
         let Some(live) = self.sessions.get_mut(&session) else {
@@ -653,4 +648,45 @@ fn prompt_text(blocks: &[acp::ContentBlock]) -> Result<String, acp::Error> {
         return Err(invalid_params("the prompt has no text"));
     }
     Ok(text)
+}
+
+/// The file tools through the client's buffers when it offers both `fs`
+/// capabilities (`client_fs`), and `bash` in the client's terminal
+/// (`client_terminal`), for session `session`.
+fn client_tools(
+    config: &mut dsh_std::AgentConfig,
+    peer: &Arc<Peer>,
+    session: &str,
+    client_fs: bool,
+    client_terminal: bool,
+) {
+    if client_fs {
+        let files: Files = Some(Arc::new(ClientFiles::new(
+            peer.clone(),
+            session.to_string(),
+        )));
+        config.tools.insert(Box::new(ReadTool {
+            files: files.clone(),
+            ..ReadTool::default()
+        }));
+        config.tools.insert(Box::new(WriteTool {
+            files: files.clone(),
+            ..WriteTool::default()
+        }));
+        config.tools.insert(Box::new(EditTool {
+            files,
+            ..EditTool::default()
+        }));
+    }
+    if client_terminal {
+        let runner = ClientTerminal::new(peer.clone(), session.to_string());
+        let mut bash = BashTool::default();
+        bash.config.runner = Some(Runner(Arc::new(runner)));
+        config.tools.insert(Box::new(bash));
+        // Commands run in the editor's terminal: no local background jobs
+        // beside them.
+        for name in ["bash_start", "bash_output", "bash_stop"] {
+            config.tools.remove(name);
+        }
+    }
 }

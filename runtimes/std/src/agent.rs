@@ -274,12 +274,24 @@ impl Agent {
     ) -> Result<Agent, ShellError> {
         let parent = store.inspect(from, &dsh_store::Cancel::new())?;
         let now = config.clock.now_ms();
-        let child =
-            dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id.clone(), now)?;
-        store.create(child.header().clone())?;
-        store.append(&new_id, child.events())?;
-        let stored = child.len();
-        Agent::start(config, store, child, stored)
+        let child = dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id, now)?;
+        Agent::adopt(config, store, child)
+    }
+
+    /// Runs an agent on a new session the caller built (a subagent's
+    /// child, a seeded fork): its header is registered with the store and
+    /// its seed events, if any, are written before the agent starts.
+    pub fn adopt(
+        config: AgentConfig,
+        store: Arc<dyn SessionStore>,
+        session: dsh_core::session::Session,
+    ) -> Result<Agent, ShellError> {
+        store.create(session.header().clone())?;
+        if !session.is_empty() {
+            store.append(session.id(), session.events())?;
+        }
+        let stored = session.len();
+        Agent::start(config, store, session, stored)
     }
 
     fn start(
@@ -356,10 +368,7 @@ impl Agent {
     }
 
     fn submit(&self, msg: Msg) -> Result<(), ShellError> {
-        if let Ok(mut s) = self.shared.state.lock() {
-            s.submitted += 1;
-        }
-        self.tx.send(msg).map_err(|_| ShellError::Disposed)
+        submit(&self.tx, &self.shared, msg)
     }
 
     /// Generic delivery (IB-6): `message` to `target`, waking the driver
@@ -370,16 +379,17 @@ impl Agent {
         target: InboxTarget,
         wakeup: bool,
     ) -> Result<(), ShellError> {
-        let (reply, answer) = mpsc::sync_channel(1);
-        self.submit(Msg::Send {
-            message,
-            target,
-            wakeup,
-            reply,
-        })?;
-        match answer.recv() {
-            Ok(r) => r.map_err(ShellError::from),
-            Err(_) => Err(ShellError::Disposed),
+        deliver(&self.tx, &self.shared, message, target, wakeup)
+    }
+
+    /// A handle that delivers messages to this agent from any thread (a
+    /// background subagent's result). It does not keep the agent alive:
+    /// once the agent is disposed, delivery fails with
+    /// [`ShellError::Disposed`].
+    pub fn mailbox(&self) -> Mailbox {
+        Mailbox {
+            tx: self.tx.clone(),
+            shared: self.shared.clone(),
         }
     }
 
@@ -534,6 +544,63 @@ impl Agent {
             let _ = self.tx.send(Msg::Dispose);
             let _ = handle.join();
         }
+    }
+}
+
+fn submit(tx: &Sender<Msg>, shared: &Shared, msg: Msg) -> Result<(), ShellError> {
+    if let Ok(mut s) = shared.state.lock() {
+        s.submitted += 1;
+    }
+    tx.send(msg).map_err(|_| ShellError::Disposed)
+}
+
+fn deliver(
+    tx: &Sender<Msg>,
+    shared: &Shared,
+    message: Message,
+    target: InboxTarget,
+    wakeup: bool,
+) -> Result<(), ShellError> {
+    let (reply, answer) = mpsc::sync_channel(1);
+    submit(
+        tx,
+        shared,
+        Msg::Send {
+            message,
+            target,
+            wakeup,
+            reply,
+        },
+    )?;
+    match answer.recv() {
+        Ok(r) => r.map_err(ShellError::from),
+        Err(_) => Err(ShellError::Disposed),
+    }
+}
+
+/// Delivers messages to an [`Agent`] from any thread
+/// ([`Agent::mailbox`]); cheap to clone.
+#[derive(Clone)]
+pub struct Mailbox {
+    tx: Sender<Msg>,
+    shared: Arc<Shared>,
+}
+
+impl core::fmt::Debug for Mailbox {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Mailbox").finish_non_exhaustive()
+    }
+}
+
+impl Mailbox {
+    /// [`Agent::send_message`] through this handle.
+    pub fn send_message(
+        &self,
+        message: Message,
+        target: InboxTarget,
+        wakeup: bool,
+    ) -> Result<(), ShellError> {
+        deliver(&self.tx, &self.shared, message, target, wakeup)
     }
 }
 

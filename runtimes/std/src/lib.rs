@@ -45,7 +45,7 @@
 mod agent;
 mod clock;
 
-pub use agent::{Agent, AgentConfig, LoopOptions, ShellError};
+pub use agent::{Agent, AgentConfig, LoopOptions, Mailbox, ShellError};
 pub use clock::{new_session_id, os_seed};
 pub use dsh_runtime::host::{ChunkStream, Clock, ModelProvider, ScriptedProvider, ScriptedReply};
 pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, Reply, Rng, TurnSummary};
