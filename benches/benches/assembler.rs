@@ -53,7 +53,7 @@ fn check_result(chunks: &[StreamChunk]) {
     let expected: Vec<_> = chunks
         .iter()
         .filter_map(|c| match c {
-            StreamChunk::BlockEnd { block, .. } => Some(block.clone()),
+            StreamChunk::BlockEnd { block, .. } => Some((**block).clone()),
             _ => None,
         })
         .collect();

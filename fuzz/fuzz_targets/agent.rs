@@ -125,12 +125,9 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
         FuzzChunk::Text(x, text) => StreamChunk::TextDelta { index: i(x), text },
         FuzzChunk::Reasoning(x, text) => StreamChunk::ReasoningDelta { index: i(x), text },
         FuzzChunk::ToolDelta(x, id, name, arguments_delta) => StreamChunk::ToolCallDelta { index: i(x), id, name, arguments_delta },
-        FuzzChunk::EndText(x, text) => StreamChunk::BlockEnd { index: i(x), block: ContentBlock::text(text) },
-        FuzzChunk::EndCall(x, id, n, args) => StreamChunk::BlockEnd {
-            index: i(x),
-            block: ContentBlock::tool_call(id, NAMES[usize::from(n) % NAMES.len()], args),
-        },
-        FuzzChunk::Usage(a, b) => StreamChunk::Usage { usage: TokenUsage { input_tokens: a, output_tokens: b, ..TokenUsage::default() } },
+        FuzzChunk::EndText(x, text) => StreamChunk::block_end(i(x), ContentBlock::text(text)),
+        FuzzChunk::EndCall(x, id, n, args) => StreamChunk::block_end(i(x), ContentBlock::tool_call(id, NAMES[usize::from(n) % NAMES.len()], args)),
+        FuzzChunk::Usage(a, b) => StreamChunk::usage(TokenUsage { input_tokens: a, output_tokens: b, ..TokenUsage::default() }),
         FuzzChunk::Finish(f) => StreamChunk::finish(match f {
             FuzzFinish::Stop => FinishReason::Stop,
             FuzzFinish::ToolCalls => FinishReason::ToolCalls,

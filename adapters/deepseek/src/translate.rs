@@ -4,7 +4,10 @@
 use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use dsh_core::{ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage};
+use dsh_core::{
+    ChunkText, ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage,
+    ToolCallHead,
+};
 
 use crate::classify::classify_inband_error;
 use crate::codes;
@@ -93,6 +96,9 @@ struct Block {
     buf: String,
     id: Option<String>,
     name: Option<String>,
+    /// The head the last delta of this tool call carried (id and name as
+    /// they were then), shared by the deltas until either changes.
+    head: Option<ToolCallHead>,
 }
 
 /// The payload translator (5.11): one per model call.
@@ -232,6 +238,7 @@ impl Translator {
             buf: String::new(),
             id: None,
             name: None,
+            head: None,
         });
         self.blocks.len() - 1
     }
@@ -324,10 +331,7 @@ impl Translator {
                 };
                 if let Some(block) = self.blocks.get_mut(slot) {
                     block.buf.push_str(text);
-                    out.push(StreamChunk::ReasoningDelta {
-                        index: block.index,
-                        text: String::from(text),
-                    });
+                    out.push(StreamChunk::reasoning_delta(block.index, text));
                 }
             }
             // T-4
@@ -342,10 +346,7 @@ impl Translator {
                 };
                 if let Some(block) = self.blocks.get_mut(slot) {
                     block.buf.push_str(text);
-                    out.push(StreamChunk::TextDelta {
-                        index: block.index,
-                        text: String::from(text),
-                    });
+                    out.push(StreamChunk::text_delta(block.index, text));
                 }
             }
             // T-5
@@ -370,11 +371,13 @@ impl Translator {
                     if let Some(id) = call.id.0.as_deref() {
                         if block.id.as_deref() != Some(id) {
                             block.id = Some(String::from(id));
+                            block.head = None;
                         }
                     }
                     if let Some(name) = call.name.0.as_deref() {
                         if block.name.as_deref() != Some(name) {
                             block.name = Some(String::from(name));
+                            block.head = None;
                         }
                     }
                     if block.id.as_deref().is_none_or(str::is_empty)
@@ -382,14 +385,23 @@ impl Translator {
                     {
                         // Interop: a call without id gets one unique to this call.
                         block.id = Some(alloc::format!("{}{}", self.call_id_prefix, block.index));
+                        block.head = None;
                     }
                     let fragment = call.arguments.0.as_deref().unwrap_or_default();
                     block.buf.push_str(fragment);
+                    let head = block
+                        .head
+                        .get_or_insert_with(|| {
+                            ToolCallHead::new(
+                                block.id.as_deref().unwrap_or_default(),
+                                block.name.as_deref(),
+                            )
+                        })
+                        .clone();
                     out.push(StreamChunk::ToolCallDelta {
                         index: block.index,
-                        id: block.id.clone().unwrap_or_default(),
-                        name: block.name.clone(),
-                        arguments_delta: String::from(fragment),
+                        head,
+                        arguments_delta: ChunkText::new(fragment),
                     });
                 }
             }
@@ -509,13 +521,10 @@ impl Translator {
                     block.buf,
                 ),
             };
-            out.push(StreamChunk::BlockEnd {
-                index: block.index,
-                block: content,
-            });
+            out.push(StreamChunk::block_end(block.index, content));
         }
         if let Some(usage) = self.pending_usage.take() {
-            out.push(StreamChunk::Usage { usage });
+            out.push(StreamChunk::usage(usage));
         }
         let reason = match self.pending_finish.take() {
             None | Some(FinishReason::Stop) if !opened => empty_response_finish(),

@@ -357,10 +357,7 @@ fn text(t: &str) -> ScriptedReply {
 
 fn call(name: &str, args: &str) -> ScriptedReply {
     ScriptedReply::Chunks(vec![
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::tool_call("c1", name, args),
-        },
+        StreamChunk::block_end(0, ContentBlock::tool_call("c1", name, args)),
         StreamChunk::finish(FinishReason::ToolCalls),
     ])
 }
