@@ -46,13 +46,12 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
             index: index(i),
             block_type: BLOCK_TYPES[usize::from(t) % BLOCK_TYPES.len()].into(),
         },
-        FuzzChunk::Text(i, text) => StreamChunk::TextDelta { index: index(i), text },
-        FuzzChunk::Reasoning(i, text) => StreamChunk::ReasoningDelta { index: index(i), text },
+        FuzzChunk::Text(i, text) => StreamChunk::TextDelta { index: index(i), text: text.into() },
+        FuzzChunk::Reasoning(i, text) => StreamChunk::ReasoningDelta { index: index(i), text: text.into() },
         FuzzChunk::ToolCall(i, id, name, arguments_delta) => StreamChunk::ToolCallDelta {
             index: index(i),
-            id,
-            name,
-            arguments_delta,
+            head: dsh_core::ToolCallHead::owned(id, name),
+            arguments_delta: arguments_delta.into(),
         },
         FuzzChunk::End(i, b) => StreamChunk::block_end(index(i), match b {
                 FuzzBlock::Text(t) => ContentBlock::text(t),
