@@ -287,10 +287,13 @@ impl Translator {
             return self.push_payload(DONE, out);
         }
         let mut parsed = wire::Payload::default();
-        if let Ok(true) = wire::parse_slice_into(payload, &mut parsed) {
-            if !(parsed.error && self.interop()) && self.apply(&parsed, out) {
-                return Ok(false);
-            }
+        // The hand-written reader takes the usual payload; serde the rest.
+        let object = wire::parse_slice_fast(payload, &mut parsed) || {
+            parsed = wire::Payload::default();
+            matches!(wire::parse_slice_into(payload, &mut parsed), Ok(true))
+        };
+        if object && !(parsed.error && self.interop()) && self.apply(&parsed, out) {
+            return Ok(false);
         }
         drop(parsed);
         // Invalid UTF-8 outside ignored strings, or a malformed payload.
