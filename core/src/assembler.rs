@@ -138,9 +138,6 @@ fn is_tool_call(block: &ContentBlock) -> bool {
 struct Partial {
     /// The text (text, reasoning) or the arguments (tool-call).
     buf: String,
-    /// The head of the last tool-call delta applied: a delta with the same
-    /// head changes neither id nor name.
-    last_head: Option<ToolCallHead>,
     tool_call_id: Option<String>,
     tool_call_name: Option<String>,
     closed: Option<ContentBlock>,
@@ -152,7 +149,6 @@ impl Partial {
     fn new(index: u64, kind: Kind) -> Self {
         Partial {
             buf: String::new(),
-            last_head: None,
             tool_call_id: None,
             tool_call_name: None,
             closed: None,
@@ -173,17 +169,7 @@ impl Partial {
     /// BA-5 on an open tool-call partial.
     #[inline]
     fn tool_delta(&mut self, head: &ToolCallHead, arguments_delta: &str) {
-        if !self.last_head.as_ref().is_some_and(|h| h.same(head)) {
-            self.apply_head(head);
-        }
-        self.buf.push_str(arguments_delta);
-    }
-
-    /// BA-5's id and name rules for a delta of a new head.
-    #[inline(never)]
-    fn apply_head(&mut self, head: &ToolCallHead) {
         let (id, name) = (head.id(), head.name());
-        self.last_head = Some(head.clone());
         // The latest id wins, "" included.
         match &mut self.tool_call_id {
             Some(current) => {
@@ -206,6 +192,7 @@ impl Partial {
                 None => self.tool_call_name = Some(String::from(name)),
             }
         }
+        self.buf.push_str(arguments_delta);
     }
 
     /// The `type` of the block this partial produces (BB-2), or the BB-4
@@ -302,7 +289,6 @@ impl Partial {
     /// Frees the delta buffers, dead once the partial is closed (BA-7).
     fn release(&mut self) {
         self.buf = String::new();
-        self.last_head = None;
         self.tool_call_id = None;
         self.tool_call_name = None;
     }

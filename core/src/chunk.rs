@@ -466,6 +466,34 @@ impl StreamChunk {
         }
     }
 
+    /// This chunk with its tool head replaced by `last` when they are equal,
+    /// else remembered in `last`: run over a sequence of chunks read one by
+    /// one (from JSON), the deltas of one call share one head again, as the
+    /// decoder's do.
+    pub fn share_head(self, last: &mut Option<ToolCallHead>) -> Self {
+        match self {
+            StreamChunk::ToolCallDelta {
+                index,
+                head,
+                arguments_delta,
+            } => {
+                let head = match last {
+                    Some(h) if *h == head => h.clone(),
+                    _ => {
+                        *last = Some(head.clone());
+                        head
+                    }
+                };
+                StreamChunk::ToolCallDelta {
+                    index,
+                    head,
+                    arguments_delta,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// A `block-start` chunk.
     pub fn block_start(index: u64, block_type: &str) -> Self {
         StreamChunk::BlockStart {
@@ -754,6 +782,34 @@ mod tests {
         assert_eq!(
             long,
             StreamChunk::text_delta(0, "a fragment longer than twenty-three bytes")
+        );
+    }
+
+    #[test]
+    fn share_head_makes_one_calls_deltas_share_one_head() {
+        let head = |c: &StreamChunk| match c {
+            StreamChunk::ToolCallDelta { head, .. } => head.clone(),
+            _ => panic!("not a tool-call delta"),
+        };
+        let mut last = None;
+        let mut read = |s: &str| {
+            serde_json::from_str::<StreamChunk>(s)
+                .unwrap()
+                .share_head(&mut last)
+        };
+        let a = read(
+            r#"{"type":"tool-call-delta","index":0,"id":"c1","name":"f","argumentsDelta":"{"}"#,
+        );
+        let b = read(
+            r#"{"type":"tool-call-delta","index":0,"id":"c1","name":"f","argumentsDelta":"}"}"#,
+        );
+        let c = read(r#"{"type":"tool-call-delta","index":0,"id":"c1","argumentsDelta":""}"#);
+        assert!(head(&a).same(&head(&b)));
+        assert!(!head(&b).same(&head(&c)));
+        assert_eq!(head(&c).name(), None);
+        assert_eq!(
+            serde_json::to_string(&b).unwrap(),
+            r#"{"type":"tool-call-delta","index":0,"id":"c1","name":"f","argumentsDelta":"}"}"#
         );
     }
 

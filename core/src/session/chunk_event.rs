@@ -77,7 +77,7 @@ impl AssistantChunk {
         AssistantChunk {
             turn,
             step,
-            chunk: share_head(chunk, last),
+            chunk: chunk.share_head(last),
         }
     }
 
@@ -155,32 +155,6 @@ impl AssistantChunk {
     /// Whether this is a `finish` chunk.
     pub fn is_finish(&self) -> bool {
         matches!(self.chunk, StreamChunk::Finish { .. })
-    }
-}
-
-/// `chunk` with its tool head replaced by `last` when they are equal (so
-/// the deltas of one call share one head), else remembered in `last`.
-fn share_head(chunk: StreamChunk, last: &mut Option<ToolCallHead>) -> StreamChunk {
-    match chunk {
-        StreamChunk::ToolCallDelta {
-            index,
-            head,
-            arguments_delta,
-        } => {
-            let head = match last {
-                Some(h) if *h == head => h.clone(),
-                _ => {
-                    *last = Some(head.clone());
-                    head
-                }
-            };
-            StreamChunk::ToolCallDelta {
-                index,
-                head,
-                arguments_delta,
-            }
-        }
-        other => other,
     }
 }
 
@@ -515,7 +489,7 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
                 fields.insert(k.name(), v);
             }
             let chunk = rest_as_chunk(map, fields)?;
-            return Ok(share_head(chunk, self.last));
+            return Ok(chunk.share_head(self.last));
         }
         let kind = map.next_value::<DeltaType>()?;
         if let DeltaType::Other(kind_value) = kind {
@@ -523,7 +497,7 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
             let mut fields = serde_json::Map::new();
             fields.insert(String::from("type"), kind_value);
             let chunk = rest_as_chunk(map, fields)?;
-            return Ok(share_head(chunk, self.last));
+            return Ok(chunk.share_head(self.last));
         }
         let (mut index, mut text, mut id, mut name, mut args) = (None, None, None, None, None);
         let order: &[ChunkKey] = match kind {
