@@ -601,18 +601,56 @@ pub(crate) fn parse_into<'a>(
 /// [`parse_slice_into`] would. Anything else returns `false` (with `out` in
 /// an unspecified state) and the caller resets `out` and takes the serde path,
 /// which also produces the errors.
-pub(crate) fn parse_slice_fast<'a>(payload: &'a [u8], out: &mut Payload<'a>) -> bool {
-    let Ok(text) = core::str::from_utf8(payload) else {
+///
+/// `prefix` carries state between the payloads of one stream: the leading
+/// bytes of the last payload read from its start, up to the comma after its
+/// last top-level entry that the reader ignores (`id`, `object`, `created`,
+/// `model`, ... before `choices`). A payload that starts with exactly those
+/// bytes reaches that point in the same state with nothing read, so it is
+/// read from there on.
+pub(crate) fn parse_slice_fast<'a>(
+    payload: &'a [u8],
+    out: &mut Payload<'a>,
+    prefix: &mut Vec<u8>,
+) -> bool {
+    let resume = !prefix.is_empty() && payload.starts_with(prefix);
+    let start = if resume { prefix.len() } else { 0 };
+    let Some(Ok(text)) = payload.get(start..).map(core::str::from_utf8) else {
         return false;
     };
     let mut r = Fast { s: text, i: 0 };
-    r.ws();
-    if r.peek() != Some(b'{') || r.payload(out).is_none() {
+    let mut mark = None;
+    if !resume {
+        r.ws();
+        if r.peek() != Some(b'{') {
+            return false;
+        }
+        r.i += 1;
+        r.ws();
+        if r.peek() == Some(b'}') {
+            r.i += 1;
+            r.ws();
+            return r.i == text.len();
+        }
+    }
+    if r.payload(out, &mut mark).is_none() {
         return false;
     }
     r.ws();
-    r.i == text.len()
+    if r.i != text.len() {
+        return false;
+    }
+    if !resume {
+        prefix.clear();
+        if let Some(k) = mark.filter(|k| *k <= FAST_MAX_PREFIX) {
+            prefix.extend_from_slice(payload.get(..k).unwrap_or_default());
+        }
+    }
+    true
 }
+
+/// The longest prefix [`parse_slice_fast`] remembers, in bytes.
+const FAST_MAX_PREFIX: usize = 1024;
 
 /// The fast reader's cursor over a payload known to be valid UTF-8.
 struct Fast<'a> {
@@ -860,26 +898,58 @@ impl<'a> Fast<'a> {
         }
     }
 
-    fn payload(&mut self, out: &mut Payload<'a>) -> Option<()> {
-        self.object(0, |r, key| match key {
-            "choices" => r.list(1, &mut out.choices, |r, c| r.choice(2, c)),
-            "usage" => {
-                // A usage object takes the serde path; `null` is no usage.
-                if !r.skip(1)? {
-                    return None;
-                }
-                out.usage = None;
-                Some(())
+    /// The top-level object's entries, the cursor at its first key (after
+    /// `{`, or after a remembered prefix). `mark` is set to the position
+    /// after each comma that follows only ignored entries.
+    fn payload(&mut self, out: &mut Payload<'a>, mark: &mut Option<usize>) -> Option<()> {
+        let mut ignored_only = true;
+        loop {
+            self.ws();
+            if self.peek()? != b'"' {
+                return None;
             }
-            "error" => {
-                if r.at_number() {
-                    return None;
+            let key = self.string()?;
+            self.eat(b':')?;
+            self.ws();
+            match key {
+                "choices" => {
+                    ignored_only = false;
+                    self.list(1, &mut out.choices, |r, c| r.choice(2, c))?;
                 }
-                out.error = !r.skip(1)?;
-                Some(())
+                "usage" => {
+                    ignored_only = false;
+                    // A usage object takes the serde path; `null` is no usage.
+                    if !self.skip(1)? {
+                        return None;
+                    }
+                    out.usage = None;
+                }
+                "error" => {
+                    ignored_only = false;
+                    if self.at_number() {
+                        return None;
+                    }
+                    out.error = !self.skip(1)?;
+                }
+                _ => {
+                    self.skip(1)?;
+                }
             }
-            _ => r.skip(1).map(|_| ()),
-        })
+            self.ws();
+            match self.peek()? {
+                b',' => {
+                    self.i += 1;
+                    if ignored_only {
+                        *mark = Some(self.i);
+                    }
+                }
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
     }
 
     fn choice(&mut self, depth: usize, c: &mut Choice<'a>) -> Option<()> {
@@ -1014,8 +1084,13 @@ mod tests {
     /// Whenever the fast reader accepts, serde accepts the same bytes and
     /// reads the same payload.
     fn agrees(bytes: &[u8]) -> bool {
+        agrees_after(bytes, &mut Vec::new())
+    }
+
+    /// [`agrees`] with a remembered prefix.
+    fn agrees_after(bytes: &[u8], prefix: &mut Vec<u8>) -> bool {
         let mut fast = Payload::default();
-        if !parse_slice_fast(bytes, &mut fast) {
+        if !parse_slice_fast(bytes, &mut fast, prefix) {
             return false;
         }
         let mut slow = Payload::default();
@@ -1056,22 +1131,51 @@ mod tests {
     }
 
     #[test]
+    fn a_remembered_prefix_is_used_only_when_it_matches() {
+        let mut prefix = Vec::new();
+        assert!(agrees_after(CANONICAL[0].as_bytes(), &mut prefix));
+        let expected = r#"{"id":"a","object":"chat.completion.chunk","created":1785772482,"model":"m","system_fingerprint":"fp","#;
+        assert_eq!(prefix, expected.as_bytes());
+        // The next payload of the stream is read after the prefix.
+        let next = format!(r#"{expected}"choices":[{{"delta":{{"content":"x"}}}}]}}"#);
+        assert!(agrees_after(next.as_bytes(), &mut prefix));
+        // A payload that differs inside the prefix is read from its start.
+        assert!(agrees_after(CANONICAL[1].as_bytes(), &mut prefix));
+        assert!(prefix.starts_with(br#"{"id":"a","object":"chat.completion.chunk","created":1,"#));
+        // A remembered prefix followed by a bad tail is still rejected.
+        let bad = format!(r#"{expected}}}"#);
+        assert!(!agrees_after(bad.as_bytes(), &mut prefix.clone()));
+    }
+
+    #[test]
     fn the_fast_reader_never_accepts_more_than_serde() {
-        // Every one-byte replacement and deletion of every test payload.
+        // Every one-byte replacement and deletion of every test payload,
+        // read from scratch and after the payload's own prefix.
         const BYTES: &[u8] = b"\"\\{}[],:0-1e. \tnx\x01\xff\xe4";
+        let mut resumed = 0;
         for p in CANONICAL.iter().chain(ODD.iter()) {
             let p = p.as_bytes();
+            let mut prefix = Vec::new();
+            agrees_after(p, &mut prefix);
+            let mut check = |v: &[u8]| {
+                agrees(v);
+                if v.starts_with(&prefix) && !prefix.is_empty() {
+                    resumed += 1;
+                }
+                agrees_after(v, &mut prefix.clone());
+            };
             for i in 0..p.len() {
                 let mut v = p.to_vec();
                 v.remove(i);
-                agrees(&v);
+                check(&v);
                 for &b in BYTES {
                     let mut v = p.to_vec();
                     v[i] = b;
-                    agrees(&v);
+                    check(&v);
                 }
             }
         }
+        assert!(resumed > 1000, "the resumed path ran {resumed} times");
         // Deep nesting takes the serde path (and its recursion limit).
         let deep = format!(
             "{{\"x\":{}{},\"choices\":[]}}",
