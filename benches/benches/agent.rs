@@ -122,13 +122,9 @@ fn bench(c: &mut Criterion) {
     let small: Vec<StreamChunk> = stream
         .iter()
         .filter(|c| {
-            matches!(
-                c,
-                StreamChunk::BlockEnd {
-                    block: ContentBlock::ToolCall { .. },
-                    ..
-                }
-            ) || matches!(c, StreamChunk::Finish { .. })
+            matches!(c, StreamChunk::BlockEnd { block, .. }
+                if matches!(**block, ContentBlock::ToolCall { .. }))
+                || matches!(c, StreamChunk::Finish { .. })
         })
         .cloned()
         .collect();

@@ -35,12 +35,15 @@ fn load_chunks() -> Vec<StreamChunk> {
     let path = workloads.chunks_jsonl();
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    // The deltas of one call share one head, as the decoder emits them.
+    let mut head = None;
     let chunks: Vec<StreamChunk> = text
         .lines()
         .enumerate()
         .map(|(i, line)| {
-            serde_json::from_str(line)
+            serde_json::from_str::<StreamChunk>(line)
                 .unwrap_or_else(|e| panic!("chunks.jsonl line {}: {e}", i + 1))
+                .share_head(&mut head)
         })
         .collect();
     assert_eq!(chunks.len() as u64, CHUNKS, "chunk count");
@@ -53,7 +56,7 @@ fn check_result(chunks: &[StreamChunk]) {
     let expected: Vec<_> = chunks
         .iter()
         .filter_map(|c| match c {
-            StreamChunk::BlockEnd { block, .. } => Some(block.clone()),
+            StreamChunk::BlockEnd { block, .. } => Some((**block).clone()),
             _ => None,
         })
         .collect();

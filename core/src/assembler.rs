@@ -22,6 +22,7 @@ use crate::chunk::{FinishReason, ReplayEnvelope, StreamChunk, TokenUsage};
 use crate::content::ContentBlock;
 use crate::ids::{CallId, MessageId};
 use crate::message::{Message, MessageSource};
+use crate::text::ToolCallHead;
 
 /// The plugin name of the default assembler message source (MSG-1).
 pub const ASSEMBLER_SOURCE_PLUGIN: &str = "dsh-llm/assembler";
@@ -167,7 +168,8 @@ impl Partial {
 
     /// BA-5 on an open tool-call partial.
     #[inline]
-    fn tool_delta(&mut self, id: &str, name: Option<&str>, arguments_delta: &str) {
+    fn tool_delta(&mut self, head: &ToolCallHead, arguments_delta: &str) {
+        let (id, name) = (head.id(), head.name());
         // The latest id wins, "" included.
         match &mut self.tool_call_id {
             Some(current) => {
@@ -365,17 +367,16 @@ impl BlockAssembler {
             }
             StreamChunk::ToolCallDelta {
                 index,
-                id,
-                name,
+                head,
                 arguments_delta,
             } => {
                 if self.hot == Hot::Tool && self.hot_index == *index {
                     if let Some(partial) = self.partials.get_mut(self.hot_pos) {
-                        partial.tool_delta(id, name.as_deref(), arguments_delta);
+                        partial.tool_delta(head, arguments_delta);
                         return;
                     }
                 }
-                self.tool_call_delta(*index, id, name.as_deref(), arguments_delta);
+                self.tool_call_delta(*index, head, arguments_delta);
             }
             _ => self.push_other(chunk),
         }
@@ -398,13 +399,13 @@ impl BlockAssembler {
 
     /// BA-5 off the fast path.
     #[inline(never)]
-    fn tool_call_delta(&mut self, index: u64, id: &str, name: Option<&str>, arguments_delta: &str) {
+    fn tool_call_delta(&mut self, index: u64, head: &ToolCallHead, arguments_delta: &str) {
         let pos = self.slot(index, || Kind::ToolCall);
         let Some(partial) = self.partials.get_mut(pos) else {
             return;
         };
         if partial.hot() == Hot::Tool {
-            partial.tool_delta(id, name, arguments_delta);
+            partial.tool_delta(head, arguments_delta);
             self.heat(index, pos);
         }
     }
@@ -418,14 +419,14 @@ impl BlockAssembler {
                 self.slot(*index, || Kind::from_type(block_type));
             }
             StreamChunk::BlockEnd { index, block } => self.block_end(*index, block),
-            StreamChunk::Usage { usage } => self.usage = Some(*usage),
+            StreamChunk::Usage { usage } => self.usage = Some(**usage),
             StreamChunk::Finish {
                 reason,
                 replay_state,
             } => {
                 // BA-9: finish and envelope are replaced together.
-                self.finish = Some(reason.clone());
-                self.replay = replay_state.clone();
+                self.finish = Some(FinishReason::clone(reason));
+                self.replay = replay_state.as_deref().cloned();
             }
             // Deltas take the paths in `push`.
             StreamChunk::TextDelta { .. }
@@ -455,7 +456,7 @@ impl BlockAssembler {
                 let pos = self.slot(index, || Kind::from_type(block.block_type()));
                 if let Some(partial) = self.partials.get_mut(pos) {
                     if partial.closed.is_none() {
-                        partial.closed = Some(block);
+                        partial.closed = Some(*block);
                         partial.release();
                     }
                 }
@@ -467,8 +468,8 @@ impl BlockAssembler {
                 reason,
                 replay_state,
             } => {
-                self.finish = Some(reason);
-                self.replay = replay_state;
+                self.finish = Some(*reason);
+                self.replay = replay_state.map(|r| *r);
             }
             other => self.push(&other),
         }

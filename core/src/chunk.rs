@@ -1,6 +1,7 @@
 //! The `StreamChunk` protocol (streaming.md 2): chunks, finish reasons,
 //! failures, token usage and replay envelopes.
 
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
@@ -12,6 +13,7 @@ use serde_json::Value;
 use crate::content::ContentBlock;
 use crate::json::{JsonObject, serialize_js_f64_opt};
 use crate::object::{Fields, deserialize_via_fields};
+use crate::text::{ChunkText, ToolCallHead};
 
 /// Token counts for one model call (TU-1..TU-4).
 ///
@@ -316,6 +318,11 @@ pub struct ReplayEnvelope {
 }
 
 /// One chunk of a model response stream (SC-2). The set is closed (SC-1).
+///
+/// Compact: the delta variants hold their text inline when it is short
+/// ([`ChunkText`]) and a tool call's id and name by a shared pointer
+/// ([`ToolCallHead`]); the rare variants box their payload. A chunk is at most
+/// 40 bytes.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum StreamChunk {
@@ -331,44 +338,43 @@ pub enum StreamChunk {
         /// Block index.
         index: u64,
         /// The fragment.
-        text: String,
+        text: ChunkText,
     },
     /// `reasoning-delta`: appends reasoning text.
     ReasoningDelta {
         /// Block index.
         index: u64,
         /// The fragment.
-        text: String,
+        text: ChunkText,
     },
     /// `tool-call-delta`: call id, optional name and an arguments fragment.
     ToolCallDelta {
         /// Block index.
         index: u64,
-        /// Call id (may be empty).
-        id: String,
-        /// Tool name, when this delta carries one.
-        name: Option<String>,
+        /// Call id (may be empty) and tool name (when this delta carries
+        /// one), shared by the deltas of one call.
+        head: ToolCallHead,
         /// Raw JSON text fragment of the arguments.
-        arguments_delta: String,
+        arguments_delta: ChunkText,
     },
     /// `block-end`: the complete, authoritative block.
     BlockEnd {
         /// Block index.
         index: u64,
         /// The final block.
-        block: ContentBlock,
+        block: Box<ContentBlock>,
     },
     /// `usage`: token counts.
     Usage {
         /// The counts.
-        usage: TokenUsage,
+        usage: Box<TokenUsage>,
     },
     /// `finish`: terminal chunk.
     Finish {
         /// Why the call finished.
-        reason: FinishReason,
+        reason: Box<FinishReason>,
         /// Adapter-private replay envelope.
-        replay_state: Option<ReplayEnvelope>,
+        replay_state: Option<Box<ReplayEnvelope>>,
     },
 }
 
@@ -405,10 +411,10 @@ impl StreamChunk {
                 !text.is_empty()
             }
             StreamChunk::ToolCallDelta {
-                name,
+                head,
                 arguments_delta,
                 ..
-            } => !arguments_delta.is_empty() || name.is_some(),
+            } => !arguments_delta.is_empty() || head.name().is_some(),
             _ => false,
         }
     }
@@ -416,8 +422,98 @@ impl StreamChunk {
     /// A `finish` chunk without replay state.
     pub fn finish(reason: FinishReason) -> Self {
         StreamChunk::Finish {
-            reason,
+            reason: Box::new(reason),
             replay_state: None,
+        }
+    }
+
+    /// A `finish` chunk with optional replay state.
+    pub fn finish_with(reason: FinishReason, replay_state: Option<ReplayEnvelope>) -> Self {
+        StreamChunk::Finish {
+            reason: Box::new(reason),
+            replay_state: replay_state.map(Box::new),
+        }
+    }
+
+    /// A `text-delta` chunk.
+    pub fn text_delta(index: u64, text: &str) -> Self {
+        StreamChunk::TextDelta {
+            index,
+            text: ChunkText::new(text),
+        }
+    }
+
+    /// A `reasoning-delta` chunk.
+    pub fn reasoning_delta(index: u64, text: &str) -> Self {
+        StreamChunk::ReasoningDelta {
+            index,
+            text: ChunkText::new(text),
+        }
+    }
+
+    /// A `tool-call-delta` chunk with a head of its own (producers of many
+    /// deltas share one head instead, see [`ToolCallHead::reuse`]).
+    pub fn tool_call_delta(
+        index: u64,
+        id: &str,
+        name: Option<&str>,
+        arguments_delta: &str,
+    ) -> Self {
+        StreamChunk::ToolCallDelta {
+            index,
+            head: ToolCallHead::new(id, name),
+            arguments_delta: ChunkText::new(arguments_delta),
+        }
+    }
+
+    /// This chunk with its tool head replaced by `last` when they are equal,
+    /// else remembered in `last`: run over a sequence of chunks read one by
+    /// one (from JSON), the deltas of one call share one head again, as the
+    /// decoder's do.
+    pub fn share_head(self, last: &mut Option<ToolCallHead>) -> Self {
+        match self {
+            StreamChunk::ToolCallDelta {
+                index,
+                head,
+                arguments_delta,
+            } => {
+                let head = match last {
+                    Some(h) if *h == head => h.clone(),
+                    _ => {
+                        *last = Some(head.clone());
+                        head
+                    }
+                };
+                StreamChunk::ToolCallDelta {
+                    index,
+                    head,
+                    arguments_delta,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// A `block-start` chunk.
+    pub fn block_start(index: u64, block_type: &str) -> Self {
+        StreamChunk::BlockStart {
+            index,
+            block_type: String::from(block_type),
+        }
+    }
+
+    /// A `block-end` chunk.
+    pub fn block_end(index: u64, block: ContentBlock) -> Self {
+        StreamChunk::BlockEnd {
+            index,
+            block: Box::new(block),
+        }
+    }
+
+    /// A `usage` chunk.
+    pub fn usage(usage: TokenUsage) -> Self {
+        StreamChunk::Usage {
+            usage: Box::new(usage),
         }
     }
 }
@@ -438,13 +534,12 @@ impl Serialize for StreamChunk {
             }
             StreamChunk::ToolCallDelta {
                 index,
-                id,
-                name,
+                head,
                 arguments_delta,
             } => {
                 map.serialize_entry("index", index)?;
-                map.serialize_entry("id", id)?;
-                if let Some(name) = name {
+                map.serialize_entry("id", head.id())?;
+                if let Some(name) = head.name() {
                     map.serialize_entry("name", name)?;
                 }
                 map.serialize_entry("argumentsDelta", arguments_delta)?;
@@ -534,13 +629,13 @@ impl<'de> Visitor<'de> for ChunkVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StreamChunk, A::Error> {
-        let mut kind: Option<String> = None;
+        let mut kind: Option<ChunkText> = None;
         let mut index: Option<u64> = None;
         let mut block_type: Option<String> = None;
-        let mut text: Option<String> = None;
-        let mut id: Option<String> = None;
-        let mut name: Option<Option<String>> = None;
-        let mut arguments_delta: Option<String> = None;
+        let mut text: Option<ChunkText> = None;
+        let mut id: Option<ChunkText> = None;
+        let mut name: Option<Option<ChunkText>> = None;
+        let mut arguments_delta: Option<ChunkText> = None;
         let mut block: Option<ContentBlock> = None;
         let mut usage: Option<TokenUsage> = None;
         let mut reason: Option<FinishReason> = None;
@@ -588,21 +683,15 @@ impl<'de> Visitor<'de> for ChunkVisitor {
             },
             "tool-call-delta" => StreamChunk::ToolCallDelta {
                 index: need(index, &kind, "index")?,
-                id: need(id, &kind, "id")?,
-                name: name.flatten(),
+                head: ToolCallHead::new(&need(id, &kind, "id")?, name.flatten().as_deref()),
                 arguments_delta: need(arguments_delta, &kind, "argumentsDelta")?,
             },
             "block-end" => StreamChunk::BlockEnd {
                 index: need(index, &kind, "index")?,
-                block: need(block, &kind, "block")?,
+                block: Box::new(need(block, &kind, "block")?),
             },
-            "usage" => StreamChunk::Usage {
-                usage: need(usage, &kind, "usage")?,
-            },
-            "finish" => StreamChunk::Finish {
-                reason: need(reason, &kind, "reason")?,
-                replay_state: replay.flatten(),
-            },
+            "usage" => StreamChunk::usage(need(usage, &kind, "usage")?),
+            "finish" => StreamChunk::finish_with(need(reason, &kind, "reason")?, replay.flatten()),
             other => {
                 return Err(de::Error::custom(alloc::format!(
                     "unknown chunk type \"{other}\" (SC-1: the chunk set is closed)"
@@ -675,6 +764,52 @@ mod tests {
         );
         round_trip(
             r#"{"type":"finish","reason":{"kind":"stop"},"replayState":{"response":{"id":"resp_1"},"blocks":[{"sig":"x"},null]}}"#,
+        );
+    }
+
+    #[test]
+    fn chunks_are_compact() {
+        // Issue 18: a chunk array is walked once per chunk; 192 bytes before.
+        assert!(core::mem::size_of::<StreamChunk>() <= 40);
+        let c = round_trip(r#"{"type":"text-delta","index":0,"text":"a short fragment"}"#);
+        let StreamChunk::TextDelta { text, .. } = c else {
+            panic!()
+        };
+        assert!(text.is_inline(), "a short delta needs no allocation");
+        let long = round_trip(
+            r#"{"type":"text-delta","index":0,"text":"a fragment longer than twenty-three bytes"}"#,
+        );
+        assert_eq!(
+            long,
+            StreamChunk::text_delta(0, "a fragment longer than twenty-three bytes")
+        );
+    }
+
+    #[test]
+    fn share_head_makes_one_calls_deltas_share_one_head() {
+        let head = |c: &StreamChunk| match c {
+            StreamChunk::ToolCallDelta { head, .. } => head.clone(),
+            _ => panic!("not a tool-call delta"),
+        };
+        let mut last = None;
+        let mut read = |s: &str| {
+            serde_json::from_str::<StreamChunk>(s)
+                .unwrap()
+                .share_head(&mut last)
+        };
+        let a = read(
+            r#"{"type":"tool-call-delta","index":0,"id":"c1","name":"f","argumentsDelta":"{"}"#,
+        );
+        let b = read(
+            r#"{"type":"tool-call-delta","index":0,"id":"c1","name":"f","argumentsDelta":"}"}"#,
+        );
+        let c = read(r#"{"type":"tool-call-delta","index":0,"id":"c1","argumentsDelta":""}"#);
+        assert!(head(&a).same(&head(&b)));
+        assert!(!head(&b).same(&head(&c)));
+        assert_eq!(head(&c).name(), None);
+        assert_eq!(
+            serde_json::to_string(&b).unwrap(),
+            r#"{"type":"tool-call-delta","index":0,"id":"c1","name":"f","argumentsDelta":"}"}"#
         );
     }
 

@@ -34,6 +34,7 @@ mod message;
 mod object;
 mod options;
 pub mod session;
+mod text;
 mod validator;
 
 pub use assembler::{ASSEMBLER_SOURCE_PLUGIN, AssembleError, BlockAssembler};
@@ -57,4 +58,5 @@ pub use serde_json;
 pub use session::{
     AppendError, EventData, Session, SessionEvent, SessionHeader, SurfaceIntent, SurfaceOp,
 };
+pub use text::{ChunkText, ToolCallHead};
 pub use validator::{Rule, StreamValidator, Violation, validate_stream};

@@ -247,7 +247,7 @@ impl StreamValidator {
                     );
                 }
                 if open.saw_delta {
-                    match block {
+                    match &**block {
                         ContentBlock::Text { text } | ContentBlock::Reasoning { text }
                             if *text != open.content =>
                         {
@@ -280,7 +280,7 @@ impl StreamValidator {
             }
             StreamChunk::Finish { reason, .. } => {
                 self.finished = true;
-                if let FinishReason::Other(_) = reason {
+                if let FinishReason::Other(_) = &**reason {
                     let kind = reason.kind();
                     if kind == "error" || kind == "aborted" {
                         return fail(
@@ -327,7 +327,7 @@ impl StreamValidator {
                         ),
                     );
                 }
-                if matches!(reason, FinishReason::Stop) && self.blocks_opened == 0 {
+                if matches!(**reason, FinishReason::Stop) && self.blocks_opened == 0 {
                     return fail(
                         Rule::AC9,
                         String::from(

@@ -43,8 +43,7 @@ fn tool_delta(seq: u64, time: i64, name: Option<&str>, args: &str) -> SessionEve
         1,
         StreamChunk::ToolCallDelta {
             index: 1,
-            id: "c".into(),
-            name: name.map(String::from),
+            head: dsh_core::ToolCallHead::owned("c".into(), name.map(String::from)),
             arguments_delta: args.into(),
         },
     )
@@ -126,10 +125,7 @@ fn tp3_short_runs_and_breaks_stay_verbatim() {
         1,
         2,
         1,
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::text("abc"),
-        },
+        StreamChunk::block_end(0, ContentBlock::text("abc")),
     );
     let batch = vec![
         start,
@@ -636,8 +632,14 @@ fn header_rules_apply_on_load() {
 fn delta_strategy() -> impl Strategy<Value = StreamChunk> {
     let s = "[a-z\"\\\\\n é😀]{0,4}";
     prop_oneof![
-        (0u64..2, s).prop_map(|(index, text)| StreamChunk::TextDelta { index, text }),
-        (0u64..2, s).prop_map(|(index, text)| StreamChunk::ReasoningDelta { index, text }),
+        (0u64..2, s).prop_map(|(index, text)| StreamChunk::TextDelta {
+            index,
+            text: text.into()
+        }),
+        (0u64..2, s).prop_map(|(index, text)| StreamChunk::ReasoningDelta {
+            index,
+            text: text.into()
+        }),
         (
             0u64..2,
             "c[12]",
@@ -647,9 +649,8 @@ fn delta_strategy() -> impl Strategy<Value = StreamChunk> {
             .prop_map(
                 |(index, id, name, arguments_delta)| StreamChunk::ToolCallDelta {
                     index,
-                    id,
-                    name,
-                    arguments_delta
+                    head: dsh_core::ToolCallHead::owned(id, name),
+                    arguments_delta: arguments_delta.into(),
                 }
             ),
         Just(StreamChunk::BlockStart {

@@ -39,10 +39,10 @@ fn calls(list: &[(&str, &str, &str)]) -> Vec<StreamChunk> {
             index: i as u64,
             block_type: "tool-call".into(),
         });
-        out.push(StreamChunk::BlockEnd {
-            index: i as u64,
-            block: ContentBlock::tool_call(*id, *name, *args),
-        });
+        out.push(StreamChunk::block_end(
+            i as u64,
+            ContentBlock::tool_call(*id, *name, *args),
+        ));
     }
     out.push(usage());
     out.push(finish(dsh_core::FinishReason::ToolCalls));

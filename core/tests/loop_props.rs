@@ -301,10 +301,10 @@ impl Run {
                     let _ = self.t.agent.handle_chunk(
                         now,
                         a,
-                        StreamChunk::BlockEnd {
+                        StreamChunk::block_end(
                             index,
-                            block: ContentBlock::tool_call(id, name, r#"{"text":"a"}"#),
-                        },
+                            ContentBlock::tool_call(id, name, r#"{"text":"a"}"#),
+                        ),
                     );
                 }
             }
@@ -315,8 +315,7 @@ impl Run {
                         a,
                         StreamChunk::ToolCallDelta {
                             index: 9,
-                            id: String::new(),
-                            name: None,
+                            head: dsh_core::ToolCallHead::owned(String::new(), None),
                             arguments_delta: "{\"te".into(),
                         },
                     );

@@ -826,18 +826,14 @@ fn v16_max_tokens_drops_tool_calls() {
             index: 0,
             text: "partial text".into(),
         },
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::text("partial text"),
-        },
+        StreamChunk::block_end(0, ContentBlock::text("partial text")),
         StreamChunk::BlockStart {
             index: 1,
             block_type: "tool-call".into(),
         },
         StreamChunk::ToolCallDelta {
             index: 1,
-            id: "c1".into(),
-            name: Some("echo".into()),
+            head: dsh_core::ToolCallHead::owned("c1".into(), Some("echo".into())),
             arguments_delta: "{\"text\"".into(),
         },
         finish(FinishReason::MaxTokens),

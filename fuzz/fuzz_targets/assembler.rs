@@ -46,17 +46,14 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
             index: index(i),
             block_type: BLOCK_TYPES[usize::from(t) % BLOCK_TYPES.len()].into(),
         },
-        FuzzChunk::Text(i, text) => StreamChunk::TextDelta { index: index(i), text },
-        FuzzChunk::Reasoning(i, text) => StreamChunk::ReasoningDelta { index: index(i), text },
+        FuzzChunk::Text(i, text) => StreamChunk::TextDelta { index: index(i), text: text.into() },
+        FuzzChunk::Reasoning(i, text) => StreamChunk::ReasoningDelta { index: index(i), text: text.into() },
         FuzzChunk::ToolCall(i, id, name, arguments_delta) => StreamChunk::ToolCallDelta {
             index: index(i),
-            id,
-            name,
-            arguments_delta,
+            head: dsh_core::ToolCallHead::owned(id, name),
+            arguments_delta: arguments_delta.into(),
         },
-        FuzzChunk::End(i, b) => StreamChunk::BlockEnd {
-            index: index(i),
-            block: match b {
+        FuzzChunk::End(i, b) => StreamChunk::block_end(index(i), match b {
                 FuzzBlock::Text(t) => ContentBlock::text(t),
                 FuzzBlock::Reasoning(t) => ContentBlock::reasoning(t),
                 FuzzBlock::ToolCall(id, n, a) => ContentBlock::tool_call(id, n, a),
@@ -65,29 +62,23 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
                     m.insert("type".into(), serde_json::Value::String(format!("x-{t}")));
                     ContentBlock::Unknown(m)
                 }
-            },
-        },
-        FuzzChunk::Usage(i, o, r) => StreamChunk::Usage {
-            usage: TokenUsage {
+            }),
+        FuzzChunk::Usage(i, o, r) => StreamChunk::usage(TokenUsage {
                 input_tokens: i,
                 output_tokens: o,
                 reasoning_tokens: r,
                 ..TokenUsage::default()
-            },
-        },
-        FuzzChunk::Finish(f, blocks) => StreamChunk::Finish {
-            reason: match f {
+            }),
+        FuzzChunk::Finish(f, blocks) => StreamChunk::finish_with(match f {
                 FuzzFinish::Stop => FinishReason::Stop,
                 FuzzFinish::ToolCalls => FinishReason::ToolCalls,
                 FuzzFinish::MaxTokens => FinishReason::MaxTokens,
                 FuzzFinish::Error(m) => FinishReason::Error { failure: LlmFailure::new("X", m) },
                 FuzzFinish::Aborted(m) => FinishReason::Aborted { failure: LlmFailure::new("ABORTED", m) },
-            },
-            replay_state: blocks.map(|n| ReplayEnvelope {
+            }, blocks.map(|n| ReplayEnvelope {
                 response: serde_json::Value::Null,
                 blocks: Some((0..n % 8).map(|k| serde_json::Value::from(k)).collect()),
-            }),
-        },
+            })),
     }
 }
 

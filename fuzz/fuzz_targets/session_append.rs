@@ -101,7 +101,7 @@ fn data(ev: Ev) -> EventData {
             r.into()
         }
         Ev::Chunk(t, s, i, text) => {
-            AssistantChunk::new(n(t), n(s), StreamChunk::TextDelta { index: n(i), text }).into()
+            AssistantChunk::new(n(t), n(s), StreamChunk::TextDelta { index: n(i), text: text.into() }).into()
         }
         Ev::Plugin(kind, num, neg_zero) => {
             let v = if neg_zero {

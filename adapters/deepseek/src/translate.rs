@@ -4,7 +4,10 @@
 use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use dsh_core::{ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage};
+use dsh_core::{
+    ChunkText, ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage,
+    ToolCallHead,
+};
 
 use crate::classify::classify_inband_error;
 use crate::codes;
@@ -93,6 +96,9 @@ struct Block {
     buf: String,
     id: Option<String>,
     name: Option<String>,
+    /// The head the last delta of this tool call carried (id and name as
+    /// they were then), shared by the deltas until either changes.
+    head: Option<ToolCallHead>,
 }
 
 /// The payload translator (5.11): one per model call.
@@ -114,6 +120,9 @@ pub struct Translator {
     /// Interop: the block of the last tool-call delta without `index`, and
     /// the wire id it got.
     unindexed: Option<(usize, Option<String>)>,
+    /// The payload prefix the fast reader skips (see `wire::parse_slice_fast`;
+    /// at most 1 KiB).
+    fast_prefix: Vec<u8>,
 }
 
 /// T-1: the `MALFORMED_RESPONSE` error for `payload`, quoting its first 120
@@ -232,6 +241,7 @@ impl Translator {
             buf: String::new(),
             id: None,
             name: None,
+            head: None,
         });
         self.blocks.len() - 1
     }
@@ -280,10 +290,13 @@ impl Translator {
             return self.push_payload(DONE, out);
         }
         let mut parsed = wire::Payload::default();
-        if let Ok(true) = wire::parse_slice_into(payload, &mut parsed) {
-            if !(parsed.error && self.interop()) && self.apply(&parsed, out) {
-                return Ok(false);
-            }
+        // The hand-written reader takes the usual payload; serde the rest.
+        let object = wire::parse_slice_fast(payload, &mut parsed, &mut self.fast_prefix) || {
+            parsed = wire::Payload::default();
+            matches!(wire::parse_slice_into(payload, &mut parsed), Ok(true))
+        };
+        if object && !(parsed.error && self.interop()) && self.apply(&parsed, out) {
+            return Ok(false);
         }
         drop(parsed);
         // Invalid UTF-8 outside ignored strings, or a malformed payload.
@@ -324,10 +337,7 @@ impl Translator {
                 };
                 if let Some(block) = self.blocks.get_mut(slot) {
                     block.buf.push_str(text);
-                    out.push(StreamChunk::ReasoningDelta {
-                        index: block.index,
-                        text: String::from(text),
-                    });
+                    out.push(StreamChunk::reasoning_delta(block.index, text));
                 }
             }
             // T-4
@@ -342,10 +352,7 @@ impl Translator {
                 };
                 if let Some(block) = self.blocks.get_mut(slot) {
                     block.buf.push_str(text);
-                    out.push(StreamChunk::TextDelta {
-                        index: block.index,
-                        text: String::from(text),
-                    });
+                    out.push(StreamChunk::text_delta(block.index, text));
                 }
             }
             // T-5
@@ -370,11 +377,13 @@ impl Translator {
                     if let Some(id) = call.id.0.as_deref() {
                         if block.id.as_deref() != Some(id) {
                             block.id = Some(String::from(id));
+                            block.head = None;
                         }
                     }
                     if let Some(name) = call.name.0.as_deref() {
                         if block.name.as_deref() != Some(name) {
                             block.name = Some(String::from(name));
+                            block.head = None;
                         }
                     }
                     if block.id.as_deref().is_none_or(str::is_empty)
@@ -382,14 +391,23 @@ impl Translator {
                     {
                         // Interop: a call without id gets one unique to this call.
                         block.id = Some(alloc::format!("{}{}", self.call_id_prefix, block.index));
+                        block.head = None;
                     }
                     let fragment = call.arguments.0.as_deref().unwrap_or_default();
                     block.buf.push_str(fragment);
+                    let head = block
+                        .head
+                        .get_or_insert_with(|| {
+                            ToolCallHead::new(
+                                block.id.as_deref().unwrap_or_default(),
+                                block.name.as_deref(),
+                            )
+                        })
+                        .clone();
                     out.push(StreamChunk::ToolCallDelta {
                         index: block.index,
-                        id: block.id.clone().unwrap_or_default(),
-                        name: block.name.clone(),
-                        arguments_delta: String::from(fragment),
+                        head,
+                        arguments_delta: ChunkText::new(fragment),
                     });
                 }
             }
@@ -509,13 +527,10 @@ impl Translator {
                     block.buf,
                 ),
             };
-            out.push(StreamChunk::BlockEnd {
-                index: block.index,
-                block: content,
-            });
+            out.push(StreamChunk::block_end(block.index, content));
         }
         if let Some(usage) = self.pending_usage.take() {
-            out.push(StreamChunk::Usage { usage });
+            out.push(StreamChunk::usage(usage));
         }
         let reason = match self.pending_finish.take() {
             None | Some(FinishReason::Stop) if !opened => empty_response_finish(),

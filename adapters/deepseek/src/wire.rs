@@ -594,3 +594,594 @@ pub(crate) fn parse_into<'a>(
     de.end()?;
     Ok(is_object)
 }
+
+/// A hand-written reader for the common payload, tried before serde: it
+/// accepts a subset of JSON (no escapes or control characters in strings, a
+/// bounded nesting depth, no `usage` object) and fills `out` exactly as
+/// [`parse_slice_into`] would. Anything else returns `false` (with `out` in
+/// an unspecified state) and the caller resets `out` and takes the serde path,
+/// which also produces the errors.
+///
+/// `prefix` carries state between the payloads of one stream: the leading
+/// bytes of the last payload read from its start, up to the comma after its
+/// last top-level entry that the reader ignores (`id`, `object`, `created`,
+/// `model`, ... before `choices`). A payload that starts with exactly those
+/// bytes reaches that point in the same state with nothing read, so it is
+/// read from there on.
+pub(crate) fn parse_slice_fast<'a>(
+    payload: &'a [u8],
+    out: &mut Payload<'a>,
+    prefix: &mut Vec<u8>,
+) -> bool {
+    let resume = !prefix.is_empty() && payload.starts_with(prefix);
+    let start = if resume { prefix.len() } else { 0 };
+    let Some(Ok(text)) = payload.get(start..).map(core::str::from_utf8) else {
+        return false;
+    };
+    let mut r = Fast { s: text, i: 0 };
+    let mut mark = None;
+    if !resume {
+        r.ws();
+        if r.peek() != Some(b'{') {
+            return false;
+        }
+        r.i += 1;
+        r.ws();
+        if r.peek() == Some(b'}') {
+            r.i += 1;
+            r.ws();
+            return r.i == text.len();
+        }
+    }
+    if r.payload(out, &mut mark).is_none() {
+        return false;
+    }
+    r.ws();
+    if r.i != text.len() {
+        return false;
+    }
+    if !resume {
+        prefix.clear();
+        if let Some(k) = mark.filter(|k| *k <= FAST_MAX_PREFIX) {
+            prefix.extend_from_slice(payload.get(..k).unwrap_or_default());
+        }
+    }
+    true
+}
+
+/// The longest prefix [`parse_slice_fast`] remembers, in bytes.
+const FAST_MAX_PREFIX: usize = 1024;
+
+/// The fast reader's cursor over a payload known to be valid UTF-8.
+struct Fast<'a> {
+    s: &'a str,
+    i: usize,
+}
+
+/// Nesting deeper than this takes the serde path.
+const FAST_MAX_DEPTH: usize = 64;
+
+impl<'a> Fast<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.s.as_bytes().get(self.i).copied()
+    }
+
+    /// Whether a number starts here. Where serde reads a value with
+    /// `deserialize_any` it range-checks numbers (and may fail), so those
+    /// places leave numbers to the serde path.
+    fn at_number(&self) -> bool {
+        matches!(self.peek(), Some(b'-' | b'0'..=b'9'))
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, b: u8) -> Option<()> {
+        self.ws();
+        (self.peek()? == b).then(|| self.i += 1)
+    }
+
+    /// A string without escapes or control characters; the cursor is on
+    /// its opening quote.
+    fn string(&mut self) -> Option<&'a str> {
+        let bytes = self.s.as_bytes();
+        let start = self.i + 1;
+        let len = memchr::memchr(b'"', bytes.get(start..)?)?;
+        let raw = bytes.get(start..start + len)?;
+        if raw.iter().any(|&b| b < 0x20 || b == b'\\') {
+            return None;
+        }
+        self.i = start + len + 1;
+        // Quotes are ASCII, so both ends are character boundaries.
+        self.s.get(start..start + len)
+    }
+
+    /// A number, validated and skipped; its text.
+    fn number(&mut self) -> Option<&'a str> {
+        let bytes = self.s.as_bytes();
+        let start = self.i;
+        let digits = |i: &mut usize| {
+            let from = *i;
+            while bytes.get(*i).is_some_and(u8::is_ascii_digit) {
+                *i += 1;
+            }
+            *i > from
+        };
+        let mut i = start;
+        if bytes.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        if bytes.get(i) == Some(&b'0') {
+            i += 1;
+        } else if !digits(&mut i) {
+            return None;
+        }
+        if bytes.get(i) == Some(&b'.') {
+            i += 1;
+            if !digits(&mut i) {
+                return None;
+            }
+        }
+        if let Some(b'e' | b'E') = bytes.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = bytes.get(i) {
+                i += 1;
+            }
+            if !digits(&mut i) {
+                return None;
+            }
+        }
+        self.i = i;
+        self.s.get(start..i)
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        self.s
+            .get(self.i..)?
+            .starts_with(word)
+            .then(|| self.i += word.len())
+    }
+
+    /// Any value, validated and skipped; `Some(true)` when it was `null`.
+    fn skip(&mut self, depth: usize) -> Option<bool> {
+        self.ws();
+        match self.peek()? {
+            b'"' => self.string().map(|_| false),
+            b'n' => self.literal("null").map(|_| true),
+            b't' => self.literal("true").map(|_| false),
+            b'f' => self.literal("false").map(|_| false),
+            b'{' => {
+                self.object(depth, |r, _| r.skip(depth + 1).map(|_| ()))?;
+                Some(false)
+            }
+            b'[' => {
+                self.array(depth, |r| r.skip(depth + 1).map(|_| ()))?;
+                Some(false)
+            }
+            _ => self.number().map(|_| false),
+        }
+    }
+
+    /// An object (the cursor on `{`), calling `entry` with each key; the
+    /// callback reads the value.
+    fn object(
+        &mut self,
+        depth: usize,
+        mut entry: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        if depth >= FAST_MAX_DEPTH {
+            return None;
+        }
+        self.i += 1;
+        self.ws();
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let key = self.string()?;
+            self.eat(b':')?;
+            self.ws();
+            entry(self, key)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An array (the cursor on `[`), calling `item` for each element.
+    fn array(&mut self, depth: usize, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        if depth >= FAST_MAX_DEPTH {
+            return None;
+        }
+        self.i += 1;
+        self.ws();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            item(self)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// [`Str`]: a string is kept, any other value is read as absent.
+    fn str_field(&mut self, depth: usize) -> Option<Str<'a>> {
+        if self.at_number() {
+            return None;
+        }
+        if self.peek()? == b'"' {
+            return Some(Str(Some(Cow::Borrowed(self.string()?))));
+        }
+        self.skip(depth)?;
+        Some(Str(None))
+    }
+
+    /// [`FillList`]: `null` is empty, an array of objects is its items, any
+    /// other value (or a non-object element) is `NotAnArray`.
+    fn list<T: Default>(
+        &mut self,
+        depth: usize,
+        list: &mut List<T>,
+        mut fill: impl FnMut(&mut Self, &mut T) -> Option<()>,
+    ) -> Option<()> {
+        *list = List::default();
+        if self.at_number() {
+            return None;
+        }
+        if self.peek()? != b'[' {
+            if !self.skip(depth)? {
+                *list = List::NotAnArray;
+            }
+            return Some(());
+        }
+        let mut all_objects = true;
+        let List::Items(few) = list else {
+            return None;
+        };
+        self.array(depth, |r| {
+            let slot = few.push_default();
+            if r.peek()? == b'{' {
+                fill(r, slot)
+            } else if r.at_number() {
+                None
+            } else {
+                all_objects = false;
+                r.skip(depth + 1).map(|_| ())
+            }
+        })?;
+        if !all_objects {
+            *list = List::NotAnArray;
+        }
+        Some(())
+    }
+
+    /// [`FillObject`]: reset, then an object fills `T`; any other value
+    /// leaves it default.
+    fn fill<T: Default>(
+        &mut self,
+        depth: usize,
+        slot: &mut T,
+        fill: impl FnOnce(&mut Self, &mut T) -> Option<()>,
+    ) -> Option<()> {
+        *slot = T::default();
+        if self.at_number() {
+            return None;
+        }
+        if self.peek()? == b'{' {
+            fill(self, slot)
+        } else {
+            self.skip(depth).map(|_| ())
+        }
+    }
+
+    /// The top-level object's entries, the cursor at its first key (after
+    /// `{`, or after a remembered prefix). `mark` is set to the position
+    /// after each comma that follows only ignored entries.
+    fn payload(&mut self, out: &mut Payload<'a>, mark: &mut Option<usize>) -> Option<()> {
+        let mut ignored_only = true;
+        loop {
+            self.ws();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let key = self.string()?;
+            self.eat(b':')?;
+            self.ws();
+            match key {
+                "choices" => {
+                    ignored_only = false;
+                    self.list(1, &mut out.choices, |r, c| r.choice(2, c))?;
+                }
+                "usage" => {
+                    ignored_only = false;
+                    // A usage object takes the serde path; `null` is no usage.
+                    if !self.skip(1)? {
+                        return None;
+                    }
+                    out.usage = None;
+                }
+                "error" => {
+                    ignored_only = false;
+                    if self.at_number() {
+                        return None;
+                    }
+                    out.error = !self.skip(1)?;
+                }
+                _ => {
+                    self.skip(1)?;
+                }
+            }
+            self.ws();
+            match self.peek()? {
+                b',' => {
+                    self.i += 1;
+                    if ignored_only {
+                        *mark = Some(self.i);
+                    }
+                }
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn choice(&mut self, depth: usize, c: &mut Choice<'a>) -> Option<()> {
+        self.object(depth, |r, key| match key {
+            "delta" => r.fill(depth + 1, &mut c.delta, |r, d| r.delta(depth + 1, d)),
+            "finish_reason" => {
+                c.finish_reason = r.str_field(depth + 1)?;
+                Some(())
+            }
+            _ => r.skip(depth + 1).map(|_| ()),
+        })
+    }
+
+    fn delta(&mut self, depth: usize, d: &mut Delta<'a>) -> Option<()> {
+        self.object(depth, |r, key| {
+            match key {
+                "content" => d.content = r.str_field(depth + 1)?,
+                "reasoning_content" => d.reasoning_content = r.str_field(depth + 1)?,
+                "reasoning" => d.reasoning = r.str_field(depth + 1)?,
+                "tool_calls" => r.list(depth + 1, &mut d.tool_calls, |r, t| {
+                    r.tool_call(depth + 2, t)
+                })?,
+                _ => {
+                    r.skip(depth + 1)?;
+                }
+            }
+            Some(())
+        })
+    }
+
+    fn tool_call(&mut self, depth: usize, t: &mut ToolCall<'a>) -> Option<()> {
+        self.object(depth, |r, key| {
+            match key {
+                "index" => t.key = r.tool_key(depth + 1)?,
+                "id" => t.id = r.str_field(depth + 1)?,
+                "function" => {
+                    let mut f = Function::default();
+                    r.fill(depth + 1, &mut f, |r, f| r.function(depth + 1, f))?;
+                    t.name = f.name;
+                    t.arguments = f.arguments;
+                }
+                _ => {
+                    r.skip(depth + 1)?;
+                }
+            }
+            Some(())
+        })
+    }
+
+    fn function(&mut self, depth: usize, f: &mut Function<'a>) -> Option<()> {
+        self.object(depth, |r, key| {
+            match key {
+                "name" => f.name = r.str_field(depth + 1)?,
+                "arguments" => f.arguments = r.str_field(depth + 1)?,
+                _ => {
+                    r.skip(depth + 1)?;
+                }
+            }
+            Some(())
+        })
+    }
+
+    /// [`ToolKey`] for the values the fast path takes: small non-negative
+    /// integers, strings, `null`, booleans, arrays and objects.
+    fn tool_key(&mut self, depth: usize) -> Option<ToolKey> {
+        Some(match self.peek()? {
+            b'"' => ToolKey::Str(String::from(self.string()?)),
+            b'n' => self.literal("null").map(|_| ToolKey::Null)?,
+            b't' => self.literal("true").map(|_| ToolKey::Bool(true))?,
+            b'f' => self.literal("false").map(|_| ToolKey::Bool(false))?,
+            b'[' | b'{' => self.skip(depth).map(|_| ToolKey::Unique)?,
+            _ => {
+                let text = self.number()?;
+                // Fractions, exponents, signs and long numbers: serde path.
+                if text.len() > 15 || !text.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                let v: u64 = text.parse().ok()?;
+                ToolKey::Number(if v == 0 { 0 } else { (v as f64).to_bits() })
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::format;
+
+    /// Canonical DeepSeek payloads (the shapes of the bench workload).
+    const CANONICAL: [&str; 6] = [
+        r#"{"id":"a","object":"chat.completion.chunk","created":1785772482,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":""},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"a","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":null,"reasoning_content":" we"},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"content":"你好 🙂","reasoning_content":null},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_00_x","type":"function","function":{"name":"bash","arguments":""}}]},"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"tool_calls":[{"index":2,"function":{"arguments":"_confi"}}]},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"tool_calls"}],"usage":null}"#,
+    ];
+
+    /// Unusual but valid (or nearly valid) payloads.
+    const ODD: [&str; 22] = [
+        r#" { "choices" : [ { "delta" : { "content" : "x" } } ] } "#,
+        r#"{"choices":[{"delta":{"content":"a"},"delta":{"reasoning_content":"b"}}]}"#,
+        r#"{"choices":[{"delta":{"content":5,"reasoning":true,"reasoning_content":[1,{"a":null}]}}]}"#,
+        r#"{"choices":[{"delta":{"tool_calls":[{"index":"1"},{"index":null},{"index":true},{"index":[]},{"index":{}},{}]}}]}"#,
+        r#"{"choices":[{"delta":{"tool_calls":[{"index":1.0},{"index":-0},{"index":1e2},{"index":12345678901234567890}]}}]}"#,
+        r#"{"choices":[{"delta":{"tool_calls":[1]}}]}"#,
+        r#"{"choices":[{"delta":{"tool_calls":{"index":0}}}]}"#,
+        r#"{"choices":[{"delta":{"tool_calls":null}}],"choices":null}"#,
+        r#"{"choices":[1,{"delta":{}}]}"#,
+        r#"{"choices":"x"}"#,
+        r#"{"choices":[{"delta":"x","finish_reason":7}]}"#,
+        r#"{"choices":[{"delta":{"content":"a\"b"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a\u0041"}}]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+        r#"{"choices":[],"error":{"message":"boom"}}"#,
+        r#"{"choices":[],"error":null,"x":[[[[]]]],"y":-1.5e-3,"z":"q"}"#,
+        r#"{"choices":[{"delta":{"content":"x"}}]} x"#,
+        r#"{"choices":[{"delta":{"content":"x"}}]"#,
+        r#"[{"choices":[]}]"#,
+        r#""x""#,
+        r#"{"choices":[{"delta":{"content":1e999}}]}"#,
+        r#"{"a":01,"choices":[]}"#,
+    ];
+
+    fn sse_payloads(body: &str) -> impl Iterator<Item = &str> {
+        body.split('\n')
+            .filter_map(|l| l.trim_end_matches('\r').strip_prefix("data: "))
+            .filter(|p| *p != "[DONE]")
+    }
+
+    /// Whenever the fast reader accepts, serde accepts the same bytes and
+    /// reads the same payload.
+    fn agrees(bytes: &[u8]) -> bool {
+        agrees_after(bytes, &mut Vec::new())
+    }
+
+    /// [`agrees`] with a remembered prefix.
+    fn agrees_after(bytes: &[u8], prefix: &mut Vec<u8>) -> bool {
+        let mut fast = Payload::default();
+        if !parse_slice_fast(bytes, &mut fast, prefix) {
+            return false;
+        }
+        let mut slow = Payload::default();
+        let r = parse_slice_into(bytes, &mut slow);
+        assert!(
+            matches!(r, Ok(true)),
+            "fast accepted what serde rejects: {:?} ({r:?})",
+            String::from_utf8_lossy(bytes)
+        );
+        assert_eq!(
+            format!("{fast:?}"),
+            format!("{slow:?}"),
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
+        true
+    }
+
+    #[test]
+    fn the_fast_reader_reads_canonical_payloads_as_serde_does() {
+        let mut corpus: Vec<&str> = CANONICAL.to_vec();
+        for body in [
+            include_str!("../tests/interop/unindexed_tool_calls.sse"),
+            include_str!("../tests/interop/reasoning_field_then_text.sse"),
+            include_str!("../tests/interop/tool_call_without_id.sse"),
+            include_str!("../tests/interop/crlf_no_done_stop.sse"),
+        ] {
+            corpus.extend(sse_payloads(body));
+        }
+        assert!(corpus.len() > 10);
+        for p in &corpus {
+            if !p.contains("\"usage\":{") && !p.contains('\\') {
+                assert!(agrees(p.as_bytes()), "the fast path should take {p}");
+            }
+        }
+        let taken = ODD.iter().filter(|p| agrees(p.as_bytes())).count();
+        assert!(taken >= 8, "only {taken} odd payloads taken");
+    }
+
+    #[test]
+    fn a_remembered_prefix_is_used_only_when_it_matches() {
+        let mut prefix = Vec::new();
+        assert!(agrees_after(CANONICAL[0].as_bytes(), &mut prefix));
+        let expected = r#"{"id":"a","object":"chat.completion.chunk","created":1785772482,"model":"m","system_fingerprint":"fp","#;
+        assert_eq!(prefix, expected.as_bytes());
+        // The next payload of the stream is read after the prefix.
+        let next = format!(r#"{expected}"choices":[{{"delta":{{"content":"x"}}}}]}}"#);
+        assert!(agrees_after(next.as_bytes(), &mut prefix));
+        // A payload that differs inside the prefix is read from its start.
+        assert!(agrees_after(CANONICAL[1].as_bytes(), &mut prefix));
+        assert!(prefix.starts_with(br#"{"id":"a","object":"chat.completion.chunk","created":1,"#));
+        // A remembered prefix followed by a bad tail is still rejected.
+        let bad = format!(r#"{expected}}}"#);
+        assert!(!agrees_after(bad.as_bytes(), &mut prefix.clone()));
+    }
+
+    #[test]
+    fn the_fast_reader_never_accepts_more_than_serde() {
+        // Every one-byte replacement and deletion of every test payload,
+        // read from scratch and after the payload's own prefix.
+        const BYTES: &[u8] = b"\"\\{}[],:0-1e. \tnx\x01\xff\xe4";
+        let mut resumed = 0;
+        for p in CANONICAL.iter().chain(ODD.iter()) {
+            let p = p.as_bytes();
+            let mut prefix = Vec::new();
+            agrees_after(p, &mut prefix);
+            let mut check = |v: &[u8]| {
+                agrees(v);
+                if v.starts_with(&prefix) && !prefix.is_empty() {
+                    resumed += 1;
+                }
+                agrees_after(v, &mut prefix.clone());
+            };
+            for i in 0..p.len() {
+                let mut v = p.to_vec();
+                v.remove(i);
+                check(&v);
+                for &b in BYTES {
+                    let mut v = p.to_vec();
+                    v[i] = b;
+                    check(&v);
+                }
+            }
+        }
+        assert!(resumed > 1000, "the resumed path ran {resumed} times");
+        // Deep nesting takes the serde path (and its recursion limit).
+        let deep = format!(
+            "{{\"x\":{}{},\"choices\":[]}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert!(!agrees(deep.as_bytes()));
+    }
+}

@@ -60,7 +60,7 @@ fn blocks(chunks: &[StreamChunk]) -> Vec<ContentBlock> {
     chunks
         .iter()
         .filter_map(|c| match c {
-            StreamChunk::BlockEnd { block, .. } => Some(block.clone()),
+            StreamChunk::BlockEnd { block, .. } => Some((**block).clone()),
             _ => None,
         })
         .collect()

@@ -282,10 +282,7 @@ fn items2_7_corpus_shapes_over_the_wire() {
     assert_eq!(text(&chunks), "Hello world");
     assert!(matches!(
         chunks.last(),
-        Some(StreamChunk::Finish {
-            reason: FinishReason::Stop,
-            ..
-        })
+        Some(StreamChunk::Finish { reason, .. }) if **reason == FinishReason::Stop
     ));
     let (chunks, err) = run(&c);
     assert!(err.is_none(), "{err:?}");

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use dsh_core::SessionId;
 use dsh_core::jsonl::{LogError, check_types, interrupted_turn_closers};
-use dsh_core::session::{Session, SessionEvent, SessionHeader, has_negative_zero, types};
+use dsh_core::session::{
+    ChunkView, EventData, Session, SessionEvent, SessionHeader, has_negative_zero, types,
+};
 
 use crate::{
     Backend, Cancel, Inspection, Location, MAX_SAFE_INTEGER, Revision, SessionStore, Snapshot,
@@ -112,6 +114,14 @@ pub fn check_batch(events: &[SessionEvent]) -> Result<(), StoreError> {
                     e.seq()
                 ),
             });
+        }
+        // A text, reasoning or tool-call delta (almost every event of a log)
+        // holds only strings and integers: no `-0` and nothing retired, so it
+        // is not serialized just to be searched.
+        if let EventData::AssistantChunk(c) = e.data()
+            && !matches!(c.view(), ChunkView::Other(_))
+        {
+            continue;
         }
         let json = e.to_json();
         if t == types::REQUEST_HEADER && json.contains("\"reason\":\"fallback\"") {
@@ -664,5 +674,37 @@ impl<B: Backend> Drop for Coordinator<B> {
     /// that cares calls `flush_all` first).
     fn drop(&mut self) {
         let _ = self.flush_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::StreamChunk;
+    use dsh_core::session::AssistantChunk;
+
+    #[test]
+    fn check_batch_skips_deltas_but_still_finds_negative_zero() {
+        // OP4.3: deltas hold no floats, so they pass without being searched;
+        // an event that can hold a float is still serialized and checked.
+        let delta = |seq, c| SessionEvent::new(seq, 1, AssistantChunk::new(1, 1, c));
+        let batch = [
+            delta(0, StreamChunk::text_delta(0, "-0")),
+            delta(
+                1,
+                StreamChunk::tool_call_delta(1, "c", Some("f"), "{\"x\":-0}"),
+            ),
+        ];
+        assert!(check_batch(&batch).is_ok());
+        let zero = serde_json::json!({"v": -0.0});
+        let plugin = SessionEvent::new(2, 1, EventData::plugin("x/y", &zero));
+        let err = check_batch(&[plugin]).unwrap_err();
+        assert!(err.to_string().contains("negative zero"), "{err}");
+        // A chunk that is not a delta can hold one (FR-2 keeps unknown
+        // finish reasons verbatim).
+        let reason = serde_json::from_str(r#"{"kind":"paused","v":-0.0}"#).unwrap();
+        let finish = delta(3, StreamChunk::finish(reason));
+        let err = check_batch(&[finish]).unwrap_err();
+        assert!(err.to_string().contains("negative zero"), "{err}");
     }
 }

@@ -50,30 +50,30 @@ fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
                 calls += 1;
                 let chunks = if calls == 1 {
                     vec![
-                        StreamChunk::BlockEnd {
-                            index: 0,
-                            block: ContentBlock::tool_call(
+                        StreamChunk::block_end(
+                            0,
+                            ContentBlock::tool_call(
                                 "c1",
                                 "todo_write",
                                 r#"{"todos":[{"content":"plan","status":"in_progress"}]}"#,
                             ),
-                        },
-                        StreamChunk::BlockEnd {
-                            index: 1,
-                            block: ContentBlock::tool_call(
+                        ),
+                        StreamChunk::block_end(
+                            1,
+                            ContentBlock::tool_call(
                                 "c2",
                                 "bash",
                                 r#"{"command":"touch pwned","description":"d"}"#,
                             ),
-                        },
-                        StreamChunk::BlockEnd {
-                            index: 2,
-                            block: ContentBlock::tool_call(
+                        ),
+                        StreamChunk::block_end(
+                            2,
+                            ContentBlock::tool_call(
                                 "c3",
                                 "write",
                                 r#"{"file_path":"out.txt","content":"ok"}"#,
                             ),
-                        },
+                        ),
                         StreamChunk::finish(FinishReason::ToolCalls),
                     ]
                 } else {

@@ -18,8 +18,9 @@ use crate::message::Message;
 use crate::session::{
     AppendError, AssistantMessage, ChunkDataSeed, EventData, Extra, InboxSpliced, LlmRetry,
     LlmRetryStarted, PluginEvent, RequestContext, RequestHeader, SessionEvent, Step, SurfaceOp,
-    TodoWrite, ToolCall, ToolHead, ToolResult, TurnEnd, TurnStart, types,
+    TodoWrite, ToolCall, ToolResult, TurnEnd, TurnStart, types,
 };
+use crate::text::ToolCallHead;
 
 use super::packed::{Row, RowKind};
 use super::write::write_event_json;
@@ -98,7 +99,7 @@ pub enum Record {
 /// [`Decoder::strict`] turns such a payload into an invalid event.
 #[derive(Debug, Default)]
 pub struct Decoder {
-    last_head: Option<Arc<ToolHead>>,
+    last_head: Option<ToolCallHead>,
     scratch: Vec<u8>,
     strict: bool,
 }
@@ -347,7 +348,7 @@ impl<'a> Cursor<'a> {
 /// the text `write_event_json` produces, with strings that need no escapes.
 /// Such a line writes back identically, so no source text is kept. Any other
 /// line returns `None` and takes the general path.
-fn fast_chunk(line: &[u8], last: &mut Option<Arc<ToolHead>>) -> Option<SessionEvent> {
+fn fast_chunk(line: &[u8], last: &mut Option<ToolCallHead>) -> Option<SessionEvent> {
     let mut c = Cursor { b: line, i: 0 };
     c.lit(b"{\"type\":\"assistant/chunk\",\"seq\":")?;
     let seq = c.uint(MAX_SAFE_INTEGER)?;
@@ -367,7 +368,7 @@ fn fast_chunk(line: &[u8], last: &mut Option<Arc<ToolHead>>) -> Option<SessionEv
         2
     };
     c.lit(b",\"index\":")?;
-    let index = u32::try_from(c.uint(u64::from(u32::MAX))?).ok()?;
+    let index = c.uint(u64::from(u32::MAX))?;
     let (mut id, mut name) = ("", None);
     if kind == 2 {
         c.lit(b",\"id\":\"")?;
@@ -460,7 +461,7 @@ const ENVELOPE_KEYS: [&str; 7] = [
 /// (V2, V3, S5, S6, then the payload shape).
 fn event_from_value(
     mut obj: serde_json::Map<String, Value>,
-    last: &mut Option<Arc<ToolHead>>,
+    last: &mut Option<ToolCallHead>,
     lenient: bool,
 ) -> Result<SessionEvent, AppendError> {
     if let Some(k) = obj.keys().find(|k| !ENVELOPE_KEYS.contains(&k.as_str())) {
@@ -598,7 +599,7 @@ fn payload_err(event_type: &str, e: impl fmt::Display) -> AppendError {
 fn data_from_value(
     event_type: &str,
     data: Value,
-    last: &mut Option<Arc<ToolHead>>,
+    last: &mut Option<ToolCallHead>,
     lenient: bool,
 ) -> Result<(EventData, Option<AppendError>), AppendError> {
     let reduced = if lenient {
@@ -627,7 +628,7 @@ fn data_from_value(
 fn strict_data_from_value(
     event_type: &str,
     data: Value,
-    last: &mut Option<Arc<ToolHead>>,
+    last: &mut Option<ToolCallHead>,
 ) -> Result<EventData, AppendError> {
     fn typed<T: serde::de::DeserializeOwned>(t: &str, v: Value) -> Result<T, AppendError> {
         serde_json::from_value(v).map_err(|e| payload_err(t, e))
@@ -802,7 +803,7 @@ enum Parsed {
 }
 
 struct EnvelopeVisitor<'s> {
-    last: &'s mut Option<Arc<ToolHead>>,
+    last: &'s mut Option<ToolCallHead>,
     /// Cleared unless the line is provably in canonical form (an
     /// `assistant/chunk` in E9 order whose strings needed no escapes).
     canonical: &'s mut bool,
@@ -1058,7 +1059,7 @@ impl<'de> Deserialize<'de> for FastSurfaceOp {
 struct DataSeed<'a, 's> {
     kind: Kind,
     name: &'a str,
-    last: &'s mut Option<Arc<ToolHead>>,
+    last: &'s mut Option<ToolCallHead>,
     canonical: &'s mut bool,
 }
 

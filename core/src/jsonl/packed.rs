@@ -2,12 +2,12 @@
 //! consecutive text, reasoning or tool-call deltas stored as one line.
 
 use alloc::string::String;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::chunk::StreamChunk;
 use crate::json::MAX_SAFE_INTEGER;
-use crate::session::{AssistantChunk, ChunkView, EventData, SessionEvent, ToolHead};
+use crate::session::{AssistantChunk, ChunkView, EventData, SessionEvent};
+use crate::text::{ChunkText, ToolCallHead};
 
 use super::write::{encode_event_line, push_i64, push_str, push_u64};
 
@@ -100,24 +100,6 @@ fn eligible(e: &SessionEvent) -> Option<Delta<'_>> {
             name,
             arguments_delta,
         } => base(RowKind::ToolCall, index, arguments_delta, id, name),
-        ChunkView::Other(StreamChunk::TextDelta { index, text }) => {
-            base(RowKind::Text, *index, text, "", None)
-        }
-        ChunkView::Other(StreamChunk::ReasoningDelta { index, text }) => {
-            base(RowKind::Reasoning, *index, text, "", None)
-        }
-        ChunkView::Other(StreamChunk::ToolCallDelta {
-            index,
-            id,
-            name,
-            arguments_delta,
-        }) => base(
-            RowKind::ToolCall,
-            *index,
-            arguments_delta,
-            id,
-            name.as_deref(),
-        ),
         ChunkView::Other(_) => return None,
     })
 }
@@ -278,7 +260,7 @@ impl Row {
     }
 
     /// CK16: the member events.
-    pub(crate) fn expand(self, last: &mut Option<Arc<ToolHead>>) -> Vec<SessionEvent> {
+    pub(crate) fn expand(self, last: &mut Option<ToolCallHead>) -> Vec<SessionEvent> {
         let mut out = Vec::with_capacity(self.payloads.len());
         let mut time = self.time0;
         let mut dt = self.dt.iter();
@@ -289,17 +271,16 @@ impl Row {
             let chunk = match self.kind {
                 RowKind::Text => StreamChunk::TextDelta {
                     index: self.index,
-                    text: payload,
+                    text: ChunkText::from(payload),
                 },
                 RowKind::Reasoning => StreamChunk::ReasoningDelta {
                     index: self.index,
-                    text: payload,
+                    text: ChunkText::from(payload),
                 },
                 RowKind::ToolCall => StreamChunk::ToolCallDelta {
                     index: self.index,
-                    id: self.id.clone(),
-                    name: self.name.clone(),
-                    arguments_delta: payload,
+                    head: ToolCallHead::reuse(last, &self.id, self.name.as_deref()),
+                    arguments_delta: ChunkText::from(payload),
                 },
             };
             let data = AssistantChunk::new_interned(self.turn, self.step, chunk, last);

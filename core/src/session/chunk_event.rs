@@ -1,13 +1,11 @@
 //! `assistant/chunk` data, stored compactly (session.md 4.5).
 //!
-//! Chunk events are almost all of a long log (97% in the bench workload), so
-//! the three delta kinds are kept as a small enum of boxed strings rather than
-//! a full [`StreamChunk`]; the call id and tool name of consecutive
-//! tool-call deltas share one allocation. Other chunks are boxed whole.
+//! Chunk events are almost all of a long log (97% in the bench workload).
+//! A [`StreamChunk`] is itself compact (short delta text inline, the call id
+//! and tool name of a call's deltas shared), so the event holds the chunk as
+//! it came; heads read back from a log are shared again as they are read.
 
-use alloc::boxed::Box;
 use alloc::string::String;
-use alloc::sync::Arc;
 use core::fmt;
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -15,44 +13,20 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::chunk::StreamChunk;
 use crate::json::MAX_SAFE_INTEGER;
-
-/// The call id and optional tool name shared by a run of tool-call deltas.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub(crate) struct ToolHead {
-    pub(crate) id: Box<str>,
-    pub(crate) name: Option<Box<str>>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Repr {
-    Text {
-        index: u32,
-        text: Box<str>,
-    },
-    Reasoning {
-        index: u32,
-        text: Box<str>,
-    },
-    ToolCall {
-        index: u32,
-        head: Arc<ToolHead>,
-        args: Box<str>,
-    },
-    Other(Box<StreamChunk>),
-}
+use crate::text::{ChunkText, ToolCallHead};
 
 /// `assistant/chunk` data: `{"turn":n,"step":k,"chunk":StreamChunk}`.
 ///
 /// Build one with [`AssistantChunk::new`]; read the chunk back with
-/// [`AssistantChunk::chunk`] (an owned copy) or [`AssistantChunk::view`]
-/// (borrowed, no allocation).
+/// [`AssistantChunk::chunk_ref`] (borrowed), [`AssistantChunk::chunk`] (an
+/// owned copy, cheap) or [`AssistantChunk::view`] (borrowed parts).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AssistantChunk {
     /// The turn of the model call.
     pub turn: u64,
     /// The step of the model call.
     pub step: u64,
-    repr: Repr,
+    chunk: StreamChunk,
 }
 
 /// A borrowed view of an `assistant/chunk`'s chunk.
@@ -90,11 +64,7 @@ pub enum ChunkView<'a> {
 impl AssistantChunk {
     /// Wraps `chunk` for `turn`/`step`.
     pub fn new(turn: u64, step: u64, chunk: StreamChunk) -> Self {
-        AssistantChunk {
-            turn,
-            step,
-            repr: Repr::from_chunk(chunk, &mut None),
-        }
+        AssistantChunk { turn, step, chunk }
     }
 
     /// Like [`new`](Self::new) but reusing `last`'s tool head when equal.
@@ -102,12 +72,12 @@ impl AssistantChunk {
         turn: u64,
         step: u64,
         chunk: StreamChunk,
-        last: &mut Option<Arc<ToolHead>>,
+        last: &mut Option<ToolCallHead>,
     ) -> Self {
         AssistantChunk {
             turn,
             step,
-            repr: Repr::from_chunk(chunk, last),
+            chunk: chunk.share_head(last),
         }
     }
 
@@ -118,137 +88,74 @@ impl AssistantChunk {
         turn: u64,
         step: u64,
         kind: u8,
-        index: u32,
+        index: u64,
         id: &str,
         name: Option<&str>,
         payload: &str,
-        last: &mut Option<Arc<ToolHead>>,
+        last: &mut Option<ToolCallHead>,
     ) -> Self {
-        let repr = match kind {
-            0 => Repr::Text {
+        let chunk = match kind {
+            0 => StreamChunk::text_delta(index, payload),
+            1 => StreamChunk::reasoning_delta(index, payload),
+            _ => StreamChunk::ToolCallDelta {
                 index,
-                text: Box::from(payload),
-            },
-            1 => Repr::Reasoning {
-                index,
-                text: Box::from(payload),
-            },
-            _ => Repr::ToolCall {
-                index,
-                head: intern(last, id, name),
-                args: Box::from(payload),
+                head: ToolCallHead::reuse(last, id, name),
+                arguments_delta: ChunkText::new(payload),
             },
         };
-        AssistantChunk { turn, step, repr }
+        AssistantChunk { turn, step, chunk }
     }
 
     /// A borrowed view of the chunk.
     pub fn view(&self) -> ChunkView<'_> {
-        match &self.repr {
-            Repr::Text { index, text } => ChunkView::TextDelta {
-                index: u64::from(*index),
+        match &self.chunk {
+            StreamChunk::TextDelta { index, text } => ChunkView::TextDelta {
+                index: *index,
                 text,
             },
-            Repr::Reasoning { index, text } => ChunkView::ReasoningDelta {
-                index: u64::from(*index),
+            StreamChunk::ReasoningDelta { index, text } => ChunkView::ReasoningDelta {
+                index: *index,
                 text,
             },
-            Repr::ToolCall { index, head, args } => ChunkView::ToolCallDelta {
-                index: u64::from(*index),
-                id: &head.id,
-                name: head.name.as_deref(),
-                arguments_delta: args,
+            StreamChunk::ToolCallDelta {
+                index,
+                head,
+                arguments_delta,
+            } => ChunkView::ToolCallDelta {
+                index: *index,
+                id: head.id(),
+                name: head.name(),
+                arguments_delta,
             },
-            Repr::Other(c) => ChunkView::Other(c),
+            other => ChunkView::Other(other),
         }
     }
 
-    /// The chunk as an owned [`StreamChunk`].
+    /// The chunk.
+    pub fn chunk_ref(&self) -> &StreamChunk {
+        &self.chunk
+    }
+
+    /// The chunk as an owned [`StreamChunk`] (a clone: short text is
+    /// inline and heads are shared, so a delta allocates nothing).
     pub fn chunk(&self) -> StreamChunk {
-        match self.view() {
-            ChunkView::TextDelta { index, text } => StreamChunk::TextDelta {
-                index,
-                text: String::from(text),
-            },
-            ChunkView::ReasoningDelta { index, text } => StreamChunk::ReasoningDelta {
-                index,
-                text: String::from(text),
-            },
-            ChunkView::ToolCallDelta {
-                index,
-                id,
-                name,
-                arguments_delta,
-            } => StreamChunk::ToolCallDelta {
-                index,
-                id: String::from(id),
-                name: name.map(String::from),
-                arguments_delta: String::from(arguments_delta),
-            },
-            ChunkView::Other(c) => c.clone(),
-        }
+        self.chunk.clone()
+    }
+
+    /// The chunk, by value.
+    pub fn into_chunk(self) -> StreamChunk {
+        self.chunk
     }
 
     /// The chunk's wire `type`.
     pub fn chunk_type(&self) -> &'static str {
-        match &self.repr {
-            Repr::Text { .. } => "text-delta",
-            Repr::Reasoning { .. } => "reasoning-delta",
-            Repr::ToolCall { .. } => "tool-call-delta",
-            Repr::Other(c) => c.chunk_type(),
-        }
+        self.chunk.chunk_type()
     }
 
     /// Whether this is a `finish` chunk.
     pub fn is_finish(&self) -> bool {
-        matches!(&self.repr, Repr::Other(c) if matches!(**c, StreamChunk::Finish { .. }))
+        matches!(self.chunk, StreamChunk::Finish { .. })
     }
-}
-
-impl Repr {
-    fn from_chunk(chunk: StreamChunk, last: &mut Option<Arc<ToolHead>>) -> Repr {
-        let small = |index: u64| u32::try_from(index).ok();
-        match chunk {
-            StreamChunk::TextDelta { index, text } if small(index).is_some() => Repr::Text {
-                index: index as u32,
-                text: text.into_boxed_str(),
-            },
-            StreamChunk::ReasoningDelta { index, text } if small(index).is_some() => {
-                Repr::Reasoning {
-                    index: index as u32,
-                    text: text.into_boxed_str(),
-                }
-            }
-            StreamChunk::ToolCallDelta {
-                index,
-                id,
-                name,
-                arguments_delta,
-            } if small(index).is_some() => {
-                let head = intern(last, &id, name.as_deref());
-                Repr::ToolCall {
-                    index: index as u32,
-                    head,
-                    args: arguments_delta.into_boxed_str(),
-                }
-            }
-            other => Repr::Other(Box::new(other)),
-        }
-    }
-}
-
-fn intern(last: &mut Option<Arc<ToolHead>>, id: &str, name: Option<&str>) -> Arc<ToolHead> {
-    if let Some(h) = last {
-        if &*h.id == id && h.name.as_deref() == name {
-            return h.clone();
-        }
-    }
-    let head = Arc::new(ToolHead {
-        id: Box::from(id),
-        name: name.map(Box::from),
-    });
-    *last = Some(head.clone());
-    head
 }
 
 impl Serialize for AssistantChunk {
@@ -305,7 +212,7 @@ impl Serialize for ViewSer<'_> {
 /// text (keys out of order, escaped strings, unknown keys, non-delta
 /// chunks), so the caller knows whether to compare the re-serialization.
 pub(crate) struct ChunkDataSeed<'s> {
-    pub(crate) last: &'s mut Option<Arc<ToolHead>>,
+    pub(crate) last: &'s mut Option<ToolCallHead>,
     pub(crate) canonical: &'s mut bool,
 }
 
@@ -327,7 +234,7 @@ impl<'de> Visitor<'de> for ChunkDataSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AssistantChunk, A::Error> {
         let mut turn = None;
         let mut step = None;
-        let mut repr: Option<Repr> = None;
+        let mut chunk: Option<StreamChunk> = None;
         let mut position = 0u8;
         while let Some(key) = map.next_key::<DataKey>()? {
             let expected = match key {
@@ -343,7 +250,7 @@ impl<'de> Visitor<'de> for ChunkDataSeed<'_> {
                 DataKey::Turn => turn = Some(safe(map.next_value::<u64>(), "turn")?),
                 DataKey::Step => step = Some(safe(map.next_value::<u64>(), "step")?),
                 DataKey::Chunk => {
-                    repr = Some(map.next_value_seed(ChunkSeed {
+                    chunk = Some(map.next_value_seed(ChunkSeed {
                         last: &mut *self.last,
                         canonical: &mut *self.canonical,
                     })?)
@@ -354,9 +261,9 @@ impl<'de> Visitor<'de> for ChunkDataSeed<'_> {
             turn.ok_or_else(|| de::Error::custom("assistant/chunk data is missing \"turn\""))?;
         let step =
             step.ok_or_else(|| de::Error::custom("assistant/chunk data is missing \"step\""))?;
-        let repr =
-            repr.ok_or_else(|| de::Error::custom("assistant/chunk data is missing \"chunk\""))?;
-        Ok(AssistantChunk { turn, step, repr })
+        let chunk =
+            chunk.ok_or_else(|| de::Error::custom("assistant/chunk data is missing \"chunk\""))?;
+        Ok(AssistantChunk { turn, step, chunk })
     }
 }
 
@@ -402,7 +309,7 @@ impl<'de> Deserialize<'de> for DataKey {
 
 /// A string value, noting whether it was read without escapes.
 struct Text {
-    text: Box<str>,
+    text: ChunkText,
     borrowed: bool,
 }
 
@@ -416,19 +323,19 @@ impl<'de> Deserialize<'de> for Text {
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text, E> {
                 Ok(Text {
-                    text: Box::from(v),
+                    text: ChunkText::new(v),
                     borrowed: true,
                 })
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
                 Ok(Text {
-                    text: Box::from(v),
+                    text: ChunkText::new(v),
                     borrowed: false,
                 })
             }
             fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
                 Ok(Text {
-                    text: v.into_boxed_str(),
+                    text: ChunkText::from(v),
                     borrowed: false,
                 })
             }
@@ -541,14 +448,14 @@ impl<'de> Deserialize<'de> for DeltaType {
 /// Reads a chunk: the three delta kinds straight into the compact form when
 /// `type` comes first; anything else through [`StreamChunk`]'s own reader.
 struct ChunkSeed<'s> {
-    last: &'s mut Option<Arc<ToolHead>>,
+    last: &'s mut Option<ToolCallHead>,
     canonical: &'s mut bool,
 }
 
 impl<'de> DeserializeSeed<'de> for ChunkSeed<'_> {
-    type Value = Repr;
+    type Value = StreamChunk;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Repr, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<StreamChunk, D::Error> {
         d.deserialize_map(self)
     }
 }
@@ -565,13 +472,13 @@ fn rest_as_chunk<'de, A: MapAccess<'de>>(
 }
 
 impl<'de> Visitor<'de> for ChunkSeed<'_> {
-    type Value = Repr;
+    type Value = StreamChunk;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a stream chunk object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Repr, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StreamChunk, A::Error> {
         let first = map.next_key::<ChunkKey>()?;
         if first != Some(ChunkKey::Type) {
             // Not the canonical layout: collect and read generically.
@@ -582,7 +489,7 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
                 fields.insert(k.name(), v);
             }
             let chunk = rest_as_chunk(map, fields)?;
-            return Ok(Repr::from_chunk(chunk, self.last));
+            return Ok(chunk.share_head(self.last));
         }
         let kind = map.next_value::<DeltaType>()?;
         if let DeltaType::Other(kind_value) = kind {
@@ -590,7 +497,7 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
             let mut fields = serde_json::Map::new();
             fields.insert(String::from("type"), kind_value);
             let chunk = rest_as_chunk(map, fields)?;
-            return Ok(Repr::from_chunk(chunk, self.last));
+            return Ok(chunk.share_head(self.last));
         }
         let (mut index, mut text, mut id, mut name, mut args) = (None, None, None, None, None);
         let order: &[ChunkKey] = match kind {
@@ -608,7 +515,7 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
                 Some(skip) => pos += skip + 1,
                 None => *self.canonical = false,
             }
-            let mut take = |slot: &mut Option<Box<str>>, t: Text| {
+            let mut take = |slot: &mut Option<ChunkText>, t: Text| {
                 if !t.borrowed {
                     *self.canonical = false;
                 }
@@ -638,42 +545,21 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
             de::Error::custom(alloc::format!("{kind_name} chunk is missing \"{field}\""))
         };
         let index = index.ok_or_else(|| need("index"))?;
-        let Ok(small) = u32::try_from(index) else {
-            *self.canonical = false;
-            let chunk = match kind {
-                DeltaType::Text => StreamChunk::TextDelta {
-                    index,
-                    text: String::from(text.ok_or_else(|| need("text"))?),
-                },
-                DeltaType::Reasoning => StreamChunk::ReasoningDelta {
-                    index,
-                    text: String::from(text.ok_or_else(|| need("text"))?),
-                },
-                _ => StreamChunk::ToolCallDelta {
-                    index,
-                    id: String::from(id.ok_or_else(|| need("id"))?),
-                    name: name.map(String::from),
-                    arguments_delta: String::from(args.ok_or_else(|| need("argumentsDelta"))?),
-                },
-            };
-            return Ok(Repr::Other(Box::new(chunk)));
-        };
         Ok(match kind {
-            DeltaType::Text => Repr::Text {
-                index: small,
+            DeltaType::Text => StreamChunk::TextDelta {
+                index,
                 text: text.ok_or_else(|| need("text"))?,
             },
-            DeltaType::Reasoning => Repr::Reasoning {
-                index: small,
+            DeltaType::Reasoning => StreamChunk::ReasoningDelta {
+                index,
                 text: text.ok_or_else(|| need("text"))?,
             },
             _ => {
                 let id = id.ok_or_else(|| need("id"))?;
-                let head = intern(self.last, &id, name.as_deref());
-                Repr::ToolCall {
-                    index: small,
-                    head,
-                    args: args.ok_or_else(|| need("argumentsDelta"))?,
+                StreamChunk::ToolCallDelta {
+                    index,
+                    head: ToolCallHead::reuse(self.last, &id, name.as_deref()),
+                    arguments_delta: args.ok_or_else(|| need("argumentsDelta"))?,
                 }
             }
         })

@@ -48,8 +48,8 @@ mod rules;
 #[allow(clippy::module_inception)]
 mod session;
 
+pub(crate) use chunk_event::ChunkDataSeed;
 pub use chunk_event::{AssistantChunk, ChunkView};
-pub(crate) use chunk_event::{ChunkDataSeed, ToolHead};
 pub use error::{AppendError, SeedError};
 pub(crate) use event::Extra;
 pub use event::{EventData, KNOWN_EVENT_TYPES, SessionEvent, SurfaceIntent, SurfaceOp, types};

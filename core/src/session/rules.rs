@@ -282,12 +282,12 @@ fn check_failure(f: &LlmFailure) -> Result<(), AppendError> {
 
 fn check_chunk(c: &StreamChunk) -> Result<(), AppendError> {
     match c {
-        StreamChunk::BlockEnd { block, .. } => check_blocks(core::slice::from_ref(block)),
+        StreamChunk::BlockEnd { block, .. } => check_blocks(core::slice::from_ref(&**block)),
         StreamChunk::Finish {
             reason,
             replay_state,
         } => {
-            match reason {
+            match &**reason {
                 FinishReason::Other(o) => check_object(o)?,
                 FinishReason::Aborted { failure } | FinishReason::Error { failure } => {
                     check_failure(failure)?

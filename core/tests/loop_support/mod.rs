@@ -565,13 +565,11 @@ pub fn j(m: &Message) -> String {
 }
 
 pub fn usage() -> StreamChunk {
-    StreamChunk::Usage {
-        usage: TokenUsage {
-            input_tokens: 10,
-            output_tokens: 5,
-            ..TokenUsage::default()
-        },
-    }
+    StreamChunk::usage(TokenUsage {
+        input_tokens: 10,
+        output_tokens: 5,
+        ..TokenUsage::default()
+    })
 }
 
 pub fn finish(reason: FinishReason) -> StreamChunk {
@@ -589,10 +587,7 @@ pub fn text(t: &str) -> Vec<StreamChunk> {
             index: 0,
             text: t.into(),
         },
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::text(t),
-        },
+        StreamChunk::block_end(0, ContentBlock::text(t)),
         usage(),
         finish(FinishReason::Stop),
     ]
@@ -607,14 +602,10 @@ pub fn call(id: &str, name: &str, args: &str) -> Vec<StreamChunk> {
         },
         StreamChunk::ToolCallDelta {
             index: 0,
-            id: id.into(),
-            name: Some(name.into()),
+            head: dsh_core::ToolCallHead::owned(id.into(), Some(name.into())),
             arguments_delta: args.into(),
         },
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::tool_call(id, name, args),
-        },
+        StreamChunk::block_end(0, ContentBlock::tool_call(id, name, args)),
         usage(),
         finish(FinishReason::ToolCalls),
     ]
@@ -627,18 +618,12 @@ pub fn two_calls(a: (&str, &str, &str), b: (&str, &str, &str)) -> Vec<StreamChun
             index: 0,
             block_type: "tool-call".into(),
         },
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::tool_call(a.0, a.1, a.2),
-        },
+        StreamChunk::block_end(0, ContentBlock::tool_call(a.0, a.1, a.2)),
         StreamChunk::BlockStart {
             index: 1,
             block_type: "tool-call".into(),
         },
-        StreamChunk::BlockEnd {
-            index: 1,
-            block: ContentBlock::tool_call(b.0, b.1, b.2),
-        },
+        StreamChunk::block_end(1, ContentBlock::tool_call(b.0, b.1, b.2)),
         usage(),
         finish(FinishReason::ToolCalls),
     ]

@@ -58,15 +58,13 @@ fn reply(text: &str, input: i64, output: i64) -> Vec<StreamChunk> {
     vec![
         StreamChunk::TextDelta {
             index: 0,
-            text: long(text),
+            text: long(text).into(),
         },
-        StreamChunk::Usage {
-            usage: TokenUsage {
-                input_tokens: input,
-                output_tokens: output,
-                ..TokenUsage::default()
-            },
-        },
+        StreamChunk::usage(TokenUsage {
+            input_tokens: input,
+            output_tokens: output,
+            ..TokenUsage::default()
+        }),
         StreamChunk::finish(FinishReason::Stop),
     ]
 }
@@ -413,17 +411,12 @@ fn pressure_prunes_old_tool_results_first() {
     let mut k = Kernel::new(cfg, session, 0, vec![Box::new(plugin)]).unwrap();
     let call = |id: &str, input: i64| {
         vec![
-            StreamChunk::BlockEnd {
-                index: 0,
-                block: ContentBlock::tool_call(id, "cat", "{}"),
-            },
-            StreamChunk::Usage {
-                usage: TokenUsage {
-                    input_tokens: input,
-                    output_tokens: 10,
-                    ..TokenUsage::default()
-                },
-            },
+            StreamChunk::block_end(0, ContentBlock::tool_call(id, "cat", "{}")),
+            StreamChunk::usage(TokenUsage {
+                input_tokens: input,
+                output_tokens: 10,
+                ..TokenUsage::default()
+            }),
             StreamChunk::finish(FinishReason::ToolCalls),
         ]
     };

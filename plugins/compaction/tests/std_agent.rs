@@ -16,13 +16,11 @@ fn answer(text: &str, input: i64) -> ScriptedReply {
             index: 0,
             text: text.into(),
         },
-        StreamChunk::Usage {
-            usage: TokenUsage {
-                input_tokens: input,
-                output_tokens: 10,
-                ..TokenUsage::default()
-            },
-        },
+        StreamChunk::usage(TokenUsage {
+            input_tokens: input,
+            output_tokens: 10,
+            ..TokenUsage::default()
+        }),
         StreamChunk::finish(FinishReason::Stop),
     ])
 }

@@ -56,10 +56,7 @@ fn run(k: &mut Kernel, mut replies: Vec<Vec<StreamChunk>>) -> Vec<Value> {
 fn call(name: &str) -> Vec<StreamChunk> {
     let args = json!({"description": "d", "prompt": "p"}).to_string();
     vec![
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::tool_call("c1", name, &args),
-        },
+        StreamChunk::block_end(0, ContentBlock::tool_call("c1", name, &args)),
         StreamChunk::finish(FinishReason::ToolCalls),
     ]
 }

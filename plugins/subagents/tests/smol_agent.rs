@@ -24,12 +24,12 @@ fn answer(text: &str) -> ScriptedReply {
 
 fn call_subagent() -> ScriptedReply {
     ScriptedReply::Chunks(vec![
-        StreamChunk::ToolCallDelta {
-            index: 0,
-            id: "call_1".into(),
-            name: Some("subagent".into()),
-            arguments_delta: r#"{"description":"Say hi","prompt":"Reply with HI."}"#.into(),
-        },
+        StreamChunk::tool_call_delta(
+            0,
+            "call_1",
+            Some("subagent"),
+            r#"{"description":"Say hi","prompt":"Reply with HI."}"#,
+        ),
         StreamChunk::finish(FinishReason::ToolCalls),
     ])
 }

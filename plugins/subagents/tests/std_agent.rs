@@ -416,11 +416,8 @@ fn scripted_call(calls: &[(&str, Value)]) -> dsh_std::ScriptedReply {
     let mut chunks: Vec<StreamChunk> = calls
         .iter()
         .enumerate()
-        .map(|(i, (id, args))| StreamChunk::ToolCallDelta {
-            index: i as u64,
-            id: id.to_string(),
-            name: Some("subagent".into()),
-            arguments_delta: args.to_string(),
+        .map(|(i, (id, args))| {
+            StreamChunk::tool_call_delta(i as u64, id, Some("subagent"), &args.to_string())
         })
         .collect();
     chunks.push(StreamChunk::finish(FinishReason::ToolCalls));

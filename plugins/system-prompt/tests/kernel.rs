@@ -39,7 +39,7 @@ fn turn(kernel: &mut Kernel, n: u64, prompt: &str) -> GenerateOptions {
                 for chunk in [
                     StreamChunk::TextDelta {
                         index: 0,
-                        text: format!("answer {n}"),
+                        text: format!("answer {n}").into(),
                     },
                     StreamChunk::finish(FinishReason::Stop),
                 ] {

@@ -21,10 +21,10 @@ use serde_json::json;
 fn script() -> VecDeque<Vec<StreamChunk>> {
     VecDeque::from([
         vec![
-            StreamChunk::BlockEnd {
-                index: 0,
-                block: ContentBlock::tool_call("call_1", "add", r#"{"a":2,"b":3}"#),
-            },
+            StreamChunk::block_end(
+                0,
+                ContentBlock::tool_call("call_1", "add", r#"{"a":2,"b":3}"#),
+            ),
             StreamChunk::finish(FinishReason::ToolCalls),
         ],
         vec![

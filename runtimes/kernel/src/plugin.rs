@@ -153,10 +153,10 @@ impl SideCollector {
                 }
                 self.reply.text.push_str(&text[..cut]);
             }
-            StreamChunk::Usage { usage } => self.reply.usage = Some(usage),
+            StreamChunk::Usage { usage } => self.reply.usage = Some(*usage),
             StreamChunk::Finish { reason, .. } => {
                 self.finished = true;
-                match reason {
+                match *reason {
                     dsh_core::FinishReason::Error { failure }
                     | dsh_core::FinishReason::Aborted { failure } => {
                         self.failure =

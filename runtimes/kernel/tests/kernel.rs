@@ -30,10 +30,7 @@ fn kernel(plugins: Vec<Box<dyn Plugin>>) -> Kernel {
 
 fn tool_call() -> Vec<StreamChunk> {
     vec![
-        StreamChunk::BlockEnd {
-            index: 0,
-            block: ContentBlock::tool_call("c1", "slow", "{}"),
-        },
+        StreamChunk::block_end(0, ContentBlock::tool_call("c1", "slow", "{}")),
         StreamChunk::finish(FinishReason::ToolCalls),
     ]
 }
@@ -390,7 +387,7 @@ fn side_collector_folds_a_side_call() {
         output_tokens: 1,
         ..TokenUsage::default()
     };
-    c.push(StreamChunk::Usage { usage });
+    c.push(StreamChunk::usage(usage));
     assert!(c.push(StreamChunk::finish(FinishReason::Stop)));
     let r = c.finish().unwrap();
     assert_eq!(r.text, "summary");
