@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::Args;
 use dsh_core::SessionId;
-use dsh_core::session::{EventData, SessionEvent};
+use dsh_core::session::{EventData, SessionEvent, completed_boundary};
 use dsh_std::{Agent, AgentConfig, AgentEvent, AgentStatus, ApprovalRequestId, CancelCause};
 use dsh_store::SessionStore;
 
@@ -617,14 +617,25 @@ pub fn fork(args: ForkArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    let parent = SessionId::new(args.id.clone());
+    let at = match args.at {
+        Some(at) => at,
+        None => match last_completed_turn(&*setup.store, &parent) {
+            Ok(at) => at,
+            Err(e) => {
+                eprintln!("dsh fork: {e}");
+                return Outcome::BadInput;
+            }
+        },
+    };
     let new_id = new_session_id(now_ms());
     let provider = setup.config.provider.clone();
     let call = setup.config.call_config.clone();
     let agent = match Agent::fork(
         setup.config,
         setup.store.clone(),
-        &SessionId::new(args.id.clone()),
-        args.at,
+        &parent,
+        Some(at),
         new_id.clone(),
     ) {
         Ok(a) => a,
@@ -648,6 +659,21 @@ pub fn fork(args: ForkArgs) -> Outcome {
     );
     setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
     outcome
+}
+
+/// Where `dsh fork` cuts by default (loop.md SA-3): through the stored
+/// log's last `turn/end`. The log is read as stored, without the closers a
+/// load would add, so a turn another process is still writing is left out
+/// rather than copied as interrupted.
+fn last_completed_turn(store: &dyn SessionStore, id: &SessionId) -> Result<u64, String> {
+    let (_, events) = store
+        .read_from(id, 0, &dsh_store::Cancel::new())
+        .map_err(|e| e.to_string())?;
+    completed_boundary(&events).ok_or_else(|| {
+        format!(
+            "session {id} has no completed turn to fork yet (its first turn is still open); pass --at SEQ"
+        )
+    })
 }
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \

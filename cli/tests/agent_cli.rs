@@ -880,3 +880,89 @@ mod pty {
         p.exp_eof().unwrap();
     }
 }
+
+/// Two text answers: one per turn.
+const TWO_TEXT_TURNS: &str = r#"{"responses":[
+  {"turn":{"text":["First answer."]}},
+  {"turn":{"text":["Second ","answer."]}}
+]}"#;
+
+/// SA-3 (loop.md): a fork is seeded with the parent's log through its last
+/// `turn/end`. Forking a session another process is still writing (its
+/// last turn open on disk) must stop at the last completed turn, not copy
+/// the in-flight turn with the closers a load would add; and it must not
+/// repair the parent's log under the writer.
+#[test]
+fn sa3_fork_of_a_session_mid_turn_stops_at_the_last_completed_turn() {
+    use std::io::Write;
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TWO_TEXT_TURNS);
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "first prompt"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let log = transcripts(data.path()).remove(0);
+    let id = header_of(&log).id;
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &server.url(), "--resume", id.as_str()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"second prompt\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let events = load(&log);
+    assert_eq!(turn_end_kinds(&events), vec!["completed", "completed"]);
+
+    // The parent as another process sees it mid-way through turn 2: the
+    // log stops after that turn's first assistant chunk (no turn/end).
+    let first_end = events
+        .iter()
+        .position(|e| matches!(e.data(), EventData::TurnEnd(_)))
+        .unwrap();
+    let cut = first_end
+        + events[first_end..]
+            .iter()
+            .position(|e| matches!(e.data(), EventData::AssistantChunk(_)))
+            .unwrap();
+    let kept: String = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .take(cut + 2)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&log, &kept).unwrap();
+
+    let o = dsh(data.path())
+        .args(["fork", "--base-url", &server.url(), id.as_str()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // The parent is left as its writer left it.
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), kept);
+    let logs = transcripts(data.path());
+    let child = logs.iter().find(|p| **p != log).unwrap();
+    let header = header_of(child);
+    assert_eq!(header.parent_session.as_ref(), Some(&id));
+    assert_eq!(header.seed_length, Some(first_end as u64 + 1));
+    // The child is a valid log: the completed turn, then the seed marker.
+    let forked = load(child);
+    InvariantChecker::check_log(&forked).unwrap();
+    assert_eq!(turn_end_kinds(&forked), vec!["completed"]);
+    for (a, b) in forked.iter().zip(&events[..=first_end]) {
+        assert_eq!(a.data(), b.data());
+    }
+    assert!(matches!(forked[first_end + 1].data(), EventData::EndSeed));
+    let check = dsh(data.path())
+        .args(["log", "check", child.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
+}

@@ -754,3 +754,21 @@ fn tp14_read_from_is_the_scanned_prefix_without_closers() {
     assert!(from(7).is_empty());
     assert_eq!(from(0).len(), 7);
 }
+
+/// session.md J4/J6: a number read from a log is the number that was
+/// written, to the last bit, so a re-serialized event equals its stored
+/// text. serde_json's default float parsing may miss by one ulp; found by
+/// the fault soak (`runtimes/smol/tests/soak.rs`) on this `llm/retry`.
+#[test]
+fn j6_a_float_reads_back_as_the_number_written() {
+    let line = r#"{"type":"llm/retry","seq":43,"time":1796139397703,"data":{"retryId":"r","turn":1,"step":3,"provider":"deepseek","mode":"always","policyKey":"[\"always\",20,1500,0.1]","retry":2,"delayMs":43.447018567088804,"failure":{"message":"Service unavailable","code":"SERVER","status":503}}}"#;
+    let e = match Decoder::new().decode_line(line.as_bytes()) {
+        Ok(Record::One(Decoded::Event(e))) => e,
+        other => panic!("{other:?}"),
+    };
+    match e.data() {
+        EventData::LlmRetry(r) => assert_eq!(r.delay_ms.to_bits(), 43.447018567088804f64.to_bits()),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(e.to_canonical_json(), line);
+}

@@ -336,3 +336,47 @@ fn a_title_landing_between_the_finish_chunk_and_the_message_replays() {
     assert!(r.identical(), "{:?}", r.first_difference);
     assert_eq!(r.reproduced, 39);
 }
+
+/// A recording whose foreign events (`types`) carry `"ignorable": true`,
+/// plus one event of a type this harness does not know (which loads only
+/// because it is marked ignorable, persistence.md CC17) before the first
+/// `assistant/message`.
+fn with_ignorable_foreign_events(name: &str, types: &[&str]) -> String {
+    use serde_json::Value;
+    let unknown = serde_json::json!({
+        "type": "vendor/audit-note",
+        "data": {"note": "kept byte for byte", "n": 1}
+    });
+    let text = with_event_before_first_message(name, unknown);
+    let mut out = String::new();
+    let mut marked = 0;
+    for line in text.lines() {
+        let mut e: Value = serde_json::from_str(line).unwrap();
+        let foreign =
+            e["type"] == "vendor/audit-note" || types.iter().any(|t| e["type"].as_str() == Some(t));
+        if foreign && e.get("seq").is_some() {
+            e["ignorable"] = Value::Bool(true);
+            marked += 1;
+        }
+        out.push_str(&e.to_string());
+        out.push('\n');
+    }
+    assert!(marked > 1, "{name}: nothing marked");
+    out
+}
+
+#[test]
+fn e7_ignorable_foreign_events_replay_identically() {
+    // session.md E7 / persistence.md CC17: `ignorable: true` is part of the
+    // envelope. Replay feeds plugin and foreign events back as inputs; the
+    // flag must survive, or every marked event is reported as a mismatch.
+    let name = "examples-acp-agent__repeat-tool-reminder__session.jsonl";
+    let text = with_ignorable_foreign_events(name, &["todo/write", "session/title"]);
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    let r = replay_jsonl(text.as_bytes(), options).unwrap();
+    assert!(r.identical(), "{:?}", r.first_difference);
+    assert_eq!(r.reproduced, 72);
+}

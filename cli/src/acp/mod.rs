@@ -23,9 +23,10 @@ use crate::store::StoreArgs;
 
 mod files;
 mod map;
-mod rpc;
 mod server;
 mod terminal;
+
+use dsh_cli::acp::{rpc, wire};
 
 /// `dsh acp`
 #[derive(Args)]

@@ -9,17 +9,16 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Sender};
 use std::thread;
 
+use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
     self as acp, AgentCapabilities, CancelNotification, ClientCapabilities, ClientNotification,
-    ClientRequest, EmbeddedResourceResource, ErrorCode, Implementation, InitializeRequest,
-    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
-    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest,
-    PromptResponse, RequestId, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SessionModeState, SessionNotification, SessionUpdate,
-    SetSessionModeRequest, SetSessionModeResponse, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields,
+    ClientRequest, ErrorCode, Implementation, InitializeRequest, InitializeResponse,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest, PromptResponse,
+    RequestId, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SessionModeState, SessionNotification, SessionUpdate, SetSessionModeRequest,
+    SetSessionModeResponse, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
 };
-use agent_client_protocol_schema::{MethodDispatchError, ProtocolVersion};
 use dsh_core::SessionId;
 use dsh_core::session::EventData;
 use dsh_std::{
@@ -32,8 +31,9 @@ use serde_json::Value;
 
 use super::files::ClientFiles;
 use super::map::{self, Calls, Mode};
-use super::rpc::{Incoming, Peer, params_object, read_loop, rpc_error};
+use super::rpc::{Incoming, Peer, read_loop, rpc_error};
 use super::terminal::ClientTerminal;
+use super::wire::{decode_notification, decode_request, invalid_params, prompt_text, supported};
 use crate::provider::ProviderArgs;
 use crate::store::{new_session_id, now_ms};
 
@@ -215,10 +215,6 @@ pub fn serve(
     }
 }
 
-fn invalid_params(message: impl Into<String>) -> acp::Error {
-    rpc_error(ErrorCode::InvalidParams, message)
-}
-
 fn internal(message: impl Into<String>) -> acp::Error {
     acp::Error::internal_error().data(Value::String(message.into()))
 }
@@ -243,17 +239,9 @@ impl Server {
                 )),
             );
         }
-        let request = match ClientRequest::from_method_and_params(method, &params_object(params)) {
+        let request = match decode_request(method, params) {
             Ok(r) => r,
-            Err(MethodDispatchError::InvalidPayload { source, .. }) => {
-                return self.peer.respond::<()>(
-                    &id,
-                    Err(invalid_params(format!(
-                        "Invalid params for {method}: {source}"
-                    ))),
-                );
-            }
-            Err(_) => return self.peer.respond::<()>(&id, Err(not_found())),
+            Err(e) => return self.peer.respond::<()>(&id, Err(e)),
         };
         match request {
             ClientRequest::InitializeRequest(r) => self.initialize(&id, r),
@@ -474,7 +462,7 @@ impl Server {
         if !self.initialized {
             return;
         }
-        match ClientNotification::from_method_and_params(method, &params_object(params)) {
+        match decode_notification(method, params) {
             Ok(ClientNotification::CancelNotification(CancelNotification {
                 session_id, ..
             })) => {
@@ -605,49 +593,11 @@ impl Server {
     }
 }
 
-/// Methods this agent implements (others answer "method not found").
-fn supported(method: &str) -> bool {
-    matches!(
-        method,
-        "initialize" | "session/new" | "session/load" | "session/prompt" | "session/set_mode"
-    )
-}
-
 fn notify(peer: &Peer, session: &str, update: SessionUpdate) {
     peer.notify(
         "session/update",
         &SessionNotification::new(session.to_string(), update),
     );
-}
-
-/// The prompt's blocks as one text: text as is, resource links as
-/// `@name (uri)`, embedded text resources inside `<context>`; images and
-/// audio are refused (not offered in `promptCapabilities`).
-fn prompt_text(blocks: &[acp::ContentBlock]) -> Result<String, acp::Error> {
-    let mut parts = Vec::new();
-    for block in blocks {
-        match block {
-            acp::ContentBlock::Text(t) => parts.push(t.text.clone()),
-            acp::ContentBlock::ResourceLink(l) => parts.push(format!("@{} ({})", l.name, l.uri)),
-            acp::ContentBlock::Resource(r) => match &r.resource {
-                EmbeddedResourceResource::TextResourceContents(t) => parts.push(format!(
-                    "<context uri=\"{}\">\n{}\n</context>",
-                    t.uri, t.text
-                )),
-                _ => return Err(invalid_params("binary resources are not supported")),
-            },
-            _ => {
-                return Err(invalid_params(
-                    "only text, resource links and text resources are supported in prompts",
-                ));
-            }
-        }
-    }
-    let text = parts.join("\n\n");
-    if text.trim().is_empty() {
-        return Err(invalid_params("the prompt has no text"));
-    }
-    Ok(text)
 }
 
 /// The file tools through the client's buffers when it offers both `fs`

@@ -357,6 +357,17 @@ impl HookCx<'_> {
         super::append_foreign(self.session, self.now, data, intent)
     }
 
+    /// [`append`](Self::append), keeping a recorded event's
+    /// `"ignorable": true` (E7) when `ignorable` is set (replay).
+    pub(crate) fn append_marked(
+        &mut self,
+        data: EventData,
+        intent: Option<SurfaceIntent>,
+        ignorable: bool,
+    ) -> Result<u64, super::InputError> {
+        super::append_foreign_marked(self.session, self.now, data, intent, ignorable)
+    }
+
     /// Appends a plugin event with JSON data (see [`append`](Self::append)).
     pub fn append_plugin(
         &mut self,

@@ -345,6 +345,19 @@ pub(crate) fn append_foreign(
     data: EventData,
     intent: Option<SurfaceIntent>,
 ) -> Result<u64, InputError> {
+    append_foreign_marked(session, now, data, intent, false)
+}
+
+/// [`append_foreign`], with the envelope marked `"ignorable": true` when
+/// `ignorable` is set (session.md E7): a replayed foreign event keeps the
+/// flag it was recorded with.
+pub(crate) fn append_foreign_marked(
+    session: &mut Session,
+    now: i64,
+    data: EventData,
+    intent: Option<SurfaceIntent>,
+    ignorable: bool,
+) -> Result<u64, InputError> {
     let ty = data.event_type();
     if is_loop_owned(ty) {
         return Err(InputError::LoopOwnedType(ty.to_string()));
@@ -359,8 +372,15 @@ pub(crate) fn append_foreign(
     {
         return Err(InputError::LoopOwnedType(ty.to_string()));
     }
+    let mut event = SessionEvent::new(session.len(), now, data);
+    if let Some(intent) = intent {
+        event = event.with_surface(intent.op, intent.sources);
+    }
+    if ignorable {
+        event = event.with_ignorable();
+    }
     session
-        .append(data, intent, now)
+        .append_event(event)
         .map(SessionEvent::seq)
         .map_err(InputError::Append)
 }

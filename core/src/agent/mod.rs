@@ -110,8 +110,8 @@ pub use inbox::{Inbox, InboxTarget};
 pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
 };
-pub(crate) use machine::append_foreign;
 pub use machine::{
     Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, InboxEdit, ResumeError,
     is_loop_owned,
 };
+pub(crate) use machine::{append_foreign, append_foreign_marked};

@@ -298,7 +298,10 @@ fn flush_foreign(rec: &Recording, cx: &mut HookCx<'_>) -> usize {
         if is_core_event(e) {
             return n;
         }
-        if cx.append(e.data().clone(), intent_of(e)).is_err() {
+        if cx
+            .append_marked(e.data().clone(), intent_of(e), e.ignorable())
+            .is_err()
+        {
             return n;
         }
         n += 1;
@@ -967,7 +970,7 @@ impl Driver {
             }
             return self
                 .agent
-                .append_event(now, next.data().clone(), intent_of(next))
+                .append_event_marked(now, next.data().clone(), intent_of(next), next.ignorable())
                 .is_ok();
         }
         if let EventData::InboxSpliced(s) = next.data() {

@@ -7,7 +7,7 @@ use crate::ids::SessionId;
 use crate::json::MAX_SAFE_INTEGER;
 
 use super::error::SeedError;
-use super::event::EventData;
+use super::event::{EventData, SessionEvent};
 use super::header::SessionHeader;
 use super::session::Session;
 
@@ -70,6 +70,27 @@ impl fmt::Display for ForkError {
 
 impl core::error::Error for ForkError {}
 
+/// The boundary a fork takes by default (loop.md SA-3) over `events` as
+/// stored (without the closers a load adds): the last event when no turn
+/// is open, else the last `turn/end` before the open turn, the balanced
+/// prefix of completed turns. `None`: the log is empty, or its only turn is
+/// still open (nothing completed to fork).
+pub fn completed_boundary(events: &[SessionEvent]) -> Option<u64> {
+    let open = events
+        .iter()
+        .rev()
+        .find(|e| matches!(e.data(), EventData::TurnStart(_) | EventData::TurnEnd(_)))
+        .is_some_and(|e| matches!(e.data(), EventData::TurnStart(_)));
+    if !open {
+        return events.last().map(SessionEvent::seq);
+    }
+    events
+        .iter()
+        .rev()
+        .find(|e| matches!(e.data(), EventData::TurnEnd(_)))
+        .map(SessionEvent::seq)
+}
+
 impl Session {
     /// Forks this session at `boundary` (default: the last seq) into a child
     /// `child_id` created at `now` (F3–F8): the child's seed is a copy of
@@ -114,5 +135,51 @@ impl Session {
         header.parent_session = Some(self.id().clone());
         header.seed_length = Some(seed.len() as u64);
         Session::from_seed(header, seed, now).map_err(ForkError::Seed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{TurnEnd, TurnEndReason, TurnStart};
+
+    fn log(kinds: &[char]) -> Vec<SessionEvent> {
+        let mut turn = 0;
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let data: EventData = match k {
+                    's' => {
+                        turn += 1;
+                        TurnStart { turn }.into()
+                    }
+                    'e' => TurnEnd {
+                        turn,
+                        reason: TurnEndReason::Completed,
+                    }
+                    .into(),
+                    _ => EventData::plugin("x/note", &serde_json::json!({})),
+                };
+                SessionEvent::new(i as u64, 0, data)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sa3_default_boundary_is_the_last_turn_end_before_an_open_turn() {
+        assert_eq!(completed_boundary(&[]), None);
+        // No turn open: the whole log (F3).
+        assert_eq!(
+            completed_boundary(&log(&['p', 's', 'p', 'e', 'p'])),
+            Some(4)
+        );
+        // Turn 2 is open: through turn 1's end, not its trailing events.
+        assert_eq!(
+            completed_boundary(&log(&['s', 'e', 'p', 's', 'p'])),
+            Some(1)
+        );
+        // The only turn is open: nothing completed.
+        assert_eq!(completed_boundary(&log(&['p', 's', 'p'])), None);
     }
 }

@@ -53,7 +53,7 @@ pub use chunk_event::{AssistantChunk, ChunkView};
 pub use error::{AppendError, SeedError};
 pub(crate) use event::Extra;
 pub use event::{EventData, KNOWN_EVENT_TYPES, SessionEvent, SurfaceIntent, SurfaceOp, types};
-pub use fork::ForkError;
+pub use fork::{ForkError, completed_boundary};
 pub use header::{
     EpochHeader, HeaderError, SESSION_FORMAT_VERSION, SessionHeader, is_absolute_path,
 };

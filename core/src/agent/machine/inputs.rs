@@ -1,7 +1,7 @@
 //! The inputs of the Agent surface (loop.md §3) and the completions the
 //! shell feeds back.
 
-use super::{Agent, InboxEdit, Phase, Stage, append_foreign};
+use super::{Agent, InboxEdit, Phase, Stage, append_foreign, append_foreign_marked};
 use crate::agent::hooks::{CancelCause, HookError};
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{HookAnswer, InputError};
@@ -120,6 +120,20 @@ impl Agent {
         intent: Option<SurfaceIntent>,
     ) -> Result<u64, InputError> {
         let seq = append_foreign(&mut self.session, now, data, intent)?;
+        self.after_input();
+        Ok(seq)
+    }
+
+    /// [`append_event`](Self::append_event), keeping a recorded event's
+    /// `"ignorable": true` (E7) when `ignorable` is set (replay).
+    pub(crate) fn append_event_marked(
+        &mut self,
+        now: i64,
+        data: EventData,
+        intent: Option<SurfaceIntent>,
+        ignorable: bool,
+    ) -> Result<u64, InputError> {
+        let seq = append_foreign_marked(&mut self.session, now, data, intent, ignorable)?;
         self.after_input();
         Ok(seq)
     }
