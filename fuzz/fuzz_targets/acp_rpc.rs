@@ -1,6 +1,6 @@
 //! `dsh acp`'s input: newline-delimited JSON-RPC 2.0 on stdin (the
-//! transport's reader, `cli/src/acp/rpc.rs`, and the typed reading of each
-//! message, `cli/src/acp/wire.rs`), on arbitrary bytes. No panic; every
+//! transport's reader, `adapters/acp/src/rpc.rs`, and the typed reading of each
+//! message, `adapters/acp/src/wire.rs`), on arbitrary bytes. No panic; every
 //! line is a request, a notification, a routed response or an error with
 //! the JSON-RPC code for it; requests and notifications survive a
 //! re-encoding unchanged; the reader ends exactly once with `Closed`; both
@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol_schema::v1::ClientRequest;
-use dsh_cli::acp::rpc::{Incoming, Peer, read_loop};
-use dsh_cli::acp::wire::{decode_notification, decode_request, prompt_text, supported};
+use dsh_acp::rpc::{Incoming, Peer, read_loop};
+use dsh_acp::wire::{decode_notification, decode_request, prompt_text, supported};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 

@@ -26,7 +26,7 @@ mod map;
 mod server;
 mod terminal;
 
-use dsh_cli::acp::{rpc, wire};
+use dsh_acp::{rpc, wire};
 
 /// `dsh acp`
 #[derive(Args)]
