@@ -1,22 +1,35 @@
 //! The embedded runtime's HTTP/1.1 response reader (head parser and body
 //! framings) on arbitrary bytes cut at arbitrary points: no panic, and the
 //! head and body read are the same whatever the cuts.
+//!
+//! Input layout (plain bytes, so real responses make good seeds): byte 0
+//! gives the number of cuts `n` (mod 16), the next `2n` bytes are the cut
+//! points (u16, little endian, taken modulo the response length), and the
+//! rest is the response as the server sent it.
 #![no_main]
 
-use arbitrary::Arbitrary;
 use dsh_embedded::http::{Body, HeadParser, HttpError};
 use libfuzzer_sys::fuzz_target;
 
-#[derive(Arbitrary, Debug)]
-struct Input {
-    bytes: Vec<u8>,
-    cuts: Vec<u16>,
+/// Splits the input into cut points and the response bytes.
+fn layout(data: &[u8]) -> (Vec<u16>, &[u8]) {
+    let Some((n, rest)) = data.split_first() else {
+        return (Vec::new(), data);
+    };
+    let n = usize::from(n % 16).min(rest.len() / 2);
+    let (cuts, bytes) = rest.split_at(2 * n);
+    let cuts = cuts
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    (cuts, bytes)
 }
 
 /// What a whole response reads as.
 #[derive(Debug, PartialEq)]
 struct Read {
-    head: Option<(u16, String)>,
+    /// Status, framing and the headers the runtime keeps.
+    head: Option<(u16, String, String)>,
     body: Vec<u8>,
     error: Option<HttpError>,
 }
@@ -33,7 +46,14 @@ fn read(pieces: &[&[u8]]) -> Read {
                 Ok(Some((h, used))) => {
                     assert!(used <= input.len(), "consumed past the input");
                     input = &input[used..];
-                    head = Some((h.status, format!("{:?}", h.framing)));
+                    head = Some((
+                        h.status,
+                        format!("{:?}", h.framing),
+                        format!(
+                            "{:?} {:?} {:?}",
+                            h.retry_after, h.x_request_id, h.x_deepseek_request_id
+                        ),
+                    ));
                     body = Some(Body::new(h.framing));
                 }
                 Ok(None) => continue,
@@ -75,11 +95,10 @@ fn read(pieces: &[&[u8]]) -> Read {
     }
 }
 
-fuzz_target!(|input: Input| {
-    let bytes = &input.bytes;
+fuzz_target!(|data: &[u8]| {
+    let (cuts, bytes) = layout(data);
     let whole = read(&[bytes]);
-    let mut points: Vec<usize> = input
-        .cuts
+    let mut points: Vec<usize> = cuts
         .iter()
         .map(|c| usize::from(*c) % (bytes.len() + 1))
         .collect();
