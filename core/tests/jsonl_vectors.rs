@@ -845,3 +845,43 @@ fn j7_non_canonical_escapes_keep_their_source_text() {
         }
     }
 }
+
+/// J7/E9: non-delta chunks (`block-end`, `usage`, `finish`, `block-start`)
+/// read in any key order give the same typed chunk as the canonical line,
+/// and write back byte for byte.
+#[test]
+fn j7_non_delta_chunks_read_in_any_key_order() {
+    let chunks = [
+        r#"{"type":"block-start","index":0,"blockType":"text"}"#,
+        r#"{"type":"block-end","index":1,"block":{"type":"text","text":"a\nb \"q\""}}"#,
+        r#"{"type":"usage","usage":{"inputTokens":12,"outputTokens":3,"cacheReadTokens":80}}"#,
+        r#"{"type":"finish","reason":{"kind":"tool-calls"}}"#,
+    ];
+    for c in chunks {
+        let canonical = decode_one(
+            &format!(
+                r#"{{"type":"assistant/chunk","seq":4,"time":5,"data":{{"turn":1,"step":1,"chunk":{c}}}}}"#
+            ),
+            true,
+        );
+        // The same object with its keys reversed.
+        let v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(c).unwrap();
+        let mut reversed = String::from("{");
+        for (i, (k, v)) in v.iter().rev().enumerate() {
+            if i > 0 {
+                reversed.push(',');
+            }
+            reversed.push_str(&format!("{}:{}", serde_json::Value::from(k.as_str()), v));
+        }
+        reversed.push('}');
+        let line = format!(
+            r#"{{"type":"assistant/chunk","seq":4,"time":5,"data":{{"turn":1,"step":1,"chunk":{reversed}}}}}"#
+        );
+        for as_str in [false, true] {
+            let e = decode_one(&line, as_str);
+            assert_eq!(e, canonical, "{line}");
+            assert!(e.deviation().is_none(), "{line}: {:?}", e.deviation());
+            assert_eq!(e.to_json(), line);
+        }
+    }
+}
