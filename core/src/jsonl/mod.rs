@@ -117,9 +117,10 @@ pub fn find_newline(bytes: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', bytes)
 }
 
-/// How many `\n` bytes `bytes` holds (exact).
+/// How many `\n` bytes `bytes` holds (exact; a plain loop the compiler
+/// vectorizes, faster than a search per match on short lines).
 pub fn count_newlines(bytes: &[u8]) -> usize {
-    memchr::memchr_iter(b'\n', bytes).count()
+    bytes.iter().filter(|b| **b == b'\n').count()
 }
 
 /// The byte length of the header record: up to and including the first
@@ -441,16 +442,18 @@ pub fn check_types(
     extra_known: ExtraKnownTypes<'_>,
 ) -> Result<(), LogError> {
     for e in events {
-        let t = e.event_type();
+        // Every other type is a core or runtime type: known, not retired.
+        let EventData::Plugin(p) = e.data() else {
+            continue;
+        };
+        let t = p.event_type.as_str();
         if t == "mode/set" || t == crate::session::types::REQUEST_HEADER_DELTA {
             return Err(LogError::corrupt(format!(
                 "session \"{session_id}\" contains retired event type \"{t}\" (seq {})",
                 e.seq()
             )));
         }
-        let known = !matches!(e.data(), EventData::Plugin(_))
-            || KNOWN_EVENT_TYPES.contains(&t)
-            || extra_known.contains(&t);
+        let known = KNOWN_EVENT_TYPES.contains(&t) || extra_known.contains(&t);
         if !known && !e.ignorable() {
             return Err(LogError::FormatUnsupported {
                 message: format!(
