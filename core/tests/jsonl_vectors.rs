@@ -885,3 +885,30 @@ fn j7_non_delta_chunks_read_in_any_key_order() {
         }
     }
 }
+
+/// CT3/CL4: a call left unanswered in an earlier, closed turn gets no
+/// closer; only the open last turn is closed (the scan may start at the
+/// last turn boundary).
+#[test]
+fn ct3_only_the_open_last_turn_gets_closers() {
+    let events = vec![
+        turn_start(0, 1, 1),
+        step(1, 1, 1, 1, true),
+        am(2, 1, &["call-old"]),
+        turn_end(3, 1, 1),
+        turn_start(4, 2, 2),
+        step(5, 2, 2, 1, true),
+        am(6, 2, &["call-new"]),
+    ];
+    let closers = interrupted_turn_closers(&events);
+    let types: Vec<&str> = closers.iter().map(|e| e.event_type()).collect();
+    assert_eq!(types, ["tool/result", "step/end", "turn/end"]);
+    assert!(closers[0].to_json().contains(r#""callId":"call-new""#));
+    assert_eq!(closers[0].seq(), 7);
+    assert!(closers[2].to_json().contains(r#""turn":2"#));
+    // A closed last turn: nothing to close, whatever came before.
+    let mut closed = events.clone();
+    closed.push(step(7, 2, 2, 1, false));
+    closed.push(turn_end(8, 2, 2));
+    assert!(interrupted_turn_closers(&closed).is_empty());
+}
