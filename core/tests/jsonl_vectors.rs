@@ -772,3 +772,143 @@ fn j6_a_float_reads_back_as_the_number_written() {
     }
     assert_eq!(e.to_canonical_json(), line);
 }
+
+fn decode_one(line: &str, as_str: bool) -> SessionEvent {
+    let mut d = Decoder::new();
+    let r = if as_str {
+        d.decode_line_str(line)
+    } else {
+        d.decode_line(line.as_bytes())
+    };
+    match r {
+        Ok(Record::One(Decoded::Event(e))) => e,
+        other => panic!("{line}: {other:?}"),
+    }
+}
+
+proptest! {
+    /// J7/E9: a delta line with escaped text (every control character,
+    /// quotes, backslashes, non-ASCII) reads back as the text written and
+    /// writes back byte for byte, from bytes and from a UTF-8 line.
+    #[test]
+    fn j7_escaped_delta_lines_read_back_exactly(
+        t in "[\u{0}-\u{1f}\"\\\\/a\u{7f}é😀]{0,12}",
+        kind in 0u8..3,
+        as_str in any::<bool>(),
+    ) {
+        let c = match kind {
+            0 => StreamChunk::TextDelta { index: 0, text: t.as_str().into() },
+            1 => StreamChunk::ReasoningDelta { index: 1, text: t.as_str().into() },
+            _ => StreamChunk::ToolCallDelta {
+                index: 1,
+                head: dsh_core::ToolCallHead::owned("c1".into(), Some("bash".into())),
+                arguments_delta: t.as_str().into(),
+            },
+        };
+        let e = chunk(7, -5, 1, 2, c);
+        let line = e.to_json();
+        let back = decode_one(&line, as_str);
+        prop_assert_eq!(&back, &e);
+        prop_assert_eq!(back.to_json(), line);
+    }
+}
+
+/// J7: escapes `write` never produces (`\/`, upper-case or needless `\u`,
+/// `\u` for a short-form control) read as their text, and the line keeps
+/// its exact source text, so it writes back byte for byte.
+#[test]
+fn j7_non_canonical_escapes_keep_their_source_text() {
+    for (escaped, text) in [
+        (r"a\/b", "a/b"),
+        (r"\u000A", "\n"),
+        (r"\u000a", "\n"),
+        (r"\u001F", "\u{1f}"),
+        (r"\u00e9", "é"),
+        (r"\u0041", "A"),
+    ] {
+        let line = format!(
+            r#"{{"type":"assistant/chunk","seq":3,"time":9,"data":{{"turn":1,"step":1,"chunk":{{"type":"text-delta","index":0,"text":"{escaped}"}}}}}}"#
+        );
+        for as_str in [false, true] {
+            let e = decode_one(&line, as_str);
+            match e.data() {
+                EventData::AssistantChunk(c) => match c.view() {
+                    dsh_core::session::ChunkView::TextDelta { text: got, .. } => {
+                        assert_eq!(got, text, "{line}")
+                    }
+                    other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(e.to_json(), line);
+            assert_ne!(e.to_canonical_json(), line);
+        }
+    }
+}
+
+/// J7/E9: non-delta chunks (`block-end`, `usage`, `finish`, `block-start`)
+/// read in any key order give the same typed chunk as the canonical line,
+/// and write back byte for byte.
+#[test]
+fn j7_non_delta_chunks_read_in_any_key_order() {
+    let chunks = [
+        r#"{"type":"block-start","index":0,"blockType":"text"}"#,
+        r#"{"type":"block-end","index":1,"block":{"type":"text","text":"a\nb \"q\""}}"#,
+        r#"{"type":"usage","usage":{"inputTokens":12,"outputTokens":3,"cacheReadTokens":80}}"#,
+        r#"{"type":"finish","reason":{"kind":"tool-calls"}}"#,
+    ];
+    for c in chunks {
+        let canonical = decode_one(
+            &format!(
+                r#"{{"type":"assistant/chunk","seq":4,"time":5,"data":{{"turn":1,"step":1,"chunk":{c}}}}}"#
+            ),
+            true,
+        );
+        // The same object with its keys reversed.
+        let v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(c).unwrap();
+        let mut reversed = String::from("{");
+        for (i, (k, v)) in v.iter().rev().enumerate() {
+            if i > 0 {
+                reversed.push(',');
+            }
+            reversed.push_str(&format!("{}:{}", serde_json::Value::from(k.as_str()), v));
+        }
+        reversed.push('}');
+        let line = format!(
+            r#"{{"type":"assistant/chunk","seq":4,"time":5,"data":{{"turn":1,"step":1,"chunk":{reversed}}}}}"#
+        );
+        for as_str in [false, true] {
+            let e = decode_one(&line, as_str);
+            assert_eq!(e, canonical, "{line}");
+            assert!(e.deviation().is_none(), "{line}: {:?}", e.deviation());
+            assert_eq!(e.to_json(), line);
+        }
+    }
+}
+
+/// CT3/CL4: a call left unanswered in an earlier, closed turn gets no
+/// closer; only the open last turn is closed (the scan may start at the
+/// last turn boundary).
+#[test]
+fn ct3_only_the_open_last_turn_gets_closers() {
+    let events = vec![
+        turn_start(0, 1, 1),
+        step(1, 1, 1, 1, true),
+        am(2, 1, &["call-old"]),
+        turn_end(3, 1, 1),
+        turn_start(4, 2, 2),
+        step(5, 2, 2, 1, true),
+        am(6, 2, &["call-new"]),
+    ];
+    let closers = interrupted_turn_closers(&events);
+    let types: Vec<&str> = closers.iter().map(|e| e.event_type()).collect();
+    assert_eq!(types, ["tool/result", "step/end", "turn/end"]);
+    assert!(closers[0].to_json().contains(r#""callId":"call-new""#));
+    assert_eq!(closers[0].seq(), 7);
+    assert!(closers[2].to_json().contains(r#""turn":2"#));
+    // A closed last turn: nothing to close, whatever came before.
+    let mut closed = events.clone();
+    closed.push(step(7, 2, 2, 1, false));
+    closed.push(turn_end(8, 2, 2));
+    assert!(interrupted_turn_closers(&closed).is_empty());
+}

@@ -101,6 +101,8 @@ pub enum Record {
 pub struct Decoder {
     last_head: Option<ToolCallHead>,
     scratch: Vec<u8>,
+    /// The unescaped payload of a fast-path chunk line.
+    text: String,
     strict: bool,
 }
 
@@ -171,7 +173,7 @@ impl Decoder {
     /// event, or a packed row's run; `Err` when the line is not JSON or is a
     /// malformed row (CK14–CK16, SC1).
     pub fn decode_line(&mut self, line: &[u8]) -> Result<Record, Unparsable> {
-        if let Some(e) = fast_chunk(line, &mut self.last_head) {
+        if let Some(e) = fast_chunk(line, None, &mut self.text, &mut self.last_head) {
             return Ok(Record::One(Decoded::Event(e)));
         }
         let fast = {
@@ -184,7 +186,12 @@ impl Decoder {
     /// [`decode_line`](Self::decode_line) for a line already known to be
     /// UTF-8 (skips the per-string UTF-8 validation).
     pub fn decode_line_str(&mut self, line: &str) -> Result<Record, Unparsable> {
-        if let Some(e) = fast_chunk(line.as_bytes(), &mut self.last_head) {
+        if let Some(e) = fast_chunk(
+            line.as_bytes(),
+            Some(line),
+            &mut self.text,
+            &mut self.last_head,
+        ) {
             return Ok(Record::One(Decoded::Event(e)));
         }
         let fast = {
@@ -282,6 +289,8 @@ impl Decoder {
 /// A cursor over one line for the canonical-chunk template.
 struct Cursor<'a> {
     b: &'a [u8],
+    /// The same line when it is known to be UTF-8.
+    s: Option<&'a str>,
     i: usize,
 }
 
@@ -340,16 +349,91 @@ impl<'a> Cursor<'a> {
             return None;
         }
         self.i = end + 1;
-        core::str::from_utf8(&self.b[start..end]).ok()
+        self.text(start, end)
+    }
+
+    /// The text of `b[start..end]`, where both ends sit next to ASCII bytes.
+    fn text(&self, start: usize, end: usize) -> Option<&'a str> {
+        match self.s {
+            // Both ends are char boundaries: no second UTF-8 scan.
+            Some(s) => s.get(start..end),
+            None => core::str::from_utf8(&self.b[start..end]).ok(),
+        }
+    }
+
+    /// The body of a string after its opening quote, unescaped into `out`,
+    /// accepted only when every escape is the one `write::push_str` writes
+    /// (so the line writes back identically); consumes the closing quote.
+    fn canonical_str(&mut self, out: &mut String) -> Option<()> {
+        out.clear();
+        loop {
+            let start = self.i;
+            let rel = self
+                .b
+                .get(start..)?
+                .iter()
+                .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
+            let end = start + rel;
+            out.push_str(self.text(start, end)?);
+            match self.b[end] {
+                b'"' => {
+                    self.i = end + 1;
+                    return Some(());
+                }
+                b'\\' => {}
+                _ => return None,
+            }
+            let (c, len) = match *self.b.get(end + 1)? {
+                b'"' => ('"', 2),
+                b'\\' => ('\\', 2),
+                b'n' => ('\n', 2),
+                b'r' => ('\r', 2),
+                b't' => ('\t', 2),
+                b'b' => ('\u{8}', 2),
+                b'f' => ('\u{c}', 2),
+                b'u' => {
+                    // `\u00XX` in lower-case hex, only for the control
+                    // characters without a short form.
+                    let hex = self.b.get(end + 2..end + 6)?;
+                    let digit = |c: u8| match c {
+                        b'0'..=b'9' => Some(c - b'0'),
+                        b'a'..=b'f' => Some(c - b'a' + 10),
+                        _ => None,
+                    };
+                    if hex[0] != b'0' || hex[1] != b'0' || hex[2] > b'1' {
+                        return None;
+                    }
+                    let v = digit(hex[2])? * 16 + digit(hex[3])?;
+                    if matches!(v, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) {
+                        return None;
+                    }
+                    (char::from(v), 6)
+                }
+                _ => return None,
+            };
+            out.push(c);
+            self.i = end + len;
+        }
     }
 }
 
 /// The canonical `assistant/chunk` delta line, read without serde: exactly
-/// the text `write_event_json` produces, with strings that need no escapes.
-/// Such a line writes back identically, so no source text is kept. Any other
-/// line returns `None` and takes the general path.
-fn fast_chunk(line: &[u8], last: &mut Option<ToolCallHead>) -> Option<SessionEvent> {
-    let mut c = Cursor { b: line, i: 0 };
+/// the text `write_event_json` produces (ids and names without escapes, the
+/// payload with the escapes `write` uses). Such a line writes back
+/// identically, so no source text is kept. Any other line returns `None`
+/// and takes the general path. `text` is `line` when it is known to be UTF-8;
+/// `buf` is scratch space for the unescaped payload.
+fn fast_chunk(
+    line: &[u8],
+    text: Option<&str>,
+    buf: &mut String,
+    last: &mut Option<ToolCallHead>,
+) -> Option<SessionEvent> {
+    let mut c = Cursor {
+        b: line,
+        s: text,
+        i: 0,
+    };
     c.lit(b"{\"type\":\"assistant/chunk\",\"seq\":")?;
     let seq = c.uint(MAX_SAFE_INTEGER)?;
     c.lit(b",\"time\":")?;
@@ -380,13 +464,12 @@ fn fast_chunk(line: &[u8], last: &mut Option<ToolCallHead>) -> Option<SessionEve
     } else {
         c.lit(b",\"text\":\"")?;
     }
-    let payload = c.plain_str()?;
+    c.canonical_str(buf)?;
     c.lit(b"}}}")?;
     if c.i != line.len() {
         return None;
     }
-    let data =
-        crate::session::AssistantChunk::delta(turn, step, kind, index, id, name, payload, last);
+    let data = crate::session::AssistantChunk::delta(turn, step, kind, index, id, name, buf, last);
     Some(SessionEvent::new(seq, time, data))
 }
 

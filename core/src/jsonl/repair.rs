@@ -34,7 +34,13 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
     let mut open_turn: Option<u64> = None;
     let mut open_step: Option<u64> = None;
     let mut pending: Vec<Pending> = Vec::new();
-    for e in events {
+    // `turn/start` and `turn/end` reset every piece of state below: only
+    // the events from the last of them on matter.
+    let from = events
+        .iter()
+        .rposition(|e| matches!(e.data(), EventData::TurnStart(_) | EventData::TurnEnd(_)))
+        .unwrap_or(0);
+    for e in &events[from..] {
         match e.data() {
             EventData::TurnStart(t) => {
                 open_turn = Some(t.turn);

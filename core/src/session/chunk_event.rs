@@ -7,7 +7,7 @@
 
 use alloc::string::String;
 use core::fmt;
-use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -460,15 +460,50 @@ impl<'de> DeserializeSeed<'de> for ChunkSeed<'_> {
     }
 }
 
+/// Reads the rest of a chunk object whose first entry (`key`, `value`) was
+/// already taken, with the typed chunk visitor (no `Value` tree of the rest).
 fn rest_as_chunk<'de, A: MapAccess<'de>>(
-    mut map: A,
-    mut fields: serde_json::Map<String, serde_json::Value>,
+    map: A,
+    key: String,
+    value: serde_json::Value,
 ) -> Result<StreamChunk, A::Error> {
-    while let Some(k) = map.next_key::<String>()? {
-        let v: serde_json::Value = map.next_value()?;
-        fields.insert(k, v);
+    StreamChunk::deserialize(de::value::MapAccessDeserializer::new(Prefixed {
+        first: Some((key, value)),
+        value: None,
+        rest: map,
+    }))
+}
+
+/// A map access that yields one entry read ahead, then the rest of `rest`.
+struct Prefixed<A> {
+    first: Option<(String, serde_json::Value)>,
+    value: Option<serde_json::Value>,
+    rest: A,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Prefixed<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        match self.first.take() {
+            Some((k, v)) => {
+                self.value = Some(v);
+                let key: de::value::StringDeserializer<A::Error> = k.into_deserializer();
+                seed.deserialize(key).map(Some)
+            }
+            None => self.rest.next_key_seed(seed),
+        }
     }
-    StreamChunk::deserialize(serde_json::Value::Object(fields)).map_err(de::Error::custom)
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        match self.value.take() {
+            Some(v) => seed.deserialize(v).map_err(de::Error::custom),
+            None => self.rest.next_value_seed(seed),
+        }
+    }
 }
 
 impl<'de> Visitor<'de> for ChunkSeed<'_> {
@@ -483,20 +518,20 @@ impl<'de> Visitor<'de> for ChunkSeed<'_> {
         if first != Some(ChunkKey::Type) {
             // Not the canonical layout: collect and read generically.
             *self.canonical = false;
-            let mut fields = serde_json::Map::new();
-            if let Some(k) = first {
-                let v: serde_json::Value = map.next_value()?;
-                fields.insert(k.name(), v);
-            }
-            let chunk = rest_as_chunk(map, fields)?;
+            let chunk = match first {
+                Some(k) => {
+                    let v: serde_json::Value = map.next_value()?;
+                    rest_as_chunk(map, k.name(), v)?
+                }
+                None => StreamChunk::deserialize(serde_json::Value::Object(serde_json::Map::new()))
+                    .map_err(de::Error::custom)?,
+            };
             return Ok(chunk.share_head(self.last));
         }
         let kind = map.next_value::<DeltaType>()?;
         if let DeltaType::Other(kind_value) = kind {
             *self.canonical = false;
-            let mut fields = serde_json::Map::new();
-            fields.insert(String::from("type"), kind_value);
-            let chunk = rest_as_chunk(map, fields)?;
+            let chunk = rest_as_chunk(map, String::from("type"), kind_value)?;
             return Ok(chunk.share_head(self.last));
         }
         let (mut index, mut text, mut id, mut name, mut args) = (None, None, None, None, None);

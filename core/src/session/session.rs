@@ -132,6 +132,13 @@ impl Session {
         Ok(s)
     }
 
+    /// Reserves room for at least `additional` more events, so that many
+    /// appends do not move the log (a loaded or cloned session holds exactly
+    /// its events).
+    pub fn reserve(&mut self, additional: usize) {
+        self.events.reserve(additional);
+    }
+
     /// The session header.
     pub fn header(&self) -> &SessionHeader {
         &self.header
