@@ -10,13 +10,52 @@ use core::fmt;
 use core::ops::Deref;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use smol_str::SmolStr;
 
 /// A chunk's text fragment: stored inline when it is at most 23 bytes (most
 /// deltas), otherwise in one shared heap allocation, so cloning never copies
 /// the text. Reads as a `str`; serializes as a JSON string.
-#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ChunkText(SmolStr);
+///
+/// The inline bytes past the text are zero, so a consumer can copy the whole
+/// inline buffer at a fixed size and then cut it ([`ChunkText::inline_padded`]):
+/// no branch on the length, which a fold of many short deltas needs.
+#[derive(Clone)]
+pub struct ChunkText(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// `buf[..len]` is the text; the rest is zero.
+    Inline {
+        len: InlineLen,
+        buf: [u8; 23],
+    },
+    Heap(Arc<str>),
+}
+
+/// An inline length, 0..=23: an enum so that the other values are free for
+/// the layout of the types around it (`ChunkText` and `StreamChunk` stay
+/// small).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+#[rustfmt::skip]
+enum InlineLen {
+    L0, L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12, L13, L14, L15, L16,
+    L17, L18, L19, L20, L21, L22, L23,
+}
+
+#[rustfmt::skip]
+const INLINE_LENS: [InlineLen; 24] = {
+    use InlineLen::*;
+    [
+        L0, L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12, L13, L14, L15, L16,
+        L17, L18, L19, L20, L21, L22, L23,
+    ]
+};
+
+impl Default for ChunkText {
+    fn default() -> Self {
+        ChunkText::empty()
+    }
+}
 
 impl ChunkText {
     /// The longest text stored inline, in bytes.
@@ -25,23 +64,101 @@ impl ChunkText {
     /// A copy of `text` (inline when short).
     #[inline]
     pub fn new(text: &str) -> Self {
-        ChunkText(SmolStr::new(text))
+        let bytes = text.as_bytes();
+        if let Some(&len) = INLINE_LENS.get(bytes.len()) {
+            let mut buf = [0u8; 23];
+            if let Some(dst) = buf.get_mut(..bytes.len()) {
+                dst.copy_from_slice(bytes);
+            }
+            ChunkText(Repr::Inline { len, buf })
+        } else {
+            ChunkText(Repr::Heap(Arc::from(text)))
+        }
     }
 
     /// The empty text.
     pub const fn empty() -> Self {
-        ChunkText(SmolStr::new_inline(""))
+        ChunkText(Repr::Inline {
+            len: InlineLen::L0,
+            buf: [0; 23],
+        })
     }
 
     /// The text.
     #[inline]
     pub fn as_str(&self) -> &str {
-        self.0.as_str()
+        match &self.0 {
+            // Always valid: the bytes were copied from a `str`.
+            Repr::Inline { .. } => core::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            Repr::Heap(s) => s,
+        }
+    }
+
+    /// The text's bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, buf } => buf.get(..*len as usize).unwrap_or_default(),
+            Repr::Heap(s) => s.as_bytes(),
+        }
+    }
+
+    /// The length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Inline { len, .. } => *len as usize,
+            Repr::Heap(s) => s.len(),
+        }
+    }
+
+    /// Whether the text is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Whether the text lives inline (no heap allocation).
     pub fn is_inline(&self) -> bool {
-        !self.0.is_heap_allocated()
+        matches!(self.0, Repr::Inline { .. })
+    }
+
+    /// For inline text, the whole inline buffer and the text's length: the
+    /// text is `buf[..len]` and every byte after it is zero.
+    #[inline]
+    pub fn inline_padded(&self) -> Option<(&[u8; 23], usize)> {
+        match &self.0 {
+            Repr::Inline { len, buf } => Some((buf, *len as usize)),
+            Repr::Heap(_) => None,
+        }
+    }
+}
+
+impl PartialEq for ChunkText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for ChunkText {}
+
+impl PartialOrd for ChunkText {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ChunkText {
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        // Byte order is `str` order.
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl core::hash::Hash for ChunkText {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes, so `Borrow<str>` lookups work.
+        self.as_str().hash(state)
     }
 }
 
@@ -49,7 +166,7 @@ impl Deref for ChunkText {
     type Target = str;
     #[inline]
     fn deref(&self) -> &str {
-        self.0.as_str()
+        self.as_str()
     }
 }
 
@@ -91,13 +208,21 @@ impl From<&String> for ChunkText {
 
 impl From<String> for ChunkText {
     fn from(s: String) -> Self {
-        ChunkText(SmolStr::from(s))
+        if s.len() <= ChunkText::INLINE_CAPACITY {
+            ChunkText::new(&s)
+        } else {
+            ChunkText(Repr::Heap(Arc::from(s)))
+        }
     }
 }
 
 impl From<Box<str>> for ChunkText {
     fn from(s: Box<str>) -> Self {
-        ChunkText(SmolStr::from(s))
+        if s.len() <= ChunkText::INLINE_CAPACITY {
+            ChunkText::new(&s)
+        } else {
+            ChunkText(Repr::Heap(Arc::from(s)))
+        }
     }
 }
 
