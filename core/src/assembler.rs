@@ -21,7 +21,7 @@ use crate::chunk::{FinishReason, ReplayEnvelope, StreamChunk, TokenUsage};
 use crate::content::ContentBlock;
 use crate::ids::{CallId, MessageId};
 use crate::message::{Message, MessageSource};
-use crate::text::{ChunkText, ToolCallHead};
+use crate::text::{ChunkText, TextBuf, ToolCallHead};
 
 /// The plugin name of the default assembler message source (MSG-1).
 pub const ASSEMBLER_SOURCE_PLUGIN: &str = "dsh-llm/assembler";
@@ -125,45 +125,6 @@ fn is_blank(block: &ContentBlock) -> bool {
 /// an irregular tool-call kept as [`ContentBlock::Unknown`] counts too).
 fn is_tool_call(block: &ContentBlock) -> bool {
     matches!(block, ContentBlock::ToolCall { .. }) || block.block_type() == "tool-call"
-}
-
-/// An append-only UTF-8 text buffer tuned for many short fragments.
-///
-/// `String::push_str` copies every fragment with a variable-length `memcpy`,
-/// whose branches on the length dominate a fold of short deltas; here inline
-/// fragments are copied at a fixed size (see [`TextBuf::push`]). The bytes
-/// are always the concatenation of whole `str`s, so they are valid UTF-8.
-#[derive(Clone, Debug, Default)]
-struct TextBuf(Vec<u8>);
-
-impl TextBuf {
-    /// Appends `text`. Inline text is copied as its whole zero-padded
-    /// buffer, then cut to length: a fixed-size copy, with no call to
-    /// `memcpy` and no branch on the length.
-    #[inline(always)]
-    fn push(&mut self, text: &ChunkText) {
-        let v = &mut self.0;
-        match text.inline_padded() {
-            Some((padded, n)) => {
-                let len = v.len();
-                v.extend_from_slice(padded);
-                v.truncate(len + n);
-            }
-            None => v.extend_from_slice(text.as_bytes()),
-        }
-    }
-
-    /// The text as a new `String`.
-    fn to_owned_string(&self) -> String {
-        TextBuf(self.0.clone()).into_string()
-    }
-
-    /// The text.
-    fn into_string(self) -> String {
-        // Always valid (see the type docs); the lossy path is never taken.
-        String::from_utf8(self.0)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-    }
 }
 
 /// One block being assembled (BS-1).

@@ -5,6 +5,7 @@
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::borrow::Borrow;
 use core::fmt;
 use core::ops::Deref;
@@ -290,6 +291,50 @@ impl<'de> Deserialize<'de> for ChunkText {
             }
         }
         d.deserialize_str(V)
+    }
+}
+
+/// An append-only UTF-8 text buffer tuned for many short fragments.
+///
+/// `String::push_str` copies every fragment with a variable-length `memcpy`,
+/// whose branches on the length dominate a fold of short deltas; here inline
+/// fragments are copied at a fixed size (see [`TextBuf::push`]). The bytes
+/// are always the concatenation of whole `str`s, so they are valid UTF-8.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TextBuf(Vec<u8>);
+
+impl TextBuf {
+    /// Appends `text`. Inline text is copied as its whole zero-padded
+    /// buffer, then cut to length: a fixed-size copy, with no call to
+    /// `memcpy` and no branch on the length.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, text: &ChunkText) {
+        let v = &mut self.0;
+        match text.inline_padded() {
+            Some((padded, n)) => {
+                let len = v.len();
+                v.extend_from_slice(padded);
+                v.truncate(len + n);
+            }
+            None => v.extend_from_slice(text.as_bytes()),
+        }
+    }
+
+    /// The text's bytes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The text as a new `String`.
+    pub(crate) fn to_owned_string(&self) -> String {
+        TextBuf(self.0.clone()).into_string()
+    }
+
+    /// The text.
+    pub(crate) fn into_string(self) -> String {
+        // Always valid (see the type docs); the lossy path is never taken.
+        String::from_utf8(self.0)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 }
 
