@@ -68,16 +68,16 @@ fn check_result(chunks: &[StreamChunk]) {
     assert_eq!(assembler.blocks().expect("workload assembles"), expected);
 }
 
-fn fragment(chunk: &StreamChunk) -> Option<(u64, &str)> {
+fn fragment(chunk: &StreamChunk) -> Option<(u64, &[u8])> {
     match chunk {
         StreamChunk::TextDelta { index, text } | StreamChunk::ReasoningDelta { index, text } => {
-            Some((*index, text))
+            Some((*index, text.as_bytes()))
         }
         StreamChunk::ToolCallDelta {
             index,
             arguments_delta,
             ..
-        } => Some((*index, arguments_delta)),
+        } => Some((*index, arguments_delta.as_bytes())),
         _ => None,
     }
 }
@@ -115,7 +115,7 @@ fn assembler(c: &mut Criterion) {
             let mut n = 0usize;
             for chunk in &chunks {
                 n += fragment(black_box(chunk))
-                    .and_then(|(_, s)| s.bytes().next())
+                    .and_then(|(_, s)| s.first().copied())
                     .map_or(1, usize::from);
             }
             n
@@ -123,12 +123,12 @@ fn assembler(c: &mut Criterion) {
     });
     group.bench_function("copy_fragments", |b| {
         b.iter(|| {
-            let mut buffers = vec![String::new(); 8];
+            let mut buffers = vec![Vec::<u8>::new(); 8];
             for chunk in &chunks {
                 if let Some((index, s)) = fragment(black_box(chunk))
                     && let Some(buffer) = buffers.get_mut((index % 8) as usize)
                 {
-                    buffer.push_str(s);
+                    buffer.extend_from_slice(s);
                 }
             }
             buffers

@@ -15,14 +15,13 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
-use core::mem;
 use hashbrown::HashMap;
 
 use crate::chunk::{FinishReason, ReplayEnvelope, StreamChunk, TokenUsage};
 use crate::content::ContentBlock;
 use crate::ids::{CallId, MessageId};
 use crate::message::{Message, MessageSource};
-use crate::text::ToolCallHead;
+use crate::text::{ChunkText, TextBuf, ToolCallHead};
 
 /// The plugin name of the default assembler message source (MSG-1).
 pub const ASSEMBLER_SOURCE_PLUGIN: &str = "dsh-llm/assembler";
@@ -137,9 +136,12 @@ fn is_tool_call(block: &ContentBlock) -> bool {
 #[derive(Clone, Debug)]
 struct Partial {
     /// The text (text, reasoning) or the arguments (tool-call).
-    buf: String,
+    buf: TextBuf,
     tool_call_id: Option<String>,
     tool_call_name: Option<String>,
+    /// The head of the last tool-call delta applied: a delta sharing it (the
+    /// usual case) changes neither id nor name, so they are not compared.
+    head: Option<ToolCallHead>,
     closed: Option<ContentBlock>,
     kind: Kind,
     index: u64,
@@ -148,9 +150,10 @@ struct Partial {
 impl Partial {
     fn new(index: u64, kind: Kind) -> Self {
         Partial {
-            buf: String::new(),
+            buf: TextBuf::default(),
             tool_call_id: None,
             tool_call_name: None,
+            head: None,
             closed: None,
             kind,
             index,
@@ -168,7 +171,16 @@ impl Partial {
 
     /// BA-5 on an open tool-call partial.
     #[inline]
-    fn tool_delta(&mut self, head: &ToolCallHead, arguments_delta: &str) {
+    fn tool_delta(&mut self, head: &ToolCallHead, arguments_delta: &ChunkText) {
+        if !self.head.as_ref().is_some_and(|h| h.same(head)) {
+            self.take_head(head);
+        }
+        self.buf.push(arguments_delta);
+    }
+
+    /// BA-5's id and name rules for a head other than the last one.
+    #[inline(never)]
+    fn take_head(&mut self, head: &ToolCallHead) {
         let (id, name) = (head.id(), head.name());
         // The latest id wins, "" included.
         match &mut self.tool_call_id {
@@ -192,7 +204,7 @@ impl Partial {
                 None => self.tool_call_name = Some(String::from(name)),
             }
         }
-        self.buf.push_str(arguments_delta);
+        self.head = Some(head.clone());
     }
 
     /// The `type` of the block this partial produces (BB-2), or the BB-4
@@ -213,10 +225,10 @@ impl Partial {
         }
         match &self.kind {
             Kind::Text => Ok(ContentBlock::Text {
-                text: self.buf.clone(),
+                text: self.buf.to_owned_string(),
             }),
             Kind::Reasoning => Ok(ContentBlock::Reasoning {
-                text: self.buf.clone(),
+                text: self.buf.to_owned_string(),
             }),
             Kind::ToolCall => Ok(ContentBlock::ToolCall {
                 id: CallId(match &self.tool_call_id {
@@ -224,7 +236,7 @@ impl Partial {
                     None => alloc::format!("call-{}", self.index),
                 }),
                 name: self.tool_call_name.clone().unwrap_or_default(),
-                arguments: self.buf.clone(),
+                arguments: self.buf.to_owned_string(),
             }),
             Kind::Other(kind) => Err(AssembleError::IncompleteBlock { kind: kind.clone() }),
         }
@@ -236,61 +248,38 @@ impl Partial {
             return Ok(block);
         }
         match self.kind {
-            Kind::Text => Ok(ContentBlock::Text { text: self.buf }),
-            Kind::Reasoning => Ok(ContentBlock::Reasoning { text: self.buf }),
+            Kind::Text => Ok(ContentBlock::Text {
+                text: self.buf.into_string(),
+            }),
+            Kind::Reasoning => Ok(ContentBlock::Reasoning {
+                text: self.buf.into_string(),
+            }),
             Kind::ToolCall => Ok(ContentBlock::ToolCall {
                 id: CallId(
                     self.tool_call_id
                         .unwrap_or_else(|| alloc::format!("call-{}", self.index)),
                 ),
                 name: self.tool_call_name.unwrap_or_default(),
-                arguments: self.buf,
+                arguments: self.buf.into_string(),
             }),
             Kind::Other(kind) => Err(AssembleError::IncompleteBlock { kind }),
         }
     }
 
-    /// BA-6: closes an open partial with `block`. When `block` is exactly what
-    /// the deltas built (the usual case, AC-2), the buffers become the closed
-    /// block instead of a copy of it being made.
-    fn close(&mut self, block: &ContentBlock) {
-        let closed = match (&self.kind, block) {
-            (Kind::Text, ContentBlock::Text { text }) if *text == self.buf => ContentBlock::Text {
-                text: mem::take(&mut self.buf),
-            },
-            (Kind::Reasoning, ContentBlock::Reasoning { text }) if *text == self.buf => {
-                ContentBlock::Reasoning {
-                    text: mem::take(&mut self.buf),
-                }
-            }
-            (
-                Kind::ToolCall,
-                ContentBlock::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                },
-            ) if *arguments == self.buf
-                && self.tool_call_id.as_deref() == Some(id.0.as_str())
-                && self.tool_call_name.as_deref().unwrap_or("") == name =>
-            {
-                ContentBlock::ToolCall {
-                    id: CallId(self.tool_call_id.take().unwrap_or_default()),
-                    name: self.tool_call_name.take().unwrap_or_default(),
-                    arguments: mem::take(&mut self.buf),
-                }
-            }
-            _ => block.clone(),
-        };
-        self.closed = Some(closed);
+    /// BA-6: closes an open partial with `block`, which overrides whatever
+    /// the deltas built (a copy of `block` costs no more than checking
+    /// whether the deltas built exactly it).
+    fn close(&mut self, block: ContentBlock) {
+        self.closed = Some(block);
         self.release();
     }
 
     /// Frees the delta buffers, dead once the partial is closed (BA-7).
     fn release(&mut self) {
-        self.buf = String::new();
+        self.buf = TextBuf::default();
         self.tool_call_id = None;
         self.tool_call_name = None;
+        self.head = None;
     }
 }
 
@@ -358,7 +347,7 @@ impl BlockAssembler {
             | StreamChunk::ReasoningDelta { index, text } => {
                 if self.hot == Hot::Text && self.hot_index == *index {
                     if let Some(partial) = self.partials.get_mut(self.hot_pos) {
-                        partial.buf.push_str(text);
+                        partial.buf.push(text);
                         return;
                     }
                 }
@@ -385,21 +374,21 @@ impl BlockAssembler {
     /// BA-4 off the fast path: a text or reasoning delta for a new, closed,
     /// other-kind or not-hot block.
     #[inline(never)]
-    fn text_delta(&mut self, index: u64, text: &str, is_text: bool) {
+    fn text_delta(&mut self, index: u64, text: &ChunkText, is_text: bool) {
         let pos = self.slot(index, || if is_text { Kind::Text } else { Kind::Reasoning });
         let Some(partial) = self.partials.get_mut(pos) else {
             return;
         };
         // Both delta kinds share the text buffer; a closed partial ignores.
         if partial.hot() == Hot::Text {
-            partial.buf.push_str(text);
+            partial.buf.push(text);
             self.heat(index, pos);
         }
     }
 
     /// BA-5 off the fast path.
     #[inline(never)]
-    fn tool_call_delta(&mut self, index: u64, head: &ToolCallHead, arguments_delta: &str) {
+    fn tool_call_delta(&mut self, index: u64, head: &ToolCallHead, arguments_delta: &ChunkText) {
         let pos = self.slot(index, || Kind::ToolCall);
         let Some(partial) = self.partials.get_mut(pos) else {
             return;
@@ -440,7 +429,7 @@ impl BlockAssembler {
         let pos = self.slot(index, || Kind::from_type(block.block_type()));
         if let Some(partial) = self.partials.get_mut(pos) {
             if partial.closed.is_none() {
-                partial.close(block);
+                partial.close(block.clone());
             }
         }
         if self.hot_pos == pos {
@@ -456,8 +445,7 @@ impl BlockAssembler {
                 let pos = self.slot(index, || Kind::from_type(block.block_type()));
                 if let Some(partial) = self.partials.get_mut(pos) {
                     if partial.closed.is_none() {
-                        partial.closed = Some(*block);
-                        partial.release();
+                        partial.close(*block);
                     }
                 }
                 if self.hot_pos == pos {
@@ -1134,6 +1122,37 @@ mod tests {
             AssembleError::IncompleteBlock {
                 kind: "image".into()
             }
+        );
+    }
+
+    #[test]
+    fn ba4_fragments_of_every_length_concatenate_exactly() {
+        // The fixed-size inline copy must cut each fragment at its length:
+        // every length around the inline capacity, multi-byte characters,
+        // text and tool-call buffers.
+        let mut a = BlockAssembler::new();
+        let mut text = String::new();
+        let mut args = String::new();
+        let head = ToolCallHead::new("c", Some("f"));
+        let ascii = (0..=40).map(|n| (b'a'..=b'z').cycle().take(n).map(char::from).collect());
+        let multi = (0..12).map(|n| "é🙂z".chars().cycle().take(n).collect());
+        for fragment in ascii.chain(multi).collect::<Vec<String>>() {
+            a.push(&StreamChunk::text_delta(0, &fragment));
+            text.push_str(&fragment);
+            a.push(&StreamChunk::ToolCallDelta {
+                index: 1,
+                head: head.clone(),
+                arguments_delta: ChunkText::new(&fragment),
+            });
+            args.push_str(&fragment);
+        }
+        assert!(text.len() > 400);
+        assert_eq!(
+            a.blocks().unwrap(),
+            vec![
+                ContentBlock::text(text.as_str()),
+                ContentBlock::tool_call("c", "f", args.as_str())
+            ]
         );
     }
 

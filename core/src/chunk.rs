@@ -776,6 +776,13 @@ mod tests {
             panic!()
         };
         assert!(text.is_inline(), "a short delta needs no allocation");
+        // The inline buffer is zero past the text (the assembler copies it
+        // whole, then cuts it).
+        let (padded, len) = text.inline_padded().expect("inline");
+        assert_eq!(&padded[..len], b"a short fragment");
+        assert!(padded[len..].iter().all(|b| *b == 0));
+        assert_eq!(text.len(), 16);
+        assert_eq!(&*text, "a short fragment");
         let long = round_trip(
             r#"{"type":"text-delta","index":0,"text":"a fragment longer than twenty-three bytes"}"#,
         );

@@ -5,18 +5,58 @@
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::borrow::Borrow;
 use core::fmt;
 use core::ops::Deref;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use smol_str::SmolStr;
 
 /// A chunk's text fragment: stored inline when it is at most 23 bytes (most
 /// deltas), otherwise in one shared heap allocation, so cloning never copies
 /// the text. Reads as a `str`; serializes as a JSON string.
-#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ChunkText(SmolStr);
+///
+/// The inline bytes past the text are zero, so a consumer can copy the whole
+/// inline buffer at a fixed size and then cut it ([`ChunkText::inline_padded`]):
+/// no branch on the length, which a fold of many short deltas needs.
+#[derive(Clone)]
+pub struct ChunkText(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// `buf[..len]` is the text; the rest is zero.
+    Inline {
+        len: InlineLen,
+        buf: [u8; 23],
+    },
+    Heap(Arc<str>),
+}
+
+/// An inline length, 0..=23: an enum so that the other values are free for
+/// the layout of the types around it (`ChunkText` and `StreamChunk` stay
+/// small).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+#[rustfmt::skip]
+enum InlineLen {
+    L0, L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12, L13, L14, L15, L16,
+    L17, L18, L19, L20, L21, L22, L23,
+}
+
+#[rustfmt::skip]
+const INLINE_LENS: [InlineLen; 24] = {
+    use InlineLen::*;
+    [
+        L0, L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12, L13, L14, L15, L16,
+        L17, L18, L19, L20, L21, L22, L23,
+    ]
+};
+
+impl Default for ChunkText {
+    fn default() -> Self {
+        ChunkText::empty()
+    }
+}
 
 impl ChunkText {
     /// The longest text stored inline, in bytes.
@@ -25,23 +65,101 @@ impl ChunkText {
     /// A copy of `text` (inline when short).
     #[inline]
     pub fn new(text: &str) -> Self {
-        ChunkText(SmolStr::new(text))
+        let bytes = text.as_bytes();
+        if let Some(&len) = INLINE_LENS.get(bytes.len()) {
+            let mut buf = [0u8; 23];
+            if let Some(dst) = buf.get_mut(..bytes.len()) {
+                dst.copy_from_slice(bytes);
+            }
+            ChunkText(Repr::Inline { len, buf })
+        } else {
+            ChunkText(Repr::Heap(Arc::from(text)))
+        }
     }
 
     /// The empty text.
     pub const fn empty() -> Self {
-        ChunkText(SmolStr::new_inline(""))
+        ChunkText(Repr::Inline {
+            len: InlineLen::L0,
+            buf: [0; 23],
+        })
     }
 
     /// The text.
     #[inline]
     pub fn as_str(&self) -> &str {
-        self.0.as_str()
+        match &self.0 {
+            // Always valid: the bytes were copied from a `str`.
+            Repr::Inline { .. } => core::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            Repr::Heap(s) => s,
+        }
+    }
+
+    /// The text's bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, buf } => buf.get(..*len as usize).unwrap_or_default(),
+            Repr::Heap(s) => s.as_bytes(),
+        }
+    }
+
+    /// The length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Inline { len, .. } => *len as usize,
+            Repr::Heap(s) => s.len(),
+        }
+    }
+
+    /// Whether the text is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Whether the text lives inline (no heap allocation).
     pub fn is_inline(&self) -> bool {
-        !self.0.is_heap_allocated()
+        matches!(self.0, Repr::Inline { .. })
+    }
+
+    /// For inline text, the whole inline buffer and the text's length: the
+    /// text is `buf[..len]` and every byte after it is zero.
+    #[inline]
+    pub fn inline_padded(&self) -> Option<(&[u8; 23], usize)> {
+        match &self.0 {
+            Repr::Inline { len, buf } => Some((buf, *len as usize)),
+            Repr::Heap(_) => None,
+        }
+    }
+}
+
+impl PartialEq for ChunkText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for ChunkText {}
+
+impl PartialOrd for ChunkText {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ChunkText {
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        // Byte order is `str` order.
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl core::hash::Hash for ChunkText {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes, so `Borrow<str>` lookups work.
+        self.as_str().hash(state)
     }
 }
 
@@ -49,7 +167,7 @@ impl Deref for ChunkText {
     type Target = str;
     #[inline]
     fn deref(&self) -> &str {
-        self.0.as_str()
+        self.as_str()
     }
 }
 
@@ -91,13 +209,21 @@ impl From<&String> for ChunkText {
 
 impl From<String> for ChunkText {
     fn from(s: String) -> Self {
-        ChunkText(SmolStr::from(s))
+        if s.len() <= ChunkText::INLINE_CAPACITY {
+            ChunkText::new(&s)
+        } else {
+            ChunkText(Repr::Heap(Arc::from(s)))
+        }
     }
 }
 
 impl From<Box<str>> for ChunkText {
     fn from(s: Box<str>) -> Self {
-        ChunkText(SmolStr::from(s))
+        if s.len() <= ChunkText::INLINE_CAPACITY {
+            ChunkText::new(&s)
+        } else {
+            ChunkText(Repr::Heap(Arc::from(s)))
+        }
     }
 }
 
@@ -165,6 +291,50 @@ impl<'de> Deserialize<'de> for ChunkText {
             }
         }
         d.deserialize_str(V)
+    }
+}
+
+/// An append-only UTF-8 text buffer tuned for many short fragments.
+///
+/// `String::push_str` copies every fragment with a variable-length `memcpy`,
+/// whose branches on the length dominate a fold of short deltas; here inline
+/// fragments are copied at a fixed size (see [`TextBuf::push`]). The bytes
+/// are always the concatenation of whole `str`s, so they are valid UTF-8.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TextBuf(Vec<u8>);
+
+impl TextBuf {
+    /// Appends `text`. Inline text is copied as its whole zero-padded
+    /// buffer, then cut to length: a fixed-size copy, with no call to
+    /// `memcpy` and no branch on the length.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, text: &ChunkText) {
+        let v = &mut self.0;
+        match text.inline_padded() {
+            Some((padded, n)) => {
+                let len = v.len();
+                v.extend_from_slice(padded);
+                v.truncate(len + n);
+            }
+            None => v.extend_from_slice(text.as_bytes()),
+        }
+    }
+
+    /// The text's bytes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The text as a new `String`.
+    pub(crate) fn to_owned_string(&self) -> String {
+        TextBuf(self.0.clone()).into_string()
+    }
+
+    /// The text.
+    pub(crate) fn into_string(self) -> String {
+        // Always valid (see the type docs); the lossy path is never taken.
+        String::from_utf8(self.0)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 }
 

@@ -22,6 +22,7 @@ use hashbrown::HashMap;
 use crate::chunk::{FinishReason, StreamChunk};
 use crate::content::ContentBlock;
 use crate::json::MAX_SAFE_INTEGER;
+use crate::text::{ChunkText, TextBuf};
 
 /// A rule of the stream grammar or adapter contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -120,7 +121,7 @@ struct OpenBlock {
     block_type: String,
     kind: OpenKind,
     /// Concatenated text or argument deltas, for AC-2 / AC-3.
-    content: String,
+    content: TextBuf,
     saw_delta: bool,
 }
 
@@ -202,7 +203,7 @@ impl StreamValidator {
                     OpenBlock {
                         block_type: block_type.clone(),
                         kind,
-                        content: String::new(),
+                        content: TextBuf::default(),
                         saw_delta: false,
                     },
                 );
@@ -249,7 +250,7 @@ impl StreamValidator {
                 if open.saw_delta {
                     match &**block {
                         ContentBlock::Text { text } | ContentBlock::Reasoning { text }
-                            if *text != open.content =>
+                            if text.as_bytes() != open.content.as_bytes() =>
                         {
                             return fail(
                                 Rule::AC2,
@@ -258,7 +259,9 @@ impl StreamValidator {
                                 ),
                             );
                         }
-                        ContentBlock::ToolCall { arguments, .. } if *arguments != open.content => {
+                        ContentBlock::ToolCall { arguments, .. }
+                            if arguments.as_bytes() != open.content.as_bytes() =>
+                        {
                             return fail(
                                 Rule::AC3,
                                 alloc::format!(
@@ -346,11 +349,11 @@ impl StreamValidator {
         index: u64,
         kind: OpenKind,
         name: &str,
-        fragment: &str,
+        fragment: &ChunkText,
     ) -> Result<(), Violation> {
         match self.open.get_mut(&index) {
             Some(open) if open.kind == kind => {
-                open.content.push_str(fragment);
+                open.content.push(fragment);
                 open.saw_delta = true;
                 Ok(())
             }

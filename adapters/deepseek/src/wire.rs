@@ -148,6 +148,21 @@ fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
     map.next_value::<IgnoredAny>().map(|_| ())
 }
 
+/// Reads an object's entries: `entry` gets each key and the map (to read
+/// the value) and returns whether it read the value; the value of a key it
+/// does not read is skipped.
+fn entries<'de, A: MapAccess<'de>>(
+    mut map: A,
+    mut entry: impl FnMut(&str, &mut A) -> Result<bool, A::Error>,
+) -> Result<(), A::Error> {
+    while let Some(key) = map.next_key::<Key<'de>>()? {
+        if !entry(&key.0, &mut map)? {
+            skip(&mut map)?;
+        }
+    }
+    Ok(())
+}
+
 /// A key, borrowed when possible; compared against the known names.
 struct Key<'a>(Cow<'a, str>);
 
@@ -439,49 +454,49 @@ impl<'de, T: ObjectVisit<'de>> DeserializeSeed<'de> for FillList<'_, T> {
 }
 
 impl<'de> ObjectVisit<'de> for Payload<'de> {
-    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            match &*key.0 {
+    fn fill<A: MapAccess<'de>>(&mut self, map: A) -> Result<(), A::Error> {
+        entries(map, |key, map| {
+            match key {
                 "choices" => map.next_value_seed(FillList(&mut self.choices))?,
                 "usage" => {
                     let mut u = Box::<WireUsage>::default();
                     self.usage = map.next_value_seed(FillObject(&mut *u))?.then_some(u);
                 }
                 "error" => self.error = map.next_value::<NotNull>()?.0,
-                _ => skip(&mut map)?,
+                _ => return Ok(false),
             }
-        }
-        Ok(())
+            Ok(true)
+        })
     }
 }
 
 impl<'de> ObjectVisit<'de> for Choice<'de> {
-    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            match &*key.0 {
+    fn fill<A: MapAccess<'de>>(&mut self, map: A) -> Result<(), A::Error> {
+        entries(map, |key, map| {
+            match key {
                 "delta" => {
                     map.next_value_seed(FillObject(&mut self.delta))?;
                 }
                 "finish_reason" => self.finish_reason = map.next_value()?,
-                _ => skip(&mut map)?,
+                _ => return Ok(false),
             }
-        }
-        Ok(())
+            Ok(true)
+        })
     }
 }
 
 impl<'de> ObjectVisit<'de> for Delta<'de> {
-    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            match &*key.0 {
+    fn fill<A: MapAccess<'de>>(&mut self, map: A) -> Result<(), A::Error> {
+        entries(map, |key, map| {
+            match key {
                 "content" => self.content = map.next_value()?,
                 "reasoning_content" => self.reasoning_content = map.next_value()?,
                 "reasoning" => self.reasoning = map.next_value()?,
                 "tool_calls" => map.next_value_seed(FillList(&mut self.tool_calls))?,
-                _ => skip(&mut map)?,
+                _ => return Ok(false),
             }
-        }
-        Ok(())
+            Ok(true)
+        })
     }
 }
 
@@ -497,9 +512,9 @@ impl Default for ToolCall<'_> {
 }
 
 impl<'de> ObjectVisit<'de> for ToolCall<'de> {
-    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            match &*key.0 {
+    fn fill<A: MapAccess<'de>>(&mut self, map: A) -> Result<(), A::Error> {
+        entries(map, |key, map| {
+            match key {
                 "index" => self.key = map.next_value()?,
                 "id" => self.id = map.next_value()?,
                 "function" => {
@@ -508,23 +523,23 @@ impl<'de> ObjectVisit<'de> for ToolCall<'de> {
                     self.name = f.name;
                     self.arguments = f.arguments;
                 }
-                _ => skip(&mut map)?,
+                _ => return Ok(false),
             }
-        }
-        Ok(())
+            Ok(true)
+        })
     }
 }
 
 impl<'de> ObjectVisit<'de> for Function<'de> {
-    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            match &*key.0 {
+    fn fill<A: MapAccess<'de>>(&mut self, map: A) -> Result<(), A::Error> {
+        entries(map, |key, map| {
+            match key {
                 "name" => self.name = map.next_value()?,
                 "arguments" => self.arguments = map.next_value()?,
-                _ => skip(&mut map)?,
+                _ => return Ok(false),
             }
-        }
-        Ok(())
+            Ok(true)
+        })
     }
 }
 
@@ -535,22 +550,22 @@ struct Details {
 }
 
 impl<'de> ObjectVisit<'de> for Details {
-    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            match &*key.0 {
+    fn fill<A: MapAccess<'de>>(&mut self, map: A) -> Result<(), A::Error> {
+        entries(map, |key, map| {
+            match key {
                 "cached_tokens" => self.cached_tokens = map.next_value()?,
                 "reasoning_tokens" => self.reasoning_tokens = map.next_value()?,
-                _ => skip(&mut map)?,
+                _ => return Ok(false),
             }
-        }
-        Ok(())
+            Ok(true)
+        })
     }
 }
 
 impl<'de> ObjectVisit<'de> for WireUsage {
-    fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            match &*key.0 {
+    fn fill<A: MapAccess<'de>>(&mut self, map: A) -> Result<(), A::Error> {
+        entries(map, |key, map| {
+            match key {
                 "prompt_tokens" => self.prompt_tokens = map.next_value()?,
                 "completion_tokens" => self.completion_tokens = map.next_value()?,
                 "prompt_cache_hit_tokens" => self.prompt_cache_hit_tokens = map.next_value()?,
@@ -564,10 +579,10 @@ impl<'de> ObjectVisit<'de> for WireUsage {
                     map.next_value_seed(FillObject(&mut d))?;
                     self.reasoning_tokens = d.reasoning_tokens;
                 }
-                _ => skip(&mut map)?,
+                _ => return Ok(false),
             }
-        }
-        Ok(())
+            Ok(true)
+        })
     }
 }
 
@@ -685,13 +700,15 @@ impl<'a> Fast<'a> {
     }
 
     /// A string without escapes or control characters; the cursor is on
-    /// its opening quote.
+    /// its opening quote. One pass, without a call: the strings of a
+    /// payload are short.
     fn string(&mut self) -> Option<&'a str> {
-        let bytes = self.s.as_bytes();
         let start = self.i + 1;
-        let len = memchr::memchr(b'"', bytes.get(start..)?)?;
-        let raw = bytes.get(start..start + len)?;
-        if raw.iter().any(|&b| b < 0x20 || b == b'\\') {
+        let rest = self.s.as_bytes().get(start..)?;
+        let len = rest
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        if rest.get(len) != Some(&b'"') {
             return None;
         }
         self.i = start + len + 1;
@@ -952,19 +969,35 @@ impl<'a> Fast<'a> {
         }
     }
 
-    fn choice(&mut self, depth: usize, c: &mut Choice<'a>) -> Option<()> {
-        self.object(depth, |r, key| match key {
-            "delta" => r.fill(depth + 1, &mut c.delta, |r, d| r.delta(depth + 1, d)),
-            "finish_reason" => {
-                c.finish_reason = r.str_field(depth + 1)?;
-                Some(())
+    /// An object (the cursor on `{`) whose entries `entry` reads: it
+    /// returns `Some(false)` for a key whose value it does not read, and
+    /// that value is skipped.
+    fn fields(
+        &mut self,
+        depth: usize,
+        mut entry: impl FnMut(&mut Self, &'a str) -> Option<bool>,
+    ) -> Option<()> {
+        self.object(depth, |r, key| {
+            if !entry(r, key)? {
+                r.skip(depth + 1)?;
             }
-            _ => r.skip(depth + 1).map(|_| ()),
+            Some(())
+        })
+    }
+
+    fn choice(&mut self, depth: usize, c: &mut Choice<'a>) -> Option<()> {
+        self.fields(depth, |r, key| {
+            match key {
+                "delta" => r.fill(depth + 1, &mut c.delta, |r, d| r.delta(depth + 1, d))?,
+                "finish_reason" => c.finish_reason = r.str_field(depth + 1)?,
+                _ => return Some(false),
+            }
+            Some(true)
         })
     }
 
     fn delta(&mut self, depth: usize, d: &mut Delta<'a>) -> Option<()> {
-        self.object(depth, |r, key| {
+        self.fields(depth, |r, key| {
             match key {
                 "content" => d.content = r.str_field(depth + 1)?,
                 "reasoning_content" => d.reasoning_content = r.str_field(depth + 1)?,
@@ -972,16 +1005,14 @@ impl<'a> Fast<'a> {
                 "tool_calls" => r.list(depth + 1, &mut d.tool_calls, |r, t| {
                     r.tool_call(depth + 2, t)
                 })?,
-                _ => {
-                    r.skip(depth + 1)?;
-                }
+                _ => return Some(false),
             }
-            Some(())
+            Some(true)
         })
     }
 
     fn tool_call(&mut self, depth: usize, t: &mut ToolCall<'a>) -> Option<()> {
-        self.object(depth, |r, key| {
+        self.fields(depth, |r, key| {
             match key {
                 "index" => t.key = r.tool_key(depth + 1)?,
                 "id" => t.id = r.str_field(depth + 1)?,
@@ -991,24 +1022,20 @@ impl<'a> Fast<'a> {
                     t.name = f.name;
                     t.arguments = f.arguments;
                 }
-                _ => {
-                    r.skip(depth + 1)?;
-                }
+                _ => return Some(false),
             }
-            Some(())
+            Some(true)
         })
     }
 
     fn function(&mut self, depth: usize, f: &mut Function<'a>) -> Option<()> {
-        self.object(depth, |r, key| {
+        self.fields(depth, |r, key| {
             match key {
                 "name" => f.name = r.str_field(depth + 1)?,
                 "arguments" => f.arguments = r.str_field(depth + 1)?,
-                _ => {
-                    r.skip(depth + 1)?;
-                }
+                _ => return Some(false),
             }
-            Some(())
+            Some(true)
         })
     }
 
