@@ -300,34 +300,14 @@ fn install_ctrlc(tx: Sender<Ui>) {
 }
 
 /// Forwards SIGTERM and SIGHUP (the terminal went away) as
-/// [`Ui::Terminate`] (once per process; a failure leaves the default, which
-/// ends the process and would leave a running tool's processes behind).
-#[cfg(unix)]
+/// [`Ui::Terminate`]; where that cannot be installed the default stays,
+/// which ends the process and would leave a running tool's processes
+/// behind.
 fn install_sigterm(tx: Sender<Ui>) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static INSTALLED: AtomicBool = AtomicBool::new(false);
-    if INSTALLED.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let Ok(mut signals) = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ]) else {
-        return;
-    };
-    let _ = std::thread::Builder::new()
-        .name("dsh-sigterm".into())
-        .spawn(move || {
-            for _ in signals.forever() {
-                if tx.send(Ui::Terminate).is_err() {
-                    break;
-                }
-            }
-        });
+    crate::signals::forward(crate::signals::Set::TermHup, move || {
+        tx.send(Ui::Terminate).is_ok()
+    });
 }
-
-#[cfg(not(unix))]
-fn install_sigterm(_tx: Sender<Ui>) {}
 
 /// Whether a turn outcome counts as success for an exit code.
 pub fn completed(outcome: &TurnOutcome) -> bool {

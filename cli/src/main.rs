@@ -21,6 +21,7 @@ mod render;
 mod replay;
 mod sanitize;
 mod shell;
+mod signals;
 mod sse;
 mod store;
 mod stream;

@@ -6,8 +6,10 @@
 //! `cancelled`, the log closes the turn `aborted`), `session/load`
 //! replaying the stored session (and the same store shared with
 //! `dsh chat --resume` / `dsh run`), malformed JSON-RPC, unknown methods,
-//! requests before `initialize`, and a client that disconnects mid-prompt
-//! (clean exit, a valid log closed as aborted, loop.md LC-40 dispose).
+//! requests before `initialize`, a client that disconnects mid-prompt
+//! (clean exit, a valid log closed as aborted, loop.md LC-40 dispose), and
+//! termination signals, which end the server the same way and stop every
+//! process its tools started.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -1062,4 +1064,79 @@ fn a_subagent_runs_as_a_linked_child_session() {
         turn_end_reasons(&events(&child)),
         [json!({"kind": "completed"})]
     );
+}
+
+/// `pgrep -f PATTERN`: how many processes match.
+fn processes(pattern: &str) -> usize {
+    let o = Command::new("pgrep")
+        .args(["-f", pattern])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
+/// Waits up to `limit` for `done`.
+fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Security issue 19.8 for `dsh acp`: SIGTERM, SIGHUP or SIGINT from the
+/// editor (or the terminal it runs in) ends the server the way a closed
+/// stdin does: the running turn closes as aborted, the process exits 0, and
+/// every process its tools started goes with it, the running `bash`
+/// command's group and the background jobs of `bash_start` alike.
+#[test]
+fn a_signal_ends_the_server_with_every_tool_process() {
+    for (n, signal) in ["TERM", "HUP", "INT"].into_iter().enumerate() {
+        let data = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        // Unique command lines, to find exactly these processes.
+        let tag = format!("{}{n}", std::process::id());
+        let script = format!(
+            r#"{{"responses":[
+              {{"turn":{{"toolCalls":[
+                {{"id":"c1","name":"bash_start","arguments":["{{\"command\":\"sleep 41.{tag}\"}}"]}},
+                {{"id":"c2","name":"bash","arguments":["{{\"command\":\"sleep 42.{tag} & sleep 43.{tag}\",\"description\":\"wait\"}}"]}}
+              ]}}}},
+              {{"turn":{{"text":["done"]}}}}
+            ]}}"#
+        );
+        let server = mock(&script);
+        let mut c = Client::start(data.path(), &server.url());
+        c.initialize();
+        let session = c.new_session(1, ws.path());
+        c.request(
+            2,
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "auto"}),
+        );
+        assert_eq!(c.until_response(2, None).1["result"], json!({}));
+        c.prompt(3, &session, "Start a server and wait");
+        let ours = format!("^sleep 4[123][.]{tag}$");
+        wait_for(WAIT, "the three sleeps start", || processes(&ours) == 3);
+        let st = Command::new("kill")
+            .args([&format!("-{signal}"), &c.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let status = wait_exit(&mut c.child);
+        assert_eq!(status.code(), Some(0), "SIG{signal}: {status:?}");
+        wait_for(
+            Duration::from_secs(5),
+            &format!("SIG{signal}: the tools' processes outlived the server"),
+            || processes(&ours) == 0,
+        );
+        let log = transcript(data.path(), &session);
+        let evs = events(&log);
+        assert_eq!(
+            turn_end_reasons(&evs),
+            vec![json!({"kind": "aborted", "reason": {"kind": "disposed"}})],
+            "SIG{signal}"
+        );
+        log_check(data.path(), &log);
+    }
 }

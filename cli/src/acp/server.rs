@@ -53,6 +53,8 @@ enum Msg {
         approval: ApprovalRequestId,
         answer: Result<Value, acp::Error>,
     },
+    /// SIGTERM, SIGHUP or SIGINT: end as if the input had closed.
+    Terminate,
 }
 
 /// The session modes offered: how much runs without asking. The CLI's
@@ -157,8 +159,10 @@ struct Server {
     sessions: HashMap<String, Live>,
 }
 
-/// Serves until the input ends or the output fails; then disposes every
-/// agent (a running turn closes as aborted, the logs are flushed).
+/// Serves until the input ends, the output fails or a termination signal
+/// arrives (SIGTERM, SIGHUP, SIGINT); then disposes every agent (a running
+/// turn closes as aborted, its tools' processes and background jobs are
+/// stopped, the logs are flushed).
 pub fn serve(
     peer: Arc<Peer>,
     input: impl Read + Send + 'static,
@@ -178,6 +182,10 @@ pub fn serve(
         eprintln!("dsh acp: cannot start the reader thread: {e}");
         return;
     }
+    let signal_tx = tx.clone();
+    crate::signals::forward(crate::signals::Set::TermHupInt, move || {
+        signal_tx.send(Msg::Terminate).is_ok()
+    });
     let mut server = Server {
         peer: peer.clone(),
         tx,
@@ -189,7 +197,7 @@ pub fn serve(
     };
     while let Ok(msg) = rx.recv() {
         match msg {
-            Msg::Rpc(Incoming::Closed) => break,
+            Msg::Rpc(Incoming::Closed) | Msg::Terminate => break,
             Msg::Rpc(Incoming::Invalid { id, error }) => peer.respond::<()>(&id, Err(error)),
             Msg::Rpc(Incoming::Request { id, method, params }) => {
                 server.request(id, &method, &params)
