@@ -1088,10 +1088,12 @@ fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 /// editor (or the terminal it runs in) ends the server the way a closed
 /// stdin does: the running turn closes as aborted, the process exits 0, and
 /// every process its tools started goes with it, the running `bash`
-/// command's group and the background jobs of `bash_start` alike.
+/// command's group and the background jobs of `bash_start` alike. A closed
+/// stdin does the same.
 #[test]
 fn a_signal_ends_the_server_with_every_tool_process() {
-    for (n, signal) in ["TERM", "HUP", "INT"].into_iter().enumerate() {
+    // "EOF": the client closes stdin instead, the path signals now share.
+    for (n, signal) in ["TERM", "HUP", "INT", "EOF"].into_iter().enumerate() {
         let data = tempfile::tempdir().unwrap();
         let ws = tempfile::tempdir().unwrap();
         // Unique command lines, to find exactly these processes.
@@ -1118,11 +1120,15 @@ fn a_signal_ends_the_server_with_every_tool_process() {
         c.prompt(3, &session, "Start a server and wait");
         let ours = format!("^sleep 4[123][.]{tag}$");
         wait_for(WAIT, "the three sleeps start", || processes(&ours) == 3);
-        let st = Command::new("kill")
-            .args([&format!("-{signal}"), &c.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        if signal == "EOF" {
+            drop(c.stdin.take());
+        } else {
+            let st = Command::new("kill")
+                .args([&format!("-{signal}"), &c.child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
         let status = wait_exit(&mut c.child);
         assert_eq!(status.code(), Some(0), "SIG{signal}: {status:?}");
         wait_for(
