@@ -611,8 +611,9 @@ pub(crate) fn parse_into<'a>(
 }
 
 /// A hand-written reader for the common payload, tried before serde: it
-/// accepts a subset of JSON (no escapes or control characters in strings, a
-/// bounded nesting depth, no `usage` object) and fills `out` exactly as
+/// accepts a subset of JSON (escapes only in the string values it keeps, no
+/// control characters in strings, a bounded nesting depth, no `usage`
+/// object) and fills `out` exactly as
 /// [`parse_slice_into`] would. Anything else returns `false` (with `out` in
 /// an unspecified state) and the caller resets `out` and takes the serde path,
 /// which also produces the errors.
@@ -662,6 +663,19 @@ pub(crate) fn parse_slice_fast<'a>(
         }
     }
     true
+}
+
+/// The value of four hex digits (either case), as in a `\\u` escape.
+fn hex4(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0u32, |acc, &d| {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return None,
+        };
+        Some(acc * 16 + u32::from(v))
+    })
 }
 
 /// The longest prefix [`parse_slice_fast`] remembers, in bytes.
@@ -714,6 +728,75 @@ impl<'a> Fast<'a> {
         self.i = start + len + 1;
         // Quotes are ASCII, so both ends are character boundaries.
         self.s.get(start..start + len)
+    }
+
+    /// A string value, the cursor on its opening quote: borrowed when it
+    /// has no escape, unescaped into an owned string otherwise (tool-call
+    /// arguments are JSON text, full of `\"`). Takes the escapes serde_json
+    /// takes, with the same result; a lone surrogate, an unknown escape or
+    /// a control character returns `None` (the serde path then reports it).
+    fn string_value(&mut self) -> Option<Cow<'a, str>> {
+        let bytes = self.s.as_bytes();
+        let start = self.i + 1;
+        let stop = |from: usize| {
+            bytes
+                .get(from..)?
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .map(|k| from + k)
+        };
+        let mut end = stop(start)?;
+        if bytes[end] == b'"' {
+            self.i = end + 1;
+            return self.s.get(start..end).map(Cow::Borrowed);
+        }
+        let mut out = String::with_capacity(end - start + 16);
+        let mut from = start;
+        loop {
+            // Quotes and backslashes are ASCII: both ends are boundaries.
+            out.push_str(self.s.get(from..end)?);
+            match bytes[end] {
+                b'"' => {
+                    self.i = end + 1;
+                    return Some(Cow::Owned(out));
+                }
+                b'\\' => {}
+                _ => return None,
+            }
+            let (c, len) = match *bytes.get(end + 1)? {
+                b'"' => ('"', 2),
+                b'\\' => ('\\', 2),
+                b'/' => ('/', 2),
+                b'b' => ('\u{8}', 2),
+                b'f' => ('\u{c}', 2),
+                b'n' => ('\n', 2),
+                b'r' => ('\r', 2),
+                b't' => ('\t', 2),
+                b'u' => {
+                    let unit = hex4(bytes.get(end + 2..end + 6)?)?;
+                    match unit {
+                        0xD800..=0xDBFF => {
+                            // A high surrogate must be followed by an escaped low one.
+                            if bytes.get(end + 6..end + 8)? != b"\\u" {
+                                return None;
+                            }
+                            let low = hex4(bytes.get(end + 8..end + 12)?)?;
+                            if !(0xDC00..=0xDFFF).contains(&low) {
+                                return None;
+                            }
+                            let c = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                            (char::from_u32(c)?, 12)
+                        }
+                        0xDC00..=0xDFFF => return None,
+                        _ => (char::from_u32(unit)?, 6),
+                    }
+                }
+                _ => return None,
+            };
+            out.push(c);
+            from = end + len;
+            end = stop(from)?;
+        }
     }
 
     /// A number, validated and skipped; its text.
@@ -851,7 +934,7 @@ impl<'a> Fast<'a> {
             return None;
         }
         if self.peek()? == b'"' {
-            return Some(Str(Some(Cow::Borrowed(self.string()?))));
+            return Some(Str(Some(self.string_value()?)));
         }
         self.skip(depth)?;
         Some(Str(None))
@@ -1076,8 +1159,19 @@ mod tests {
         r#"{"id":"a","choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"tool_calls"}],"usage":null}"#,
     ];
 
+    /// Kept strings with escapes (tool-call arguments are JSON text), as
+    /// servers write them; every one is read by the fast path.
+    const ESCAPED: [&str; 6] = [
+        r#"{"id":"a","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"pattern\": \"parse_cache\\\\(\", \"path\": \"src/\"}"}}]},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"content":"line one\nline two\ttab \\ back \/ slash \b\f\r"},"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"content":"caf\u00e9 \u4f60\u597D \ud83d\ude80 \u0000 \u001f"},"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"reasoning_content":"\"quoted\""}}]}"#,
+        r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_\u0031","function":{"name":"b\u0061sh","arguments":"\\"}}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\"","reasoning":"\\n"}}]}"#,
+    ];
+
     /// Unusual but valid (or nearly valid) payloads.
-    const ODD: [&str; 22] = [
+    const ODD: [&str; 30] = [
         r#" { "choices" : [ { "delta" : { "content" : "x" } } ] } "#,
         r#"{"choices":[{"delta":{"content":"a"},"delta":{"reasoning_content":"b"}}]}"#,
         r#"{"choices":[{"delta":{"content":5,"reasoning":true,"reasoning_content":[1,{"a":null}]}}]}"#,
@@ -1100,6 +1194,15 @@ mod tests {
         r#""x""#,
         r#"{"choices":[{"delta":{"content":1e999}}]}"#,
         r#"{"a":01,"choices":[]}"#,
+        // Escapes serde refuses (or reads differently): the serde path.
+        r#"{"choices":[{"delta":{"content":"\ud800"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\udc00x"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\ud800\u0041"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\ud800\n"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\u12g4"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\x41"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\u004"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"tab\	raw"}}]}"#,
     ];
 
     fn sse_payloads(body: &str) -> impl Iterator<Item = &str> {
@@ -1148,8 +1251,9 @@ mod tests {
             corpus.extend(sse_payloads(body));
         }
         assert!(corpus.len() > 10);
+        corpus.extend(ESCAPED);
         for p in &corpus {
-            if !p.contains("\"usage\":{") && !p.contains('\\') {
+            if !p.contains("\"usage\":{") {
                 assert!(agrees(p.as_bytes()), "the fast path should take {p}");
             }
         }
@@ -1180,7 +1284,7 @@ mod tests {
         // read from scratch and after the payload's own prefix.
         const BYTES: &[u8] = b"\"\\{}[],:0-1e. \tnx\x01\xff\xe4";
         let mut resumed = 0;
-        for p in CANONICAL.iter().chain(ODD.iter()) {
+        for p in CANONICAL.iter().chain(ESCAPED.iter()).chain(ODD.iter()) {
             let p = p.as_bytes();
             let mut prefix = Vec::new();
             agrees_after(p, &mut prefix);
