@@ -141,3 +141,20 @@ pub mod bench_support {
         crate::wire::parse_into(payload, &mut crate::wire::Payload::default()).is_ok()
     }
 }
+
+/// Checks for the fuzz targets and tests; not a stable API.
+#[doc(hidden)]
+pub mod fuzz_support {
+    use alloc::string::String;
+    use alloc::vec::Vec;
+
+    /// Reads one SSE payload with the hand-written fast reader (after
+    /// `prefix`, the remembered start of the previous payload, which the
+    /// call updates as a stream would) and, when it accepts, with serde.
+    /// `Ok` says whether the fast reader took it; `Err` describes how the
+    /// two disagree (serde rejects what the fast reader took, or reads it
+    /// differently).
+    pub fn fast_reader_agrees(payload: &[u8], prefix: &mut Vec<u8>) -> Result<bool, String> {
+        crate::wire::fast_reader_agrees(payload, prefix)
+    }
+}

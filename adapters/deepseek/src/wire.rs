@@ -678,6 +678,35 @@ fn hex4(digits: &[u8]) -> Option<u32> {
     })
 }
 
+/// Reads `payload` with [`parse_slice_fast`] (after `prefix`, which it
+/// updates as a stream would) and, when that accepts, with serde. `Ok`
+/// says whether the fast reader took it; `Err` describes a disagreement:
+/// serde rejects what the fast reader took, or reads it differently. For
+/// tests and fuzzing.
+pub(crate) fn fast_reader_agrees(payload: &[u8], prefix: &mut Vec<u8>) -> Result<bool, String> {
+    let mut fast = Payload::default();
+    if !parse_slice_fast(payload, &mut fast, prefix) {
+        return Ok(false);
+    }
+    let mut slow = Payload::default();
+    let text = String::from_utf8_lossy(payload);
+    match parse_slice_into(payload, &mut slow) {
+        Ok(true) => {}
+        other => {
+            return Err(alloc::format!(
+                "fast accepted what serde rejects: {text:?} ({other:?})"
+            ));
+        }
+    }
+    let (fast, slow) = (alloc::format!("{fast:?}"), alloc::format!("{slow:?}"));
+    if fast != slow {
+        return Err(alloc::format!(
+            "{text:?}: fast read {fast}, serde read {slow}"
+        ));
+    }
+    Ok(true)
+}
+
 /// The longest prefix [`parse_slice_fast`] remembers, in bytes.
 const FAST_MAX_PREFIX: usize = 1024;
 
@@ -1219,24 +1248,7 @@ mod tests {
 
     /// [`agrees`] with a remembered prefix.
     fn agrees_after(bytes: &[u8], prefix: &mut Vec<u8>) -> bool {
-        let mut fast = Payload::default();
-        if !parse_slice_fast(bytes, &mut fast, prefix) {
-            return false;
-        }
-        let mut slow = Payload::default();
-        let r = parse_slice_into(bytes, &mut slow);
-        assert!(
-            matches!(r, Ok(true)),
-            "fast accepted what serde rejects: {:?} ({r:?})",
-            String::from_utf8_lossy(bytes)
-        );
-        assert_eq!(
-            format!("{fast:?}"),
-            format!("{slow:?}"),
-            "{:?}",
-            String::from_utf8_lossy(bytes)
-        );
-        true
+        fast_reader_agrees(bytes, prefix).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
