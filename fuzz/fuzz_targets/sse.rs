@@ -7,7 +7,7 @@
 
 use arbitrary::Arbitrary;
 use dsh_core::{StreamChunk, validate_stream};
-use dsh_deepseek::fuzz_support::fast_reader_agrees;
+use dsh_deepseek::fuzz_support::{FastState, fast_reader_agrees};
 use dsh_deepseek::{decode_body, decode_pieces};
 use libfuzzer_sys::fuzz_target;
 
@@ -42,12 +42,12 @@ fuzz_target!(|input: Input| {
         }
     };
     // The hand-written payload reader agrees with serde on every `data:`
-    // line, each read after the prefix the line before left, as in a stream.
-    let mut prefix = Vec::new();
+    // line, each read with what the lines before left, as in a stream.
+    let mut state = FastState::default();
     for line in body.split(|b| *b == b'\n') {
         if let Some(p) = line.strip_prefix(b"data: ") {
             let p = p.strip_suffix(b"\r").unwrap_or(p);
-            if let Err(e) = fast_reader_agrees(p, &mut prefix) {
+            if let Err(e) = fast_reader_agrees(p, &mut state) {
                 panic!("{e}");
             }
         }

@@ -146,15 +146,19 @@ pub mod bench_support {
 #[doc(hidden)]
 pub mod fuzz_support {
     use alloc::string::String;
-    use alloc::vec::Vec;
 
-    /// Reads one SSE payload with the hand-written fast reader (after
-    /// `prefix`, the remembered start of the previous payload, which the
-    /// call updates as a stream would) and, when it accepts, with serde.
+    /// What the fast reader remembers from the payloads before (the start
+    /// they share, and the shape of the last one).
+    #[derive(Clone, Debug, Default)]
+    pub struct FastState(crate::wire::FastState);
+
+    /// Reads one SSE payload with the hand-written fast reader (with
+    /// `state`, which the call updates as a stream would) and, when it
+    /// accepts, with serde.
     /// `Ok` says whether the fast reader took it; `Err` describes how the
     /// two disagree (serde rejects what the fast reader took, or reads it
     /// differently).
-    pub fn fast_reader_agrees(payload: &[u8], prefix: &mut Vec<u8>) -> Result<bool, String> {
-        crate::wire::fast_reader_agrees(payload, prefix)
+    pub fn fast_reader_agrees(payload: &[u8], state: &mut FastState) -> Result<bool, String> {
+        crate::wire::fast_reader_agrees(payload, &mut state.0)
     }
 }
