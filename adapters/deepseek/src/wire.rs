@@ -1518,6 +1518,62 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_stream_reads_as_serde_does() {
+        // A DeepSeek-like stream: the role chunk, reasoning, text, two tool
+        // calls whose arguments are JSON text (escapes), a finish with usage.
+        let head = r#"{"id":"6f1c","object":"chat.completion.chunk","created":1785046653,"model":"deepseek-v4-flash","system_fingerprint":"fp_1","choices":[{"index":0,"delta":"#;
+        let tail = r#","logprobs":null,"finish_reason":null}]}"#;
+        let mut payloads = alloc::vec![format!(
+            r#"{head}{{"role":"assistant","content":null,"reasoning_content":""}}{tail}"#
+        )];
+        let words = [
+            "车", " -", " stre", "am", " 🚀", "", "x y", r#"a\\b"#, r#"\"q\""#, r#"\n"#,
+        ];
+        for w in words.iter().cycle().take(40) {
+            payloads.push(format!(
+                r#"{head}{{"content":null,"reasoning_content":"{w}"}}{tail}"#
+            ));
+        }
+        for w in words.iter().cycle().take(40) {
+            payloads.push(format!(
+                r#"{head}{{"content":"{w}","reasoning_content":null}}{tail}"#
+            ));
+        }
+        for call in 0..2 {
+            payloads.push(format!(
+                r#"{head}{{"tool_calls":[{{"index":{call},"id":"call_0{call}","type":"function","function":{{"name":"grep","arguments":""}}}}]}}{tail}"#
+            ));
+            for a in [
+                "{\\\"pattern\\\": \\\"",
+                "parse",
+                "_cache",
+                "\\\\(",
+                "\\\"}",
+            ] {
+                payloads.push(format!(
+                    r#"{head}{{"tool_calls":[{{"index":{call},"function":{{"arguments":"{a}"}}}}]}}{tail}"#
+                ));
+            }
+        }
+        payloads.push(format!(
+            r#"{{"id":"6f1c","choices":[{{"index":0,"delta":{{"content":""}},"finish_reason":"tool_calls"}}],"usage":{{"prompt_tokens":9}}}}"#
+        ));
+        let mut state = FastState::default();
+        let (mut fast, mut hits) = (0, 0);
+        for p in &payloads {
+            let p = p.as_bytes();
+            hits += usize::from(shaped(p, &state));
+            fast += usize::from(agrees_after(p, &mut state));
+        }
+        // All but the usage payload take the fast path. By shape: every
+        // delta without an escape that follows one of its kind (27 + 27
+        // of the 40 + 40, whose first and 12 escaped ones are read in
+        // full), and 2 of each call's 5 argument fragments.
+        assert_eq!(fast, payloads.len() - 1);
+        assert_eq!(hits, 58, "of {}", payloads.len());
+    }
+
+    #[test]
     fn the_fast_reader_never_accepts_more_than_serde() {
         // Every one-byte replacement and deletion of every test payload,
         // read from scratch and after the payload's own prefix.
