@@ -1555,8 +1555,8 @@ mod tests {
                 ));
             }
         }
-        payloads.push(format!(
-            r#"{{"id":"6f1c","choices":[{{"index":0,"delta":{{"content":""}},"finish_reason":"tool_calls"}}],"usage":{{"prompt_tokens":9}}}}"#
+        payloads.push(String::from(
+            r#"{"id":"6f1c","choices":[{"index":0,"delta":{"content":""},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9}}"#,
         ));
         let mut state = FastState::default();
         let (mut fast, mut hits) = (0, 0);
