@@ -1,10 +1,13 @@
 //! The DeepSeek SSE framer and translator on arbitrary bytes, split at
 //! arbitrary points: no panic, the same chunks whatever the split, and the
-//! output (closed by AC-6 on failure) always passes the stream validator.
+//! output (closed by AC-6 on failure) always passes the stream validator;
+//! the hand-written payload reader never reads a `data:` line differently
+//! from serde.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use dsh_core::{StreamChunk, validate_stream};
+use dsh_deepseek::fuzz_support::{FastState, fast_reader_agrees};
 use dsh_deepseek::{decode_body, decode_pieces};
 use libfuzzer_sys::fuzz_target;
 
@@ -38,6 +41,17 @@ fuzz_target!(|input: Input| {
             s.into_bytes()
         }
     };
+    // The hand-written payload reader agrees with serde on every `data:`
+    // line, each read with what the lines before left, as in a stream.
+    let mut state = FastState::default();
+    for line in body.split(|b| *b == b'\n') {
+        if let Some(p) = line.strip_prefix(b"data: ") {
+            let p = p.strip_suffix(b"\r").unwrap_or(p);
+            if let Err(e) = fast_reader_agrees(p, &mut state) {
+                panic!("{e}");
+            }
+        }
+    }
     let whole = decode_body(&body);
     let violations = validate_stream(&whole);
     assert!(violations.is_empty(), "{violations:?}");

@@ -141,3 +141,24 @@ pub mod bench_support {
         crate::wire::parse_into(payload, &mut crate::wire::Payload::default()).is_ok()
     }
 }
+
+/// Checks for the fuzz targets and tests; not a stable API.
+#[doc(hidden)]
+pub mod fuzz_support {
+    use alloc::string::String;
+
+    /// What the fast reader remembers from the payloads before (the start
+    /// they share, and the shape of the last one).
+    #[derive(Clone, Debug, Default)]
+    pub struct FastState(crate::wire::FastState);
+
+    /// Reads one SSE payload with the hand-written fast reader (with
+    /// `state`, which the call updates as a stream would) and, when it
+    /// accepts, with serde.
+    /// `Ok` says whether the fast reader took it; `Err` describes how the
+    /// two disagree (serde rejects what the fast reader took, or reads it
+    /// differently).
+    pub fn fast_reader_agrees(payload: &[u8], state: &mut FastState) -> Result<bool, String> {
+        crate::wire::fast_reader_agrees(payload, &mut state.0)
+    }
+}

@@ -120,9 +120,9 @@ pub struct Translator {
     /// Interop: the block of the last tool-call delta without `index`, and
     /// the wire id it got.
     unindexed: Option<(usize, Option<String>)>,
-    /// The payload prefix the fast reader skips (see `wire::parse_slice_fast`;
-    /// at most 1 KiB).
-    fast_prefix: Vec<u8>,
+    /// What the fast reader remembers from the last payloads (see
+    /// `wire::FastState`; at most 3 KiB).
+    fast: wire::FastState,
 }
 
 /// T-1: the `MALFORMED_RESPONSE` error for `payload`, quoting its first 120
@@ -291,7 +291,7 @@ impl Translator {
         }
         let mut parsed = wire::Payload::default();
         // The hand-written reader takes the usual payload; serde the rest.
-        let object = wire::parse_slice_fast(payload, &mut parsed, &mut self.fast_prefix) || {
+        let object = wire::parse_slice_fast(payload, &mut parsed, &mut self.fast) || {
             parsed = wire::Payload::default();
             matches!(wire::parse_slice_into(payload, &mut parsed), Ok(true))
         };

@@ -610,30 +610,80 @@ pub(crate) fn parse_into<'a>(
     Ok(is_object)
 }
 
+/// What the fast reader remembers between the payloads of one stream (at
+/// most [`FAST_MAX_PREFIX`] + [`FAST_MAX_SHAPE`] bytes).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FastState {
+    /// The leading bytes of the last payload read from its start, up to the
+    /// comma after its last top-level entry that the reader ignores (`id`,
+    /// `object`, `created`, `model`, ... before `choices`). A payload that
+    /// starts with exactly those bytes reaches that point in the same state
+    /// with nothing read, so it is read from there on.
+    prefix: Vec<u8>,
+    /// The last payload that carried exactly one text (one delta string or
+    /// one tool call's `arguments`, nothing else), cut around that string.
+    shape: Option<Shape>,
+}
+
+/// A payload cut around its one string: a payload made of the same `head`
+/// and `tail` with a plain string (no quote, backslash or control
+/// character) between them has the same JSON structure, so it reads as the
+/// same payload with that string in `slot`.
+#[derive(Clone, Debug)]
+struct Shape {
+    /// The bytes up to and including the string's opening quote.
+    head: Vec<u8>,
+    /// The bytes from the string's closing quote to the end.
+    tail: Vec<u8>,
+    slot: Slot,
+}
+
+/// Where a [`Shape`]'s string goes.
+#[derive(Clone, Debug)]
+enum Slot {
+    Content,
+    ReasoningContent,
+    Reasoning,
+    /// `arguments` of the one tool call, whose `index` read as this key.
+    Arguments(ToolKey),
+}
+
+/// The longest `head` + `tail` a [`Shape`] keeps, in bytes.
+const FAST_MAX_SHAPE: usize = 2048;
+
 /// A hand-written reader for the common payload, tried before serde: it
-/// accepts a subset of JSON (no escapes or control characters in strings, a
-/// bounded nesting depth, no `usage` object) and fills `out` exactly as
+/// accepts a subset of JSON (escapes only in the string values it keeps, no
+/// control characters in strings, a bounded nesting depth, no `usage`
+/// object) and fills `out` exactly as
 /// [`parse_slice_into`] would. Anything else returns `false` (with `out` in
 /// an unspecified state) and the caller resets `out` and takes the serde path,
 /// which also produces the errors.
 ///
-/// `prefix` carries state between the payloads of one stream: the leading
-/// bytes of the last payload read from its start, up to the comma after its
-/// last top-level entry that the reader ignores (`id`, `object`, `created`,
-/// `model`, ... before `choices`). A payload that starts with exactly those
-/// bytes reaches that point in the same state with nothing read, so it is
-/// read from there on.
+/// `state` carries what one payload teaches about the next in the same
+/// stream (see [`FastState`]): a payload that fits the last [`Shape`] is
+/// read from its string alone, and one that starts with the remembered
+/// prefix is read from the end of the prefix on.
 pub(crate) fn parse_slice_fast<'a>(
     payload: &'a [u8],
     out: &mut Payload<'a>,
-    prefix: &mut Vec<u8>,
+    state: &mut FastState,
 ) -> bool {
+    if let Some(shape) = &state.shape
+        && read_shape(shape, payload, out)
+    {
+        return true;
+    }
+    let prefix = &mut state.prefix;
     let resume = !prefix.is_empty() && payload.starts_with(prefix);
     let start = if resume { prefix.len() } else { 0 };
     let Some(Ok(text)) = payload.get(start..).map(core::str::from_utf8) else {
         return false;
     };
-    let mut r = Fast { s: text, i: 0 };
+    let mut r = Fast {
+        s: text,
+        i: 0,
+        spans: [None; 4],
+    };
     let mut mark = None;
     if !resume {
         r.ws();
@@ -661,7 +711,162 @@ pub(crate) fn parse_slice_fast<'a>(
             prefix.extend_from_slice(payload.get(..k).unwrap_or_default());
         }
     }
+    if let Some(shape) = shape_of(out, &r.spans, start, payload) {
+        state.shape = Some(shape);
+    }
     true
+}
+
+/// The [`Shape`] of a payload just read, when it carries exactly one text
+/// and is short enough; `spans` are the texts' positions in the read part,
+/// which starts at `base`.
+fn shape_of(
+    out: &Payload<'_>,
+    spans: &[Option<(usize, usize)>; 4],
+    base: usize,
+    payload: &[u8],
+) -> Option<Shape> {
+    if out.usage.is_some() || out.error {
+        return None;
+    }
+    let List::Items(choices) = &out.choices else {
+        return None;
+    };
+    let choice = choices.first.as_ref().filter(|_| choices.rest.is_empty())?;
+    if choice.finish_reason.0.is_some() {
+        return None;
+    }
+    let d = &choice.delta;
+    let List::Items(calls) = &d.tool_calls else {
+        return None;
+    };
+    let texts = [&d.content, &d.reasoning_content, &d.reasoning];
+    let (slot, span) = match (&calls.first, calls.rest.is_empty()) {
+        (None, true) => {
+            let mut set = texts.iter().enumerate().filter(|(_, t)| t.0.is_some());
+            let (k, _) = set.next()?;
+            if set.next().is_some() {
+                return None;
+            }
+            let slot = match k {
+                0 => Slot::Content,
+                1 => Slot::ReasoningContent,
+                _ => Slot::Reasoning,
+            };
+            (slot, spans.get(k).copied().flatten()?)
+        }
+        (Some(call), true) => {
+            if texts.iter().any(|t| t.0.is_some())
+                || call.id.0.is_some()
+                || call.name.0.is_some()
+                || call.arguments.0.is_none()
+            {
+                return None;
+            }
+            (Slot::Arguments(call.key.clone()), spans[3]?)
+        }
+        _ => return None,
+    };
+    let (open, close) = (base + span.0, base + span.1);
+    let head = payload.get(..open)?;
+    let tail = payload.get(close..)?;
+    if head.len() + tail.len() > FAST_MAX_SHAPE {
+        return None;
+    }
+    Some(Shape {
+        head: head.to_vec(),
+        tail: tail.to_vec(),
+        slot,
+    })
+}
+
+/// Reads `payload` as `shape` with another string, when it is one.
+fn read_shape<'a>(shape: &Shape, payload: &'a [u8], out: &mut Payload<'a>) -> bool {
+    let (h, t) = (shape.head.len(), shape.tail.len());
+    if payload.len() < h + t || !payload.starts_with(&shape.head) || !payload.ends_with(&shape.tail)
+    {
+        return false;
+    }
+    let Some(middle) = payload.get(h..payload.len() - t) else {
+        return false;
+    };
+    if middle.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20) {
+        return false;
+    }
+    let Ok(text) = core::str::from_utf8(middle) else {
+        return false;
+    };
+    let text = Str(Some(Cow::Borrowed(text)));
+    let mut delta = Delta::default();
+    match &shape.slot {
+        Slot::Content => delta.content = text,
+        Slot::ReasoningContent => delta.reasoning_content = text,
+        Slot::Reasoning => delta.reasoning = text,
+        Slot::Arguments(key) => {
+            delta.tool_calls = List::Items(Few {
+                first: Some(ToolCall {
+                    key: key.clone(),
+                    arguments: text,
+                    ..ToolCall::default()
+                }),
+                rest: Vec::new(),
+            });
+        }
+    }
+    *out = Payload {
+        choices: List::Items(Few {
+            first: Some(Choice {
+                delta,
+                finish_reason: Str(None),
+            }),
+            rest: Vec::new(),
+        }),
+        usage: None,
+        error: false,
+    };
+    true
+}
+
+/// The value of four hex digits (either case), as in a `\u` escape.
+fn hex4(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0u32, |acc, &d| {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return None,
+        };
+        Some(acc * 16 + u32::from(v))
+    })
+}
+
+/// Reads `payload` with [`parse_slice_fast`] (with `state`, which it
+/// updates as a stream would) and, when that accepts, with serde. `Ok`
+/// says whether the fast reader took it; `Err` describes a disagreement:
+/// serde rejects what the fast reader took, or reads it differently. For
+/// tests and fuzzing.
+pub(crate) fn fast_reader_agrees(payload: &[u8], state: &mut FastState) -> Result<bool, String> {
+    let mut fast = Payload::default();
+    if !parse_slice_fast(payload, &mut fast, state) {
+        return Ok(false);
+    }
+    let mut slow = Payload::default();
+    let text = String::from_utf8_lossy(payload);
+    match parse_slice_into(payload, &mut slow) {
+        Ok(true) => {}
+        other => {
+            return Err(alloc::format!(
+                "fast accepted what serde rejects: {text:?} ({other:?})"
+            ));
+        }
+    }
+    let (fast, slow) = (alloc::format!("{fast:?}"), alloc::format!("{slow:?}"));
+    if fast != slow {
+        return Err(alloc::format!(
+            "{text:?}: fast read {fast}, serde read {slow}"
+        ));
+    }
+    Ok(true)
 }
 
 /// The longest prefix [`parse_slice_fast`] remembers, in bytes.
@@ -671,6 +876,10 @@ const FAST_MAX_PREFIX: usize = 1024;
 struct Fast<'a> {
     s: &'a str,
     i: usize,
+    /// Where the last `content`, `reasoning_content`, `reasoning` and tool
+    /// `arguments` string read lies: after its opening quote, at its
+    /// closing quote (for [`shape_of`]).
+    spans: [Option<(usize, usize)>; 4],
 }
 
 /// Nesting deeper than this takes the serde path.
@@ -714,6 +923,75 @@ impl<'a> Fast<'a> {
         self.i = start + len + 1;
         // Quotes are ASCII, so both ends are character boundaries.
         self.s.get(start..start + len)
+    }
+
+    /// A string value, the cursor on its opening quote: borrowed when it
+    /// has no escape, unescaped into an owned string otherwise (tool-call
+    /// arguments are JSON text, full of `\"`). Takes the escapes serde_json
+    /// takes, with the same result; a lone surrogate, an unknown escape or
+    /// a control character returns `None` (the serde path then reports it).
+    fn string_value(&mut self) -> Option<Cow<'a, str>> {
+        let bytes = self.s.as_bytes();
+        let start = self.i + 1;
+        let stop = |from: usize| {
+            bytes
+                .get(from..)?
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .map(|k| from + k)
+        };
+        let mut end = stop(start)?;
+        if bytes[end] == b'"' {
+            self.i = end + 1;
+            return self.s.get(start..end).map(Cow::Borrowed);
+        }
+        let mut out = String::with_capacity(end - start + 16);
+        let mut from = start;
+        loop {
+            // Quotes and backslashes are ASCII: both ends are boundaries.
+            out.push_str(self.s.get(from..end)?);
+            match bytes[end] {
+                b'"' => {
+                    self.i = end + 1;
+                    return Some(Cow::Owned(out));
+                }
+                b'\\' => {}
+                _ => return None,
+            }
+            let (c, len) = match *bytes.get(end + 1)? {
+                b'"' => ('"', 2),
+                b'\\' => ('\\', 2),
+                b'/' => ('/', 2),
+                b'b' => ('\u{8}', 2),
+                b'f' => ('\u{c}', 2),
+                b'n' => ('\n', 2),
+                b'r' => ('\r', 2),
+                b't' => ('\t', 2),
+                b'u' => {
+                    let unit = hex4(bytes.get(end + 2..end + 6)?)?;
+                    match unit {
+                        0xD800..=0xDBFF => {
+                            // A high surrogate must be followed by an escaped low one.
+                            if bytes.get(end + 6..end + 8)? != b"\\u" {
+                                return None;
+                            }
+                            let low = hex4(bytes.get(end + 8..end + 12)?)?;
+                            if !(0xDC00..=0xDFFF).contains(&low) {
+                                return None;
+                            }
+                            let c = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                            (char::from_u32(c)?, 12)
+                        }
+                        0xDC00..=0xDFFF => return None,
+                        _ => (char::from_u32(unit)?, 6),
+                    }
+                }
+                _ => return None,
+            };
+            out.push(c);
+            from = end + len;
+            end = stop(from)?;
+        }
     }
 
     /// A number, validated and skipped; its text.
@@ -851,10 +1129,22 @@ impl<'a> Fast<'a> {
             return None;
         }
         if self.peek()? == b'"' {
-            return Some(Str(Some(Cow::Borrowed(self.string()?))));
+            return Some(Str(Some(self.string_value()?)));
         }
         self.skip(depth)?;
         Some(Str(None))
+    }
+
+    /// [`str_field`](Self::str_field) for a string a [`Shape`] can vary
+    /// (`slot`: the index into `spans`), also noting where it lies.
+    fn str_span(&mut self, depth: usize, slot: usize) -> Option<Str<'a>> {
+        let open = self.i + 1;
+        let value = self.str_field(depth)?;
+        let span = value.0.is_some().then(|| (open, self.i - 1));
+        if let Some(s) = self.spans.get_mut(slot) {
+            *s = span;
+        }
+        Some(value)
     }
 
     /// [`FillList`]: `null` is empty, an array of objects is its items, any
@@ -999,9 +1289,9 @@ impl<'a> Fast<'a> {
     fn delta(&mut self, depth: usize, d: &mut Delta<'a>) -> Option<()> {
         self.fields(depth, |r, key| {
             match key {
-                "content" => d.content = r.str_field(depth + 1)?,
-                "reasoning_content" => d.reasoning_content = r.str_field(depth + 1)?,
-                "reasoning" => d.reasoning = r.str_field(depth + 1)?,
+                "content" => d.content = r.str_span(depth + 1, 0)?,
+                "reasoning_content" => d.reasoning_content = r.str_span(depth + 1, 1)?,
+                "reasoning" => d.reasoning = r.str_span(depth + 1, 2)?,
                 "tool_calls" => r.list(depth + 1, &mut d.tool_calls, |r, t| {
                     r.tool_call(depth + 2, t)
                 })?,
@@ -1032,7 +1322,7 @@ impl<'a> Fast<'a> {
         self.fields(depth, |r, key| {
             match key {
                 "name" => f.name = r.str_field(depth + 1)?,
-                "arguments" => f.arguments = r.str_field(depth + 1)?,
+                "arguments" => f.arguments = r.str_span(depth + 1, 3)?,
                 _ => return Some(false),
             }
             Some(true)
@@ -1076,8 +1366,19 @@ mod tests {
         r#"{"id":"a","choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"tool_calls"}],"usage":null}"#,
     ];
 
+    /// Kept strings with escapes (tool-call arguments are JSON text), as
+    /// servers write them; every one is read by the fast path.
+    const ESCAPED: [&str; 6] = [
+        r#"{"id":"a","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"pattern\": \"parse_cache\\\\(\", \"path\": \"src/\"}"}}]},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"content":"line one\nline two\ttab \\ back \/ slash \b\f\r"},"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"content":"caf\u00e9 \u4f60\u597D \ud83d\ude80 \u0000 \u001f"},"finish_reason":null}]}"#,
+        r#"{"id":"a","choices":[{"index":0,"delta":{"reasoning_content":"\"quoted\""}}]}"#,
+        r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_\u0031","function":{"name":"b\u0061sh","arguments":"\\"}}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\"","reasoning":"\\n"}}]}"#,
+    ];
+
     /// Unusual but valid (or nearly valid) payloads.
-    const ODD: [&str; 22] = [
+    const ODD: [&str; 30] = [
         r#" { "choices" : [ { "delta" : { "content" : "x" } } ] } "#,
         r#"{"choices":[{"delta":{"content":"a"},"delta":{"reasoning_content":"b"}}]}"#,
         r#"{"choices":[{"delta":{"content":5,"reasoning":true,"reasoning_content":[1,{"a":null}]}}]}"#,
@@ -1100,6 +1401,15 @@ mod tests {
         r#""x""#,
         r#"{"choices":[{"delta":{"content":1e999}}]}"#,
         r#"{"a":01,"choices":[]}"#,
+        // Escapes serde refuses (or reads differently): the serde path.
+        r#"{"choices":[{"delta":{"content":"\ud800"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\udc00x"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\ud800\u0041"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\ud800\n"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\u12g4"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\x41"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\u004"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"tab\	raw"}}]}"#,
     ];
 
     fn sse_payloads(body: &str) -> impl Iterator<Item = &str> {
@@ -1111,29 +1421,20 @@ mod tests {
     /// Whenever the fast reader accepts, serde accepts the same bytes and
     /// reads the same payload.
     fn agrees(bytes: &[u8]) -> bool {
-        agrees_after(bytes, &mut Vec::new())
+        agrees_after(bytes, &mut FastState::default())
     }
 
-    /// [`agrees`] with a remembered prefix.
-    fn agrees_after(bytes: &[u8], prefix: &mut Vec<u8>) -> bool {
-        let mut fast = Payload::default();
-        if !parse_slice_fast(bytes, &mut fast, prefix) {
-            return false;
-        }
-        let mut slow = Payload::default();
-        let r = parse_slice_into(bytes, &mut slow);
-        assert!(
-            matches!(r, Ok(true)),
-            "fast accepted what serde rejects: {:?} ({r:?})",
-            String::from_utf8_lossy(bytes)
-        );
-        assert_eq!(
-            format!("{fast:?}"),
-            format!("{slow:?}"),
-            "{:?}",
-            String::from_utf8_lossy(bytes)
-        );
-        true
+    /// [`agrees`] with what earlier payloads left in `state`.
+    fn agrees_after(bytes: &[u8], state: &mut FastState) -> bool {
+        fast_reader_agrees(bytes, state).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Whether `bytes` fits the remembered shape.
+    fn shaped(bytes: &[u8], state: &FastState) -> bool {
+        state
+            .shape
+            .as_ref()
+            .is_some_and(|s| read_shape(s, bytes, &mut Payload::default()))
     }
 
     #[test]
@@ -1148,8 +1449,9 @@ mod tests {
             corpus.extend(sse_payloads(body));
         }
         assert!(corpus.len() > 10);
+        corpus.extend(ESCAPED);
         for p in &corpus {
-            if !p.contains("\"usage\":{") && !p.contains('\\') {
+            if !p.contains("\"usage\":{") {
                 assert!(agrees(p.as_bytes()), "the fast path should take {p}");
             }
         }
@@ -1159,19 +1461,116 @@ mod tests {
 
     #[test]
     fn a_remembered_prefix_is_used_only_when_it_matches() {
-        let mut prefix = Vec::new();
-        assert!(agrees_after(CANONICAL[0].as_bytes(), &mut prefix));
+        let mut state = FastState::default();
+        assert!(agrees_after(CANONICAL[0].as_bytes(), &mut state));
         let expected = r#"{"id":"a","object":"chat.completion.chunk","created":1785772482,"model":"m","system_fingerprint":"fp","#;
-        assert_eq!(prefix, expected.as_bytes());
+        assert_eq!(state.prefix, expected.as_bytes());
         // The next payload of the stream is read after the prefix.
         let next = format!(r#"{expected}"choices":[{{"delta":{{"content":"x"}}}}]}}"#);
-        assert!(agrees_after(next.as_bytes(), &mut prefix));
+        assert!(!shaped(next.as_bytes(), &state));
+        assert!(agrees_after(next.as_bytes(), &mut state));
         // A payload that differs inside the prefix is read from its start.
-        assert!(agrees_after(CANONICAL[1].as_bytes(), &mut prefix));
-        assert!(prefix.starts_with(br#"{"id":"a","object":"chat.completion.chunk","created":1,"#));
+        assert!(agrees_after(CANONICAL[1].as_bytes(), &mut state));
+        assert!(
+            state
+                .prefix
+                .starts_with(br#"{"id":"a","object":"chat.completion.chunk","created":1,"#)
+        );
         // A remembered prefix followed by a bad tail is still rejected.
         let bad = format!(r#"{expected}}}"#);
-        assert!(!agrees_after(bad.as_bytes(), &mut prefix.clone()));
+        assert!(!agrees_after(bad.as_bytes(), &mut state.clone()));
+    }
+
+    #[test]
+    fn a_payload_of_the_last_shape_is_read_from_its_string() {
+        // One delta text: the next payloads differ only in that text.
+        let mut state = FastState::default();
+        assert!(agrees_after(CANONICAL[1].as_bytes(), &mut state));
+        for text in [" more", "", "你好 🙂", "x y z"] {
+            let next = CANONICAL[1].replace(" we", text);
+            assert!(shaped(next.as_bytes(), &state), "{next}");
+            assert!(agrees_after(next.as_bytes(), &mut state), "{next}");
+        }
+        // A string the shape cannot take alone is read in full, and agrees.
+        for text in [r#"a\"b"#, r#"a\\b"#, r#"tab\tx"#, r#"bad\u"#, r#"x\u0001"#] {
+            let next = CANONICAL[1].replace(" we", text);
+            assert!(!shaped(next.as_bytes(), &state), "{next}");
+            agrees_after(next.as_bytes(), &mut state.clone());
+        }
+        let raw_quote = CANONICAL[1].replace(" we", "a\"b");
+        assert!(!shaped(raw_quote.as_bytes(), &state));
+        assert!(!agrees_after(raw_quote.as_bytes(), &mut state.clone()));
+        let control = CANONICAL[1].replace(" we", "a\u{1}b");
+        assert!(!shaped(control.as_bytes(), &state));
+        // One tool call's arguments, with its index as the key.
+        let mut state = FastState::default();
+        assert!(agrees_after(CANONICAL[4].as_bytes(), &mut state));
+        let next = CANONICAL[4].replace("_confi", "g: 1}");
+        assert!(shaped(next.as_bytes(), &state));
+        assert!(agrees_after(next.as_bytes(), &mut state));
+        // Payloads with more than one text, a finish reason, an id or a
+        // name leave no shape.
+        for p in [CANONICAL[3], CANONICAL[5], ESCAPED[5]] {
+            let mut state = FastState::default();
+            assert!(agrees_after(p.as_bytes(), &mut state), "{p}");
+            assert!(state.shape.is_none(), "{p}");
+        }
+    }
+
+    #[test]
+    fn a_whole_stream_reads_as_serde_does() {
+        // A DeepSeek-like stream: the role chunk, reasoning, text, two tool
+        // calls whose arguments are JSON text (escapes), a finish with usage.
+        let head = r#"{"id":"6f1c","object":"chat.completion.chunk","created":1785046653,"model":"deepseek-v4-flash","system_fingerprint":"fp_1","choices":[{"index":0,"delta":"#;
+        let tail = r#","logprobs":null,"finish_reason":null}]}"#;
+        let mut payloads = alloc::vec![format!(
+            r#"{head}{{"role":"assistant","content":null,"reasoning_content":""}}{tail}"#
+        )];
+        let words = [
+            "车", " -", " stre", "am", " 🚀", "", "x y", r#"a\\b"#, r#"\"q\""#, r#"\n"#,
+        ];
+        for w in words.iter().cycle().take(40) {
+            payloads.push(format!(
+                r#"{head}{{"content":null,"reasoning_content":"{w}"}}{tail}"#
+            ));
+        }
+        for w in words.iter().cycle().take(40) {
+            payloads.push(format!(
+                r#"{head}{{"content":"{w}","reasoning_content":null}}{tail}"#
+            ));
+        }
+        for call in 0..2 {
+            payloads.push(format!(
+                r#"{head}{{"tool_calls":[{{"index":{call},"id":"call_0{call}","type":"function","function":{{"name":"grep","arguments":""}}}}]}}{tail}"#
+            ));
+            for a in [
+                "{\\\"pattern\\\": \\\"",
+                "parse",
+                "_cache",
+                "\\\\(",
+                "\\\"}",
+            ] {
+                payloads.push(format!(
+                    r#"{head}{{"tool_calls":[{{"index":{call},"function":{{"arguments":"{a}"}}}}]}}{tail}"#
+                ));
+            }
+        }
+        payloads.push(String::from(
+            r#"{"id":"6f1c","choices":[{"index":0,"delta":{"content":""},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9}}"#,
+        ));
+        let mut state = FastState::default();
+        let (mut fast, mut hits) = (0, 0);
+        for p in &payloads {
+            let p = p.as_bytes();
+            hits += usize::from(shaped(p, &state));
+            fast += usize::from(agrees_after(p, &mut state));
+        }
+        // All but the usage payload take the fast path. By shape: every
+        // delta without an escape that follows one of its kind (27 + 27
+        // of the 40 + 40, whose first and 12 escaped ones are read in
+        // full), and 2 of each call's 5 argument fragments.
+        assert_eq!(fast, payloads.len() - 1);
+        assert_eq!(hits, 58, "of {}", payloads.len());
     }
 
     #[test]
@@ -1180,16 +1579,20 @@ mod tests {
         // read from scratch and after the payload's own prefix.
         const BYTES: &[u8] = b"\"\\{}[],:0-1e. \tnx\x01\xff\xe4";
         let mut resumed = 0;
-        for p in CANONICAL.iter().chain(ODD.iter()) {
+        let mut reshaped = 0;
+        for p in CANONICAL.iter().chain(ESCAPED.iter()).chain(ODD.iter()) {
             let p = p.as_bytes();
-            let mut prefix = Vec::new();
-            agrees_after(p, &mut prefix);
+            let mut state = FastState::default();
+            agrees_after(p, &mut state);
             let mut check = |v: &[u8]| {
                 agrees(v);
-                if v.starts_with(&prefix) && !prefix.is_empty() {
+                if v.starts_with(&state.prefix) && !state.prefix.is_empty() {
                     resumed += 1;
                 }
-                agrees_after(v, &mut prefix.clone());
+                if shaped(v, &state) {
+                    reshaped += 1;
+                }
+                agrees_after(v, &mut state.clone());
             };
             for i in 0..p.len() {
                 let mut v = p.to_vec();
@@ -1203,6 +1606,7 @@ mod tests {
             }
         }
         assert!(resumed > 1000, "the resumed path ran {resumed} times");
+        assert!(reshaped > 100, "the shape path ran {reshaped} times");
         // Deep nesting takes the serde path (and its recursion limit).
         let deep = format!(
             "{{\"x\":{}{},\"choices\":[]}}",
