@@ -203,3 +203,86 @@ fn derived_history_of_a_packed_log() {
         .collect();
     assert_eq!(ids, ["User", "User", "Assistant", "User", "Assistant"]);
 }
+
+/// A single-byte edit of a line at a position.
+type Edit = dyn Fn(&mut Vec<u8>, usize);
+
+/// The canonical-line templates (jsonl `canon`) against the general path on
+/// every line of every recording: where a template reads a line, the general
+/// path builds the same event, neither keeps source text, and both write the
+/// line back. Then the same over single-byte mutations of those lines, where
+/// a template must either decline or still agree.
+#[test]
+fn canonical_line_templates_agree_with_the_general_path() {
+    let mut read = 0;
+    let mut declined = 0;
+    let mut accepted_lines: Vec<Vec<u8>> = Vec::new();
+    let mut failures = Vec::new();
+    for path in &logs() {
+        let bytes = jsonl::fixture_tokens(&std::fs::read(path).unwrap());
+        for line in bytes.split(|b| *b == b'\n').skip(1) {
+            match Decoder::template_agrees(line) {
+                Ok(true) => {
+                    read += 1;
+                    accepted_lines.push(line.to_vec());
+                }
+                Ok(false) => declined += 1,
+                Err(why) => failures.push(format!("{}: {why}", path.display())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    // Most lines of the recordings are canonical; the templates must read a
+    // good share of the non-delta ones (deltas have their own template).
+    assert!(
+        read > 700,
+        "templates read only {read} lines, declined {declined}"
+    );
+    assert!(declined > 0, "no line declined: the check cannot tell");
+
+    let (mut still_read, mut tried) = (0, 0);
+    let edits: [&Edit; 5] = [
+        &|l, i| {
+            l.remove(i);
+        },
+        &|l, i| l.insert(i, b' '),
+        &|l, i| l[i] = b'7',
+        &|l, i| l[i] = b'"',
+        &|l, i| {
+            let b = l[i];
+            l.insert(i, b);
+        },
+    ];
+    for line in accepted_lines.iter().step_by(3) {
+        let step = (line.len() / 48).max(1);
+        for i in (0..line.len()).step_by(step) {
+            for edit in &edits {
+                let mut mutated = line.clone();
+                edit(&mut mutated, i);
+                tried += 1;
+                match Decoder::template_agrees(&mutated) {
+                    Ok(true) => still_read += 1,
+                    Ok(false) => {}
+                    Err(why) => {
+                        failures.push(format!("{:?}: {why}", String::from_utf8_lossy(&mutated)))
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures: {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    eprintln!(
+        "templates read {read} recorded lines ({declined} declined) and {still_read} of {tried} mutated ones"
+    );
+    // Edits inside strings and digits keep many lines canonical, so the
+    // agreement above was checked on lines the recordings do not have.
+    assert!(
+        still_read > 1000,
+        "only {still_read} of {tried} mutated lines read"
+    );
+}

@@ -1,5 +1,6 @@
 //! Arbitrary bytes through the JSONL header reader, line scanner and crash
-//! repair: no panic; whatever `load_log` accepts re-validates, and its
+//! repair: no panic; the canonical-line templates agree with the general
+//! path; whatever `load_log` accepts re-validates, and its
 //! repaired file loads clean with the same events and round-trips.
 #![no_main]
 
@@ -23,6 +24,11 @@ fuzz_target!(|data: &[u8]| {
     // Single records: no panic, and a decoded event writes a line that
     // decodes to the same event.
     for line in input.split(|b| *b == b'\n').take(64) {
+        // A canonical-line template reads only what the general path reads
+        // the same way and what writes back unchanged.
+        if let Err(why) = Decoder::template_agrees(line) {
+            panic!("{why}");
+        }
         if let Ok(Record::One(Decoded::Event(e))) = Decoder::new().decode_line(line) {
             let json = e.to_json();
             match Decoder::new().decode_line(json.as_bytes()) {

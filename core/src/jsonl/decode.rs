@@ -173,9 +173,17 @@ impl Decoder {
     /// event, or a packed row's run; `Err` when the line is not JSON or is a
     /// malformed row (CK14–CK16, SC1).
     pub fn decode_line(&mut self, line: &[u8]) -> Result<Record, Unparsable> {
-        if let Some(e) = fast_chunk(line, None, &mut self.text, &mut self.last_head) {
+        if let Some(e) = fast_chunk(line, None, &mut self.text, &mut self.last_head)
+            .or_else(|| super::canon::read_line(line, None, &mut self.last_head))
+        {
             return Ok(Record::One(Decoded::Event(e)));
         }
+        self.decode_general(line)
+    }
+
+    /// The general path of [`decode_line`](Self::decode_line), without the
+    /// canonical-line templates.
+    fn decode_general(&mut self, line: &[u8]) -> Result<Record, Unparsable> {
         let fast = {
             let mut de = serde_json::Deserializer::from_slice(line);
             self.fast(&mut de)
@@ -191,7 +199,9 @@ impl Decoder {
             Some(line),
             &mut self.text,
             &mut self.last_head,
-        ) {
+        )
+        .or_else(|| super::canon::read_line(line.as_bytes(), Some(line), &mut self.last_head))
+        {
             return Ok(Record::One(Decoded::Event(e)));
         }
         let fast = {
@@ -199,6 +209,45 @@ impl Decoder {
             self.fast(&mut de)
         };
         self.finish(fast, line.as_bytes())
+    }
+
+    /// Checks the canonical-line templates on `line` (for tests and fuzz
+    /// targets): `Ok(true)` when a template reads it, builds the event the
+    /// general path builds, and that event writes back as `line`; `Ok(false)`
+    /// when no template reads it; `Err` with the difference otherwise.
+    #[doc(hidden)]
+    pub fn template_agrees(line: &[u8]) -> Result<bool, String> {
+        let mut last = None;
+        let text = core::str::from_utf8(line).ok();
+        let Some(fast) = super::canon::read_line(line, text, &mut last) else {
+            return Ok(false);
+        };
+        let general = Decoder::new().decode_general(line);
+        let general = match general {
+            Ok(Record::One(Decoded::Event(e)))
+                if e == fast && e.verbatim().is_none() && e.deviation().is_none() =>
+            {
+                e
+            }
+            other => {
+                return Err(format!(
+                    "template read {fast:?}, the general path {other:?}"
+                ));
+            }
+        };
+        // Both write back as the line: the parts equality leaves out (key
+        // orders, the surfaceOp position) agree too.
+        for (who, e) in [("template", &fast), ("general path", &general)] {
+            let mut out = Vec::new();
+            super::write::write_event_canonical(e, &mut out);
+            if out != line {
+                return Err(format!(
+                    "the {who}'s event writes {:?}",
+                    String::from_utf8_lossy(&out)
+                ));
+            }
+        }
+        Ok(true)
     }
 
     fn fast<'de, R: serde_json::de::Read<'de>>(
@@ -286,16 +335,16 @@ impl Decoder {
     }
 }
 
-/// A cursor over one line for the canonical-chunk template.
-struct Cursor<'a> {
-    b: &'a [u8],
+/// A cursor over one line for the canonical-line templates.
+pub(super) struct Cursor<'a> {
+    pub(super) b: &'a [u8],
     /// The same line when it is known to be UTF-8.
-    s: Option<&'a str>,
-    i: usize,
+    pub(super) s: Option<&'a str>,
+    pub(super) i: usize,
 }
 
 impl<'a> Cursor<'a> {
-    fn lit(&mut self, s: &[u8]) -> Option<()> {
+    pub(super) fn lit(&mut self, s: &[u8]) -> Option<()> {
         if self.b.get(self.i..self.i + s.len())? == s {
             self.i += s.len();
             Some(())
@@ -305,7 +354,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A canonical non-negative integer (no leading zero) within `max`.
-    fn uint(&mut self, max: u64) -> Option<u64> {
+    pub(super) fn uint(&mut self, max: u64) -> Option<u64> {
         let start = self.i;
         let mut n: u64 = 0;
         while let Some(&c) = self.b.get(self.i) {
@@ -323,7 +372,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A canonical safe integer; `-0` is left to the general path.
-    fn int(&mut self) -> Option<i64> {
+    pub(super) fn int(&mut self) -> Option<i64> {
         if self.b.get(self.i) == Some(&b'-') {
             self.i += 1;
             let n = self.uint(MAX_SAFE_INTEGER)?;
@@ -337,7 +386,7 @@ impl<'a> Cursor<'a> {
 
     /// The body of a string without escapes or control characters, after
     /// its opening quote; consumes the closing quote.
-    fn plain_str(&mut self) -> Option<&'a str> {
+    pub(super) fn plain_str(&mut self) -> Option<&'a str> {
         let start = self.i;
         let rel = self
             .b
@@ -353,7 +402,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The text of `b[start..end]`, where both ends sit next to ASCII bytes.
-    fn text(&self, start: usize, end: usize) -> Option<&'a str> {
+    pub(super) fn text(&self, start: usize, end: usize) -> Option<&'a str> {
         match self.s {
             // Both ends are char boundaries: no second UTF-8 scan.
             Some(s) => s.get(start..end),
@@ -364,7 +413,7 @@ impl<'a> Cursor<'a> {
     /// The body of a string after its opening quote, unescaped into `out`,
     /// accepted only when every escape is the one `write::push_str` writes
     /// (so the line writes back identically); consumes the closing quote.
-    fn canonical_str(&mut self, out: &mut String) -> Option<()> {
+    pub(super) fn canonical_str(&mut self, out: &mut String) -> Option<()> {
         out.clear();
         loop {
             let start = self.i;

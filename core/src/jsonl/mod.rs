@@ -12,6 +12,7 @@
 //! Physical concerns (files, fsync, zstd frames) belong to the stores; a
 //! zstd store feeds each frame's plaintext to a [`Scanner`].
 
+mod canon;
 mod decode;
 mod lenient;
 mod packed;
@@ -632,7 +633,11 @@ mod tests {
             for i in (0..len).step_by(7) {
                 mixed[i] = b'\n';
             }
-            assert_eq!(count_newlines(&mixed), len.div_ceil(7), "every 7th, {len} bytes");
+            assert_eq!(
+                count_newlines(&mixed),
+                len.div_ceil(7),
+                "every 7th, {len} bytes"
+            );
         }
     }
 }
