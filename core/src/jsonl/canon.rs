@@ -44,11 +44,7 @@ impl Cursor<'_> {
     fn string(&mut self) -> Option<String> {
         self.lit(b"\"")?;
         let start = self.i;
-        let rel = self
-            .b
-            .get(start..)?
-            .iter()
-            .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
+        let rel = super::decode::find_special(self.b.get(start..)?)?;
         let end = start + rel;
         if self.b.get(end) == Some(&b'"') {
             self.i = end + 1;

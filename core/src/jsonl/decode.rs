@@ -335,6 +335,41 @@ impl Decoder {
     }
 }
 
+/// The position of the first byte of `bytes` that ends the plain run of a
+/// JSON string: `"`, `\\` or a control character (below 0x20).
+///
+/// Eight bytes per step: for each `u64` word, a byte lane's high bit is set
+/// exactly when that byte matches (the zero-byte test on `x & 0x7f..` plus
+/// `| x` cannot carry across lanes), so the lowest set lane is the answer.
+pub(super) fn find_special(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    /// High bit of each lane set where the lane of `x` is zero.
+    fn zero_lanes(x: u64) -> u64 {
+        !(((x & LOW7) + LOW7) | x) & HIGH
+    }
+    let mut words = bytes.chunks_exact(8);
+    let mut base = 0;
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let x = u64::from_le_bytes(w);
+        let hits = zero_lanes(x ^ (ONES * u64::from(b'"')))
+            | zero_lanes(x ^ (ONES * u64::from(b'\\')))
+            | zero_lanes(x & (ONES * 0xe0));
+        if hits != 0 {
+            return Some(base + (hits.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)
+        .map(|i| base + i)
+}
+
 /// A cursor over one line for the canonical-line templates.
 pub(super) struct Cursor<'a> {
     pub(super) b: &'a [u8],
@@ -388,11 +423,7 @@ impl<'a> Cursor<'a> {
     /// its opening quote; consumes the closing quote.
     pub(super) fn plain_str(&mut self) -> Option<&'a str> {
         let start = self.i;
-        let rel = self
-            .b
-            .get(start..)?
-            .iter()
-            .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
+        let rel = find_special(self.b.get(start..)?)?;
         let end = start + rel;
         if self.b[end] != b'"' {
             return None;
@@ -417,11 +448,7 @@ impl<'a> Cursor<'a> {
         out.clear();
         loop {
             let start = self.i;
-            let rel = self
-                .b
-                .get(start..)?
-                .iter()
-                .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
+            let rel = find_special(self.b.get(start..)?)?;
             let end = start + rel;
             out.push_str(self.text(start, end)?);
             match self.b[end] {
@@ -1338,6 +1365,42 @@ impl<'de> Visitor<'de> for RowDataSeed {
                 })
             }
             _ => Err(de::Error::custom("incomplete row data")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_special;
+
+    #[test]
+    fn special_byte_search_matches_the_naive_one() {
+        // Bytes around each special one (0x1f/0x20, 0x21/0x23, 0x5b/0x5d,
+        // 0xa2/0xdc with the high bit) trip inexact lane tricks.
+        let alphabet = [
+            b'"', b'\\', 0x00, 0x1f, 0x20, 0x21, 0x23, 0x5b, 0x5d, 0xa2, 0xdc, 0x7f, 0xff, b'a',
+        ];
+        let mut state = 7u32;
+        for len in 0..80 {
+            for _ in 0..200 {
+                let bytes: alloc::vec::Vec<u8> = (0..len)
+                    .map(|_| {
+                        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                        // Mostly plain bytes, so the first special one
+                        // lands at every position of a word.
+                        let r = (state >> 16) as usize;
+                        if r % 4 == 0 {
+                            alphabet[(r / 4) % alphabet.len()]
+                        } else {
+                            b'a' + (r % 26) as u8
+                        }
+                    })
+                    .collect();
+                let naive = bytes
+                    .iter()
+                    .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20);
+                assert_eq!(find_special(&bytes), naive, "{bytes:?}");
+            }
         }
     }
 }
