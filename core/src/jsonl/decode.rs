@@ -388,21 +388,26 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// A canonical non-negative integer (no leading zero) within `max`.
+    /// A canonical non-negative integer (no leading zero) within `max`,
+    /// which is at most [`MAX_SAFE_INTEGER`].
     pub(super) fn uint(&mut self, max: u64) -> Option<u64> {
-        let start = self.i;
-        let mut n: u64 = 0;
-        while let Some(&c) = self.b.get(self.i) {
-            if !c.is_ascii_digit() {
+        // Sixteen digits hold every value up to MAX_SAFE_INTEGER, and
+        // seventeen fit a u64 unchecked: a longer run is out of range.
+        let rest = self.b.get(self.i..)?;
+        let mut n = 0u64;
+        let mut len = 0;
+        while let Some(&c) = rest.get(len) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 || len == 17 {
                 break;
             }
-            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-            self.i += 1;
+            n = n * 10 + u64::from(d);
+            len += 1;
         }
-        let len = self.i - start;
-        if len == 0 || (len > 1 && self.b[start] == b'0') || n > max {
+        if len == 0 || len > 16 || (len > 1 && rest[0] == b'0') || n > max.min(MAX_SAFE_INTEGER) {
             return None;
         }
+        self.i += len;
         Some(n)
     }
 
@@ -1371,7 +1376,36 @@ impl<'de> Visitor<'de> for RowDataSeed {
 
 #[cfg(test)]
 mod tests {
-    use super::find_special;
+    use super::{Cursor, find_special};
+
+    #[test]
+    fn canonical_integers_and_nothing_else() {
+        let read = |text: &str, max: u64| {
+            let mut c = Cursor {
+                b: text.as_bytes(),
+                s: Some(text),
+                i: 0,
+            };
+            c.uint(max).map(|n| (n, c.i))
+        };
+        let safe = crate::json::MAX_SAFE_INTEGER;
+        assert_eq!(read("0}", safe), Some((0, 1)));
+        assert_eq!(read("7", safe), Some((7, 1)));
+        assert_eq!(read("1785246131791,", safe), Some((1_785_246_131_791, 13)));
+        assert_eq!(read("9007199254740991", safe), Some((safe, 16)));
+        // Out of range, a leading zero, no digit, too long for any safe value.
+        assert_eq!(read("9007199254740992", safe), None);
+        assert_eq!(read("4294967296", u64::from(u32::MAX)), None);
+        assert_eq!(
+            read("4294967295", u64::from(u32::MAX)),
+            Some((4_294_967_295, 10))
+        );
+        assert_eq!(read("01", safe), None);
+        assert_eq!(read("-1", safe), None);
+        assert_eq!(read("", safe), None);
+        assert_eq!(read("00000000000000000001", safe), None);
+        assert_eq!(read("123456789012345678901234", safe), None);
+    }
 
     #[test]
     fn special_byte_search_matches_the_naive_one() {
