@@ -10,7 +10,6 @@ use crate::content::ContentBlock;
 use crate::json::{JsonObject, MAX_SAFE_INTEGER};
 use crate::message::{Message, MessageSource, Role};
 
-use super::chunk_event::ChunkView;
 use super::error::AppendError;
 use super::event::{EventData, SessionEvent, types};
 use super::payload::{AbortCause, HeaderReason, TurnEndReason};
@@ -318,9 +317,13 @@ pub(crate) fn check_lossless(data: &EventData) -> Result<(), AppendError> {
                 None => Ok(()),
             }
         }
-        EventData::AssistantChunk(c) => match c.view() {
-            ChunkView::Other(chunk) => check_chunk(chunk),
-            _ => Ok(()),
+        // Deltas carry only strings and indexes: nothing to check (and no
+        // view to build, which costs a UTF-8 check of inline text).
+        EventData::AssistantChunk(c) => match c.chunk_ref() {
+            StreamChunk::TextDelta { .. }
+            | StreamChunk::ReasoningDelta { .. }
+            | StreamChunk::ToolCallDelta { .. } => Ok(()),
+            chunk => check_chunk(chunk),
         },
         EventData::TurnEnd(t) => match &t.reason {
             TurnEndReason::Other(o) => check_object(o),
