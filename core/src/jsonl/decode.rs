@@ -446,6 +446,23 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The body of a string after its opening quote, as
+    /// [`canonical_str`](Self::canonical_str) reads it: borrowed from the
+    /// line when it has no escape, else unescaped into `buf`.
+    pub(super) fn body<'s>(&mut self, buf: &'s mut String) -> Option<&'s str>
+    where
+        'a: 's,
+    {
+        let start = self.i;
+        let end = start + find_special(self.b.get(start..)?)?;
+        if self.b[end] == b'"' {
+            self.i = end + 1;
+            return self.text(start, end);
+        }
+        self.canonical_str(buf)?;
+        Some(buf.as_str())
+    }
+
     /// The body of a string after its opening quote, unescaped into `out`,
     /// accepted only when every escape is the one `write::push_str` writes
     /// (so the line writes back identically); consumes the closing quote.
@@ -545,12 +562,13 @@ fn fast_chunk(
     } else {
         c.lit(b",\"text\":\"")?;
     }
-    c.canonical_str(buf)?;
+    let payload = c.body(buf)?;
     c.lit(b"}}}")?;
     if c.i != line.len() {
         return None;
     }
-    let data = crate::session::AssistantChunk::delta(turn, step, kind, index, id, name, buf, last);
+    let data =
+        crate::session::AssistantChunk::delta(turn, step, kind, index, id, name, payload, last);
     Some(SessionEvent::new(seq, time, data))
 }
 
