@@ -173,42 +173,52 @@ impl Decoder {
     /// event, or a packed row's run; `Err` when the line is not JSON or is a
     /// malformed row (CK14–CK16, SC1).
     pub fn decode_line(&mut self, line: &[u8]) -> Result<Record, Unparsable> {
-        if let Some(e) = fast_chunk(line, None, &mut self.text, &mut self.last_head)
-            .or_else(|| super::canon::read_line(line, None, &mut self.last_head))
-        {
-            return Ok(Record::One(Decoded::Event(e)));
+        match self.decode_canonical(line, None) {
+            Some(e) => Ok(Record::One(Decoded::Event(e))),
+            None => self.decode_general(line, None),
         }
-        self.decode_general(line)
-    }
-
-    /// The general path of [`decode_line`](Self::decode_line), without the
-    /// canonical-line templates.
-    fn decode_general(&mut self, line: &[u8]) -> Result<Record, Unparsable> {
-        let fast = {
-            let mut de = serde_json::Deserializer::from_slice(line);
-            self.fast(&mut de)
-        };
-        self.finish(fast, line)
     }
 
     /// [`decode_line`](Self::decode_line) for a line already known to be
     /// UTF-8 (skips the per-string UTF-8 validation).
     pub fn decode_line_str(&mut self, line: &str) -> Result<Record, Unparsable> {
-        if let Some(e) = fast_chunk(
-            line.as_bytes(),
-            Some(line),
-            &mut self.text,
-            &mut self.last_head,
-        )
-        .or_else(|| super::canon::read_line(line.as_bytes(), Some(line), &mut self.last_head))
-        {
-            return Ok(Record::One(Decoded::Event(e)));
+        match self.decode_canonical(line.as_bytes(), Some(line)) {
+            Some(e) => Ok(Record::One(Decoded::Event(e))),
+            None => self.decode_general(line.as_bytes(), Some(line)),
         }
-        let fast = {
-            let mut de = serde_json::Deserializer::from_str(line);
-            self.fast(&mut de)
+    }
+
+    /// The canonical-line templates alone (delta chunks, then `canon`): the
+    /// event when one reads `line`. `text` is `line` when it is known to be
+    /// UTF-8.
+    #[inline]
+    pub(super) fn decode_canonical(
+        &mut self,
+        line: &[u8],
+        text: Option<&str>,
+    ) -> Option<SessionEvent> {
+        fast_chunk(line, text, &mut self.text, &mut self.last_head)
+            .or_else(|| super::canon::read_line(line, text, &mut self.last_head))
+    }
+
+    /// The general path of [`decode_line`](Self::decode_line), without the
+    /// canonical-line templates.
+    pub(super) fn decode_general(
+        &mut self,
+        line: &[u8],
+        text: Option<&str>,
+    ) -> Result<Record, Unparsable> {
+        let fast = match text {
+            Some(t) => {
+                let mut de = serde_json::Deserializer::from_str(t);
+                self.fast(&mut de)
+            }
+            None => {
+                let mut de = serde_json::Deserializer::from_slice(line);
+                self.fast(&mut de)
+            }
         };
-        self.finish(fast, line.as_bytes())
+        self.finish(fast, line)
     }
 
     /// Checks the canonical-line templates on `line` (for tests and fuzz
@@ -222,7 +232,7 @@ impl Decoder {
         let Some(fast) = super::canon::read_line(line, text, &mut last) else {
             return Ok(false);
         };
-        let general = Decoder::new().decode_general(line);
+        let general = Decoder::new().decode_general(line, None);
         let general = match general {
             Ok(Record::One(Decoded::Event(e)))
                 if e == fast && e.verbatim().is_none() && e.deviation().is_none() =>

@@ -306,14 +306,23 @@ impl Scanner {
         let mut start = 0;
         while let Some(rel) = find_newline(&bytes[start..]) {
             let end = start + rel;
-            let record = match text {
-                Some(t) => self
-                    .decoder
-                    .decode_line_str(t.get(start..end).unwrap_or("")),
-                None => self.decoder.decode_line(&bytes[start..end]),
-            };
-            self.record(record, self.consumed + end + 1)?;
+            let line = &bytes[start..end];
+            let line_text = text.and_then(|t| t.get(start..end));
             start = end + 1;
+            let record = match self.decoder.decode_canonical(line, line_text) {
+                // The common case, straight into the prefix: a well-formed
+                // event in sequence while the scan is clean (what `record`
+                // does for it, without the detour through `Record`).
+                Some(e) if self.issue.is_none() && e.seq() == self.events.len() as u64 => {
+                    self.line += 1;
+                    self.events.push(e);
+                    self.committed = self.consumed + start;
+                    continue;
+                }
+                Some(e) => Ok(Record::One(Decoded::Event(e))),
+                None => self.decoder.decode_general(line, line_text),
+            };
+            self.record(record, self.consumed + start)?;
         }
         self.consumed += bytes.len();
         Ok(())
