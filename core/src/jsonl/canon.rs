@@ -52,6 +52,8 @@ impl Cursor<'_> {
         }
         let mut out = String::new();
         self.canonical_str(&mut out)?;
+        // Exact capacity, as a serde read gives (a shrink in place).
+        out.shrink_to_fit();
         Some(out)
     }
 
@@ -137,6 +139,7 @@ impl Cursor<'_> {
         loop {
             blocks.push(self.block(nested)?);
             if self.lit(b"]").is_some() {
+                blocks.shrink_to_fit();
                 return Some(blocks);
             }
             self.lit(b",")?;
@@ -366,6 +369,7 @@ impl Cursor<'_> {
                         self.lit(b",")?;
                     }
                 }
+                seqs.shrink_to_fit();
                 sources = Some(seqs);
             } else if surface_op.is_none() && self.lit(b",\"surfaceOp\":\"append\"").is_some() {
                 surface_op = Some(SurfaceOp::Append);
