@@ -4,7 +4,11 @@
 //! - Writing: [`encode_header_line`], [`encode_event_line`] and
 //!   [`encode_batch`] (with packed chunk rows).
 //! - Reading: [`decode_header_line`], [`Decoder::decode_line`] (one record),
-//!   the line [`Scanner`] (torn tail vs corruption), [`scan_log`].
+//!   the line [`Scanner`] (torn tail vs corruption), [`scan_log`]. A line
+//!   in the exact form the writer produces is read by a template that
+//!   mirrors the writer (typed, no `Value` trees, nothing to re-check);
+//!   any other line takes serde, and keeps its source text when writing it
+//!   back would change a byte.
 //! - Recovery: [`interrupted_turn_closers`], [`load_log`] (validate and
 //!   close an interrupted turn), [`LoadedLog::repaired_bytes`].
 //! - [`fixture_tokens`]: the conformance substitutions.
