@@ -256,6 +256,9 @@ pub struct Scanner {
     committed: usize,
     issue: Option<String>,
     line: usize,
+    /// Whether the prefix holds a plugin (or unknown) event: only those
+    /// need the known-type check.
+    plugins: bool,
 }
 
 impl Scanner {
@@ -269,6 +272,7 @@ impl Scanner {
             committed: base,
             issue: None,
             line: 0,
+            plugins: false,
         }
     }
 
@@ -360,7 +364,11 @@ impl Scanner {
             return Ok(());
         }
         match record {
-            Record::One(Decoded::Event(e)) => self.events.push(e),
+            Record::One(Decoded::Event(e)) => {
+                // Templates never read plugin events: only this path can.
+                self.plugins |= matches!(e.data(), EventData::Plugin(_));
+                self.events.push(e);
+            }
             Record::One(Decoded::Invalid(i)) => {
                 return Err(ScanError::Invalid {
                     index: self.events.len(),
@@ -419,6 +427,11 @@ pub struct ScannedLog {
 
 /// Reads a raw log: header (HL2), then the scan (RR1, RR2).
 pub fn scan_log(bytes: &[u8]) -> Result<ScannedLog, LogError> {
+    scan_log_flagged(bytes).map(|(scanned, _)| scanned)
+}
+
+/// [`scan_log`], and whether the prefix holds a plugin event.
+fn scan_log_flagged(bytes: &[u8]) -> Result<(ScannedLog, bool), LogError> {
     let hlen = header_len(bytes).ok_or_else(|| {
         LogError::corrupt("corrupt session log: empty or header-less session log")
     })?;
@@ -434,14 +447,16 @@ pub fn scan_log(bytes: &[u8]) -> Result<ScannedLog, LogError> {
         },
     })?;
     let committed = scanner.committed();
+    let plugins = scanner.plugins;
     let mut events = scanner.into_events();
     events.shrink_to_fit();
-    Ok(ScannedLog {
+    let scanned = ScannedLog {
         header,
         events,
         committed,
         torn: committed < bytes.len(),
-    })
+    };
+    Ok((scanned, plugins))
 }
 
 /// Extra event types a reader knows beyond [`KNOWN_EVENT_TYPES`].
@@ -517,7 +532,7 @@ impl LoadedLog {
 /// an interrupted turn, then full seed validation of `prefix ++ closers`
 /// (header rules HD4–HD10 included).
 pub fn load_log(bytes: &[u8], extra_known: ExtraKnownTypes<'_>) -> Result<LoadedLog, LogError> {
-    let scanned = scan_log(bytes)?;
+    let (scanned, plugins) = scan_log_flagged(bytes)?;
     let id = String::from(scanned.header.id.as_str());
     scanned
         .header
@@ -526,7 +541,10 @@ pub fn load_log(bytes: &[u8], extra_known: ExtraKnownTypes<'_>) -> Result<Loaded
             session_id: id.clone(),
             error,
         })?;
-    check_types(&id, &scanned.events, extra_known)?;
+    // Only plugin events can fail the type check; most logs need no pass.
+    if plugins {
+        check_types(&id, &scanned.events, extra_known)?;
+    }
     let closers = interrupted_turn_closers(&scanned.events);
     let stored = scanned.events.len();
     let mut events = scanned.events;
