@@ -426,11 +426,7 @@ pub(super) fn read_line(
     text: Option<&str>,
     last: &mut Option<ToolCallHead>,
 ) -> Option<SessionEvent> {
-    let mut c = Cursor {
-        b: line,
-        s: text,
-        i: 0,
-    };
+    let mut c = Cursor::new(line, text);
     c.lit(b"{\"type\":")?;
     let t = TYPES.iter().find_map(|(lit, t)| c.lit(lit).map(|()| *t))?;
     let seq = c.safe()?;

@@ -389,6 +389,16 @@ pub(super) struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    /// A cursor at the start of `line`; `text` is `line` when it is known
+    /// to be UTF-8.
+    pub(super) fn new(line: &'a [u8], text: Option<&'a str>) -> Self {
+        Cursor {
+            b: line,
+            s: text,
+            i: 0,
+        }
+    }
+
     pub(super) fn lit(&mut self, s: &[u8]) -> Option<()> {
         if self.b.get(self.i..self.i + s.len())? == s {
             self.i += s.len();
@@ -537,11 +547,7 @@ fn fast_chunk(
     buf: &mut String,
     last: &mut Option<ToolCallHead>,
 ) -> Option<SessionEvent> {
-    let mut c = Cursor {
-        b: line,
-        s: text,
-        i: 0,
-    };
+    let mut c = Cursor::new(line, text);
     c.lit(b"{\"type\":\"assistant/chunk\",\"seq\":")?;
     let seq = c.uint(MAX_SAFE_INTEGER)?;
     c.lit(b",\"time\":")?;
@@ -1409,11 +1415,7 @@ mod tests {
     #[test]
     fn canonical_integers_and_nothing_else() {
         let read = |text: &str, max: u64| {
-            let mut c = Cursor {
-                b: text.as_bytes(),
-                s: Some(text),
-                i: 0,
-            };
+            let mut c = Cursor::new(text.as_bytes(), Some(text));
             c.uint(max).map(|n| (n, c.i))
         };
         let safe = crate::json::MAX_SAFE_INTEGER;
