@@ -44,12 +44,10 @@ impl Cursor<'_> {
     fn string(&mut self) -> Option<String> {
         self.lit(b"\"")?;
         let start = self.i;
-        let rel = super::decode::find_special(self.b.get(start..)?)?;
-        let end = start + rel;
-        if self.b.get(end) == Some(&b'"') {
-            self.i = end + 1;
-            return self.text(start, end).map(String::from);
+        if let Some(plain) = self.plain_str() {
+            return Some(String::from(plain));
         }
+        self.i = start;
         let mut out = String::new();
         self.canonical_str(&mut out)?;
         // Exact capacity, as a serde read gives (a shrink in place).

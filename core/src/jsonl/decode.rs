@@ -474,11 +474,10 @@ impl<'a> Cursor<'a> {
         'a: 's,
     {
         let start = self.i;
-        let end = start + find_special(self.b.get(start..)?)?;
-        if self.b[end] == b'"' {
-            self.i = end + 1;
-            return self.text(start, end);
+        if let Some(plain) = self.plain_str() {
+            return Some(plain);
         }
+        self.i = start;
         self.canonical_str(buf)?;
         Some(buf.as_str())
     }

@@ -618,10 +618,9 @@ mod tests {
     }
 
     #[test]
-    fn newline_count_holds_across_lane_blocks() {
-        // Lengths around the vector and loop sizes of a vectorized count
-        // (and the 255-row blocks of a lane-counting one), all newlines and
-        // every seventh byte.
+    fn newline_count_holds_across_block_boundaries() {
+        // Lengths around multiples of 8 and 255 (word and lane-block sizes
+        // of a vectorized count), all newlines and every seventh byte.
         const BLOCK: usize = 8 * 255;
         for len in [
             BLOCK - 1,
