@@ -122,9 +122,13 @@ impl ToolArgs {
     }
 }
 
-/// Says once, on stderr, what this kernel cannot enforce of `config`.
+/// Says once, on stderr, what this kernel cannot enforce of `config`, and
+/// whether the runtime context's `git status` cannot run confined.
 pub fn warn_unenforced(config: &BashConfig) {
     if let Some(w) = dsh_tools::sandbox::support().warning(&config.sandbox) {
+        eprintln!("dsh: {w}");
+    }
+    if let Some(w) = dsh_system_prompt::host::git_status_warning() {
         eprintln!("dsh: {w}");
     }
 }
