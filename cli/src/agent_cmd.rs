@@ -195,7 +195,7 @@ pub struct Setup {
 }
 
 fn env_lookup(name: &str) -> Option<String> {
-    std::env::var(name).ok()
+    crate::secrets::lookup(name)
 }
 
 /// Resolves provider and store and builds the agent configuration.

@@ -20,6 +20,7 @@ mod provider;
 mod render;
 mod replay;
 mod sanitize;
+mod secrets;
 mod shell;
 mod signals;
 mod sse;
@@ -79,6 +80,16 @@ pub enum Outcome {
 }
 
 fn main() -> ExitCode {
+    // The provider's credentials leave the environment before anything
+    // else runs (see `secrets`).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let file_key_env = config_file::load(&|n| std::env::var(n).ok())
+        .ok()
+        .and_then(|f| f.api_key_env);
+    // SAFETY: the first thing main does: the process has one thread (std
+    // starts none before main, and nothing above started one), so nothing
+    // reads or writes the environment concurrently.
+    unsafe { secrets::capture(&secrets::secret_names(&args, file_key_env.as_deref())) };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

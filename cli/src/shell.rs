@@ -97,6 +97,9 @@ pub fn agent_config(
         // A keyless endpoint (local server, the demo's mock) still gets a
         // syntactically valid bearer token.
         options.credentials = Some(Arc::new(move |_: &str| Some(placeholder.to_string())));
+    } else {
+        // The key was taken out of the environment at start-up.
+        options.credentials = Some(Arc::new(crate::secrets::lookup));
     }
     let client = DeepSeekClient::with_options(config, options)
         .map_err(|e| format!("dsh: bad provider settings: {e}"))?;

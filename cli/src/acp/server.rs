@@ -316,7 +316,7 @@ impl Server {
         }
         let cwd = std::fs::canonicalize(cwd)
             .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
-        let env = |name: &str| std::env::var(name).ok();
+        let env = |name: &str| crate::secrets::lookup(name);
         let file = crate::config_file::load(&env).map_err(internal)?;
         let provider =
             crate::provider::resolve_with(&self.options.provider, &file, &env).map_err(internal)?;
