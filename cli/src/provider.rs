@@ -7,6 +7,7 @@
 use clap::Args;
 
 use crate::config_file::ConfigFile;
+use crate::secrets::BaseUrl;
 
 /// The default model id.
 pub const DEFAULT_MODEL: &str = "deepseek-v4-flash";
@@ -15,7 +16,9 @@ pub const DEFAULT_MODEL: &str = "deepseek-v4-flash";
 #[derive(Args, Clone, Debug, Default)]
 pub struct ProviderArgs {
     /// Base URL of an OpenAI-compatible endpoint (default: `$DEEPSEEK_BASE_URL`,
-    /// else <https://api.deepseek.com>).
+    /// else <https://api.deepseek.com>). Credentials in it (`user:pass@`)
+    /// belong in `$DEEPSEEK_BASE_URL` or the config file: on the command
+    /// line every local user can read them.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// Model id [default: deepseek-v4-flash].
@@ -181,8 +184,9 @@ pub fn seconds(text: &str) -> Result<f64, String> {
 /// The resolved endpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Provider {
-    /// Explicit base URL (`None`: the adapter's default rule).
-    pub base_url: Option<String>,
+    /// The base URL (flag, config file or `$DEEPSEEK_BASE_URL`; `None`: the
+    /// adapter's default). Its credentials are shown redacted only.
+    pub base_url: Option<BaseUrl>,
     /// Model id.
     pub model: String,
     /// Name of the key variable.
@@ -208,6 +212,17 @@ impl Provider {
     }
 }
 
+/// Says once per process that `--base-url` carried credentials.
+fn warn_credentials_on_command_line() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!(
+            "dsh: warning: --base-url carries credentials, which every local user can \
+             read in the process list; put them in $DEEPSEEK_BASE_URL or the config file"
+        );
+    });
+}
+
 /// Resolves the provider from the flags over `file`.
 ///
 /// Without a key and without any base URL (flag, file or
@@ -225,12 +240,27 @@ pub fn resolve_with(
         .or_else(|| file.api_key_env.clone())
         .unwrap_or_else(|| dsh_deepseek::DEFAULT_API_KEY_ENV.to_string());
     let has_key = set(&api_key_env);
-    let base_url = args
+    let flag_url = args
         .base_url
         .clone()
-        .or_else(|| file.base_url.clone())
-        .filter(|u| !u.is_empty());
-    if !has_key && base_url.is_none() && !set(dsh_deepseek::BASE_URL_ENV) {
+        .filter(|u| !u.is_empty())
+        .map(BaseUrl::new);
+    if flag_url.as_ref().is_some_and(BaseUrl::has_userinfo) {
+        warn_credentials_on_command_line();
+    }
+    let base_url = flag_url
+        .or_else(|| {
+            file.base_url
+                .clone()
+                .filter(|u| !u.is_empty())
+                .map(BaseUrl::new)
+        })
+        .or_else(|| {
+            env(dsh_deepseek::BASE_URL_ENV)
+                .filter(|u| !u.trim().is_empty())
+                .map(BaseUrl::new)
+        });
+    if !has_key && base_url.is_none() {
         return Err(format!(
             "dsh: no API key. Set {key} to a DeepSeek API key (export {key}=sk-...), \
              or use --base-url URL [--api-key-env NAME] [--model ID] for another \
@@ -314,7 +344,7 @@ mod tests {
         assert_eq!(p.max_tokens, Some(9));
         assert_eq!(p.api_key_env, "OTHER");
         assert!(!p.has_key, "the file's key variable is the one read");
-        assert_eq!(p.base_url.as_deref(), Some("http://f"));
+        assert_eq!(p.base_url, Some(BaseUrl::new("http://f")));
         let flags = ProviderArgs {
             model: Some("f".into()),
             effort: Some("max".into()),
@@ -436,7 +466,7 @@ mod tests {
         a.base_url = Some("http://127.0.0.1:8080/v1".into());
         a.model = Some("llama".into());
         let p = resolve(&a, &|_| None).unwrap();
-        assert_eq!(p.base_url.as_deref(), Some("http://127.0.0.1:8080/v1"));
+        assert_eq!(p.base_url, Some(BaseUrl::new("http://127.0.0.1:8080/v1")));
         assert!(!p.has_key);
         assert_eq!(p.key_placeholder(), Some("dsh-no-key"));
         // $DEEPSEEK_BASE_URL counts as a base URL too.

@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::sync::OnceLock;
 
-use dsh_deepseek::{BASE_URL_ENV, DEFAULT_API_KEY_ENV};
+use dsh_deepseek::{BASE_URL_ENV, DEFAULT_API_KEY_ENV, redact_url};
 
 /// A credential's text. Neither `Debug` nor any formatting shows it.
 #[derive(Clone, PartialEq, Eq)]
@@ -39,6 +39,43 @@ impl Secret {
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// A base URL that may carry credentials (`https://user:pass@host/v1`,
+/// `?api_key=…`): shown and stored only through [`redact_url`]; the full
+/// text goes to the HTTP client alone.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BaseUrl(Secret);
+
+impl BaseUrl {
+    /// Wraps `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        BaseUrl(Secret::new(url))
+    }
+
+    /// The URL with credentials, for the HTTP client.
+    pub fn expose(&self) -> &str {
+        self.0.expose()
+    }
+
+    /// The URL fit to show: userinfo and query values redacted.
+    pub fn shown(&self) -> String {
+        redact_url(self.0.expose())
+    }
+
+    /// Whether the URL has a userinfo part (`user:pass@`).
+    pub fn has_userinfo(&self) -> bool {
+        let url = self.0.expose();
+        let rest = url.split_once("://").map_or(url, |(_, r)| r);
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        rest[..end].contains('@')
+    }
+}
+
+impl fmt::Debug for BaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BaseUrl({:?})", self.shown())
     }
 }
 
@@ -202,6 +239,18 @@ mod tests {
     fn secrets_do_not_format() {
         let s = Secret::new("sk-formatted-1234");
         assert!(!format!("{s:?}").contains("sk-formatted"));
+        let u = BaseUrl::new("https://me:pw-1234@host.example/v1?api_key=k-99");
+        assert!(u.has_userinfo());
+        let shown = format!("{u:?} {}", u.shown());
+        assert!(
+            !shown.contains("pw-1234") && !shown.contains("k-99"),
+            "{shown}"
+        );
+        assert_eq!(
+            u.expose(),
+            "https://me:pw-1234@host.example/v1?api_key=k-99"
+        );
+        assert!(!BaseUrl::new("http://127.0.0.1:8/v1?x=a@b").has_userinfo());
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub fn agent_config(
 ) -> Result<AgentConfig, String> {
     let config = DeepSeekConfig {
         api_key_env: provider.api_key_env.clone(),
-        base_url: provider.base_url.clone(),
+        base_url: provider.base_url.as_ref().map(|u| u.expose().to_string()),
         stream_idle_timeout_ms: provider.client.idle_timeout_ms(),
         ..DeepSeekConfig::default()
     };

@@ -103,3 +103,96 @@ fn the_key_is_not_in_dshs_proc_environ() {
         );
     }
 }
+
+/// A tool call counting environment entries that hold the base URL's
+/// password (the pattern does not spell it, so the command line itself
+/// does not leak it).
+const COUNT_URL_SECRET: &str = r#"{"responses":[
+  {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"echo \\\"seen=$(env | grep -c 'pw-can[a]ry')\\\"\",\"description\":\"peek\"}"]}]}},
+  {"turn":{"text":["ok"]}}
+]}"#;
+
+/// `http://user:pw-canary-5150@127.0.0.1:PORT` for `url`.
+fn with_userinfo(url: &str) -> String {
+    url.replacen("http://", "http://user:pw-canary-5150@", 1)
+}
+
+/// Base-URL userinfo, from `$DEEPSEEK_BASE_URL` or `--base-url`, reaches
+/// no tool, no stored log and not the screen; on the command line it is
+/// called out once.
+#[test]
+fn base_url_credentials_stay_secret() {
+    let ws = tempfile::tempdir().unwrap();
+    for from_flag in [false, true] {
+        let data = tempfile::tempdir().unwrap();
+        let server = mock(COUNT_URL_SECRET);
+        let url = with_userinfo(&server.url());
+        let mut cmd = dsh(data.path());
+        cmd.env("DEEPSEEK_API_KEY", "sk-test-key-1");
+        if from_flag {
+            cmd.args(["run", "--base-url", &url]);
+        } else {
+            cmd.env("DEEPSEEK_BASE_URL", &url).arg("run");
+        }
+        let o = cmd
+            .args(["--yes", "--sandbox", "off", "--cwd"])
+            .arg(ws.path())
+            .arg("peek")
+            .output()
+            .unwrap();
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{out}{err}");
+        assert!(out.contains("seen=0"), "flag {from_flag}: {out}");
+        assert_eq!(
+            err.contains("--base-url carries credentials"),
+            from_flag,
+            "{err}"
+        );
+        assert_eq!(
+            err.matches("carries credentials").count(),
+            usize::from(from_flag)
+        );
+        assert!(
+            !out.contains("pw-canary") && !err.contains("pw-canary"),
+            "{out}{err}"
+        );
+        let log = stored(data.path());
+        assert!(log.contains("seen=0"), "{log}");
+        assert!(
+            !log.contains("pw-canary"),
+            "the base URL's password reached the log"
+        );
+    }
+}
+
+/// A failing endpoint with credentials in its URL: the error on the screen
+/// and in the log shows the URL redacted.
+#[test]
+fn base_url_credentials_stay_out_of_errors() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    // A port nothing listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = dsh(data.path())
+        .env("DEEPSEEK_API_KEY", "sk-test-key-1")
+        .env(
+            "DEEPSEEK_BASE_URL",
+            format!("http://user:pw-canary-5150@127.0.0.1:{port}/v1"),
+        )
+        .args(["run", "--attempts", "1", "--cwd"])
+        .arg(ws.path())
+        .arg("hello")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_ne!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        !out.contains("pw-canary") && !err.contains("pw-canary"),
+        "{out}{err}"
+    );
+    assert!(!stored(data.path()).contains("pw-canary"));
+}
