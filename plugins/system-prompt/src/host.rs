@@ -75,17 +75,27 @@ pub fn git_state(dir: &Path) -> Option<Git> {
     let mut git = confine::status_output(dir, GIT_TIMEOUT, MAX_GIT_BYTES)
         .map(|bytes| parse_status(&String::from_utf8_lossy(&bytes)))
         .unwrap_or_default();
-    // The status's branch line adds the upstream; keep it only when it
-    // names the branch read from HEAD.
-    let agrees = git.branch == branch
-        || git
-            .branch
-            .strip_prefix(branch.as_str())
-            .is_some_and(|rest| rest.starts_with("..."));
-    if !agrees {
-        git.branch = branch;
-    }
+    git.branch = branch_line(&git.branch, branch);
     Some(git)
+}
+
+/// The branch line shown: `status` (the `##` line of `git status`) when
+/// it adds the upstream (`main...origin/main [ahead 1]`) or says the
+/// branch is unborn (`No commits yet on main`) for the branch `head` read
+/// from HEAD, and holds no hidden character; else `head`.
+fn branch_line(status: &str, head: String) -> String {
+    let agrees = status == head
+        || status
+            .strip_prefix(head.as_str())
+            .is_some_and(|rest| rest.starts_with("..."))
+        || status
+            .strip_suffix(head.as_str())
+            .is_some_and(|before| before.ends_with(" on "));
+    if agrees && !status.chars().any(|c| c.is_control() || invisible(c)) {
+        status.to_string()
+    } else {
+        head
+    }
 }
 
 /// The warning a front end shows once when `git status` cannot run
@@ -148,7 +158,6 @@ pub fn read_branch(git_dir: &Path) -> String {
 /// [`MAX_BRANCH_BYTES`], and none of the invisible or direction-changing
 /// characters git itself allows.
 fn valid_branch(name: &str) -> bool {
-    let invisible = |c: char| matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}');
     !name.is_empty()
         && name.len() <= MAX_BRANCH_BYTES
         && !name.contains("..")
@@ -164,6 +173,14 @@ fn valid_branch(name: &str) -> bool {
                 && !invisible(c)
                 && !matches!(c, '~' | '^' | ':' | '?' | '*' | '[' | '\\')
         })
+}
+
+/// Whether `c` is an invisible or direction-changing character.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}'
+    )
 }
 
 /// Reads at most `max` bytes of the regular file `path` as text. Opened
@@ -345,6 +362,24 @@ mod tests {
         let w = wt.clone();
         let found = within_time(move || find_git_dir(&w));
         assert_ne!(found, Some(wt_git));
+    }
+
+    #[test]
+    fn the_status_branch_line_only_when_it_agrees_with_head() {
+        let head = || "main".to_string();
+        assert_eq!(
+            branch_line("main...origin/main [ahead 1]", head()),
+            "main...origin/main [ahead 1]"
+        );
+        assert_eq!(
+            branch_line("No commits yet on main", head()),
+            "No commits yet on main"
+        );
+        assert_eq!(branch_line("", head()), "main");
+        assert_eq!(branch_line("other...origin/other", head()), "main");
+        assert_eq!(branch_line("mainline", head()), "main");
+        assert_eq!(branch_line("main...origin/\u{202e}x", head()), "main");
+        assert_eq!(branch_line("main...o\x1b[2J", head()), "main");
     }
 
     #[test]
