@@ -21,6 +21,7 @@ use dsh_store::SessionStore;
 use crate::Outcome;
 use crate::provider::ProviderArgs;
 use crate::render::{RenderOptions, Renderer, TurnOutcome};
+use crate::sanitize::{eprintln_safe, writeln_safe};
 use crate::store::{StoreArgs, describe_location, new_session_id, now_ms};
 use crate::title::Titler;
 
@@ -333,7 +334,7 @@ pub fn run(args: RunArgs) -> Outcome {
     let setup = match setup(&args.agent, false, args.yes) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
@@ -347,7 +348,7 @@ pub fn run(args: RunArgs) -> Outcome {
     let agent = match Agent::create(setup.config, setup.store.clone(), id.clone()) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("dsh run: cannot start the agent: {e}");
+            eprintln_safe!("dsh run: cannot start the agent: {e}");
             return Outcome::BadInput;
         }
     };
@@ -370,7 +371,7 @@ pub fn run(args: RunArgs) -> Outcome {
     match result {
         Ok(outcome) => {
             if !args.json {
-                eprintln!("session {} → {location}", id.as_str());
+                eprintln_safe!("session {} → {location}", id.as_str());
             }
             if completed(&outcome) {
                 Outcome::Ok
@@ -379,7 +380,7 @@ pub fn run(args: RunArgs) -> Outcome {
             }
         }
         Err(e) => {
-            eprintln!("dsh run: {e}");
+            eprintln_safe!("dsh run: {e}");
             Outcome::CheckFailed
         }
     }
@@ -546,7 +547,7 @@ pub fn chat(args: ChatArgs) -> Outcome {
     let setup = match setup(&args.agent, true, false) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
@@ -563,7 +564,7 @@ pub fn chat(args: ChatArgs) -> Outcome {
     let agent = match agent {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("dsh chat: cannot start the agent: {e}");
+            eprintln_safe!("dsh chat: cannot start the agent: {e}");
             return Outcome::BadInput;
         }
     };
@@ -593,7 +594,7 @@ pub fn fork(args: ForkArgs) -> Outcome {
     let setup = match setup(&args.agent, true, false) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
@@ -603,7 +604,7 @@ pub fn fork(args: ForkArgs) -> Outcome {
         None => match last_completed_turn(&*setup.store, &parent) {
             Ok(at) => at,
             Err(e) => {
-                eprintln!("dsh fork: {e}");
+                eprintln_safe!("dsh fork: {e}");
                 return Outcome::BadInput;
             }
         },
@@ -620,14 +621,14 @@ pub fn fork(args: ForkArgs) -> Outcome {
     ) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("dsh fork: {e}");
+            eprintln_safe!("dsh fork: {e}");
             return Outcome::BadInput;
         }
     };
     setup
         .delegation
         .attach(agent.session_id().clone(), agent.mailbox());
-    eprintln!("forked {} → {}", args.id, new_id.as_str());
+    eprintln_safe!("forked {} → {}", args.id, new_id.as_str());
     let titler = titler_for(provider, call, &agent, setup.titles);
     let outcome = repl(
         agent,
@@ -680,7 +681,7 @@ fn repl(
     let mut out = io::stdout().lock();
     let mut r = Renderer::new(render);
     let id = agent.session_id().clone();
-    let _ = writeln!(
+    let _ = writeln_safe!(
         out,
         "dsh chat: session {}{} (/help for commands)",
         id.as_str(),
@@ -772,6 +773,7 @@ fn repl(
             }) => {
                 let _ = r.clear_status(&mut out);
                 let _ = r.end_line(&mut out);
+                // tty: approval_prompt() shows every value through sanitize::approval_value.
                 let _ = write!(out, "{}", crate::render::approval_prompt(&tool, &arguments));
                 let _ = out.flush();
                 if input_ended && held.is_empty() {
@@ -929,13 +931,13 @@ fn repl(
     // After a hang-up the terminal may be gone: a failed write is ignored
     // (println! would panic).
     let mut stdout = io::stdout();
-    let _ = writeln!(
+    let _ = writeln_safe!(
         stdout,
         "session {} saved: {}",
         id.as_str(),
         describe_location(store.as_ref(), store_args, &id)
     );
-    let _ = writeln!(stdout, "resume with: dsh chat --resume {}", id.as_str());
+    let _ = writeln_safe!(stdout, "resume with: dsh chat --resume {}", id.as_str());
     Outcome::Ok
 }
 

@@ -9,6 +9,7 @@ use dsh_deepseek::{DeepSeekConfig, Effort, Thinking, build_request_body};
 
 use crate::Outcome;
 use crate::input::read_input;
+use crate::sanitize::eprintln_safe;
 
 /// `dsh deepseek ...`
 #[derive(Subcommand)]
@@ -81,7 +82,7 @@ fn request(
         }) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("{e}");
+                eprintln_safe!("{e}");
                 return Outcome::BadInput;
             }
         },
@@ -101,7 +102,7 @@ fn request(
         });
     }
     if let Err(e) = config.validate() {
-        eprintln!("{e}");
+        eprintln_safe!("{e}");
         return Outcome::BadInput;
     }
     let options = match read_input(path.as_deref()).and_then(|b| {
@@ -110,17 +111,18 @@ fn request(
     }) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
     match build_request_body(&options, &config, None) {
         Ok(body) => {
+            // tty: JSON output (serde_json escapes control characters); sanitising would change the data.
             println!("{body}");
             Outcome::Ok
         }
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             Outcome::CheckFailed
         }
     }

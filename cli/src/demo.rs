@@ -13,6 +13,7 @@ use dsh_deepseek::mock::{MockServer, Script};
 use crate::Outcome;
 use crate::agent_cmd::{ViewArgs, completed, drive_one_turn};
 use crate::provider::{DEFAULT_MODEL, Provider};
+use crate::sanitize::{eprintln_safe, println_safe};
 use crate::store::{StoreArgs, describe_location, new_session_id, now_ms};
 
 /// The bundled mock script: the model writes `hello.txt`, checks it with
@@ -86,7 +87,7 @@ pub fn run(args: DemoArgs) -> Outcome {
         Ok(true) => Outcome::Ok,
         Ok(false) => Outcome::CheckFailed,
         Err(e) => {
-            eprintln!("dsh demo: {e}");
+            eprintln_safe!("dsh demo: {e}");
             Outcome::BadInput
         }
     }
@@ -159,16 +160,16 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
             )));
     }
     let id = new_session_id(now_ms());
-    println!(
+    println_safe!(
         "dsh demo: mock DeepSeek server at {} (scripted model, no network)",
         server.url()
     );
-    println!("workspace: {}", workspace.display());
+    println_safe!("workspace: {}", workspace.display());
     let agent = dsh_std::Agent::create(config, store.clone(), id.clone())
         .map_err(|e| format!("cannot start the agent: {e}"))?;
     let render = args.view.options();
     let prompts: &[&str] = if compaction {
-        println!("context window: {COMPACTION_WINDOW} tokens, compaction at 80%");
+        println_safe!("context window: {COMPACTION_WINDOW} tokens, compaction at 80%");
         &COMPACTION_PROMPTS
     } else if subagent {
         &[SUBAGENT_PROMPT]
@@ -177,7 +178,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     };
     let mut outcome = Err(String::from("no turn ran"));
     for prompt in prompts {
-        println!("> {prompt}");
+        println_safe!("> {prompt}");
         outcome = drive_one_turn(&agent, prompt, render, false, true);
         println!();
         if !outcome.as_ref().is_ok_and(completed) {
@@ -191,25 +192,25 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     drop(server);
     let location = describe_location(store.as_ref(), &args.store, &id);
     println!();
-    println!("session {}: {location}", id.as_str());
+    println_safe!("session {}: {location}", id.as_str());
     let mut logs = vec![location.clone()];
     if subagent {
         for child in children_of(store.as_ref(), &id) {
             let at = describe_location(store.as_ref(), &args.store, &child);
-            println!("  subagent {}: {at}", child.as_str());
+            println_safe!("  subagent {}: {at}", child.as_str());
             logs.push(at);
         }
     }
     let ok = match &outcome {
         Ok(o) => completed(o),
         Err(e) => {
-            eprintln!("dsh demo: {e}");
+            eprintln_safe!("dsh demo: {e}");
             false
         }
     };
     for log in logs.iter().filter(|l| l.ends_with("session.jsonl")) {
-        println!("check the log:    dsh log check {log}");
-        println!("replay the turn:  dsh replay --check {log}");
+        println_safe!("check the log:    dsh log check {log}");
+        println_safe!("replay the turn:  dsh replay --check {log}");
     }
     println!("list sessions:    dsh sessions");
     println!("try a live model: export DEEPSEEK_API_KEY=sk-... && dsh chat");
@@ -266,7 +267,7 @@ fn print_compaction_report(events: &[dsh_core::session::SessionEvent]) {
             .filter_map(|e| e.derived_message())
             .collect();
         let all_tokens: usize = all.iter().map(|m| size(m)).sum();
-        println!(
+        println_safe!(
             "{:>4}  {:>15}  {:>3} messages, ~{:<5} tokens  {:>3} messages, ~{} tokens",
             t.turn,
             used,
@@ -281,7 +282,7 @@ fn print_compaction_report(events: &[dsh_core::session::SessionEvent]) {
             && let EventData::Plugin(p) = e.data()
             && let Ok(v) = serde_json::from_str::<serde_json::Value>(p.data.get())
         {
-            println!(
+            println_safe!(
                 "compaction at seq {}: shadowed seqs {} (~{} tokens) replaced by a summary",
                 e.seq(),
                 v["shadowedSeqs"],

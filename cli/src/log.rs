@@ -9,6 +9,7 @@ use dsh_core::session::InvariantChecker;
 
 use crate::Outcome;
 use crate::input::read_input;
+use crate::sanitize::{eprintln_safe, writeln_safe};
 
 /// `dsh log ...`
 #[derive(Subcommand)]
@@ -82,7 +83,7 @@ fn check(paths: &[PathBuf], fixture_tokens: bool, strict: bool) -> Outcome {
             Ok(b) => b,
             Err(why) => {
                 unreadable = true;
-                let _ = writeln!(out, "{}: FAIL {why}", path.display());
+                let _ = writeln_safe!(out, "{}: FAIL {why}", path.display());
                 continue;
             }
         };
@@ -106,7 +107,7 @@ fn check(paths: &[PathBuf], fixture_tokens: bool, strict: bool) -> Outcome {
                 format!("{}: FAIL {why}", path.display())
             }
         };
-        let _ = writeln!(out, "{line}");
+        let _ = writeln_safe!(out, "{line}");
     }
     if unreadable {
         Outcome::BadInput
@@ -121,14 +122,14 @@ fn derive(path: &Path, fixture_tokens: bool) -> Outcome {
     let bytes = match read(path, fixture_tokens) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
     let mut loaded = match jsonl::load_log(&bytes, &[]) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("{}: {e}", path.display());
+            eprintln_safe!("{}: {e}", path.display());
             return Outcome::CheckFailed;
         }
     };
@@ -136,10 +137,11 @@ fn derive(path: &Path, fixture_tokens: bool) -> Outcome {
     for m in loaded.session.derive_messages() {
         match serde_json::to_string(&**m) {
             Ok(s) => {
+                // tty: JSON output (serde_json escapes control characters); sanitising would change the data.
                 let _ = writeln!(out, "{s}");
             }
             Err(e) => {
-                eprintln!("cannot serialize a message: {e}");
+                eprintln_safe!("cannot serialize a message: {e}");
                 return Outcome::CheckFailed;
             }
         }
@@ -151,7 +153,7 @@ fn repair(path: &Path) -> Outcome {
     let bytes = match read(path, false) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
@@ -162,14 +164,14 @@ fn repair(path: &Path) -> Outcome {
                 LogError::FormatUnsupported { .. } => "unsupported",
                 _ => "corrupt",
             };
-            eprintln!("{}: {kind}: {e}", path.display());
+            eprintln_safe!("{}: {kind}: {e}", path.display());
             return Outcome::CheckFailed;
         }
     };
     // Loading closes an interrupted turn; a log whose turns are not enclosed
     // (session.md 11) is corrupt, not torn, and repair does not print it.
     if let Err(v) = InvariantChecker::check_log(loaded.session.events()) {
-        eprintln!("{}: corrupt: invariant {v}", path.display());
+        eprintln_safe!("{}: corrupt: invariant {v}", path.display());
         return Outcome::CheckFailed;
     }
     let mut buf = Vec::with_capacity(bytes.len() + 1024);

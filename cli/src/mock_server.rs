@@ -9,6 +9,7 @@ use dsh_deepseek::mock::{MockServer, Script};
 
 use crate::Outcome;
 use crate::input::read_input;
+use crate::sanitize::eprintln_safe;
 
 /// `dsh mock-server --script FILE [--port N]`
 #[derive(Args)]
@@ -30,17 +31,18 @@ pub fn run(args: MockServerArgs) -> Outcome {
     }) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
     let server = match MockServer::start_on(script, args.port) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("cannot listen on 127.0.0.1:{}: {e}", args.port);
+            eprintln_safe!("cannot listen on 127.0.0.1:{}: {e}", args.port);
             return Outcome::BadInput;
         }
     };
+    // tty: our own loopback URL.
     println!("{}", server.url());
     let mut sink = Vec::new();
     let _ = io::stdin().lock().read_to_end(&mut sink);

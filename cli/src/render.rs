@@ -181,8 +181,10 @@ impl Renderer {
         self.clear_status(out)?;
         if self.options.live {
             if self.rows > 0 || self.col > 0 {
+                // tty: our own style codes.
                 write!(out, "{}\r", self.style(RESET))?;
                 if self.rows > 0 {
+                    // tty: our own cursor movement.
                     write!(out, "\x1b[{}A", self.rows)?;
                 }
                 write!(out, "\x1b[J")?;
@@ -207,6 +209,7 @@ impl Renderer {
     /// reasoning style with it).
     pub fn end_line(&mut self, out: &mut dyn Write) -> io::Result<()> {
         if self.mode == Mode::Reasoning {
+            // tty: our own style codes.
             write!(out, "{}", self.style(RESET))?;
         }
         if self.mode != Mode::LineStart {
@@ -232,6 +235,7 @@ impl Renderer {
             }
             None => "waiting for the model…".to_string(),
         };
+        // tty: a spinner frame and our own status text.
         write!(
             out,
             "\r\x1b[K{}{frame} {what}{}",
@@ -259,6 +263,7 @@ impl Renderer {
         // A notice ends the live attempt's region: it is never erased.
         self.begin_attempt();
         let text = terminal(text);
+        // tty: `text` went through terminal() above.
         writeln!(out, "{}{text}{}", self.style(DIM), self.style(RESET))?;
         out.flush()
     }
@@ -293,6 +298,7 @@ impl Renderer {
                 );
                 self.retry_at = Some(Instant::now() + Duration::from_secs_f64(delay.min(1e6)));
                 if self.options.stderr_notices {
+                    // tty: `text` is built from terminal() parts.
                     eprintln!("dsh: {text}");
                 } else {
                     self.notice(out, &text)?;
@@ -343,6 +349,7 @@ impl Renderer {
                 }
                 if m.interrupted {
                     self.end_line(out)?;
+                    // tty: our own marker.
                     writeln!(out, "{}[interrupted]{}", self.style(DIM), self.style(RESET))?;
                 }
             }
@@ -360,6 +367,7 @@ impl Renderer {
                     self.style(RESET),
                     self.style(DIM),
                 )?;
+                // tty: our own style codes.
                 write!(out, "{}", self.style(RESET))?;
             }
             EventData::ToolResult(result) => {
@@ -388,6 +396,7 @@ impl Renderer {
                 let color = if is_error { RED } else { DIM };
                 for line in shown.lines() {
                     let line = terminal(line);
+                    // tty: `line` went through terminal() above.
                     writeln!(out, "  {}{line}{}", self.style(color), self.style(RESET))?;
                 }
             }
@@ -405,6 +414,7 @@ impl Renderer {
                 };
                 match &end.reason {
                     TurnEndReason::Completed => {}
+                    // tty: our own marker.
                     TurnEndReason::Aborted { .. } => writeln!(
                         out,
                         "{}[turn cancelled]{}",
@@ -428,8 +438,10 @@ impl Renderer {
                             ));
                         }
                         if self.options.stderr_notices {
+                            // tty: `line` is built from terminal() parts and numbers.
                             eprintln!("{line}");
                         } else {
+                            // tty: as above.
                             writeln!(out, "{}{line}{}", self.style(RED), self.style(RESET))?;
                         }
                     }
@@ -446,6 +458,7 @@ impl Renderer {
                 } else {
                     "tokens: no usage reported".to_string()
                 };
+                // tty: token counts of our own.
                 writeln!(out, "{}{usage}{}", self.style(DIM), self.style(RESET))?;
                 ended = Some(TurnOutcome {
                     turn: end.turn,

@@ -9,6 +9,7 @@ use dsh_core::agent::replay::{ReplayOptions, replay_jsonl};
 
 use crate::Outcome;
 use crate::input::read_input;
+use crate::sanitize::{eprintln_safe, println_safe};
 
 /// Arguments of `dsh replay`.
 #[derive(Args)]
@@ -33,7 +34,7 @@ pub fn run(args: ReplayArgs) -> Outcome {
     let bytes = match read_input(args.path.as_deref()) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("dsh replay: {e}");
+            eprintln_safe!("dsh replay: {e}");
             return Outcome::BadInput;
         }
     };
@@ -44,24 +45,25 @@ pub fn run(args: ReplayArgs) -> Outcome {
     let report = match replay_jsonl(&bytes, options) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("dsh replay: cannot load the recording: {e}");
+            eprintln_safe!("dsh replay: cannot load the recording: {e}");
             return Outcome::BadInput;
         }
     };
-    println!(
+    println_safe!(
         "reproduced {}/{} core events",
-        report.reproduced, report.total
+        report.reproduced,
+        report.total
     );
     if report.identical() {
         return Outcome::Ok;
     }
     if let Some(d) = report.first_difference {
-        println!("first difference at seq {}: {}", d.seq, d.reason);
-        println!(
+        println_safe!("first difference at seq {}: {}", d.seq, d.reason);
+        println_safe!(
             "  recorded: {}",
             d.expected.as_deref().unwrap_or("(no event)")
         );
-        println!(
+        println_safe!(
             "  produced: {}",
             d.produced.as_deref().unwrap_or("(no event)")
         );

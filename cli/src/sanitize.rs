@@ -14,6 +14,12 @@
 //!   line/paragraph separators and zero-width/invisible format characters:
 //!   `<U+XXXX>`.
 //!
+//! Whole lines go through the [`println_safe`], [`eprintln_safe`] and
+//! [`writeln_safe`] macros: every print site in the CLI either uses them,
+//! passes its values through [`terminal`], prints only its own static
+//! text, or carries a `// tty:` comment saying why its text is safe
+//! (`cli/tests/print_sites.rs` checks this).
+//!
 //! The mapping is per character, so text cut into stream deltas anywhere is
 //! rendered the same as the whole text (an escape sequence split across two
 //! deltas is as harmless as one that is not).
@@ -85,6 +91,33 @@ pub fn approval_value(value: &serde_json::Value, max: usize) -> String {
         total - max
     )
 }
+
+/// `println!` with the whole formatted line shown through [`terminal`].
+macro_rules! println_safe {
+    ($($arg:tt)*) => {
+        // tty: the formatted text goes through terminal().
+        println!("{}", $crate::sanitize::terminal(&format!($($arg)*)))
+    };
+}
+pub(crate) use println_safe;
+
+/// `eprintln!` with the whole formatted line shown through [`terminal`].
+macro_rules! eprintln_safe {
+    ($($arg:tt)*) => {
+        // tty: the formatted text goes through terminal().
+        eprintln!("{}", $crate::sanitize::terminal(&format!($($arg)*)))
+    };
+}
+pub(crate) use eprintln_safe;
+
+/// `writeln!` to `w` with the formatted line shown through [`terminal`].
+macro_rules! writeln_safe {
+    ($w:expr, $($arg:tt)*) => {
+        // tty: the formatted text goes through terminal().
+        writeln!($w, "{}", $crate::sanitize::terminal(&format!($($arg)*)))
+    };
+}
+pub(crate) use writeln_safe;
 
 #[cfg(test)]
 mod tests {

@@ -75,6 +75,7 @@ impl BaseUrl {
 
 impl fmt::Debug for BaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // tty: Debug of the redacted URL ({:?} escapes control characters).
         write!(f, "BaseUrl({:?})", self.shown())
     }
 }

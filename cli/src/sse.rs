@@ -11,6 +11,7 @@ use clap::Subcommand;
 use dsh_deepseek::{DecodeOptions, StreamDecoder, error_finish};
 
 use crate::Outcome;
+use crate::sanitize::eprintln_safe;
 
 /// `dsh sse ...`
 #[derive(Subcommand)]
@@ -56,7 +57,7 @@ fn translate(path: Option<PathBuf>, options: &DecodeOptions) -> Outcome {
         Some(p) if p.as_os_str() != "-" => match File::open(&p) {
             Ok(f) => Box::new(f),
             Err(e) => {
-                eprintln!("cannot read {}: {e}", p.display());
+                eprintln_safe!("cannot read {}: {e}", p.display());
                 return Outcome::BadInput;
             }
         },
@@ -79,7 +80,7 @@ fn translate(path: Option<PathBuf>, options: &DecodeOptions) -> Outcome {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 let _ = out.flush();
-                eprintln!("cannot read input: {e}");
+                eprintln_safe!("cannot read input: {e}");
                 return Outcome::BadInput;
             }
         };
@@ -104,6 +105,7 @@ fn translate(path: Option<PathBuf>, options: &DecodeOptions) -> Outcome {
 
 fn write_chunk(out: &mut impl Write, chunk: &dsh_core::StreamChunk) {
     if let Ok(line) = serde_json::to_string(chunk) {
+        // tty: JSON output (serde_json escapes control characters); sanitising would change the data.
         let _ = writeln!(out, "{line}");
     }
 }

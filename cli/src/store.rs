@@ -12,6 +12,7 @@ use dsh_store::{Cancel, CoordinatorConfig, Location, SessionStore};
 
 use crate::Outcome;
 use crate::data_dir::data_dir;
+use crate::sanitize::{eprintln_safe, println_safe};
 
 /// A store backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -285,19 +286,19 @@ pub fn run_sessions(args: SessionsArgs) -> Outcome {
     let store = match args.store.open() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
     let rows = match rows(store.as_ref()) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };
     if rows.is_empty() {
-        println!(
+        println_safe!(
             "no sessions in {}",
             args.store
                 .dir()
@@ -325,9 +326,13 @@ pub fn run_sessions(args: SessionsArgs) -> Outcome {
         .max()
         .unwrap_or(0)
         .max(24);
-    println!(
+    println_safe!(
         "{:<width$}  {:<19}  {:<19}  {:<30}  {:<40}  FIRST PROMPT",
-        "ID", "CREATED", "LAST ACTIVITY", "CWD", "TITLE"
+        "ID",
+        "CREATED",
+        "LAST ACTIVITY",
+        "CWD",
+        "TITLE"
     );
     for (r, id) in rows.iter().zip(ids) {
         let title = if r.title.is_empty() { "-" } else { &r.title };
@@ -336,7 +341,7 @@ pub fn run_sessions(args: SessionsArgs) -> Outcome {
             id,
             stamp(r.created),
             stamp(r.last),
-            crate::render::cut(&r.cwd, 30),
+            crate::render::cut(&crate::sanitize::terminal(&r.cwd), 30),
             crate::sanitize::terminal(title),
             crate::sanitize::terminal(&r.prompt)
         );

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use crate::Outcome;
 use crate::input::{numbered_lines, read_input};
+use crate::sanitize::eprintln_safe;
 
 /// `dsh stream ...`
 #[derive(Subcommand)]
@@ -36,7 +37,7 @@ pub fn run(cmd: StreamCommand) -> Outcome {
 /// Parses every line; on the first bad one prints `line N: <why>` and fails.
 fn parse_chunks(path: Option<PathBuf>) -> Result<Vec<(usize, StreamChunk)>, Outcome> {
     let bytes = read_input(path.as_deref()).map_err(|e| {
-        eprintln!("{e}");
+        eprintln_safe!("{e}");
         Outcome::BadInput
     })?;
     let mut chunks = Vec::new();
@@ -48,7 +49,7 @@ fn parse_chunks(path: Option<PathBuf>) -> Result<Vec<(usize, StreamChunk)>, Outc
         match parsed {
             Ok(chunk) => chunks.push((line_no, chunk)),
             Err(why) => {
-                eprintln!("line {line_no}: {why}");
+                eprintln_safe!("line {line_no}: {why}");
                 return Err(Outcome::BadInput);
             }
         }
@@ -129,5 +130,6 @@ fn check(path: Option<PathBuf>) -> Outcome {
 
 fn print_line(s: &str) {
     let mut out = io::stdout().lock();
+    // tty: JSON output (serde_json escapes control characters); sanitising would change the data.
     let _ = writeln!(out, "{s}");
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::sanitize::eprintln_safe;
 use clap::{Args, ValueEnum};
 use dsh_tools::{BashConfig, EnvPolicy, Inherit, SandboxMode, SandboxPolicy};
 
@@ -126,10 +127,10 @@ impl ToolArgs {
 /// whether the runtime context's `git status` cannot run confined.
 pub fn warn_unenforced(config: &BashConfig) {
     if let Some(w) = dsh_tools::sandbox::support().warning(&config.sandbox) {
-        eprintln!("dsh: {w}");
+        eprintln_safe!("dsh: {w}");
     }
     if let Some(w) = dsh_system_prompt::host::git_status_warning() {
-        eprintln!("dsh: {w}");
+        eprintln_safe!("dsh: {w}");
     }
 }
 

@@ -26,6 +26,7 @@ mod map;
 mod server;
 mod terminal;
 
+use crate::sanitize::eprintln_safe;
 use dsh_acp::{rpc, wire};
 
 /// `dsh acp`
@@ -47,7 +48,7 @@ pub fn run(args: AcpArgs) -> Outcome {
     let store = match args.store.open() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln_safe!("{e}");
             return Outcome::BadInput;
         }
     };

@@ -35,6 +35,7 @@ use super::rpc::{Incoming, Peer, read_loop, rpc_error};
 use super::terminal::ClientTerminal;
 use super::wire::{decode_notification, decode_request, invalid_params, prompt_text, supported};
 use crate::provider::ProviderArgs;
+use crate::sanitize::eprintln_safe;
 use crate::store::{new_session_id, now_ms};
 
 /// Option ids of a permission request.
@@ -179,7 +180,7 @@ pub fn serve(
             read_loop(&reader_peer, input, |m| reader_tx.send(Msg::Rpc(m)).is_ok());
         });
     if let Err(e) = spawned {
-        eprintln!("dsh acp: cannot start the reader thread: {e}");
+        eprintln_safe!("dsh acp: cannot start the reader thread: {e}");
         return;
     }
     let signal_tx = tx.clone();
@@ -482,7 +483,7 @@ impl Server {
                 }
             }
             Ok(_) => {}
-            Err(e) => eprintln!("dsh acp: ignored notification: {e}"),
+            Err(e) => eprintln_safe!("dsh acp: ignored notification: {e}"),
         }
     }
 
@@ -549,7 +550,7 @@ impl Server {
                         });
                     });
             }
-            AgentEvent::Error(e) => eprintln!("dsh acp: session {session}: {e}"),
+            AgentEvent::Error(e) => eprintln_safe!("dsh acp: session {session}: {e}"),
             _ => {}
         }
     }
@@ -576,11 +577,11 @@ impl Server {
             },
             Ok(Ok(_)) => ApprovalDecision::Deny,
             Ok(Err(e)) => {
-                eprintln!("dsh acp: unreadable permission answer (denied): {e}");
+                eprintln_safe!("dsh acp: unreadable permission answer (denied): {e}");
                 ApprovalDecision::Deny
             }
             Err(e) => {
-                eprintln!("dsh acp: permission request failed (denied): {}", e.message);
+                eprintln_safe!("dsh acp: permission request failed (denied): {}", e.message);
                 ApprovalDecision::Deny
             }
         };
