@@ -88,9 +88,15 @@ fn main() -> ExitCode {
         .and_then(|f| f.api_key_env);
     // SAFETY: the first thing main does: the process has one thread (std
     // starts none before main, and nothing above started one), so nothing
-    // reads or writes the environment concurrently.
+    // reads or writes the environment or the argument block concurrently;
+    // the scrub runs before capture changes `environ`.
+    let url_credentials_on_command_line = unsafe { secrets::scrub_base_url_args(&args) };
+    // SAFETY: as above.
     unsafe { secrets::capture(&secrets::secret_names(&args, file_key_env.as_deref())) };
-    let cli = match Cli::try_parse() {
+    if url_credentials_on_command_line {
+        secrets::warn_credentials_on_command_line();
+    }
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };

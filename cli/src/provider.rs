@@ -212,17 +212,6 @@ impl Provider {
     }
 }
 
-/// Says once per process that `--base-url` carried credentials.
-fn warn_credentials_on_command_line() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        eprintln!(
-            "dsh: warning: --base-url carries credentials, which every local user can \
-             read in the process list; put them in $DEEPSEEK_BASE_URL or the config file"
-        );
-    });
-}
-
 /// Resolves the provider from the flags over `file`.
 ///
 /// Without a key and without any base URL (flag, file or
@@ -245,9 +234,6 @@ pub fn resolve_with(
         .clone()
         .filter(|u| !u.is_empty())
         .map(BaseUrl::new);
-    if flag_url.as_ref().is_some_and(BaseUrl::has_userinfo) {
-        warn_credentials_on_command_line();
-    }
     let base_url = flag_url
         .or_else(|| {
             file.base_url

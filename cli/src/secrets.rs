@@ -63,14 +63,6 @@ impl BaseUrl {
     pub fn shown(&self) -> String {
         redact_url(self.0.expose())
     }
-
-    /// Whether the URL has a userinfo part (`user:pass@`).
-    pub fn has_userinfo(&self) -> bool {
-        let url = self.0.expose();
-        let rest = url.split_once("://").map_or(url, |(_, r)| r);
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        rest[..end].contains('@')
-    }
 }
 
 impl fmt::Debug for BaseUrl {
@@ -177,6 +169,75 @@ pub fn lookup(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
+/// Hides the userinfo of every `--base-url URL` / `--base-url=URL` in
+/// `args` (up to a `--`) from `/proc/<pid>/cmdline` by overwriting it with
+/// `*` in the process's own argument block (Linux; elsewhere nothing is
+/// overwritten). Returns whether such a URL was found; the caller parses
+/// `args`, its own copy, and warns that the credentials were visible until
+/// now.
+///
+/// # Safety
+///
+/// As for [`capture`]; call it before [`capture`] (it locates the
+/// arguments through the initial environment array).
+pub unsafe fn scrub_base_url_args(args: &[OsString]) -> bool {
+    let mut hits: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+    let mut i = 1;
+    while i < args.len() {
+        let arg = args[i].to_string_lossy();
+        if arg == "--" {
+            break;
+        }
+        let (at, offset) = if arg == "--base-url" {
+            i += 1;
+            (i, 0)
+        } else if arg.starts_with("--base-url=") {
+            (i, "--base-url=".len())
+        } else {
+            i += 1;
+            continue;
+        };
+        if let Some(value) = args.get(at).and_then(|a| a.to_str()) {
+            if let Some(range) = userinfo_range(&value[offset..]) {
+                hits.push((at, range.start + offset..range.end + offset));
+            }
+        }
+        i += 1;
+    }
+    #[cfg(target_os = "linux")]
+    if !hits.is_empty() {
+        // SAFETY: this function's contract (single thread, environ not yet
+        // changed); the strings were checked to be the ones in `args`.
+        if let Some(argv) = unsafe { initial::argv(args) } {
+            for (at, range) in &hits {
+                // SAFETY: `range` lies within argument `at`, whose bytes
+                // were just compared with `args[at]`; nothing else refers
+                // to them (std keeps its own copies).
+                unsafe { std::ptr::write_bytes(argv[*at].add(range.start), b'*', range.len()) };
+            }
+        }
+    }
+    !hits.is_empty()
+}
+
+/// Says (on stderr) that `--base-url` carried credentials.
+pub fn warn_credentials_on_command_line() {
+    eprintln!(
+        "dsh: warning: --base-url carries credentials, which other local users could \
+         read in the process list until dsh hid them; put them in $DEEPSEEK_BASE_URL or \
+         the config file"
+    );
+}
+
+/// The byte range of the userinfo (`user:pass`) in `url`, if any.
+fn userinfo_range(url: &str) -> Option<std::ops::Range<usize>> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let at = rest[..end].rfind('@')?;
+    (at > 0).then_some(start..start + at)
+}
+
 #[cfg(target_os = "linux")]
 mod initial {
     //! The entries of the C `environ` array: where their bytes are, and
@@ -218,6 +279,42 @@ mod initial {
         out
     }
 
+    /// The argument strings of the process, found just below the initial
+    /// environment array (the kernel lays out `argc`, `argv[]`, NULL,
+    /// `envp[]` on the stack); `None` unless every string equals
+    /// `expected` (the arguments std saw), so a moved `environ` is never
+    /// mistaken for it.
+    ///
+    /// # Safety
+    ///
+    /// `environ` still is the initial array (no `setenv` yet, which holds
+    /// before `main` starts anything); no other thread exists.
+    pub(super) unsafe fn argv(expected: &[std::ffi::OsString]) -> Option<Vec<*mut u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: the layout above; every read is checked against what std
+        // read from the same block before going further.
+        unsafe {
+            let envp = environ;
+            let argc = expected.len();
+            if envp.is_null() || argc == 0 {
+                return None;
+            }
+            let argv = envp.cast::<*mut c_char>().wrapping_sub(argc + 1);
+            if !(*envp.wrapping_sub(1)).is_null() || *argv.cast::<usize>().wrapping_sub(1) != argc {
+                return None;
+            }
+            let mut out = Vec::with_capacity(argc);
+            for (i, want) in expected.iter().enumerate() {
+                let p = *argv.add(i);
+                if p.is_null() || CStr::from_ptr(p).to_bytes() != want.as_bytes() {
+                    return None;
+                }
+                out.push(p.cast::<u8>());
+            }
+            Some(out)
+        }
+    }
+
     /// Overwrites each entry's bytes with NULs.
     ///
     /// # Safety
@@ -241,7 +338,6 @@ mod tests {
         let s = Secret::new("sk-formatted-1234");
         assert!(!format!("{s:?}").contains("sk-formatted"));
         let u = BaseUrl::new("https://me:pw-1234@host.example/v1?api_key=k-99");
-        assert!(u.has_userinfo());
         let shown = format!("{u:?} {}", u.shown());
         assert!(
             !shown.contains("pw-1234") && !shown.contains("k-99"),
@@ -251,7 +347,30 @@ mod tests {
             u.expose(),
             "https://me:pw-1234@host.example/v1?api_key=k-99"
         );
-        assert!(!BaseUrl::new("http://127.0.0.1:8/v1?x=a@b").has_userinfo());
+    }
+
+    #[test]
+    fn userinfo_ranges() {
+        let url = "https://me:pw@host/v1?x=a@b";
+        let r = userinfo_range(url).unwrap();
+        assert_eq!(&url[r], "me:pw");
+        assert_eq!(userinfo_range("http://host/a@b"), None);
+        assert_eq!(userinfo_range("http://@host"), None);
+        assert_eq!(userinfo_range("no-scheme@host"), None);
+        // Not in this process's argument block: found, nothing written.
+        let args: Vec<OsString> = ["dsh", "--base-url", url, "--base-url=http://u:p@h"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        // SAFETY: the arguments are not this process's, so the check
+        // against the real argv fails and nothing is written.
+        assert!(unsafe { scrub_base_url_args(&args) });
+        let plain: Vec<OsString> = ["dsh", "--base-url", "http://h"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        // SAFETY: as above.
+        assert!(!unsafe { scrub_base_url_args(&plain) });
     }
 
     #[test]

@@ -196,3 +196,39 @@ fn base_url_credentials_stay_out_of_errors() {
     );
     assert!(!stored(data.path()).contains("pw-canary"));
 }
+
+/// A tool call looking for the base URL's password in its parent's
+/// (dsh's) command line.
+const READ_PARENT_CMDLINE: &str = r#"{"responses":[
+  {"turn":{"toolCalls":[{"id":"c1","name":"bash","arguments":["{\"command\":\"c=$(tr '\\\\0' '\\\\n' < /proc/$PPID/cmdline); echo \\\"secret=$(echo \\\"$c\\\" | grep -c 'pw-can[a]ry') url=$(echo \\\"$c\\\" | grep -c 'http://[*]*@127')\\\"\",\"description\":\"peek\"}"]}]}},
+  {"turn":{"text":["ok"]}}
+]}"#;
+
+/// `--base-url` credentials are hidden in `/proc/<dsh pid>/cmdline` once
+/// dsh started (as `*`), in both flag forms; the run still works (dsh
+/// parsed its own copy of the arguments).
+#[test]
+fn base_url_credentials_leave_the_command_line() {
+    let ws = tempfile::tempdir().unwrap();
+    for joined in [false, true] {
+        let data = tempfile::tempdir().unwrap();
+        let server = mock(READ_PARENT_CMDLINE);
+        let url = with_userinfo(&server.url());
+        let mut cmd = dsh(data.path());
+        cmd.env("DEEPSEEK_API_KEY", "sk-test-key-1").arg("run");
+        if joined {
+            cmd.arg(format!("--base-url={url}"));
+        } else {
+            cmd.args(["--base-url", &url]);
+        }
+        let o = cmd
+            .args(["--yes", "--sandbox", "off", "--cwd"])
+            .arg(ws.path())
+            .arg("peek")
+            .output()
+            .unwrap();
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{out}{err}");
+        assert!(out.contains("secret=0 url=1"), "joined {joined}: {out}");
+    }
+}
