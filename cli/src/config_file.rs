@@ -8,7 +8,7 @@
 //! effort = "high"          # off | low | high | max
 //! temperature = 0.2        # 0 to 2
 //! max_tokens = 8192
-//! base_url = "https://api.deepseek.com"
+//! base_url = "https://api.deepseek.com"   # credentials (user:pass@) go here, not on the command line
 //! api_key_env = "DEEPSEEK_API_KEY"
 //! idle_timeout = 300       # seconds
 //! attempts = 6

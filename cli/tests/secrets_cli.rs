@@ -5,55 +5,9 @@
 
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod support;
 
-use dsh_deepseek::mock::{MockServer, Script};
-
-/// A command with a private data dir and no provider variables.
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env("XDG_CONFIG_HOME", data.join("config"))
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn mock(script: &str) -> MockServer {
-    MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
-}
-
-/// Every file under `dir`, recursively.
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
-/// The text of every stored session under `data`.
-fn stored(data: &Path) -> String {
-    files(&data.join("dsh"))
-        .iter()
-        .map(|p| text(&std::fs::read(p).unwrap_or_default()))
-        .collect()
-}
+use support::{dsh, mock, run_peek, stored, text};
 
 /// A tool call reading the environment of its parent (dsh itself).
 const READ_PARENT_ENV: &str = r#"{"responses":[
@@ -75,22 +29,11 @@ fn the_key_is_not_in_dshs_proc_environ() {
         let server = mock(&READ_PARENT_ENV.replace("CANARY", canary));
         let mut cmd = dsh(data.path());
         cmd.env(var, canary)
-            .args([
-                "run",
-                "--yes",
-                "--sandbox",
-                "off",
-                "--base-url",
-                &server.url(),
-            ])
-            .arg("--cwd")
-            .arg(ws.path());
+            .args(["run", "--base-url", &server.url()]);
         if let Some(name) = flag {
             cmd.args(["--api-key-env", name]);
         }
-        let o = cmd.arg("peek").output().unwrap();
-        let out = text(&o.stdout);
-        assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+        let (out, _) = run_peek(&mut cmd, ws.path());
         assert!(out.contains("count=0 parent=dsh"), "{var}: {out}");
         // The key still authenticated the call.
         let seen = server.requests();
@@ -134,14 +77,7 @@ fn base_url_credentials_stay_secret() {
         } else {
             cmd.env("DEEPSEEK_BASE_URL", &url).arg("run");
         }
-        let o = cmd
-            .args(["--yes", "--sandbox", "off", "--cwd"])
-            .arg(ws.path())
-            .arg("peek")
-            .output()
-            .unwrap();
-        let (out, err) = (text(&o.stdout), text(&o.stderr));
-        assert_eq!(o.status.code(), Some(0), "{out}{err}");
+        let (out, err) = run_peek(&mut cmd, ws.path());
         assert!(out.contains("seen=0"), "flag {from_flag}: {out}");
         assert_eq!(
             err.contains("--base-url carries credentials"),
@@ -221,14 +157,7 @@ fn base_url_credentials_leave_the_command_line() {
         } else {
             cmd.args(["--base-url", &url]);
         }
-        let o = cmd
-            .args(["--yes", "--sandbox", "off", "--cwd"])
-            .arg(ws.path())
-            .arg("peek")
-            .output()
-            .unwrap();
-        let (out, err) = (text(&o.stdout), text(&o.stderr));
-        assert_eq!(o.status.code(), Some(0), "{out}{err}");
+        let (out, _) = run_peek(&mut cmd, ws.path());
         assert!(out.contains("secret=0 url=1"), "joined {joined}: {out}");
     }
 }

@@ -7,26 +7,16 @@
 
 #![cfg(unix)]
 
+mod support;
+
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-use dsh_deepseek::mock::{MockServer, Script};
+use support::{dsh, mock};
 
 /// The hostile text: OSC 52 (clipboard), clear screen, RLO.
 const HOSTILE: &str = "\x1b[2J\u{202e}\x1b]52;c;aGk=\x07";
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env("XDG_CONFIG_HOME", data.join("config"))
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
 
 /// Asserts that neither stream of `o` holds a raw control or bidi
 /// character, and that the hostile text is shown visibly (`^[[2J`).
@@ -50,11 +40,7 @@ fn the_sessions_cwd_column_is_sanitised() {
     let root = tempfile::tempdir().unwrap();
     let ws = root.path().join(OsStr::from_bytes(HOSTILE.as_bytes()));
     std::fs::create_dir(&ws).unwrap();
-    let server = MockServer::start_on(
-        Script::from_json(r#"{"responses":[{"turn":{"text":["hi"]}}]}"#).unwrap(),
-        0,
-    )
-    .unwrap();
+    let server = mock(r#"{"responses":[{"turn":{"text":["hi"]}}]}"#);
     let o = dsh(data.path())
         .args(["run", "--base-url", &server.url(), "--cwd"])
         .arg(&ws)
