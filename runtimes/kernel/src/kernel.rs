@@ -83,6 +83,9 @@ pub struct Kernel {
     held: Option<Output>,
     /// A failed checkpoint write that stops the next dispatch (SM-14).
     flush_failed: Option<String>,
+    /// The store's message of the last failed write, until a write
+    /// succeeds (reported in [`TurnSummary::store_error`]).
+    store_error: Option<String>,
     /// The log length at which the last write failed: the quiet-time write
     /// is not retried until the log grows (a checkpoint still retries).
     failed_at: Option<u64>,
@@ -350,6 +353,7 @@ impl Kernel {
             checkpoint: None,
             held: None,
             flush_failed: None,
+            store_error: None,
             failed_at: None,
             model: None,
             tools: BTreeMap::new(),
@@ -421,10 +425,17 @@ impl Kernel {
         self.publish_events = on;
     }
 
+    /// The message of the last failed store write while part of the log is
+    /// unwritten; `None` once a write succeeds.
+    pub fn store_error(&self) -> Option<&str> {
+        self.store_error.as_deref()
+    }
+
     /// How the last turn ended.
     pub fn summary(&self) -> TurnSummary {
         let mut s = TurnSummary {
             turn: self.core.turn(),
+            store_error: self.store_error.clone(),
             ..TurnSummary::default()
         };
         let mut seen_end = false;
@@ -599,6 +610,7 @@ impl Kernel {
             Ok(()) => {
                 self.persisted = self.persisted.max(end);
                 self.flush_failed = None;
+                self.store_error = None;
                 self.failed_at = None;
             }
             Err(e) => {
@@ -609,11 +621,27 @@ impl Kernel {
                 };
                 let message = format!("session store write failed{at}: {e}");
                 self.publish(AgentEvent::Error(message.clone()));
-                if matches!(
-                    checkpoint,
-                    Some(Checkpoint::BeforeModel | Checkpoint::BeforeToolBody)
-                ) {
-                    self.flush_failed = Some(message);
+                self.store_error = Some(message.clone());
+                match self.model {
+                    // Issue 25: a response that cannot be stored is not
+                    // read on; the turn ends in error, keeping what
+                    // streamed so far (the write is retried at its end).
+                    Some(attempt) => {
+                        self.effects.push_back(Effect::CancelModel { attempt });
+                        let error = HookError::llm("FLUSH_FAILED", message);
+                        let now = self.now;
+                        if let Err(e) = self.model_error(now, attempt, error) {
+                            self.publish(AgentEvent::Error(e.to_string()));
+                        }
+                    }
+                    None if matches!(
+                        checkpoint,
+                        Some(Checkpoint::BeforeModel | Checkpoint::BeforeToolBody)
+                    ) =>
+                    {
+                        self.flush_failed = Some(message);
+                    }
+                    None => {}
                 }
             }
         }
@@ -724,9 +752,13 @@ impl Kernel {
                     }
                 },
             };
-            // SM-14: the checkpoint's write comes before the dispatch.
-            if matches!(out, Output::CallModel(_) | Output::ExecuteTool(_))
-                && let Some(cp) = self.checkpoint.take()
+            // SM-14: the checkpoint's write comes before the dispatch; the
+            // turn's end is written before idle is reported, so a failed
+            // write reaches subscribers first (issue 25).
+            if matches!(
+                out,
+                Output::CallModel(_) | Output::ExecuteTool(_) | Output::Status(AgentStatus::Idle)
+            ) && let Some(cp) = self.checkpoint.take()
                 && self.persisted < len
             {
                 self.held = Some(out);

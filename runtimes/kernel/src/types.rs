@@ -179,6 +179,10 @@ pub struct TurnSummary {
     pub reason: Option<TurnEndReason>,
     /// The usage of the turn's last assistant message that had one.
     pub usage: Option<TokenUsage>,
+    /// The message of the last failed session-store write while part of
+    /// the log is still unwritten (cleared by the next write that
+    /// succeeds): what the front end must report instead of "saved".
+    pub store_error: Option<String>,
 }
 
 /// Something for the runtime to do. Drain with

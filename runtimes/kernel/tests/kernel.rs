@@ -405,3 +405,125 @@ fn side_collector_folds_a_side_call() {
     });
     assert!(c.finish().is_err());
 }
+
+/// Issue 25 (SM-14 extended): a write that fails while a response streams
+/// (the write-behind of W2/W3) ends the stream and the turn with
+/// `FLUSH_FAILED`; what streamed before the failure stays in the log.
+#[test]
+fn a_failed_write_while_a_response_streams_ends_the_turn_with_flush_failed() {
+    let mut k = kernel(Vec::new());
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for text in ["kept ", "text"] {
+        let chunk = StreamChunk::TextDelta {
+            index: 0,
+            text: text.into(),
+        };
+        k.model_chunk(NOW, attempt, chunk).unwrap();
+    }
+    assert!(
+        k.poll().is_none(),
+        "nothing is due before the window closes"
+    );
+    k.handle_timeout(NOW + 200);
+    let mut effects = Vec::new();
+    let mut failed = false;
+    while let Some(e) = k.poll() {
+        match e {
+            Effect::Persist { checkpoint, .. } if !failed => {
+                assert_eq!(checkpoint, None, "the write-behind");
+                failed = true;
+                k.persisted(NOW + 200, Err("No space left on device".into()))
+                    .unwrap();
+            }
+            Effect::Persist { .. } => k.persisted(NOW + 200, Ok(())).unwrap(),
+            other => effects.push(other),
+        }
+    }
+    assert!(failed, "a write-behind was due");
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::CancelModel { attempt: a } if *a == attempt)),
+        "the stream is stopped: {effects:?}"
+    );
+    let late = StreamChunk::TextDelta {
+        index: 0,
+        text: "late".into(),
+    };
+    assert!(
+        k.model_chunk(NOW + 201, attempt, late)
+            .unwrap_err()
+            .is_stale()
+    );
+    let reason = k.summary().reason.expect("the turn ended");
+    let v = serde_json::to_value(&reason).unwrap();
+    assert_eq!(v["kind"], "error", "{v}");
+    assert_eq!(v["error"]["code"], "FLUSH_FAILED", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("No space left on device"), "{message}");
+    let log: String = k.session().events().iter().map(|e| e.to_json()).collect();
+    assert!(log.contains("kept "), "accepted text stays in the log");
+    assert!(!log.contains("late"));
+    assert!(k.is_idle());
+    // The retry at the turn's end succeeded: nothing is left unsaved.
+    assert_eq!(k.summary().store_error, None);
+}
+
+/// Issue 25: a failed write of the turn's end is published before the
+/// agent reports idle, and the summary carries it until a write succeeds,
+/// so a front end never reports a turn as saved when it is not.
+#[test]
+fn a_failed_turn_end_write_is_reported_before_idle_and_in_the_summary() {
+    let mut k = kernel(Vec::new());
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for c in [
+        StreamChunk::TextDelta {
+            index: 0,
+            text: "answer".into(),
+        },
+        StreamChunk::finish(FinishReason::Stop),
+    ] {
+        k.model_chunk(NOW, attempt, c).unwrap();
+    }
+    k.model_end(NOW, attempt).unwrap();
+    let mut order = Vec::new();
+    while let Some(e) = k.poll() {
+        match e {
+            Effect::Persist { checkpoint, .. } => {
+                order.push(format!("persist {checkpoint:?}"));
+                k.persisted(NOW, Err("No space left on device".into()))
+                    .unwrap();
+            }
+            Effect::Publish(AgentEvent::Error(e)) => order.push(format!("error {e}")),
+            Effect::Publish(AgentEvent::Status(s)) => order.push(format!("status {s:?}")),
+            _ => {}
+        }
+    }
+    let error = order
+        .iter()
+        .position(|s| s.starts_with("error ") && s.contains("No space left"))
+        .unwrap_or_else(|| panic!("the failure is published: {order:?}"));
+    let idle = order
+        .iter()
+        .position(|s| s == "status Idle")
+        .unwrap_or_else(|| panic!("idle is published: {order:?}"));
+    assert!(error < idle, "the failure comes before idle: {order:?}");
+    assert!(k.is_idle());
+    let summary = k.summary();
+    let store_error = summary
+        .store_error
+        .expect("the summary reports the failure");
+    assert!(
+        store_error.contains("No space left on device"),
+        "{store_error}"
+    );
+    // The next write that succeeds (the next turn's first checkpoint)
+    // writes the rest and clears it.
+    let next = Message::user("u2", vec![ContentBlock::text("again")]);
+    k.send(NOW + 1, next, InboxTarget::NextTurn, true).unwrap();
+    let fx = drain(&mut k, NOW + 1);
+    assert!(started_model(&fx).is_some());
+    assert_eq!(k.summary().store_error, None);
+}

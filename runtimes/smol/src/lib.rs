@@ -375,14 +375,23 @@ impl Agent {
     /// Disposes the agent and waits: a running turn is cancelled with cause
     /// `disposed` (LC-40), in-flight work is interrupted, the log is
     /// flushed and the store releases the session.
-    pub async fn dispose(mut self) {
+    pub async fn dispose(self) {
+        let _ = self.close().await;
+    }
+
+    /// [`dispose`](Self::dispose), then reports whether the whole log
+    /// reached the store: [`ShellError::NotSaved`] with the last failed
+    /// write's message when it did not.
+    pub async fn close(mut self) -> Result<(), ShellError> {
         let (reply, done) = async_channel::bounded(1);
+        let mut unsaved = None;
         if self.tx.send(Msg::Dispose(Some(reply))).await.is_ok() {
-            let _ = done.recv().await;
+            unsaved = done.recv().await.ok().flatten();
         }
         if let Some(task) = self.task.take() {
             task.await;
         }
+        unsaved.map_or(Ok(()), |e| Err(ShellError::NotSaved(e)))
     }
 }
 

@@ -1,0 +1,189 @@
+//! Issue 25: a session store on a full disk. `dsh run` and `dsh chat` run
+//! with their store on a 64 KiB tmpfs (in a private mount namespace, so
+//! nothing is left mounted) against the bundled mock server, whose answer
+//! does not fit. The failed write must end in an error the user sees: a
+//! message on stderr and a non-zero exit from `run`, an error and no
+//! "saved" claim from `chat`; both for the JSONL and the redb store.
+//!
+//! Mounting needs root (CI runs as root) or an unprivileged user
+//! namespace (`unshare -rm`); without either the tests print why they
+//! skip, and under `CI=true` they fail instead.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use dsh_deepseek::mock::{MockServer, Script};
+
+/// An answer of about 100 KiB, in 1000 deltas: larger than the tmpfs.
+fn big_answer() -> String {
+    let deltas: Vec<String> = (0..1000)
+        .map(|i| format!("{i:04} {}", "x".repeat(95)))
+        .collect();
+    serde_json::json!({"responses": [{"turn": {"text": deltas}}]}).to_string()
+}
+
+/// How this user can get a private mount namespace (`unshare -m` as
+/// root, `unshare -rm` in an unprivileged user namespace), or why not.
+fn unshare_flags() -> Result<&'static str, String> {
+    let mut refused = Vec::new();
+    for flags in ["-m", "-rm"] {
+        match Command::new("unshare")
+            .args([flags, "true"])
+            .stderr(Stdio::piped())
+            .output()
+        {
+            Ok(o) if o.status.success() => return Ok(flags),
+            Ok(o) => refused.push(format!(
+                "`unshare {flags}`: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => return Err(format!("cannot run unshare: {e}")),
+        }
+    }
+    Err(format!(
+        "no private mount namespace for a tmpfs ({})",
+        refused.join("; ")
+    ))
+}
+
+/// Runs `dsh ARGS` with `--store-dir` on a fresh 64 KiB tmpfs at `dir`
+/// (mounted in a private mount namespace for this one command), feeding
+/// `stdin`. `None` (after printing why) when no tmpfs can be mounted.
+fn on_full_disk(dir: &Path, args: &[&str], stdin: &str) -> Option<Output> {
+    let flags = match unshare_flags() {
+        Ok(f) => f,
+        Err(why) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI runs as root and must run the tmpfs tests: {why}"
+            );
+            eprintln!("skipped: {why}");
+            return None;
+        }
+    };
+    let store = dir.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // `$0` is the store dir, `$@` the dsh command line.
+    let script = r#"mount -t tmpfs -o size=64k tmpfs "$0" || exit 97; exec "$@" --store-dir "$0""#;
+    let mut child = Command::new("unshare")
+        .args([flags, "sh", "-c", script])
+        .arg(&store)
+        .arg(env!("CARGO_BIN_EXE_dsh"))
+        .args(args)
+        .env("XDG_DATA_HOME", &data)
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(
+        out.status.code(),
+        Some(97),
+        "the tmpfs mount failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(out)
+}
+
+/// The end of `text` (the answer itself is 100 KiB): for failure messages.
+fn tail(text: &str) -> &str {
+    let mut start = text.len().saturating_sub(800);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+fn run_on_full_disk(store: &str) {
+    let server = MockServer::start_on(Script::from_json(&big_answer()).unwrap(), 0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = server.url();
+    let args = [
+        "run",
+        "--no-title",
+        "--store",
+        store,
+        "--base-url",
+        &url,
+        "hi",
+    ];
+    let Some(out) = on_full_disk(dir.path(), &args, "") else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = tail(&stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{store}: `run` fails when its log cannot be written; stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("session store write failed") && stderr.contains("No space left"),
+        "{store}: stderr names the failed write: {stderr}"
+    );
+    assert!(
+        stderr.contains("not fully saved"),
+        "{store}: stderr says the session is not saved: {stderr}"
+    );
+}
+
+fn chat_on_full_disk(store: &str) {
+    let server = MockServer::start_on(Script::from_json(&big_answer()).unwrap(), 0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = server.url();
+    let args = ["chat", "--no-title", "--store", store, "--base-url", &url];
+    let Some(out) = on_full_disk(dir.path(), &args, "hi\n") else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let all = format!("{stdout}\n{stderr}");
+    let all = tail(&all);
+    let stdout = tail(&stdout);
+    assert!(
+        all.contains("session store write failed") && all.contains("No space left"),
+        "{store}: chat shows the failed write: {all}"
+    );
+    assert!(
+        !stdout
+            .lines()
+            .any(|l| l.starts_with("session ") && l.contains(" saved: ")),
+        "{store}: chat must not claim the session was saved: {stdout}"
+    );
+    assert!(
+        all.contains("not fully saved"),
+        "{store}: chat says the session is not saved: {all}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{store}: {all}");
+}
+
+#[test]
+fn run_with_a_jsonl_store_on_a_full_disk_fails_with_the_write_error() {
+    run_on_full_disk("jsonl");
+}
+
+#[test]
+fn run_with_a_redb_store_on_a_full_disk_fails_with_the_write_error() {
+    run_on_full_disk("redb");
+}
+
+#[test]
+fn chat_with_a_jsonl_store_on_a_full_disk_reports_it_and_claims_no_save() {
+    chat_on_full_disk("jsonl");
+}
+
+#[test]
+fn chat_with_a_redb_store_on_a_full_disk_reports_it_and_claims_no_save() {
+    chat_on_full_disk("redb");
+}
