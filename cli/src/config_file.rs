@@ -14,6 +14,7 @@
 //! attempts = 6
 //! max_retry_wait = 10      # seconds
 //! max_event_bytes = 16777216
+//! max_response_bytes = 33554432
 //! system = "@/path/to/identity.md"   # TEXT or @FILE
 //! append_system = "Answer briefly."
 //! titles = true            # false: as --no-title
@@ -59,6 +60,8 @@ pub struct ConfigFile {
     pub max_retry_wait: Option<f64>,
     /// `--max-event-bytes`.
     pub max_event_bytes: Option<usize>,
+    /// `--max-response-bytes`.
+    pub max_response_bytes: Option<u64>,
     /// `--system` (TEXT or @FILE).
     pub system: Option<String>,
     /// `--append-system` (TEXT or @FILE).
@@ -164,6 +167,9 @@ impl ConfigFile {
         key("max_event_bytes", self.max_event_bytes, |n| {
             p::event_bytes(&n.to_string()).map(drop)
         })?;
+        key("max_response_bytes", self.max_response_bytes, |n| {
+            p::response_bytes(&n.to_string()).map(drop)
+        })?;
         key("tools.sandbox", self.tools.sandbox.as_deref(), |v| {
             crate::tool_args::sandbox(v).map(drop)
         })?;
@@ -192,6 +198,7 @@ idle_timeout = 1.5
 attempts = 2
 max_retry_wait = 3
 max_event_bytes = 2048
+max_response_bytes = 4096
 system = "S"
 append_system = "A"
 [tools]
@@ -212,6 +219,7 @@ tool_env_keep_secrets = true
         assert_eq!(f.attempts, Some(2));
         assert_eq!(f.max_retry_wait, Some(3.0));
         assert_eq!(f.max_event_bytes, Some(2048));
+        assert_eq!(f.max_response_bytes, Some(4096));
         assert_eq!(f.tools.sandbox.as_deref(), Some("off"));
         assert_eq!(f.tools.no_network, Some(true));
         assert_eq!(parse("").unwrap(), ConfigFile::default());

@@ -58,6 +58,11 @@ pub struct ClientFlags {
     /// bytes [default: 16777216].
     #[arg(long, value_name = "BYTES", value_parser = event_bytes)]
     pub max_event_bytes: Option<usize>,
+    /// Largest model response, in bytes: its text, reasoning and tool
+    /// calls, plus 64 a chunk; past it the turn ends in error
+    /// RESPONSE_TOO_LARGE [default: 33554432].
+    #[arg(long, value_name = "BYTES", value_parser = response_bytes)]
+    pub max_response_bytes: Option<u64>,
 }
 
 /// How patiently the model client talks to the server (resolved from the
@@ -72,6 +77,8 @@ pub struct ClientSettings {
     pub max_retry_wait: f64,
     /// Largest SSE line, event or JSON body, in bytes.
     pub max_event_bytes: usize,
+    /// Largest model response, in bytes (issue 25).
+    pub max_response_bytes: u64,
 }
 
 impl Default for ClientSettings {
@@ -81,6 +88,7 @@ impl Default for ClientSettings {
             attempts: 6,
             max_retry_wait: 10.0,
             max_event_bytes: dsh_deepseek::DEFAULT_MAX_EVENT_BYTES,
+            max_response_bytes: dsh_std::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -162,6 +170,16 @@ pub fn max_tokens(text: &str) -> Result<u64, String> {
 pub fn event_bytes(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(v) if (1024..=(1usize << 32)).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a byte count between 1024 and 4294967296"
+        )),
+    }
+}
+
+/// A response cap between 1 KiB and 4 GiB.
+pub fn response_bytes(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(v) if (1024..=(1u64 << 32)).contains(&v) => Ok(v),
         _ => Err(format!(
             "{text:?} is not a byte count between 1024 and 4294967296"
         )),
@@ -263,6 +281,10 @@ pub fn resolve_with(
             .max_event_bytes
             .or(file.max_event_bytes)
             .unwrap_or(d.max_event_bytes),
+        max_response_bytes: f
+            .max_response_bytes
+            .or(file.max_response_bytes)
+            .unwrap_or(d.max_response_bytes),
     };
     Ok(Provider {
         base_url,
@@ -295,7 +317,7 @@ mod tests {
     fn flags_override_the_file_and_the_file_the_defaults() {
         let env = |k: &str| (k == "DEEPSEEK_API_KEY").then(|| "sk-x".to_string());
         let file = crate::config_file::parse(
-            "model = \"m\"\nattempts = 2\nidle_timeout = 7\nmax_retry_wait = 3\nmax_event_bytes = 4096\neffort = \"low\"\ntemperature = 1\nmax_tokens = 9\napi_key_env = \"OTHER\"\nbase_url = \"http://f\"",
+            "model = \"m\"\nattempts = 2\nidle_timeout = 7\nmax_retry_wait = 3\nmax_event_bytes = 4096\nmax_response_bytes = 8192\neffort = \"low\"\ntemperature = 1\nmax_tokens = 9\napi_key_env = \"OTHER\"\nbase_url = \"http://f\"",
         )
         .unwrap();
         let p = resolve_with(&args(), &file, &env).unwrap();
@@ -306,7 +328,8 @@ mod tests {
                 idle_timeout: 7.0,
                 attempts: 2,
                 max_retry_wait: 3.0,
-                max_event_bytes: 4096
+                max_event_bytes: 4096,
+                max_response_bytes: 8192,
             }
         );
         assert_eq!(p.effort.as_deref(), Some("low"));

@@ -107,6 +107,7 @@ pub fn agent_config(
     let mut agent = AgentConfig::new(Arc::new(client), call, cwd.clone());
     // The retry policy of the CLI settings (`--attempts`, `--max-retry-wait`).
     agent.retry_policy = Some(provider.client.retry_policy());
+    agent.max_response_bytes = provider.client.max_response_bytes;
     agent.tools = ToolSet::standard(dsh_tools::BashConfig {
         env: dsh_tools::EnvPolicy::default().with_secret(provider.api_key_env.clone()),
         ..dsh_tools::BashConfig::default()

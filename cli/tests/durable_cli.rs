@@ -187,3 +187,83 @@ fn chat_with_a_jsonl_store_on_a_full_disk_reports_it_and_claims_no_save() {
 fn chat_with_a_redb_store_on_a_full_disk_reports_it_and_claims_no_save() {
     chat_on_full_disk("redb");
 }
+
+/// The stored transcript of the only session under `data`.
+fn only_transcript(data: &Path) -> std::path::PathBuf {
+    let mut found = Vec::new();
+    let mut dirs = vec![data.join("dsh/sessions")];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
+                found.push(p);
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.remove(0)
+}
+
+/// The last `turn/end` of a stored transcript that loads without repair.
+fn last_turn_end(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap();
+    let loaded = dsh_core::jsonl::load_log(&bytes, &[]).expect("a valid session log");
+    assert!(!loaded.needs_repair(), "the turn was closed properly");
+    let end = loaded
+        .session
+        .events()
+        .iter()
+        .rev()
+        .find(|e| e.event_type() == "turn/end")
+        .expect("a turn/end")
+        .to_json();
+    serde_json::from_str(&end).unwrap()
+}
+
+/// `dsh` with a private data dir, no provider variables and no stdin.
+fn dsh(data: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
+    c.env("XDG_DATA_HOME", data)
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Issue 25: a server that streams text forever cannot grow dsh without
+/// bound: `--max-response-bytes` ends the turn in error
+/// `RESPONSE_TOO_LARGE`, the log keeps what came before and is closed.
+#[test]
+fn run_stops_an_endless_response_at_max_response_bytes() {
+    let script = r#"{"responses":[{"fault":{"kind":"endless","turn":{"text":["more text, "]}}}]}"#;
+    let server = MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let out = dsh(data.path())
+        .args(["run", "--no-title", "--max-response-bytes", "65536"])
+        .args(["--base-url", &server.url(), "go"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {}", tail(&stderr));
+    assert!(
+        stderr.contains("exceeded 65536 bytes") || stdout.contains("exceeded 65536 bytes"),
+        "the error is shown: {}",
+        tail(&stderr)
+    );
+    assert!(stdout.contains("more text, "), "what streamed is shown");
+    let end = last_turn_end(&only_transcript(data.path()));
+    assert_eq!(end["data"]["reason"]["kind"], "error", "{end}");
+    assert_eq!(
+        end["data"]["reason"]["error"]["code"], "RESPONSE_TOO_LARGE",
+        "{end}"
+    );
+    // Bounded: the log holds about the cap, not an endless stream.
+    let logged = std::fs::metadata(only_transcript(data.path()))
+        .unwrap()
+        .len();
+    assert!(logged < 4 * 65536 + 16384, "{logged} bytes logged");
+}

@@ -18,11 +18,14 @@ use dsh_core::agent::{
     ToolExecution,
 };
 use dsh_core::session::{EventData, Session, SurfaceIntent};
-use dsh_core::{LlmCallConfig, Message, SessionId, StreamChunk};
+use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
 
 use crate::ids::{Ids, Jitter};
 use crate::plugin::{Action, Ask, Cx, Flow, Plugin, Reply, Seams, ToolDispatch};
-use crate::types::{AgentConfig, AgentEvent, ApprovalRequestId, Effect, KernelError, TurnSummary};
+use crate::types::{
+    AgentConfig, AgentEvent, ApprovalRequestId, CHUNK_OVERHEAD_BYTES, Effect, KernelError,
+    TurnSummary,
+};
 
 /// The runtime kernel of one agent: sans-IO, `no_std`, deterministic.
 ///
@@ -95,6 +98,12 @@ pub struct Kernel {
     /// window runs from here (W2; later events do not move it).
     behind_since: Option<i64>,
     model: Option<u64>,
+    /// The response cap ([`AgentConfig::max_response_bytes`]).
+    max_response_bytes: u64,
+    /// What the attempt in flight counted so far, and the delta bytes of
+    /// each of its blocks (a `block-end` counts only what its deltas did
+    /// not bring).
+    response: ResponseSize,
     tools: BTreeMap<u64, Running>,
     asks: BTreeMap<u64, Pending>,
     next_ask: u64,
@@ -133,6 +142,59 @@ enum Phase {
     Aborting {
         until: i64,
     },
+}
+
+/// The size of the response in flight, as it counts towards the cap.
+#[derive(Default)]
+struct ResponseSize {
+    total: u64,
+    /// Delta bytes by block index.
+    blocks: BTreeMap<u64, u64>,
+}
+
+impl ResponseSize {
+    /// Counts `chunk`; returns the new total.
+    fn add(&mut self, chunk: &StreamChunk) -> u64 {
+        let len = |s: &str| s.len() as u64;
+        let delta = |blocks: &mut BTreeMap<u64, u64>, index: u64, n: u64| {
+            let seen = blocks.entry(index).or_default();
+            *seen = seen.saturating_add(n);
+            n
+        };
+        let n = match chunk {
+            StreamChunk::TextDelta { index, text }
+            | StreamChunk::ReasoningDelta { index, text } => {
+                delta(&mut self.blocks, *index, len(text))
+            }
+            StreamChunk::ToolCallDelta {
+                index,
+                head,
+                arguments_delta,
+            } => {
+                let n = len(head.id()) + head.name().map_or(0, len) + len(arguments_delta);
+                delta(&mut self.blocks, *index, n)
+            }
+            StreamChunk::BlockEnd { index, block } => {
+                let size = match block.as_ref() {
+                    ContentBlock::Text { text } | ContentBlock::Reasoning { text } => len(text),
+                    ContentBlock::ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    } => len(id.as_str()) + len(name) + len(arguments),
+                    _ => 0,
+                };
+                let seen = self.blocks.get(index).copied().unwrap_or(0);
+                size.saturating_sub(seen)
+            }
+            _ => 0,
+        };
+        self.total = self
+            .total
+            .saturating_add(n)
+            .saturating_add(CHUNK_OVERHEAD_BYTES);
+        self.total
+    }
 }
 
 /// The value a seam's chain carries.
@@ -356,6 +418,8 @@ impl Kernel {
             store_error: None,
             failed_at: None,
             model: None,
+            max_response_bytes: config.max_response_bytes,
+            response: ResponseSize::default(),
             tools: BTreeMap::new(),
             asks: BTreeMap::new(),
             next_ask: 0,
@@ -539,6 +603,17 @@ impl Kernel {
         let now = self.tick(now);
         if self.model != Some(attempt) {
             return Err(KernelError::StaleAttempt { attempt });
+        }
+        let max = self.max_response_bytes;
+        if self.response.add(&chunk) > max {
+            // Issue 25: a response is bounded; this chunk and the rest of
+            // the stream are refused, what came before stays.
+            self.effects.push_back(Effect::CancelModel { attempt });
+            let error = HookError::llm(
+                "RESPONSE_TOO_LARGE",
+                format!("the model response exceeded {max} bytes"),
+            );
+            return self.model_error(now, attempt, error);
         }
         Ok(self.core.handle_chunk(now, attempt, chunk)?)
     }
@@ -853,6 +928,7 @@ impl Kernel {
                 }
                 None => {
                     self.model = Some(call.attempt);
+                    self.response = ResponseSize::default();
                     self.effects.push_back(Effect::StartModel(call));
                 }
             },

@@ -527,3 +527,110 @@ fn a_failed_turn_end_write_is_reported_before_idle_and_in_the_summary() {
     assert!(started_model(&fx).is_some());
     assert_eq!(k.summary().store_error, None);
 }
+
+/// A kernel like [`kernel`] with `edit` applied to its config.
+fn kernel_with(edit: impl FnOnce(&mut AgentConfig)) -> Kernel {
+    let mut tools = ToolRegistry::new();
+    tools
+        .register(ToolDefinition::untyped(
+            "slow",
+            "slow",
+            json!({"type":"object"}),
+        ))
+        .unwrap();
+    let mut config = AgentConfig::new(LlmCallConfig::new("p", "m"));
+    config.tools = tools;
+    config.ids = IdMode::Sequential;
+    edit(&mut config);
+    let session = create_session("k1".into(), NOW, None).unwrap();
+    let mut k = Kernel::new(config, session, 0, Vec::new()).unwrap();
+    let hi = Message::user("u1", vec![ContentBlock::text("hi")]);
+    k.send(NOW, hi, InboxTarget::NextTurn, true).unwrap();
+    k
+}
+
+/// Issue 25: one model response is bounded (text, reasoning and tool
+/// arguments together); past the bound the stream is stopped and the turn
+/// ends in error `RESPONSE_TOO_LARGE`, keeping what streamed before.
+#[test]
+fn a_response_past_the_byte_cap_ends_the_turn_with_response_too_large() {
+    let mut k = kernel_with(|c| c.max_response_bytes = 1_000);
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    let mut sent = 0;
+    let mut refused = None;
+    // An endless stream: reasoning, text and tool arguments, 100 bytes a
+    // chunk, until the kernel stops the attempt.
+    for i in 0..1_000u64 {
+        let fragment: String = core::iter::repeat_n('x', 100).collect();
+        let chunk = match i % 3 {
+            0 => StreamChunk::ReasoningDelta {
+                index: 0,
+                text: fragment.as_str().into(),
+            },
+            1 => StreamChunk::TextDelta {
+                index: 1,
+                text: fragment.as_str().into(),
+            },
+            _ => StreamChunk::ToolCallDelta {
+                index: 2,
+                head: dsh_core::ToolCallHead::new("c1", Some("slow")),
+                arguments_delta: fragment.as_str().into(),
+            },
+        };
+        match k.model_chunk(NOW, attempt, chunk) {
+            Ok(()) => sent += 1,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+        drain(&mut k, NOW);
+    }
+    let refused = refused.expect("the stream is cut off");
+    assert!(refused.is_stale(), "{refused}");
+    assert!(sent < 1_000, "bounded: {sent} chunks accepted");
+    let reason = k.summary().reason.expect("the turn ended");
+    let v = serde_json::to_value(&reason).unwrap();
+    assert_eq!(v["kind"], "error", "{v}");
+    assert_eq!(v["error"]["code"], "RESPONSE_TOO_LARGE", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("1000 bytes"), "{message}");
+    // What was accepted is in the log, and it stayed within the cap.
+    let mut logged = 0;
+    for e in k.session().events() {
+        if e.event_type() == "assistant/chunk" {
+            logged += 1;
+        }
+    }
+    assert!(logged > 0, "accepted chunks are logged");
+    assert!(logged <= sent, "{logged} logged, {sent} sent");
+    assert!(k.is_idle());
+}
+
+/// A response within the cap is untouched, and the count starts again
+/// for each model call.
+#[test]
+fn responses_within_the_byte_cap_complete() {
+    let mut k = kernel_with(|c| c.max_response_bytes = 1_000);
+    for turn in 0..3 {
+        let fx = drain(&mut k, NOW);
+        let attempt = started_model(&fx).expect("a model call");
+        // 5 x (100 + 64) + 64 for `finish`: 884 of the 1000 each time.
+        for _ in 0..5 {
+            let chunk = StreamChunk::TextDelta {
+                index: 0,
+                text: "0123456789".repeat(10).as_str().into(),
+            };
+            k.model_chunk(NOW, attempt, chunk).unwrap();
+        }
+        k.model_chunk(NOW, attempt, StreamChunk::finish(FinishReason::Stop))
+            .unwrap();
+        k.model_end(NOW, attempt).unwrap();
+        drain(&mut k, NOW);
+        let v = serde_json::to_value(k.summary().reason.unwrap()).unwrap();
+        assert_eq!(v["kind"], "completed", "turn {turn}: {v}");
+        let next = Message::user(format!("u{}", turn + 2), vec![ContentBlock::text("more")]);
+        k.send(NOW, next, InboxTarget::NextTurn, true).unwrap();
+    }
+}

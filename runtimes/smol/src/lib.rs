@@ -101,6 +101,9 @@ pub struct AgentConfig {
     /// Plugins, in order, after the shell's own (provider `prepare`,
     /// approval policy).
     pub plugins: Vec<Box<dyn Plugin>>,
+    /// The most one model response may add, in bytes
+    /// ([`dsh_runtime::AgentConfig::max_response_bytes`]).
+    pub max_response_bytes: u64,
 }
 
 impl fmt::Debug for AgentConfig {
@@ -134,6 +137,7 @@ impl AgentConfig {
             ids: IdMode::Uuid,
             clock: Clock::System,
             plugins: Vec::new(),
+            max_response_bytes: dsh_runtime::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }

@@ -79,6 +79,9 @@ pub struct AgentConfig {
     pub plugins: Vec<Box<dyn Plugin>>,
     /// The retry policy; `None`: the kernel's default.
     pub retry_policy: Option<dsh_core::agent::retry::RetryPolicy>,
+    /// The most one model response may add, in bytes
+    /// ([`dsh_runtime::AgentConfig::max_response_bytes`]).
+    pub max_response_bytes: u64,
 }
 
 impl core::fmt::Debug for AgentConfig {
@@ -114,6 +117,7 @@ impl AgentConfig {
             ids: IdMode::Uuid,
             plugins: Vec::new(),
             retry_policy: None,
+            max_response_bytes: dsh_runtime::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 
@@ -131,6 +135,7 @@ impl AgentConfig {
         k.interrupted_prefix = self.loop_options.interrupted_prefix;
         k.wake_latch = self.loop_options.wake_latch;
         k.retry_policy = self.retry_policy.clone();
+        k.max_response_bytes = self.max_response_bytes;
         k.ids = self.ids;
         k.seed = crate::clock::os_seed();
         Ok(k)
