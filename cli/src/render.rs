@@ -405,6 +405,16 @@ impl Renderer {
                 };
                 match &end.reason {
                     TurnEndReason::Completed => {}
+                    // A limit or a plugin stopped the turn: say why.
+                    TurnEndReason::Aborted {
+                        cause: dsh_core::session::AbortCause::Hook { reason },
+                    } => writeln!(
+                        out,
+                        "{}[turn stopped: {}]{}",
+                        self.style(DIM),
+                        terminal(reason),
+                        self.style(RESET)
+                    )?,
                     TurnEndReason::Aborted { .. } => writeln!(
                         out,
                         "{}[turn cancelled]{}",

@@ -267,3 +267,38 @@ fn run_stops_an_endless_response_at_max_response_bytes() {
         .len();
     assert!(logged < 4 * 65536 + 16384, "{logged} bytes logged");
 }
+
+/// Issue 25: a server that always answers with a tool call cannot keep a
+/// turn going: `--max-steps 3` ends it after three model calls, aborted
+/// with cause `{"kind":"hook","reason":"max steps per turn (3) reached"}`
+/// (loop.md SM-10 d), every call answered and the turn closed.
+#[test]
+fn run_stops_a_turn_that_never_ends_at_max_steps() {
+    let call = r#"{"turn":{"toolCalls":[{"id":"c","name":"read","arguments":["{\"file_path\":\"nothing.txt\"}"]}]}}"#;
+    let script = format!(r#"{{"responses":[{}]}}"#, [call; 10].join(","));
+    let server = MockServer::start_on(Script::from_json(&script).unwrap(), 0).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let out = dsh(data.path())
+        .args(["run", "--no-title", "--max-steps", "3", "--cwd"])
+        .arg(work.path())
+        .args(["--base-url", &server.url(), "loop"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {}", tail(&stderr));
+    assert!(
+        stdout.contains("[turn stopped: max steps per turn (3) reached]"),
+        "{}",
+        tail(&stdout)
+    );
+    assert_eq!(server.requests().len(), 3, "no model call past the cap");
+    let end = last_turn_end(&only_transcript(data.path()));
+    assert_eq!(end["data"]["reason"]["kind"], "aborted", "{end}");
+    assert_eq!(
+        end["data"]["reason"]["reason"],
+        serde_json::json!({"kind": "hook", "reason": "max steps per turn (3) reached"}),
+        "{end}"
+    );
+}

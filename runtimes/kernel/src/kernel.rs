@@ -100,6 +100,8 @@ pub struct Kernel {
     model: Option<u64>,
     /// The response cap ([`AgentConfig::max_response_bytes`]).
     max_response_bytes: u64,
+    /// The step cap ([`AgentConfig::max_steps_per_turn`]).
+    max_steps: Option<u64>,
     /// What the attempt in flight counted so far, and the delta bytes of
     /// each of its blocks (a `block-end` counts only what its deltas did
     /// not bring).
@@ -245,6 +247,9 @@ struct Bridge {
     seams: Seams,
     call: LlmCallConfig,
     retry_policy: RetryPolicy,
+    /// A pre-step past this step is deferred to the kernel, which stops
+    /// the turn (issue 25).
+    max_steps: Option<u64>,
 }
 
 /// `reasoning_effort`, `temperature` and `stop` of the config fill a seed
@@ -291,9 +296,12 @@ impl Hooks for Bridge {
     fn pre_step(
         &mut self,
         _cx: &mut HookCx<'_>,
-        _payload: &PreStepPayload,
+        payload: &PreStepPayload,
         default: PreStepDecision,
     ) -> Hook<Result<PreStepDecision, HookError>> {
+        if past_max_steps(self.max_steps, payload) {
+            return Hook::Defer;
+        }
         self.defer(Seams::PRE_STEP, || Ok(default))
     }
     fn request(
@@ -349,6 +357,11 @@ impl Hooks for Bridge {
     }
 }
 
+/// Whether `payload` proposes a step past `max` (issue 25).
+fn past_max_steps(max: Option<u64>, payload: &PreStepPayload) -> bool {
+    max.is_some_and(|max| payload.step > max)
+}
+
 /// A positive finite `timeoutMs` rounded up to whole milliseconds.
 fn ceil_ms(ms: f64) -> u64 {
     let whole = ms as u64; // saturating
@@ -394,6 +407,7 @@ impl Kernel {
                 seams,
                 call: config.call.clone(),
                 retry_policy: retry_policy.clone(),
+                max_steps: config.max_steps_per_turn,
             })
             .with_ids(Ids::new(config.ids, config.seed))
             .with_jitter(Jitter::new(config.ids, config.seed));
@@ -419,6 +433,7 @@ impl Kernel {
             failed_at: None,
             model: None,
             max_response_bytes: config.max_response_bytes,
+            max_steps: config.max_steps_per_turn,
             response: ResponseSize::default(),
             tools: BTreeMap::new(),
             asks: BTreeMap::new(),
@@ -1072,6 +1087,23 @@ impl Kernel {
     // Seams
 
     fn hook(&mut self, id: u64, call: HookCall) {
+        if let HookCall::PreStep { payload, default } = &call
+            && past_max_steps(self.max_steps, payload)
+        {
+            // Issue 25: a runaway turn is stopped the way loop.md SM-10 d
+            // says a plugin stops one, before the step opens.
+            let reason = format!(
+                "max steps per turn ({}) reached",
+                self.max_steps.unwrap_or_default()
+            );
+            let now = self.now;
+            self.core.cancel(now, CancelCause::Hook { reason }, true);
+            let answer = HookAnswer::PreStep(Ok(default.clone()));
+            if let Err(e) = self.core.complete_hook(now, id, answer) {
+                self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
+            }
+            return;
+        }
         let value = match &call {
             HookCall::Assemble { default, .. } => Value::Assemble(default.clone()),
             HookCall::PreStep { default, .. } => Value::PreStep(default.clone()),

@@ -60,6 +60,11 @@ pub struct AgentConfig {
     /// each chunk. Past it the stream is stopped and the turn ends in
     /// error `RESPONSE_TOO_LARGE`; what came before stays in the log.
     pub max_response_bytes: u64,
+    /// The most steps one turn may take; `None`: no limit. At the
+    /// pre-step of the next step the turn is cancelled with cause
+    /// `{"kind":"hook","reason":"max steps per turn (N) reached"}`
+    /// (loop.md SM-10 d).
+    pub max_steps_per_turn: Option<u64>,
 }
 
 /// The default of [`AgentConfig::max_response_bytes`]: 32 MiB, far above
@@ -71,6 +76,9 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 32 * 1024 * 1024;
 /// logged chunk event costs.
 pub const CHUNK_OVERHEAD_BYTES: u64 = 64;
 
+/// The default of [`AgentConfig::max_steps_per_turn`].
+pub const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
+
 /// The default write-behind window (ms), persistence.md section 8.
 pub const DEFAULT_WRITE_BATCH_MAX_DELAY_MS: u64 = 200;
 
@@ -81,7 +89,8 @@ impl AgentConfig {
     /// A config for `call`: no system prompt, no tools, no default tool
     /// deadline, a 2 s grace, default retries with the executor on, both
     /// HEAD deltas on, UUID ids from seed 0 (set [`seed`](Self::seed)), a
-    /// 200 ms write-behind window, and a 32 MiB response cap.
+    /// 200 ms write-behind window, a 32 MiB response cap and at most 200
+    /// steps per turn.
     pub fn new(call: LlmCallConfig) -> Self {
         AgentConfig {
             call,
@@ -97,6 +106,7 @@ impl AgentConfig {
             seed: 0,
             write_batch_max_delay_ms: Some(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_steps_per_turn: Some(DEFAULT_MAX_STEPS_PER_TURN),
         }
     }
 

@@ -634,3 +634,50 @@ fn responses_within_the_byte_cap_complete() {
         k.send(NOW, next, InboxTarget::NextTurn, true).unwrap();
     }
 }
+
+/// Issue 25: a server that always answers with a tool call cannot keep a
+/// turn going: at the pre-step of step `max + 1` the turn is cancelled
+/// with cause `{"kind":"hook","reason":…}` (loop.md SM-10 d, the shape the
+/// reference uses to stop a runaway turn).
+#[test]
+fn a_turn_stops_after_max_steps_with_a_hook_abort() {
+    let mut k = kernel_with(|c| c.max_steps_per_turn = Some(3));
+    let mut models = 0;
+    loop {
+        let fx = drain(&mut k, NOW);
+        if let Some(attempt) = started_model(&fx) {
+            models += 1;
+            assert!(models <= 3, "no request past the cap");
+            let call = ContentBlock::tool_call(format!("c{models}"), "slow", "{}");
+            for c in [
+                StreamChunk::block_end(0, call),
+                StreamChunk::finish(FinishReason::ToolCalls),
+            ] {
+                k.model_chunk(NOW, attempt, c).unwrap();
+            }
+            k.model_end(NOW, attempt).unwrap();
+            continue;
+        }
+        if let Some((token, _)) = started_tool(&fx) {
+            let ok = ToolOutcome::success(vec![ContentBlock::text("again")]);
+            k.tool_done(NOW, token, ok, Vec::new()).unwrap();
+            continue;
+        }
+        break;
+    }
+    assert_eq!(models, 3);
+    assert!(k.is_idle());
+    let v = serde_json::to_value(k.summary().reason.unwrap()).unwrap();
+    assert_eq!(v["kind"], "aborted", "{v}");
+    assert_eq!(v["reason"]["kind"], "hook", "{v}");
+    let reason = v["reason"]["reason"].as_str().unwrap();
+    assert!(reason.contains("max steps per turn (3)"), "{reason}");
+    // Every tool call got its result before the turn ended.
+    let results = k
+        .session()
+        .events()
+        .iter()
+        .filter(|e| e.event_type() == "tool/result")
+        .count();
+    assert_eq!(results, 3);
+}

@@ -149,6 +149,7 @@ pub(crate) fn spawn(
     k.tool_timeout_ms = Some(config.tool_timeout.as_millis() as u64).filter(|ms| *ms > 0);
     k.retry_policy = config.retry_policy.clone();
     k.max_response_bytes = config.max_response_bytes;
+    k.max_steps_per_turn = config.max_steps_per_turn;
     k.ids = config.ids;
     k.seed = seed;
     let mut plugins: Vec<Box<dyn Plugin>> = vec![

@@ -104,6 +104,9 @@ pub struct AgentConfig {
     /// The most one model response may add, in bytes
     /// ([`dsh_runtime::AgentConfig::max_response_bytes`]).
     pub max_response_bytes: u64,
+    /// The most steps one turn may take, `None`: no limit
+    /// ([`dsh_runtime::AgentConfig::max_steps_per_turn`]).
+    pub max_steps_per_turn: Option<u64>,
 }
 
 impl fmt::Debug for AgentConfig {
@@ -138,6 +141,7 @@ impl AgentConfig {
             clock: Clock::System,
             plugins: Vec::new(),
             max_response_bytes: dsh_runtime::DEFAULT_MAX_RESPONSE_BYTES,
+            max_steps_per_turn: Some(dsh_runtime::DEFAULT_MAX_STEPS_PER_TURN),
         }
     }
 }

@@ -82,6 +82,9 @@ pub struct AgentConfig {
     /// The most one model response may add, in bytes
     /// ([`dsh_runtime::AgentConfig::max_response_bytes`]).
     pub max_response_bytes: u64,
+    /// The most steps one turn may take, `None`: no limit
+    /// ([`dsh_runtime::AgentConfig::max_steps_per_turn`]).
+    pub max_steps_per_turn: Option<u64>,
 }
 
 impl core::fmt::Debug for AgentConfig {
@@ -118,6 +121,7 @@ impl AgentConfig {
             plugins: Vec::new(),
             retry_policy: None,
             max_response_bytes: dsh_runtime::DEFAULT_MAX_RESPONSE_BYTES,
+            max_steps_per_turn: Some(dsh_runtime::DEFAULT_MAX_STEPS_PER_TURN),
         }
     }
 
@@ -136,6 +140,7 @@ impl AgentConfig {
         k.wake_latch = self.loop_options.wake_latch;
         k.retry_policy = self.retry_policy.clone();
         k.max_response_bytes = self.max_response_bytes;
+        k.max_steps_per_turn = self.max_steps_per_turn;
         k.ids = self.ids;
         k.seed = crate::clock::os_seed();
         Ok(k)
