@@ -46,10 +46,11 @@ fn unshare_flags() -> Result<&'static str, String> {
     ))
 }
 
-/// Runs `dsh ARGS` with `--store-dir` on a fresh 64 KiB tmpfs at `dir`
-/// (mounted in a private mount namespace for this one command), feeding
-/// `stdin`. `None` (after printing why) when no tmpfs can be mounted.
-fn on_full_disk(dir: &Path, args: &[&str], stdin: &str) -> Option<Output> {
+/// `dsh ARGS --store-dir DIR/store` with the store on a fresh 64 KiB
+/// tmpfs, mounted in a private mount namespace for this one command; its
+/// standard streams piped. `None` (after printing why) when no tmpfs can
+/// be mounted.
+fn spawn_on_full_disk(dir: &Path, args: &[&str]) -> Option<std::process::Child> {
     let flags = match unshare_flags() {
         Ok(f) => f,
         Err(why) => {
@@ -67,7 +68,7 @@ fn on_full_disk(dir: &Path, args: &[&str], stdin: &str) -> Option<Output> {
     std::fs::create_dir_all(&data).unwrap();
     // `$0` is the store dir, `$@` the dsh command line.
     let script = r#"mount -t tmpfs -o size=64k tmpfs "$0" || exit 97; exec "$@" --store-dir "$0""#;
-    let mut child = Command::new("unshare")
+    let child = Command::new("unshare")
         .args([flags, "sh", "-c", script])
         .arg(&store)
         .arg(env!("CARGO_BIN_EXE_dsh"))
@@ -81,6 +82,12 @@ fn on_full_disk(dir: &Path, args: &[&str], stdin: &str) -> Option<Output> {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    Some(child)
+}
+
+/// [`spawn_on_full_disk`], feeding `stdin`, to the end.
+fn on_full_disk(dir: &Path, args: &[&str], stdin: &str) -> Option<Output> {
+    let mut child = spawn_on_full_disk(dir, args)?;
     {
         use std::io::Write;
         let mut input = child.stdin.take().unwrap();
@@ -301,4 +308,73 @@ fn run_stops_a_turn_that_never_ends_at_max_steps() {
         serde_json::json!({"kind": "hook", "reason": "max steps per turn (3) reached"}),
         "{end}"
     );
+}
+
+/// Issue 25: in ACP, a prompt whose turn could not be written answers
+/// `session/prompt` with a JSON-RPC error (code `FLUSH_FAILED` in its
+/// data) instead of a stop reason.
+#[test]
+fn acp_answers_a_prompt_whose_log_cannot_be_written_with_an_error() {
+    use std::io::{BufRead, BufReader, Write};
+    let server = MockServer::start_on(Script::from_json(&big_answer()).unwrap(), 0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let url = server.url();
+    let Some(mut child) = spawn_on_full_disk(dir.path(), &["acp", "--base-url", &url]) else {
+        return;
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut request = |id: u64, method: &str, params: serde_json::Value| {
+        let m = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{m}").unwrap();
+        stdin.flush().unwrap();
+    };
+    let response = |id: u64| loop {
+        let line = lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("an answer from dsh acp");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == id && v.get("method").is_none() {
+            return v;
+        }
+    };
+    request(
+        1,
+        "initialize",
+        serde_json::json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    response(1);
+    request(
+        2,
+        "session/new",
+        serde_json::json!({"cwd": work.path(), "mcpServers": []}),
+    );
+    let session = response(2)["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    request(
+        3,
+        "session/prompt",
+        serde_json::json!({"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}),
+    );
+    let answer = response(3);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(answer.get("result").is_none(), "no stop reason: {answer}");
+    assert_eq!(answer["error"]["data"]["code"], "FLUSH_FAILED", "{answer}");
+    let message = answer["error"]["data"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("No space left"), "{message}");
 }
