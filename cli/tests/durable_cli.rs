@@ -46,6 +46,15 @@ fn unshare_flags() -> Result<&'static str, String> {
     ))
 }
 
+/// `c` with the private data dir `data`, no provider variables and no
+/// colors.
+fn private<'c>(c: &'c mut Command, data: &Path) -> &'c mut Command {
+    c.env("XDG_DATA_HOME", data)
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1")
+}
+
 /// `dsh ARGS --store-dir DIR/store` with the store on a fresh 64 KiB
 /// tmpfs, mounted in a private mount namespace for this one command; its
 /// standard streams piped. `None` (after printing why) when no tmpfs can
@@ -68,15 +77,12 @@ fn spawn_on_full_disk(dir: &Path, args: &[&str]) -> Option<std::process::Child> 
     std::fs::create_dir_all(&data).unwrap();
     // `$0` is the store dir, `$@` the dsh command line.
     let script = r#"mount -t tmpfs -o size=64k tmpfs "$0" || exit 97; exec "$@" --store-dir "$0""#;
-    let child = Command::new("unshare")
+    let mut c = Command::new("unshare");
+    let child = private(&mut c, &data)
         .args([flags, "sh", "-c", script])
         .arg(&store)
         .arg(env!("CARGO_BIN_EXE_dsh"))
         .args(args)
-        .env("XDG_DATA_HOME", &data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -229,15 +235,19 @@ fn last_turn_end(path: &Path) -> serde_json::Value {
     serde_json::from_str(&end).unwrap()
 }
 
-/// `dsh` with a private data dir, no provider variables and no stdin.
-fn dsh(data: &Path) -> Command {
+/// `dsh ARGS` with a private data dir and no provider variables or
+/// stdin, which must exit 1; its stdout and stderr.
+fn run_failing(data: &Path, args: &[&str]) -> (String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
+    let out = private(&mut c, data)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "stderr: {}", tail(&stderr));
+    (stdout, stderr)
 }
 
 /// Issue 25: a server that streams text forever cannot grow dsh without
@@ -248,14 +258,19 @@ fn run_stops_an_endless_response_at_max_response_bytes() {
     let script = r#"{"responses":[{"fault":{"kind":"endless","turn":{"text":["more text, "]}}}]}"#;
     let server = MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap();
     let data = tempfile::tempdir().unwrap();
-    let out = dsh(data.path())
-        .args(["run", "--no-title", "--max-response-bytes", "65536"])
-        .args(["--base-url", &server.url(), "go"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {}", tail(&stderr));
+    let url = server.url();
+    let (stdout, stderr) = run_failing(
+        data.path(),
+        &[
+            "run",
+            "--no-title",
+            "--max-response-bytes",
+            "65536",
+            "--base-url",
+            &url,
+            "go",
+        ],
+    );
     assert!(
         stderr.contains("exceeded 65536 bytes") || stdout.contains("exceeded 65536 bytes"),
         "the error is shown: {}",
@@ -286,15 +301,21 @@ fn run_stops_a_turn_that_never_ends_at_max_steps() {
     let server = MockServer::start_on(Script::from_json(&script).unwrap(), 0).unwrap();
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let out = dsh(data.path())
-        .args(["run", "--no-title", "--max-steps", "3", "--cwd"])
-        .arg(work.path())
-        .args(["--base-url", &server.url(), "loop"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {}", tail(&stderr));
+    let (url, cwd) = (server.url(), work.path().to_str().unwrap().to_string());
+    let (stdout, _) = run_failing(
+        data.path(),
+        &[
+            "run",
+            "--no-title",
+            "--max-steps",
+            "3",
+            "--cwd",
+            &cwd,
+            "--base-url",
+            &url,
+            "loop",
+        ],
+    );
     assert!(
         stdout.contains("[turn stopped: max steps per turn (3) reached]"),
         "{}",

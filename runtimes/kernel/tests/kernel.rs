@@ -406,6 +406,16 @@ fn side_collector_folds_a_side_call() {
     assert!(c.finish().is_err());
 }
 
+/// The last turn ended in error `code` with a message containing `needle`.
+fn assert_turn_error(k: &Kernel, code: &str, needle: &str) {
+    let reason = k.summary().reason.expect("the turn ended");
+    let v = serde_json::to_value(&reason).unwrap();
+    assert_eq!(v["kind"], "error", "{v}");
+    assert_eq!(v["error"]["code"], code, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(needle), "{message}");
+}
+
 /// Issue 25 (SM-14 extended): a write that fails while a response streams
 /// (the write-behind of W2/W3) ends the stream and the turn with
 /// `FLUSH_FAILED`; what streamed before the failure stays in the log.
@@ -456,12 +466,7 @@ fn a_failed_write_while_a_response_streams_ends_the_turn_with_flush_failed() {
             .unwrap_err()
             .is_stale()
     );
-    let reason = k.summary().reason.expect("the turn ended");
-    let v = serde_json::to_value(&reason).unwrap();
-    assert_eq!(v["kind"], "error", "{v}");
-    assert_eq!(v["error"]["code"], "FLUSH_FAILED", "{v}");
-    let message = v["error"]["message"].as_str().unwrap();
-    assert!(message.contains("No space left on device"), "{message}");
+    assert_turn_error(&k, "FLUSH_FAILED", "No space left on device");
     let log: String = k.session().events().iter().map(|e| e.to_json()).collect();
     assert!(log.contains("kept "), "accepted text stays in the log");
     assert!(!log.contains("late"));
@@ -590,12 +595,7 @@ fn a_response_past_the_byte_cap_ends_the_turn_with_response_too_large() {
     let refused = refused.expect("the stream is cut off");
     assert!(refused.is_stale(), "{refused}");
     assert!(sent < 1_000, "bounded: {sent} chunks accepted");
-    let reason = k.summary().reason.expect("the turn ended");
-    let v = serde_json::to_value(&reason).unwrap();
-    assert_eq!(v["kind"], "error", "{v}");
-    assert_eq!(v["error"]["code"], "RESPONSE_TOO_LARGE", "{v}");
-    let message = v["error"]["message"].as_str().unwrap();
-    assert!(message.contains("1000 bytes"), "{message}");
+    assert_turn_error(&k, "RESPONSE_TOO_LARGE", "exceeded 1000 bytes");
     // What was accepted is in the log, and it stayed within the cap.
     let mut logged = 0;
     for e in k.session().events() {
