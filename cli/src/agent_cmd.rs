@@ -2,7 +2,9 @@
 //! and the shared event loop that renders a running agent.
 //!
 //! Exit codes of `run`: 0 the turn completed; 1 it ended otherwise (error,
-//! cancel, max-tokens, blocked); 2 bad usage or setup failure.
+//! cancel, max-tokens, blocked) or its log could not be written in full;
+//! 2 bad usage or setup failure. `chat` exits 1 when its log could not be
+//! written in full (and does not say "saved").
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, IsTerminal, Write};
@@ -366,8 +368,22 @@ pub fn run(args: RunArgs) -> Outcome {
         dsh_core::jsonl::encode_event_line(ev, &mut line);
         let _ = io::stdout().write_all(&line);
     }
-    agent.dispose();
+    let closed = agent.close();
     let location = describe_location(setup.store.as_ref(), &args.agent.store, &id);
+    if let Err(e) = closed {
+        // Issue 25: what the store did not take is not claimed as saved.
+        if let Err(e) = &result {
+            eprintln!("dsh run: {}", crate::sanitize::terminal(e));
+        }
+        eprintln!(
+            "dsh run: {}",
+            crate::sanitize::terminal(&format!(
+                "{e}; session {} at {location} is incomplete",
+                id.as_str()
+            ))
+        );
+        return Outcome::CheckFailed;
+    }
     match result {
         Ok(outcome) => {
             if !args.json {
@@ -927,16 +943,21 @@ fn repl(
         agent.cancel(CancelCause::User, false);
     }
     let _ = titler.poll(&agent, TITLE_WAIT);
-    agent.dispose();
+    let closed = agent.close();
     // After a hang-up the terminal may be gone: a failed write is ignored
     // (println! would panic).
     let mut stdout = io::stdout();
-    let _ = writeln_safe!(
-        stdout,
-        "session {} saved: {}",
-        id.as_str(),
-        describe_location(store.as_ref(), store_args, &id)
-    );
+    let location = describe_location(store.as_ref(), store_args, &id);
+    if let Err(e) = closed {
+        // Issue 25: no "saved" for a log the store did not take in full.
+        let _ = writeln_safe!(
+            stdout,
+            "error: {e}; session {} at {location} is incomplete",
+            id.as_str()
+        );
+        return Outcome::CheckFailed;
+    }
+    let _ = writeln_safe!(stdout, "session {} saved: {location}", id.as_str());
     let _ = writeln_safe!(stdout, "resume with: dsh chat --resume {}", id.as_str());
     Outcome::Ok
 }

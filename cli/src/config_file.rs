@@ -14,6 +14,8 @@
 //! attempts = 6
 //! max_retry_wait = 10      # seconds
 //! max_event_bytes = 16777216
+//! max_response_bytes = 33554432
+//! max_steps = 200          # steps per turn; 0: no limit
 //! system = "@/path/to/identity.md"   # TEXT or @FILE
 //! append_system = "Answer briefly."
 //! titles = true            # false: as --no-title
@@ -59,6 +61,10 @@ pub struct ConfigFile {
     pub max_retry_wait: Option<f64>,
     /// `--max-event-bytes`.
     pub max_event_bytes: Option<usize>,
+    /// `--max-response-bytes`.
+    pub max_response_bytes: Option<u64>,
+    /// `--max-steps`.
+    pub max_steps: Option<u64>,
     /// `--system` (TEXT or @FILE).
     pub system: Option<String>,
     /// `--append-system` (TEXT or @FILE).
@@ -164,6 +170,12 @@ impl ConfigFile {
         key("max_event_bytes", self.max_event_bytes, |n| {
             p::event_bytes(&n.to_string()).map(drop)
         })?;
+        key("max_response_bytes", self.max_response_bytes, |n| {
+            p::response_bytes(&n.to_string()).map(drop)
+        })?;
+        key("max_steps", self.max_steps, |n| {
+            p::steps(&n.to_string()).map(drop)
+        })?;
         key("tools.sandbox", self.tools.sandbox.as_deref(), |v| {
             crate::tool_args::sandbox(v).map(drop)
         })?;
@@ -192,6 +204,8 @@ idle_timeout = 1.5
 attempts = 2
 max_retry_wait = 3
 max_event_bytes = 2048
+max_response_bytes = 4096
+max_steps = 50
 system = "S"
 append_system = "A"
 [tools]
@@ -212,6 +226,8 @@ tool_env_keep_secrets = true
         assert_eq!(f.attempts, Some(2));
         assert_eq!(f.max_retry_wait, Some(3.0));
         assert_eq!(f.max_event_bytes, Some(2048));
+        assert_eq!(f.max_response_bytes, Some(4096));
+        assert_eq!(f.max_steps, Some(50));
         assert_eq!(f.tools.sandbox.as_deref(), Some("off"));
         assert_eq!(f.tools.no_network, Some(true));
         assert_eq!(parse("").unwrap(), ConfigFile::default());

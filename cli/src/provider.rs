@@ -61,6 +61,16 @@ pub struct ClientFlags {
     /// bytes [default: 16777216].
     #[arg(long, value_name = "BYTES", value_parser = event_bytes)]
     pub max_event_bytes: Option<usize>,
+    /// Largest model response, in bytes: its text, reasoning and tool
+    /// calls, plus 64 a chunk; past it the turn ends in error
+    /// RESPONSE_TOO_LARGE [default: 33554432].
+    #[arg(long, value_name = "BYTES", value_parser = response_bytes)]
+    pub max_response_bytes: Option<u64>,
+    /// Most model steps in one turn; at the next one the turn ends
+    /// aborted (cause hook, "max steps per turn (N) reached"); 0: no limit
+    /// [default: 200].
+    #[arg(long, value_name = "N", value_parser = steps)]
+    pub max_steps: Option<u64>,
 }
 
 /// How patiently the model client talks to the server (resolved from the
@@ -75,6 +85,10 @@ pub struct ClientSettings {
     pub max_retry_wait: f64,
     /// Largest SSE line, event or JSON body, in bytes.
     pub max_event_bytes: usize,
+    /// Largest model response, in bytes (issue 25).
+    pub max_response_bytes: u64,
+    /// Most steps in one turn, 0: no limit (issue 25).
+    pub max_steps: u64,
 }
 
 impl Default for ClientSettings {
@@ -84,6 +98,8 @@ impl Default for ClientSettings {
             attempts: 6,
             max_retry_wait: 10.0,
             max_event_bytes: dsh_deepseek::DEFAULT_MAX_EVENT_BYTES,
+            max_response_bytes: dsh_std::DEFAULT_MAX_RESPONSE_BYTES,
+            max_steps: dsh_std::DEFAULT_MAX_STEPS_PER_TURN,
         }
     }
 }
@@ -167,6 +183,26 @@ pub fn event_bytes(text: &str) -> Result<usize, String> {
         Ok(v) if (1024..=(1usize << 32)).contains(&v) => Ok(v),
         _ => Err(format!(
             "{text:?} is not a byte count between 1024 and 4294967296"
+        )),
+    }
+}
+
+/// A response cap between 1 KiB and 4 GiB.
+pub fn response_bytes(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(v) if (1024..=(1u64 << 32)).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a byte count between 1024 and 4294967296"
+        )),
+    }
+}
+
+/// A step count between 0 (no limit) and 1000000.
+pub fn steps(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(v) if v <= 1_000_000 => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a number of steps between 0 (no limit) and 1000000"
         )),
     }
 }
@@ -279,6 +315,11 @@ pub fn resolve_with(
             .max_event_bytes
             .or(file.max_event_bytes)
             .unwrap_or(d.max_event_bytes),
+        max_response_bytes: f
+            .max_response_bytes
+            .or(file.max_response_bytes)
+            .unwrap_or(d.max_response_bytes),
+        max_steps: f.max_steps.or(file.max_steps).unwrap_or(d.max_steps),
     };
     Ok(Provider {
         base_url,
@@ -311,7 +352,7 @@ mod tests {
     fn flags_override_the_file_and_the_file_the_defaults() {
         let env = |k: &str| (k == "DEEPSEEK_API_KEY").then(|| "sk-x".to_string());
         let file = crate::config_file::parse(
-            "model = \"m\"\nattempts = 2\nidle_timeout = 7\nmax_retry_wait = 3\nmax_event_bytes = 4096\neffort = \"low\"\ntemperature = 1\nmax_tokens = 9\napi_key_env = \"OTHER\"\nbase_url = \"http://f\"",
+            "model = \"m\"\nattempts = 2\nidle_timeout = 7\nmax_retry_wait = 3\nmax_event_bytes = 4096\nmax_response_bytes = 8192\nmax_steps = 7\neffort = \"low\"\ntemperature = 1\nmax_tokens = 9\napi_key_env = \"OTHER\"\nbase_url = \"http://f\"",
         )
         .unwrap();
         let p = resolve_with(&args(), &file, &env).unwrap();
@@ -322,7 +363,9 @@ mod tests {
                 idle_timeout: 7.0,
                 attempts: 2,
                 max_retry_wait: 3.0,
-                max_event_bytes: 4096
+                max_event_bytes: 4096,
+                max_response_bytes: 8192,
+                max_steps: 7,
             }
         );
         assert_eq!(p.effort.as_deref(), Some("low"));

@@ -414,6 +414,17 @@ impl Renderer {
                 };
                 match &end.reason {
                     TurnEndReason::Completed => {}
+                    // A limit or a plugin stopped the turn: say why.
+                    TurnEndReason::Aborted {
+                        cause: dsh_core::session::AbortCause::Hook { reason },
+                    // tty: our own marker; the reason is sanitised.
+                    } => writeln!(
+                        out,
+                        "{}[turn stopped: {}]{}",
+                        self.style(DIM),
+                        terminal(reason),
+                        self.style(RESET)
+                    )?,
                     // tty: our own marker.
                     TurnEndReason::Aborted { .. } => writeln!(
                         out,

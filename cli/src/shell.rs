@@ -110,6 +110,8 @@ pub fn agent_config(
     let mut agent = AgentConfig::new(Arc::new(client), call, cwd.clone());
     // The retry policy of the CLI settings (`--attempts`, `--max-retry-wait`).
     agent.retry_policy = Some(provider.client.retry_policy());
+    agent.max_response_bytes = provider.client.max_response_bytes;
+    agent.max_steps_per_turn = Some(provider.client.max_steps).filter(|n| *n > 0);
     agent.tools = ToolSet::standard(dsh_tools::BashConfig {
         env: dsh_tools::EnvPolicy::default().with_secret(provider.api_key_env.clone()),
         ..dsh_tools::BashConfig::default()

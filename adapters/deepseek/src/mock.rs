@@ -46,6 +46,7 @@
 //! | `close` | `turn`, `afterEvents`, `abrupt` | sends the first events, then ends the body cleanly (`abrupt: false`, the chunked terminator) or drops the connection mid-body (`abrupt: true`) |
 //! | `inband-error` | `error` (JSON), `done` (default true) | `data: {"error":…}` then `[DONE]` (or not) |
 //! | `raw` | `status` (200), `headers`, `body`, `chunkSize`, `delayMs` | the body bytes verbatim as `text/event-stream` |
+//! | `endless` | `turn` | the events of `turn` without its finish, then its reasoning, text and tool-call events again and again until the client leaves (a runaway server) |
 //!
 //! When the script is exhausted the server answers
 //! `500 {"error":{"message":"mock script exhausted"}}`.
@@ -205,6 +206,13 @@ pub enum Fault {
         /// Whether `[DONE]` follows (default true).
         #[serde(default = "yes")]
         done: bool,
+    },
+    /// A stream that never ends: the turn's content events, repeated
+    /// until the client leaves.
+    #[serde(rename_all = "camelCase")]
+    Endless {
+        /// The turn whose events repeat.
+        turn: Turn,
     },
     /// A verbatim body.
     #[serde(rename_all = "camelCase")]
@@ -624,6 +632,22 @@ fn serve_one(stream: &mut TcpStream, shared: &Shared) -> io::Result<bool> {
                     w.end()?;
                     Ok(false)
                 }
+            }
+            Fault::Endless { turn } => {
+                w.configure(turn);
+                w.head(200, &turn.headers)?;
+                let events = render(turn);
+                // Everything but the finish, then the content (not the
+                // role event) over and over.
+                let open = events
+                    .get(..events.len().saturating_sub(1))
+                    .unwrap_or_default();
+                w.events(open, usize::MAX, turn.keep_alive)?;
+                let again = open.get(1..).unwrap_or_default();
+                while !again.is_empty() && !w.shared.stop.load(Ordering::SeqCst) {
+                    w.events(again, usize::MAX, 0)?;
+                }
+                Ok(false)
             }
             Fault::InbandError { error, done } => {
                 w.head(200, &BTreeMap::new())?;

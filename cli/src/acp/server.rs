@@ -22,8 +22,8 @@ use agent_client_protocol_schema::v1::{
 use dsh_core::SessionId;
 use dsh_core::session::EventData;
 use dsh_std::{
-    Agent, AgentEvent, ApprovalDecision, ApprovalMode, ApprovalPolicy, ApprovalRequestId,
-    CancelCause, ShellError,
+    Agent, AgentEvent, AgentStatus, ApprovalDecision, ApprovalMode, ApprovalPolicy,
+    ApprovalRequestId, CancelCause, ShellError,
 };
 use dsh_store::{SessionStore, StoreError};
 use dsh_tools::{BashTool, EditTool, Files, ReadTool, Runner, WriteTool};
@@ -138,6 +138,9 @@ struct Live {
     prompt: Option<RequestId>,
     /// `session/cancel` arrived for the running prompt.
     cancel_requested: bool,
+    /// The running prompt's answer, held from its `turn/end` until the
+    /// agent is idle (the turn's end is written by then, issue 25).
+    ended: Option<Result<PromptResponse, acp::Error>>,
     /// The session mode (not stored: a loaded session starts in `ask`).
     mode: SessionMode,
 }
@@ -372,6 +375,7 @@ impl Server {
                 calls: Calls::default(),
                 prompt: None,
                 cancel_requested: false,
+                ended: None,
                 mode: SessionMode::Ask,
             },
         );
@@ -499,13 +503,28 @@ impl Server {
                 for update in map::updates(&ev, Mode::Live, &live.cwd, &mut live.calls, &asks) {
                     notify(&self.peer, session, update);
                 }
-                if let EventData::TurnEnd(end) = ev.data() {
-                    if let Some(id) = live.prompt.take() {
-                        let result = map::stop_reason(&end.reason, live.cancel_requested)
-                            .map(PromptResponse::new);
-                        live.cancel_requested = false;
-                        self.peer.respond(&id, result);
-                    }
+                if let EventData::TurnEnd(end) = ev.data()
+                    && live.prompt.is_some()
+                    && live.ended.is_none()
+                {
+                    let result = map::stop_reason(&end.reason, live.cancel_requested)
+                        .map(PromptResponse::new);
+                    live.cancel_requested = false;
+                    live.ended = Some(result);
+                }
+            }
+            AgentEvent::Status(AgentStatus::Idle) => {
+                if let Some(result) = live.ended.take()
+                    && let Some(id) = live.prompt.take()
+                {
+                    // A turn whose log the store did not take is an error,
+                    // whatever it ended with.
+                    let result = match live.agent.store_error() {
+                        Some(e) => Err(acp::Error::internal_error()
+                            .data(serde_json::json!({"code": "FLUSH_FAILED", "message": e}))),
+                        None => result,
+                    };
+                    self.peer.respond(&id, result);
                 }
             }
             AgentEvent::ApprovalRequested { id, tool, .. } if live.mode.allows(&tool) => {

@@ -11,7 +11,7 @@
 //! spec asks for.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dsh_core::agent::prompt::PromptSection;
@@ -102,7 +102,7 @@ fn recorded(dir: &std::path::Path, fail: bool, batches: Option<Batches>) -> Arc<
     if fail || batches.is_some() {
         Arc::new(Wrap {
             inner,
-            fail,
+            ok_appends: AtomicUsize::new(if fail { 0 } else { usize::MAX }),
             batches,
         })
     } else {
@@ -737,6 +737,79 @@ fn a_failed_write_before_the_model_ends_the_turn_in_error_everywhere() {
     }
 }
 
+/// Issue 25: the disk fills after the request prefix was written, so the
+/// write of the turn's end fails. Every runtime publishes the failure
+/// before it reports idle, `wait_idle`'s summary carries it, and `close`
+/// fails with [`ShellError::NotSaved`] instead of claiming a saved log.
+#[test]
+fn a_failed_write_of_the_turn_end_is_reported_everywhere() {
+    use dsh_runtime::host::ShellError;
+    let reply = || Arc::new(ScriptedProvider::new([text("an answer").reply()]));
+    let unsaved = |name: &str, summary: &dsh_runtime::TurnSummary, errors: &[String]| {
+        let e = summary
+            .store_error
+            .as_deref()
+            .unwrap_or_else(|| panic!("{name}: the summary reports the failed write: {summary:?}"));
+        assert!(e.contains("no space left on device"), "{name}: {e}");
+        assert!(
+            errors.iter().any(|m| m.contains("no space left on device")),
+            "{name}: published before idle: {errors:?}"
+        );
+    };
+    let not_saved = |name: &str, r: Result<(), ShellError>| match r {
+        Err(ShellError::NotSaved(m)) => assert!(m.contains("no space left"), "{name}: {m}"),
+        other => panic!("{name}: close must fail, got {other:?}"),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().canonicalize().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = filling_up(dir.path(), 1);
+    let mut c = dsh_std::AgentConfig::new(reply(), LlmCallConfig::new("p", "m"), &root);
+    c.clock = Clock::Fixed(NOW);
+    c.ids = IdMode::Sequential;
+    let agent = dsh_std::Agent::create(c, store, SessionId::from("s1")).unwrap();
+    let rx = agent.subscribe();
+    agent.send("hi").unwrap();
+    let summary = agent.wait_idle(WAIT).unwrap();
+    let errors: Vec<String> = rx
+        .try_iter()
+        .filter_map(|e| match e {
+            AgentEvent::Error(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    unsaved("std", &summary, &errors);
+    not_saved("std", agent.close());
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = filling_up(dir.path(), 1);
+    let mut c = dsh_smol::AgentConfig::new(
+        dsh_deepseek::DeepSeekConfig::default(),
+        LlmCallConfig::new("p", "m"),
+    );
+    c.provider = Some(reply());
+    c.cwd = root.clone();
+    c.clock = Clock::Fixed(NOW);
+    c.ids = IdMode::Sequential;
+    smol::block_on(async {
+        let agent = dsh_smol::Agent::create(c, store, SessionId::from("s1"))
+            .await
+            .unwrap();
+        let sub = agent.subscribe();
+        agent.send("hi").await.unwrap();
+        let summary = agent.wait_idle(WAIT).await.unwrap();
+        let mut errors = Vec::new();
+        while let Some(e) = sub.try_next() {
+            if let AgentEvent::Error(m) = e {
+                errors.push(m);
+            }
+        }
+        unsaved("smol", &summary, &errors);
+        not_saved("smol", agent.close().await);
+    });
+}
+
 #[test]
 fn a_tool_deadline_gives_the_tl14_error_everywhere() {
     // TL-14: `timeoutMs: 100.5` rounds up to 101 ms; at the deadline the
@@ -1007,8 +1080,33 @@ fn a_third_party_plugin_works_unchanged_in_every_runtime() {
 /// event types of every batch.
 struct Wrap {
     inner: Arc<dyn SessionStore>,
-    fail: bool,
+    /// How many more appends succeed before the disk is "full".
+    ok_appends: AtomicUsize,
     batches: Option<Batches>,
+}
+
+impl Wrap {
+    /// Whether the disk is full (counts one append when `append`).
+    fn full(&self, append: bool) -> bool {
+        let left = self.ok_appends.load(Ordering::SeqCst);
+        if left == 0 {
+            return true;
+        }
+        if append && left != usize::MAX {
+            self.ok_appends.store(left - 1, Ordering::SeqCst);
+        }
+        false
+    }
+}
+
+/// A JSONL store under `dir` whose first `n` appends succeed and every
+/// later write fails as on a full disk.
+fn filling_up(dir: &std::path::Path, n: usize) -> Arc<dyn SessionStore> {
+    Arc::new(Wrap {
+        inner: Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir)).expect("jsonl store")),
+        ok_appends: AtomicUsize::new(n),
+        batches: None,
+    })
 }
 
 fn disk_full() -> dsh_store::StoreError {
@@ -1026,7 +1124,7 @@ impl SessionStore for Wrap {
         self.inner.create(header)
     }
     fn append(&self, id: &SessionId, e: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
-        if self.fail {
+        if self.full(true) {
             return Err(disk_full());
         }
         if let Some(b) = &self.batches {
@@ -1036,19 +1134,19 @@ impl SessionStore for Wrap {
         self.inner.append(id, e)
     }
     fn enqueue(&self, id: &SessionId, e: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
-        if self.fail {
+        if self.full(false) {
             return Err(disk_full());
         }
         self.inner.enqueue(id, e)
     }
     fn flush(&self, id: &SessionId) -> Result<(), dsh_store::StoreError> {
-        if self.fail {
+        if self.full(false) {
             return Err(disk_full());
         }
         self.inner.flush(id)
     }
     fn flush_all(&self) -> Result<(), dsh_store::StoreError> {
-        if self.fail {
+        if self.full(false) {
             return Err(disk_full());
         }
         self.inner.flush_all()

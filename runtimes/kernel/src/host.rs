@@ -282,6 +282,9 @@ pub enum ShellError {
     /// A plugin command failed or could not run (the agent is busy, no
     /// plugin answered it): the message.
     Command(String),
+    /// The agent stopped with part of its log unwritten: the last failed
+    /// store write's message (issue 25; nothing may claim it was saved).
+    NotSaved(String),
 }
 
 impl core::fmt::Display for ShellError {
@@ -297,6 +300,7 @@ impl core::fmt::Display for ShellError {
             ShellError::Timeout => f.write_str("timed out waiting for the agent to go idle"),
             ShellError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
             ShellError::Command(e) => write!(f, "command failed: {e}"),
+            ShellError::NotSaved(e) => write!(f, "the session log is not fully saved: {e}"),
         }
     }
 }

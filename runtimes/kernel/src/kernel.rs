@@ -18,11 +18,14 @@ use dsh_core::agent::{
     ToolExecution,
 };
 use dsh_core::session::{EventData, Session, SurfaceIntent};
-use dsh_core::{LlmCallConfig, Message, SessionId, StreamChunk};
+use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
 
 use crate::ids::{Ids, Jitter};
 use crate::plugin::{Action, Ask, Cx, Flow, Plugin, Reply, Seams, ToolDispatch};
-use crate::types::{AgentConfig, AgentEvent, ApprovalRequestId, Effect, KernelError, TurnSummary};
+use crate::types::{
+    AgentConfig, AgentEvent, ApprovalRequestId, CHUNK_OVERHEAD_BYTES, Effect, KernelError,
+    TurnSummary,
+};
 
 /// The runtime kernel of one agent: sans-IO, `no_std`, deterministic.
 ///
@@ -83,6 +86,9 @@ pub struct Kernel {
     held: Option<Output>,
     /// A failed checkpoint write that stops the next dispatch (SM-14).
     flush_failed: Option<String>,
+    /// The store's message of the last failed write, until a write
+    /// succeeds (reported in [`TurnSummary::store_error`]).
+    store_error: Option<String>,
     /// The log length at which the last write failed: the quiet-time write
     /// is not retried until the log grows (a checkpoint still retries).
     failed_at: Option<u64>,
@@ -92,6 +98,14 @@ pub struct Kernel {
     /// window runs from here (W2; later events do not move it).
     behind_since: Option<i64>,
     model: Option<u64>,
+    /// The response cap ([`AgentConfig::max_response_bytes`]).
+    max_response_bytes: u64,
+    /// The step cap ([`AgentConfig::max_steps_per_turn`]).
+    max_steps: Option<u64>,
+    /// What the attempt in flight counted so far, and the delta bytes of
+    /// each of its blocks (a `block-end` counts only what its deltas did
+    /// not bring).
+    response: ResponseSize,
     tools: BTreeMap<u64, Running>,
     asks: BTreeMap<u64, Pending>,
     next_ask: u64,
@@ -130,6 +144,59 @@ enum Phase {
     Aborting {
         until: i64,
     },
+}
+
+/// The size of the response in flight, as it counts towards the cap.
+#[derive(Default)]
+struct ResponseSize {
+    total: u64,
+    /// Delta bytes by block index.
+    blocks: BTreeMap<u64, u64>,
+}
+
+impl ResponseSize {
+    /// Counts `chunk`; returns the new total.
+    fn add(&mut self, chunk: &StreamChunk) -> u64 {
+        let len = |s: &str| s.len() as u64;
+        let delta = |blocks: &mut BTreeMap<u64, u64>, index: u64, n: u64| {
+            let seen = blocks.entry(index).or_default();
+            *seen = seen.saturating_add(n);
+            n
+        };
+        let n = match chunk {
+            StreamChunk::TextDelta { index, text }
+            | StreamChunk::ReasoningDelta { index, text } => {
+                delta(&mut self.blocks, *index, len(text))
+            }
+            StreamChunk::ToolCallDelta {
+                index,
+                head,
+                arguments_delta,
+            } => {
+                let n = len(head.id()) + head.name().map_or(0, len) + len(arguments_delta);
+                delta(&mut self.blocks, *index, n)
+            }
+            StreamChunk::BlockEnd { index, block } => {
+                let size = match block.as_ref() {
+                    ContentBlock::Text { text } | ContentBlock::Reasoning { text } => len(text),
+                    ContentBlock::ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    } => len(id.as_str()) + len(name) + len(arguments),
+                    _ => 0,
+                };
+                let seen = self.blocks.get(index).copied().unwrap_or(0);
+                size.saturating_sub(seen)
+            }
+            _ => 0,
+        };
+        self.total = self
+            .total
+            .saturating_add(n)
+            .saturating_add(CHUNK_OVERHEAD_BYTES);
+        self.total
+    }
 }
 
 /// The value a seam's chain carries.
@@ -180,6 +247,9 @@ struct Bridge {
     seams: Seams,
     call: LlmCallConfig,
     retry_policy: RetryPolicy,
+    /// A pre-step past this step is deferred to the kernel, which stops
+    /// the turn (issue 25).
+    max_steps: Option<u64>,
 }
 
 /// `reasoning_effort`, `temperature` and `stop` of the config fill a seed
@@ -226,9 +296,12 @@ impl Hooks for Bridge {
     fn pre_step(
         &mut self,
         _cx: &mut HookCx<'_>,
-        _payload: &PreStepPayload,
+        payload: &PreStepPayload,
         default: PreStepDecision,
     ) -> Hook<Result<PreStepDecision, HookError>> {
+        if past_max_steps(self.max_steps, payload) {
+            return Hook::Defer;
+        }
         self.defer(Seams::PRE_STEP, || Ok(default))
     }
     fn request(
@@ -284,6 +357,11 @@ impl Hooks for Bridge {
     }
 }
 
+/// Whether `payload` proposes a step past `max` (issue 25).
+fn past_max_steps(max: Option<u64>, payload: &PreStepPayload) -> bool {
+    max.is_some_and(|max| payload.step > max)
+}
+
 /// A positive finite `timeoutMs` rounded up to whole milliseconds.
 fn ceil_ms(ms: f64) -> u64 {
     let whole = ms as u64; // saturating
@@ -329,6 +407,7 @@ impl Kernel {
                 seams,
                 call: config.call.clone(),
                 retry_policy: retry_policy.clone(),
+                max_steps: config.max_steps_per_turn,
             })
             .with_ids(Ids::new(config.ids, config.seed))
             .with_jitter(Jitter::new(config.ids, config.seed));
@@ -350,8 +429,12 @@ impl Kernel {
             checkpoint: None,
             held: None,
             flush_failed: None,
+            store_error: None,
             failed_at: None,
             model: None,
+            max_response_bytes: config.max_response_bytes,
+            max_steps: config.max_steps_per_turn,
+            response: ResponseSize::default(),
             tools: BTreeMap::new(),
             asks: BTreeMap::new(),
             next_ask: 0,
@@ -421,10 +504,17 @@ impl Kernel {
         self.publish_events = on;
     }
 
+    /// The message of the last failed store write while part of the log is
+    /// unwritten; `None` once a write succeeds.
+    pub fn store_error(&self) -> Option<&str> {
+        self.store_error.as_deref()
+    }
+
     /// How the last turn ended.
     pub fn summary(&self) -> TurnSummary {
         let mut s = TurnSummary {
             turn: self.core.turn(),
+            store_error: self.store_error.clone(),
             ..TurnSummary::default()
         };
         let mut seen_end = false;
@@ -529,6 +619,17 @@ impl Kernel {
         if self.model != Some(attempt) {
             return Err(KernelError::StaleAttempt { attempt });
         }
+        let max = self.max_response_bytes;
+        if self.response.add(&chunk) > max {
+            // Issue 25: a response is bounded; this chunk and the rest of
+            // the stream are refused, what came before stays.
+            self.effects.push_back(Effect::CancelModel { attempt });
+            let error = HookError::llm(
+                "RESPONSE_TOO_LARGE",
+                format!("the model response exceeded {max} bytes"),
+            );
+            return self.model_error(now, attempt, error);
+        }
         Ok(self.core.handle_chunk(now, attempt, chunk)?)
     }
 
@@ -599,6 +700,7 @@ impl Kernel {
             Ok(()) => {
                 self.persisted = self.persisted.max(end);
                 self.flush_failed = None;
+                self.store_error = None;
                 self.failed_at = None;
             }
             Err(e) => {
@@ -609,11 +711,27 @@ impl Kernel {
                 };
                 let message = format!("session store write failed{at}: {e}");
                 self.publish(AgentEvent::Error(message.clone()));
-                if matches!(
-                    checkpoint,
-                    Some(Checkpoint::BeforeModel | Checkpoint::BeforeToolBody)
-                ) {
-                    self.flush_failed = Some(message);
+                self.store_error = Some(message.clone());
+                match self.model {
+                    // Issue 25: a response that cannot be stored is not
+                    // read on; the turn ends in error, keeping what
+                    // streamed so far (the write is retried at its end).
+                    Some(attempt) => {
+                        self.effects.push_back(Effect::CancelModel { attempt });
+                        let error = HookError::llm("FLUSH_FAILED", message);
+                        let now = self.now;
+                        if let Err(e) = self.model_error(now, attempt, error) {
+                            self.publish(AgentEvent::Error(e.to_string()));
+                        }
+                    }
+                    None if matches!(
+                        checkpoint,
+                        Some(Checkpoint::BeforeModel | Checkpoint::BeforeToolBody)
+                    ) =>
+                    {
+                        self.flush_failed = Some(message);
+                    }
+                    None => {}
                 }
             }
         }
@@ -724,9 +842,13 @@ impl Kernel {
                     }
                 },
             };
-            // SM-14: the checkpoint's write comes before the dispatch.
-            if matches!(out, Output::CallModel(_) | Output::ExecuteTool(_))
-                && let Some(cp) = self.checkpoint.take()
+            // SM-14: the checkpoint's write comes before the dispatch; the
+            // turn's end is written before idle is reported, so a failed
+            // write reaches subscribers first (issue 25).
+            if matches!(
+                out,
+                Output::CallModel(_) | Output::ExecuteTool(_) | Output::Status(AgentStatus::Idle)
+            ) && let Some(cp) = self.checkpoint.take()
                 && self.persisted < len
             {
                 self.held = Some(out);
@@ -821,6 +943,7 @@ impl Kernel {
                 }
                 None => {
                     self.model = Some(call.attempt);
+                    self.response = ResponseSize::default();
                     self.effects.push_back(Effect::StartModel(call));
                 }
             },
@@ -964,6 +1087,23 @@ impl Kernel {
     // Seams
 
     fn hook(&mut self, id: u64, call: HookCall) {
+        if let HookCall::PreStep { payload, default } = &call
+            && past_max_steps(self.max_steps, payload)
+        {
+            // Issue 25: a runaway turn is stopped the way loop.md SM-10 d
+            // says a plugin stops one, before the step opens.
+            let reason = format!(
+                "max steps per turn ({}) reached",
+                self.max_steps.unwrap_or_default()
+            );
+            let now = self.now;
+            self.core.cancel(now, CancelCause::Hook { reason }, true);
+            let answer = HookAnswer::PreStep(Ok(default.clone()));
+            if let Err(e) = self.core.complete_hook(now, id, answer) {
+                self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
+            }
+            return;
+        }
         let value = match &call {
             HookCall::Assemble { default, .. } => Value::Assemble(default.clone()),
             HookCall::PreStep { default, .. } => Value::PreStep(default.clone()),

@@ -55,7 +55,29 @@ pub struct AgentConfig {
     /// written at most this long after the first of them; `None`: only at
     /// checkpoints and when the agent goes quiet.
     pub write_batch_max_delay_ms: Option<u64>,
+    /// The most one model response may add (issue 25): the bytes of its
+    /// text, reasoning and tool calls, plus [`CHUNK_OVERHEAD_BYTES`] for
+    /// each chunk. Past it the stream is stopped and the turn ends in
+    /// error `RESPONSE_TOO_LARGE`; what came before stays in the log.
+    pub max_response_bytes: u64,
+    /// The most steps one turn may take; `None`: no limit. At the
+    /// pre-step of the next step the turn is cancelled with cause
+    /// `{"kind":"hook","reason":"max steps per turn (N) reached"}`
+    /// (loop.md SM-10 d).
+    pub max_steps_per_turn: Option<u64>,
 }
+
+/// The default of [`AgentConfig::max_response_bytes`]: 32 MiB, far above
+/// any model's output limit.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// What each chunk of a response counts towards
+/// [`AgentConfig::max_response_bytes`] beyond its text: about what a
+/// logged chunk event costs.
+pub const CHUNK_OVERHEAD_BYTES: u64 = 64;
+
+/// The default of [`AgentConfig::max_steps_per_turn`].
+pub const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
 
 /// The default write-behind window (ms), persistence.md section 8.
 pub const DEFAULT_WRITE_BATCH_MAX_DELAY_MS: u64 = 200;
@@ -67,7 +89,8 @@ impl AgentConfig {
     /// A config for `call`: no system prompt, no tools, no default tool
     /// deadline, a 2 s grace, default retries with the executor on, both
     /// HEAD deltas on, UUID ids from seed 0 (set [`seed`](Self::seed)), a
-    /// 200 ms write-behind window.
+    /// 200 ms write-behind window, a 32 MiB response cap and at most 200
+    /// steps per turn.
     pub fn new(call: LlmCallConfig) -> Self {
         AgentConfig {
             call,
@@ -82,6 +105,8 @@ impl AgentConfig {
             ids: IdMode::Uuid,
             seed: 0,
             write_batch_max_delay_ms: Some(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_steps_per_turn: Some(DEFAULT_MAX_STEPS_PER_TURN),
         }
     }
 
@@ -179,6 +204,10 @@ pub struct TurnSummary {
     pub reason: Option<TurnEndReason>,
     /// The usage of the turn's last assistant message that had one.
     pub usage: Option<TokenUsage>,
+    /// The message of the last failed session-store write while part of
+    /// the log is still unwritten (cleared by the next write that
+    /// succeeds): what the front end must report instead of "saved".
+    pub store_error: Option<String>,
 }
 
 /// Something for the runtime to do. Drain with

@@ -405,3 +405,279 @@ fn side_collector_folds_a_side_call() {
     });
     assert!(c.finish().is_err());
 }
+
+/// The last turn ended in error `code` with a message containing `needle`.
+fn assert_turn_error(k: &Kernel, code: &str, needle: &str) {
+    let reason = k.summary().reason.expect("the turn ended");
+    let v = serde_json::to_value(&reason).unwrap();
+    assert_eq!(v["kind"], "error", "{v}");
+    assert_eq!(v["error"]["code"], code, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(needle), "{message}");
+}
+
+/// Issue 25 (SM-14 extended): a write that fails while a response streams
+/// (the write-behind of W2/W3) ends the stream and the turn with
+/// `FLUSH_FAILED`; what streamed before the failure stays in the log.
+#[test]
+fn a_failed_write_while_a_response_streams_ends_the_turn_with_flush_failed() {
+    let mut k = kernel(Vec::new());
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for text in ["kept ", "text"] {
+        let chunk = StreamChunk::TextDelta {
+            index: 0,
+            text: text.into(),
+        };
+        k.model_chunk(NOW, attempt, chunk).unwrap();
+    }
+    assert!(
+        k.poll().is_none(),
+        "nothing is due before the window closes"
+    );
+    k.handle_timeout(NOW + 200);
+    let mut effects = Vec::new();
+    let mut failed = false;
+    while let Some(e) = k.poll() {
+        match e {
+            Effect::Persist { checkpoint, .. } if !failed => {
+                assert_eq!(checkpoint, None, "the write-behind");
+                failed = true;
+                k.persisted(NOW + 200, Err("No space left on device".into()))
+                    .unwrap();
+            }
+            Effect::Persist { .. } => k.persisted(NOW + 200, Ok(())).unwrap(),
+            other => effects.push(other),
+        }
+    }
+    assert!(failed, "a write-behind was due");
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::CancelModel { attempt: a } if *a == attempt)),
+        "the stream is stopped: {effects:?}"
+    );
+    let late = StreamChunk::TextDelta {
+        index: 0,
+        text: "late".into(),
+    };
+    assert!(
+        k.model_chunk(NOW + 201, attempt, late)
+            .unwrap_err()
+            .is_stale()
+    );
+    assert_turn_error(&k, "FLUSH_FAILED", "No space left on device");
+    let log: String = k.session().events().iter().map(|e| e.to_json()).collect();
+    assert!(log.contains("kept "), "accepted text stays in the log");
+    assert!(!log.contains("late"));
+    assert!(k.is_idle());
+    // The retry at the turn's end succeeded: nothing is left unsaved.
+    assert_eq!(k.summary().store_error, None);
+}
+
+/// Issue 25: a failed write of the turn's end is published before the
+/// agent reports idle, and the summary carries it until a write succeeds,
+/// so a front end never reports a turn as saved when it is not.
+#[test]
+fn a_failed_turn_end_write_is_reported_before_idle_and_in_the_summary() {
+    let mut k = kernel(Vec::new());
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for c in [
+        StreamChunk::TextDelta {
+            index: 0,
+            text: "answer".into(),
+        },
+        StreamChunk::finish(FinishReason::Stop),
+    ] {
+        k.model_chunk(NOW, attempt, c).unwrap();
+    }
+    k.model_end(NOW, attempt).unwrap();
+    let mut order = Vec::new();
+    while let Some(e) = k.poll() {
+        match e {
+            Effect::Persist { checkpoint, .. } => {
+                order.push(format!("persist {checkpoint:?}"));
+                k.persisted(NOW, Err("No space left on device".into()))
+                    .unwrap();
+            }
+            Effect::Publish(AgentEvent::Error(e)) => order.push(format!("error {e}")),
+            Effect::Publish(AgentEvent::Status(s)) => order.push(format!("status {s:?}")),
+            _ => {}
+        }
+    }
+    let error = order
+        .iter()
+        .position(|s| s.starts_with("error ") && s.contains("No space left"))
+        .unwrap_or_else(|| panic!("the failure is published: {order:?}"));
+    let idle = order
+        .iter()
+        .position(|s| s == "status Idle")
+        .unwrap_or_else(|| panic!("idle is published: {order:?}"));
+    assert!(error < idle, "the failure comes before idle: {order:?}");
+    assert!(k.is_idle());
+    let summary = k.summary();
+    let store_error = summary
+        .store_error
+        .expect("the summary reports the failure");
+    assert!(
+        store_error.contains("No space left on device"),
+        "{store_error}"
+    );
+    // The next write that succeeds (the next turn's first checkpoint)
+    // writes the rest and clears it.
+    let next = Message::user("u2", vec![ContentBlock::text("again")]);
+    k.send(NOW + 1, next, InboxTarget::NextTurn, true).unwrap();
+    let fx = drain(&mut k, NOW + 1);
+    assert!(started_model(&fx).is_some());
+    assert_eq!(k.summary().store_error, None);
+}
+
+/// A kernel like [`kernel`] with `edit` applied to its config.
+fn kernel_with(edit: impl FnOnce(&mut AgentConfig)) -> Kernel {
+    let mut tools = ToolRegistry::new();
+    tools
+        .register(ToolDefinition::untyped(
+            "slow",
+            "slow",
+            json!({"type":"object"}),
+        ))
+        .unwrap();
+    let mut config = AgentConfig::new(LlmCallConfig::new("p", "m"));
+    config.tools = tools;
+    config.ids = IdMode::Sequential;
+    edit(&mut config);
+    let session = create_session("k1".into(), NOW, None).unwrap();
+    let mut k = Kernel::new(config, session, 0, Vec::new()).unwrap();
+    let hi = Message::user("u1", vec![ContentBlock::text("hi")]);
+    k.send(NOW, hi, InboxTarget::NextTurn, true).unwrap();
+    k
+}
+
+/// Issue 25: one model response is bounded (text, reasoning and tool
+/// arguments together); past the bound the stream is stopped and the turn
+/// ends in error `RESPONSE_TOO_LARGE`, keeping what streamed before.
+#[test]
+fn a_response_past_the_byte_cap_ends_the_turn_with_response_too_large() {
+    let mut k = kernel_with(|c| c.max_response_bytes = 1_000);
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    let mut sent = 0;
+    let mut refused = None;
+    // An endless stream: reasoning, text and tool arguments, 100 bytes a
+    // chunk, until the kernel stops the attempt.
+    for i in 0..1_000u64 {
+        let fragment: String = core::iter::repeat_n('x', 100).collect();
+        let chunk = match i % 3 {
+            0 => StreamChunk::ReasoningDelta {
+                index: 0,
+                text: fragment.as_str().into(),
+            },
+            1 => StreamChunk::TextDelta {
+                index: 1,
+                text: fragment.as_str().into(),
+            },
+            _ => StreamChunk::ToolCallDelta {
+                index: 2,
+                head: dsh_core::ToolCallHead::new("c1", Some("slow")),
+                arguments_delta: fragment.as_str().into(),
+            },
+        };
+        match k.model_chunk(NOW, attempt, chunk) {
+            Ok(()) => sent += 1,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+        drain(&mut k, NOW);
+    }
+    let refused = refused.expect("the stream is cut off");
+    assert!(refused.is_stale(), "{refused}");
+    assert!(sent < 1_000, "bounded: {sent} chunks accepted");
+    assert_turn_error(&k, "RESPONSE_TOO_LARGE", "exceeded 1000 bytes");
+    // What was accepted is in the log, and it stayed within the cap.
+    let mut logged = 0;
+    for e in k.session().events() {
+        if e.event_type() == "assistant/chunk" {
+            logged += 1;
+        }
+    }
+    assert!(logged > 0, "accepted chunks are logged");
+    assert!(logged <= sent, "{logged} logged, {sent} sent");
+    assert!(k.is_idle());
+}
+
+/// A response within the cap is untouched, and the count starts again
+/// for each model call.
+#[test]
+fn responses_within_the_byte_cap_complete() {
+    let mut k = kernel_with(|c| c.max_response_bytes = 1_000);
+    for turn in 0..3 {
+        let fx = drain(&mut k, NOW);
+        let attempt = started_model(&fx).expect("a model call");
+        // 5 x (100 + 64) + 64 for `finish`: 884 of the 1000 each time.
+        for _ in 0..5 {
+            let chunk = StreamChunk::TextDelta {
+                index: 0,
+                text: "0123456789".repeat(10).as_str().into(),
+            };
+            k.model_chunk(NOW, attempt, chunk).unwrap();
+        }
+        k.model_chunk(NOW, attempt, StreamChunk::finish(FinishReason::Stop))
+            .unwrap();
+        k.model_end(NOW, attempt).unwrap();
+        drain(&mut k, NOW);
+        let v = serde_json::to_value(k.summary().reason.unwrap()).unwrap();
+        assert_eq!(v["kind"], "completed", "turn {turn}: {v}");
+        let next = Message::user(format!("u{}", turn + 2), vec![ContentBlock::text("more")]);
+        k.send(NOW, next, InboxTarget::NextTurn, true).unwrap();
+    }
+}
+
+/// Issue 25: a server that always answers with a tool call cannot keep a
+/// turn going: at the pre-step of step `max + 1` the turn is cancelled
+/// with cause `{"kind":"hook","reason":…}` (loop.md SM-10 d, the shape the
+/// reference uses to stop a runaway turn).
+#[test]
+fn a_turn_stops_after_max_steps_with_a_hook_abort() {
+    let mut k = kernel_with(|c| c.max_steps_per_turn = Some(3));
+    let mut models = 0;
+    loop {
+        let fx = drain(&mut k, NOW);
+        if let Some(attempt) = started_model(&fx) {
+            models += 1;
+            assert!(models <= 3, "no request past the cap");
+            let call = ContentBlock::tool_call(format!("c{models}"), "slow", "{}");
+            for c in [
+                StreamChunk::block_end(0, call),
+                StreamChunk::finish(FinishReason::ToolCalls),
+            ] {
+                k.model_chunk(NOW, attempt, c).unwrap();
+            }
+            k.model_end(NOW, attempt).unwrap();
+            continue;
+        }
+        if let Some((token, _)) = started_tool(&fx) {
+            let ok = ToolOutcome::success(vec![ContentBlock::text("again")]);
+            k.tool_done(NOW, token, ok, Vec::new()).unwrap();
+            continue;
+        }
+        break;
+    }
+    assert_eq!(models, 3);
+    assert!(k.is_idle());
+    let v = serde_json::to_value(k.summary().reason.unwrap()).unwrap();
+    assert_eq!(v["kind"], "aborted", "{v}");
+    assert_eq!(v["reason"]["kind"], "hook", "{v}");
+    let reason = v["reason"]["reason"].as_str().unwrap();
+    assert!(reason.contains("max steps per turn (3)"), "{reason}");
+    // Every tool call got its result before the turn ended.
+    let results = k
+        .session()
+        .events()
+        .iter()
+        .filter(|e| e.event_type() == "tool/result")
+        .count();
+    assert_eq!(results, 3);
+}

@@ -37,7 +37,7 @@ pub(crate) enum Msg {
         id: u64,
         reply: Reply,
     },
-    Dispose(Option<Sender<()>>),
+    Dispose(Option<Sender<Option<String>>>),
     Command {
         name: String,
         args: serde_json::Value,
@@ -148,6 +148,8 @@ pub(crate) fn spawn(
     k.tools = registry;
     k.tool_timeout_ms = Some(config.tool_timeout.as_millis() as u64).filter(|ms| *ms > 0);
     k.retry_policy = config.retry_policy.clone();
+    k.max_response_bytes = config.max_response_bytes;
+    k.max_steps_per_turn = config.max_steps_per_turn;
     k.ids = config.ids;
     k.seed = seed;
     let mut plugins: Vec<Box<dyn Plugin>> = vec![
@@ -228,7 +230,7 @@ struct Driver {
     sides: BTreeMap<u64, CancelToken>,
     bodies: BTreeMap<u64, ToolCancel>,
     /// Set once disposal began: who waits for it.
-    disposing: Option<Vec<Sender<()>>>,
+    disposing: Option<Vec<Sender<Option<String>>>>,
     /// Callers of running plugin commands, in start order.
     commands: std::collections::VecDeque<Sender<Result<serde_json::Value, String>>>,
 }
@@ -471,8 +473,9 @@ impl Driver {
         for w in self.idle_waiters.drain(..) {
             let _ = w.try_send(summary.clone());
         }
+        let unsaved = self.kernel.store_error().map(str::to_string);
         for w in self.disposing.take().unwrap_or_default() {
-            let _ = w.try_send(());
+            let _ = w.try_send(unsaved.clone());
         }
         self.rx.close();
     }

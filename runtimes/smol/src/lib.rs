@@ -101,6 +101,12 @@ pub struct AgentConfig {
     /// Plugins, in order, after the shell's own (provider `prepare`,
     /// approval policy).
     pub plugins: Vec<Box<dyn Plugin>>,
+    /// The most one model response may add, in bytes
+    /// ([`dsh_runtime::AgentConfig::max_response_bytes`]).
+    pub max_response_bytes: u64,
+    /// The most steps one turn may take, `None`: no limit
+    /// ([`dsh_runtime::AgentConfig::max_steps_per_turn`]).
+    pub max_steps_per_turn: Option<u64>,
 }
 
 impl fmt::Debug for AgentConfig {
@@ -134,6 +140,8 @@ impl AgentConfig {
             ids: IdMode::Uuid,
             clock: Clock::System,
             plugins: Vec::new(),
+            max_response_bytes: dsh_runtime::DEFAULT_MAX_RESPONSE_BYTES,
+            max_steps_per_turn: Some(dsh_runtime::DEFAULT_MAX_STEPS_PER_TURN),
         }
     }
 }
@@ -375,14 +383,23 @@ impl Agent {
     /// Disposes the agent and waits: a running turn is cancelled with cause
     /// `disposed` (LC-40), in-flight work is interrupted, the log is
     /// flushed and the store releases the session.
-    pub async fn dispose(mut self) {
+    pub async fn dispose(self) {
+        let _ = self.close().await;
+    }
+
+    /// [`dispose`](Self::dispose), then reports whether the whole log
+    /// reached the store: [`ShellError::NotSaved`] with the last failed
+    /// write's message when it did not.
+    pub async fn close(mut self) -> Result<(), ShellError> {
         let (reply, done) = async_channel::bounded(1);
+        let mut unsaved = None;
         if self.tx.send(Msg::Dispose(Some(reply))).await.is_ok() {
-            let _ = done.recv().await;
+            unsaved = done.recv().await.ok().flatten();
         }
         if let Some(task) = self.task.take() {
             task.await;
         }
+        unsaved.map_or(Ok(()), |e| Err(ShellError::NotSaved(e)))
     }
 }
 

@@ -79,6 +79,12 @@ pub struct AgentConfig {
     pub plugins: Vec<Box<dyn Plugin>>,
     /// The retry policy; `None`: the kernel's default.
     pub retry_policy: Option<dsh_core::agent::retry::RetryPolicy>,
+    /// The most one model response may add, in bytes
+    /// ([`dsh_runtime::AgentConfig::max_response_bytes`]).
+    pub max_response_bytes: u64,
+    /// The most steps one turn may take, `None`: no limit
+    /// ([`dsh_runtime::AgentConfig::max_steps_per_turn`]).
+    pub max_steps_per_turn: Option<u64>,
 }
 
 impl core::fmt::Debug for AgentConfig {
@@ -114,6 +120,8 @@ impl AgentConfig {
             ids: IdMode::Uuid,
             plugins: Vec::new(),
             retry_policy: None,
+            max_response_bytes: dsh_runtime::DEFAULT_MAX_RESPONSE_BYTES,
+            max_steps_per_turn: Some(dsh_runtime::DEFAULT_MAX_STEPS_PER_TURN),
         }
     }
 
@@ -131,6 +139,8 @@ impl AgentConfig {
         k.interrupted_prefix = self.loop_options.interrupted_prefix;
         k.wake_latch = self.loop_options.wake_latch;
         k.retry_policy = self.retry_policy.clone();
+        k.max_response_bytes = self.max_response_bytes;
+        k.max_steps_per_turn = self.max_steps_per_turn;
         k.ids = self.ids;
         k.seed = crate::clock::os_seed();
         Ok(k)
@@ -207,6 +217,8 @@ struct SharedState {
     processed: u64,
     summary: TurnSummary,
     stopped: bool,
+    /// Set when the driver stopped with part of the log unwritten.
+    store_error: Option<String>,
 }
 
 struct Shared {
@@ -501,6 +513,15 @@ impl Agent {
             .unwrap_or(AgentStatus::Idle)
     }
 
+    /// The message of the last failed session-store write while part of
+    /// the log is unwritten; set before the agent reports idle after it.
+    pub fn store_error(&self) -> Option<String> {
+        match self.shared.state.lock() {
+            Ok(s) => s.store_error.clone(),
+            Err(e) => e.into_inner().store_error.clone(),
+        }
+    }
+
     /// Waits until every call made before this one has been handled and
     /// the agent is idle with nothing in flight or left to persist (IB-13
     /// `when_idle`); returns how the last turn ended.
@@ -537,6 +558,15 @@ impl Agent {
     /// Disposes the agent (LC-40) and waits for quiescence.
     pub fn dispose(mut self) {
         self.shutdown();
+    }
+
+    /// [`dispose`](Self::dispose), then reports whether the whole log
+    /// reached the store: [`ShellError::NotSaved`] with the last failed
+    /// write's message when it did not.
+    pub fn close(mut self) -> Result<(), ShellError> {
+        self.shutdown();
+        self.store_error()
+            .map_or(Ok(()), |e| Err(ShellError::NotSaved(e)))
     }
 
     fn shutdown(&mut self) {
@@ -675,6 +705,7 @@ impl Driver {
             let _ = h.join();
         }
         if let Ok(mut s) = self.shared.state.lock() {
+            s.store_error = self.kernel.store_error().map(str::to_string);
             s.stopped = true;
             s.quiescent = true;
             s.status = Some(AgentStatus::Idle);
@@ -834,6 +865,10 @@ impl Driver {
                     let now = self.now();
                     let r = self.kernel.persisted(now, r);
                     self.report(r);
+                    // Before anything the write releases (idle, issue 25).
+                    if let Ok(mut s) = self.shared.state.lock() {
+                        s.store_error = self.kernel.store_error().map(str::to_string);
+                    }
                 }
                 Effect::Publish(event) => {
                     if let AgentEvent::CommandDone { result, .. } = &event
