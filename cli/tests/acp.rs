@@ -689,12 +689,15 @@ fn disconnect_mid_prompt_exits_cleanly_with_a_closed_log() {
             break;
         }
     }
-    // The client goes away mid-stream.
+    // The client goes away mid-stream: the prompt it sent is still
+    // answered, `cancelled` (issue 25: every request read is answered).
     let seen = c.finish();
-    assert!(
-        seen.iter().all(|m| m["id"] != 2),
-        "no answer to a prompt whose client left"
-    );
+    let answers: Vec<&Value> = seen
+        .iter()
+        .filter(|m| m["id"] == 2 && m.get("method").is_none())
+        .collect();
+    assert_eq!(answers.len(), 1, "{seen:?}");
+    assert_eq!(answers[0]["result"]["stopReason"], "cancelled");
     let log = transcript(data.path(), &session);
     let evs = events(&log);
     assert_eq!(
@@ -1144,5 +1147,56 @@ fn a_signal_ends_the_server_with_every_tool_process() {
             "SIG{signal}"
         );
         log_check(data.path(), &log);
+    }
+}
+
+/// Issue 25 (ACP bounds): a client that sends requests but never reads
+/// stdout. dsh's output pipe fills; end of input, or SIGTERM, must still
+/// end dsh (the old server blocked in a write under a lock and never saw
+/// either). The answers it could not write are dropped and counted on
+/// stderr.
+#[test]
+fn a_client_that_never_reads_cannot_keep_dsh_from_ending() {
+    for ending in ["EOF", "TERM"] {
+        let data = tempfile::tempdir().unwrap();
+        let err_path = data.path().join("stderr.txt");
+        let mut child = dsh(data.path())
+            .args(["acp"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap();
+        // Held open and never read.
+        let _stdout = child.stdout.take().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // About 600 KiB of answers, far more than a pipe holds.
+        let mut batch = String::new();
+        for n in 0..6000 {
+            batch.push_str(&format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"no/such_method\"}}\n"
+            ));
+        }
+        stdin.write_all(batch.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        if ending == "EOF" {
+            drop(stdin);
+        } else {
+            // Let the server reach the full pipe first.
+            std::thread::sleep(Duration::from_millis(500));
+            let st = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let status = wait_exit(&mut child);
+        assert_eq!(status.code(), Some(0), "{ending}: {status:?}");
+        let err = std::fs::read_to_string(&err_path).unwrap();
+        assert!(
+            err.contains("messages were not sent (the client stopped reading)"),
+            "{ending}: {err}"
+        );
+        let _ = child.kill();
     }
 }

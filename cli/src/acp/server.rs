@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use super::files::ClientFiles;
 use super::map::{self, Calls, Mode};
-use super::rpc::{Incoming, Peer, read_loop, rpc_error};
+use super::rpc::{CallError, Incoming, Peer, read_loop, rpc_error};
 use super::terminal::ClientTerminal;
 use super::wire::{decode_notification, decode_request, invalid_params, prompt_text, supported};
 use crate::provider::ProviderArgs;
@@ -51,7 +51,7 @@ enum Msg {
         call_id: String,
         tool: String,
         approval: ApprovalRequestId,
-        answer: Result<Value, acp::Error>,
+        answer: Result<Value, CallError>,
     },
     /// SIGTERM, SIGHUP or SIGINT: end as if the input had closed.
     Terminate,
@@ -183,7 +183,11 @@ pub fn serve(
         return;
     }
     let signal_tx = tx.clone();
+    let signal_peer = peer.clone();
     crate::signals::forward(crate::signals::Set::TermHupInt, move || {
+        // A write waiting for a client that stopped reading gives up
+        // within the exit grace, so the loop sees the message.
+        signal_peer.begin_exit();
         signal_tx.send(Msg::Terminate).is_ok()
     });
     let mut server = Server {
@@ -218,9 +222,7 @@ pub fn serve(
             break;
         }
     }
-    for (_, live) in server.sessions.drain() {
-        live.agent.dispose();
-    }
+    server.shut_down(&rx);
 }
 
 fn internal(message: impl Into<String>) -> acp::Error {
@@ -228,6 +230,30 @@ fn internal(message: impl Into<String>) -> acp::Error {
 }
 
 impl Server {
+    /// Ends the server: requests read but not handled (a signal came
+    /// first) get an error; every agent is disposed (a running turn closes
+    /// as aborted) and its running prompt is answered `cancelled`; then
+    /// the writer gets the exit grace to send what is queued.
+    fn shut_down(&mut self, rx: &mpsc::Receiver<Msg>) {
+        while let Ok(msg) = rx.try_recv() {
+            if let Msg::Rpc(Incoming::Request { id, .. }) = msg {
+                self.peer
+                    .respond::<()>(&id, Err(internal("dsh acp is shutting down")));
+            }
+        }
+        for (_, live) in self.sessions.drain() {
+            live.agent.dispose();
+            if let Some(id) = live.prompt {
+                self.peer
+                    .respond(&id, Ok(PromptResponse::new(acp::StopReason::Cancelled)));
+            }
+        }
+        let unsent = self.peer.finish();
+        if unsent > 0 {
+            eprintln!("dsh acp: {unsent} messages were not sent (the client stopped reading)");
+        }
+    }
+
     fn request(&mut self, id: RequestId, method: &str, params: &Value) {
         let not_found = || {
             rpc_error(
@@ -560,7 +586,7 @@ impl Server {
         call_id: String,
         tool: &str,
         approval: ApprovalRequestId,
-        answer: Result<Value, acp::Error>,
+        answer: Result<Value, CallError>,
     ) {
         let Some(live) = self.sessions.get_mut(session) else {
             return;
@@ -580,7 +606,7 @@ impl Server {
                 ApprovalDecision::Deny
             }
             Err(e) => {
-                eprintln!("dsh acp: permission request failed (denied): {}", e.message);
+                eprintln!("dsh acp: permission request failed (denied): {e}");
                 ApprovalDecision::Deny
             }
         };
