@@ -1200,3 +1200,102 @@ fn a_client_that_never_reads_cannot_keep_dsh_from_ending() {
         let _ = child.kill();
     }
 }
+
+/// The failed `tool_call_update` of call `id` among `messages`: its text.
+fn failed_call_text(messages: &[Value], id: &str) -> String {
+    let update = updates(messages, "tool_call_update")
+        .into_iter()
+        .find(|u| u["toolCallId"] == id && u["status"] == "failed")
+        .unwrap_or_else(|| panic!("call {id} failed: {messages:?}"));
+    update["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Issue 25 (ACP bounds): an editor buffer over 16 MiB answers
+/// `fs/read_text_file`: that read fails at once with a typed error (the
+/// old reader skipped the line and the read waited forever), and the
+/// session goes on.
+#[test]
+fn a_reply_over_16_mib_fails_that_tool_call_and_the_session_goes_on() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let file = ws_path.join("big.txt");
+    std::fs::write(&file, "on disk\n").unwrap();
+    let server = mock(
+        r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"r1","name":"read","arguments":["{\"file_path\": \"big.txt\"}"]}]}},
+ {"turn":{"text":["Too big."]}},
+ {"turn":{"text":["Still here."]}}
+]}"#,
+    );
+    let mut c = Client::start(data.path(), &server.url());
+    let key = file.to_str().unwrap().to_string();
+    c.buffers = Some(BTreeMap::from([(key, "a".repeat(17 << 20))]));
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Read big.txt");
+    let (before, response) = c.until_response(2, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    let text = failed_call_text(&before, "r1");
+    assert!(
+        text.contains("the client's answer is longer than 16777216 bytes"),
+        "{text}"
+    );
+    // No error went back for the over-long answer itself.
+    assert!(
+        before.iter().all(|m| m.get("error").is_none()),
+        "{before:?}"
+    );
+    c.prompt(3, &session, "Are you there?");
+    let (_, response) = c.until_response(3, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    c.finish();
+}
+
+/// Issue 25 (ACP bounds): a client request that is never answered fails
+/// its tool call after `--client-timeout`, the session stays usable, and
+/// the late answer is dropped.
+#[test]
+fn an_unanswered_client_request_times_out_and_its_late_answer_is_dropped() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(ws_path.join("f.txt"), "x\n").unwrap();
+    let server = mock(
+        r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"r1","name":"read","arguments":["{\"file_path\": \"f.txt\"}"]}]}},
+ {"turn":{"text":["No answer."]}},
+ {"turn":{"text":["Still here."]}}
+]}"#,
+    );
+    let mut c = Client::start_with(data.path(), &server.url(), &["--client-timeout", "1"]);
+    // fs offered, but `buffers` stays unset: nothing answers fs/*.
+    c.request(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {
+            "fs": {"readTextFile": true, "writeTextFile": true}}}),
+    );
+    c.until_response(0, None);
+    let session = c.new_session(1, &ws_path);
+    c.prompt(2, &session, "Read f.txt");
+    let (before, response) = c.until_response(2, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    assert!(
+        failed_call_text(&before, "r1")
+            .contains("the client did not answer fs/read_text_file within 1 s"),
+        "{before:?}"
+    );
+    let asked = before
+        .iter()
+        .find(|m| m["method"] == "fs/read_text_file")
+        .expect("the read was asked");
+    c.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"content": "late\n"}}));
+    c.prompt(3, &session, "Are you there?");
+    let (_, response) = c.until_response(3, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    c.finish();
+}
