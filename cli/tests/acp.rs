@@ -1150,6 +1150,18 @@ fn a_signal_ends_the_server_with_every_tool_process() {
     }
 }
 
+/// The failed `tool_call_update` of call `id` among `messages`: its text.
+fn failed_call_text(messages: &[Value], id: &str) -> String {
+    let update = updates(messages, "tool_call_update")
+        .into_iter()
+        .find(|u| u["toolCallId"] == id && u["status"] == "failed")
+        .unwrap_or_else(|| panic!("call {id} failed: {messages:?}"));
+    update["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Issue 25 (ACP bounds): a client that sends requests but never reads
 /// stdout. dsh's output pipe fills; end of input, or SIGTERM, must still
 /// end dsh (the old server blocked in a write under a lock and never saw
@@ -1199,18 +1211,6 @@ fn a_client_that_never_reads_cannot_keep_dsh_from_ending() {
         );
         let _ = child.kill();
     }
-}
-
-/// The failed `tool_call_update` of call `id` among `messages`: its text.
-fn failed_call_text(messages: &[Value], id: &str) -> String {
-    let update = updates(messages, "tool_call_update")
-        .into_iter()
-        .find(|u| u["toolCallId"] == id && u["status"] == "failed")
-        .unwrap_or_else(|| panic!("call {id} failed: {messages:?}"));
-    update["content"][0]["content"]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// Issue 25 (ACP bounds): an editor buffer over 16 MiB answers
@@ -1298,4 +1298,60 @@ fn an_unanswered_client_request_times_out_and_its_late_answer_is_dropped() {
     let (_, response) = c.until_response(3, None);
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
     c.finish();
+}
+
+/// Issue 25 (ACP bounds): requests read just before the end of input are
+/// answered before dsh exits (the old reader closed the output at end of
+/// input, so answers still being worked out were dropped); a prompt still
+/// running then is answered `cancelled`.
+#[test]
+fn requests_sent_right_before_end_of_input_are_answered() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(STALL_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.request(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    c.request(
+        1,
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": []}),
+    );
+    c.request(
+        2,
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": []}),
+    );
+    c.request(3, "no/such_method", json!({}));
+    let seen = c.finish();
+    let answered = |id: i64| {
+        seen.iter()
+            .find(|m| m["id"] == id && m.get("method").is_none())
+            .unwrap_or_else(|| panic!("request {id} answered: {seen:?}"))
+            .clone()
+    };
+    assert_eq!(answered(0)["result"]["protocolVersion"], 1);
+    assert!(answered(1)["result"]["sessionId"].is_string());
+    assert!(answered(2)["result"]["sessionId"].is_string());
+    assert_eq!(answered(3)["error"]["code"], -32601);
+
+    // A prompt sent right before the end of input.
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Say something long");
+    let seen = c.finish();
+    let response = seen
+        .iter()
+        .find(|m| m["id"] == 2 && m.get("method").is_none())
+        .unwrap_or_else(|| panic!("the prompt was answered: {seen:?}"));
+    assert_eq!(response["result"]["stopReason"], "cancelled", "{response}");
+    let evs = events(&transcript(data.path(), &session));
+    assert_eq!(
+        turn_end_reasons(&evs),
+        vec![json!({"kind": "aborted", "reason": {"kind": "disposed"}})]
+    );
 }
