@@ -1203,7 +1203,18 @@ mod tests {
             ..PeerConfig::default()
         };
         let peer = Peer::with_config(Box::new(Lines(tx)), config);
-        let got = peer.call("fs/read_text_file", &json!({}), &CancelToken::new());
+        let (done, finished) = mpsc::channel();
+        let caller = {
+            let peer = peer.clone();
+            thread::spawn(move || {
+                let got = peer.call("fs/read_text_file", &json!({}), &CancelToken::new());
+                done.send(got).unwrap();
+            })
+        };
+        let got = finished
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the call gives up");
+        caller.join().unwrap();
         assert_eq!(
             got,
             Err(CallError::Timeout {
