@@ -42,6 +42,9 @@ const ALLOW_ONCE: &str = "allow_once";
 const ALLOW_ALWAYS: &str = "allow_always";
 const REJECT_ONCE: &str = "reject_once";
 
+/// Most messages handled after the loop ends (what was already queued).
+const SHUTDOWN_DRAIN: usize = 10_000;
+
 /// What reaches the server loop.
 enum Msg {
     Rpc(Incoming),
@@ -230,15 +233,21 @@ fn internal(message: impl Into<String>) -> acp::Error {
 }
 
 impl Server {
-    /// Ends the server: requests read but not handled (a signal came
-    /// first) get an error; every agent is disposed (a running turn closes
-    /// as aborted) and its running prompt is answered `cancelled`; then
-    /// the writer gets the exit grace to send what is queued.
+    /// Ends the server: what the agents reported before the end is still
+    /// forwarded (a turn that ended answers its prompt); requests read but
+    /// not handled (a signal came first) get an error; every agent is
+    /// disposed (a running turn closes as aborted) and its running prompt
+    /// is answered `cancelled`; then the writer gets the exit grace to send
+    /// what is queued.
     fn shut_down(&mut self, rx: &mpsc::Receiver<Msg>) {
-        while let Ok(msg) = rx.try_recv() {
-            if let Msg::Rpc(Incoming::Request { id, .. }) = msg {
-                self.peer
-                    .respond::<()>(&id, Err(internal("dsh acp is shutting down")));
+        // Bounded: a running agent may still be adding events.
+        for msg in rx.try_iter().take(SHUTDOWN_DRAIN) {
+            match msg {
+                Msg::Rpc(Incoming::Request { id, .. }) => self
+                    .peer
+                    .respond::<()>(&id, Err(internal("dsh acp is shutting down"))),
+                Msg::Agent(session, event) => self.agent_event(&session, event),
+                _ => {}
             }
         }
         for (_, live) in self.sessions.drain() {
