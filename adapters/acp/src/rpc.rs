@@ -213,6 +213,19 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Waits for a change, until `deadline` at the latest.
+    fn wait_until<'a>(
+        &self,
+        st: MutexGuard<'a, State>,
+        deadline: Instant,
+    ) -> MutexGuard<'a, State> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.changed
+            .wait_timeout(st, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+    }
 }
 
 /// Closes the output: drops what is queued (counted) and takes every
@@ -361,17 +374,8 @@ impl Peer {
         let (failed, unsent) = {
             let mut st = self.shared.lock();
             st.ending.get_or_insert_with(Instant::now);
-            while !st.output_closed && st.queued > 0 {
-                let now = Instant::now();
-                if now >= deadline {
-                    break;
-                }
-                st = self
-                    .shared
-                    .changed
-                    .wait_timeout(st, deadline - now)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+            while !st.output_closed && st.queued > 0 && Instant::now() < deadline {
+                st = self.shared.wait_until(st, deadline);
             }
             let failed = close_output(&mut st);
             (failed, st.unsent)
@@ -406,8 +410,7 @@ impl Peer {
             if let Some(at) = st.ending {
                 limit = limit.min(at.max(started) + self.config.exit_grace);
             }
-            let now = Instant::now();
-            if now >= limit {
+            if Instant::now() >= limit {
                 // The client stopped reading: it is taken as gone.
                 st.unsent += 1;
                 let failed = close_output(&mut st);
@@ -420,12 +423,7 @@ impl Peer {
                 fail_all(failed);
                 return false;
             }
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, limit - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            st = self.shared.wait_until(st, limit);
         }
         st.queued += line.len();
         st.queue.push_back(line);

@@ -234,6 +234,17 @@ fn utf8_is_checked_across_buffer_cuts_and_past_the_kept_prefix() {
     );
 }
 
+/// `out` is `FS_TOO_LARGE` with a message ending in `ending`.
+fn assert_too_large(out: &ToolOutcome, ending: &str) {
+    assert_eq!(
+        code_of(out).as_deref(),
+        Some("FS_TOO_LARGE"),
+        "{}",
+        text_of(out)
+    );
+    assert!(text_of(out).ends_with(ending), "{}", text_of(out));
+}
+
 /// Builtin `edit`/`write` with `max_file_bytes` (the default when `None`).
 fn edit_set(limit: Option<u64>) -> ToolSet {
     let config = limit.map_or_else(EditConfig::default, |max_file_bytes| EditConfig {
@@ -265,14 +276,12 @@ fn a_replace_all_that_would_amplify_past_the_limit_is_refused_before_it_is_built
     let args =
         json!({"file_path": "big.txt", "old_string": "a", "new_string": new, "replace_all": true});
     let (out, peak) = peak_of(|| call(&set, dir.path(), "edit", args));
-    assert_eq!(code_of(&out).as_deref(), Some("FS_TOO_LARGE"));
     let size = (1u64 << 20) * (2 << 10);
-    assert!(
-        text_of(&out).ends_with(&format!(
+    assert_too_large(
+        &out,
+        &format!(
             "the edited file would be {size} bytes, over the edit limit of 16777216 bytes (EditConfig::max_file_bytes)"
-        )),
-        "{}",
-        text_of(&out)
+        ),
     );
     // Only the file itself was held (plus its read buffer), never the result.
     assert!(peak < 4 << 20, "edit peaked at {peak} bytes");
@@ -293,11 +302,9 @@ fn edit_and_write_results_over_a_configured_limit_leave_the_file_unchanged() {
         "edit",
         json!({"file_path": "f.txt", "old_string": "a", "new_string": "xxxxx"}),
     );
-    assert_eq!(code_of(&out).as_deref(), Some("FS_TOO_LARGE"));
-    assert!(
-        text_of(&out).ends_with("the edited file would be 9 bytes, over the edit limit of 8 bytes (EditConfig::max_file_bytes)"),
-        "{}",
-        text_of(&out)
+    assert_too_large(
+        &out,
+        "the edited file would be 9 bytes, over the edit limit of 8 bytes (EditConfig::max_file_bytes)",
     );
     // Every match: 5 - 2 + 2 * 3 = 9 bytes.
     let out = call(
@@ -318,13 +325,9 @@ fn edit_and_write_results_over_a_configured_limit_leave_the_file_unchanged() {
         "write",
         json!({"file_path": "f.txt", "content": "123456789"}),
     );
-    assert_eq!(code_of(&out).as_deref(), Some("FS_TOO_LARGE"));
-    assert!(
-        text_of(&out).ends_with(
-            "the content is 9 bytes, over the write limit of 8 bytes (EditConfig::max_file_bytes)"
-        ),
-        "{}",
-        text_of(&out)
+    assert_too_large(
+        &out,
+        "the content is 9 bytes, over the write limit of 8 bytes (EditConfig::max_file_bytes)",
     );
     assert_eq!(fs::read_to_string(&path).unwrap(), "0a0b\n");
     // A new file over the limit is not created.
@@ -368,11 +371,9 @@ fn write_over_the_default_limit_is_refused() {
         "write",
         json!({"file_path": "f.txt", "content": content}),
     );
-    assert_eq!(code_of(&out).as_deref(), Some("FS_TOO_LARGE"));
-    assert!(
-        text_of(&out).ends_with("the content is 16777217 bytes, over the write limit of 16777216 bytes (EditConfig::max_file_bytes)"),
-        "{}",
-        text_of(&out)
+    assert_too_large(
+        &out,
+        "the content is 16777217 bytes, over the write limit of 16777216 bytes (EditConfig::max_file_bytes)",
     );
     assert_eq!(fs::read_to_string(&path).unwrap(), "keep\n");
 }
