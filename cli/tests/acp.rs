@@ -1162,6 +1162,15 @@ fn failed_call_text(messages: &[Value], id: &str) -> String {
         .to_string()
 }
 
+/// Sends prompt `id` and reads up to its answer, which must be
+/// `end_turn`; returns what came before it.
+fn prompt_to_end_turn(c: &mut Client, id: i64, session: &str, text: &str) -> Vec<Value> {
+    c.prompt(id, session, text);
+    let (before, response) = c.until_response(id, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    before
+}
+
 /// Issue 25 (ACP bounds): a client that sends requests but never reads
 /// stdout. dsh's output pipe fills; end of input, or SIGTERM, must still
 /// end dsh (the old server blocked in a write under a lock and never saw
@@ -1236,9 +1245,7 @@ fn a_reply_over_16_mib_fails_that_tool_call_and_the_session_goes_on() {
     c.buffers = Some(BTreeMap::from([(key, "a".repeat(17 << 20))]));
     c.initialize();
     let session = c.new_session(1, &ws_path);
-    c.prompt(2, &session, "Read big.txt");
-    let (before, response) = c.until_response(2, None);
-    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    let before = prompt_to_end_turn(&mut c, 2, &session, "Read big.txt");
     let text = failed_call_text(&before, "r1");
     assert!(
         text.contains("the client's answer is longer than 16777216 bytes"),
@@ -1249,9 +1256,7 @@ fn a_reply_over_16_mib_fails_that_tool_call_and_the_session_goes_on() {
         before.iter().all(|m| m.get("error").is_none()),
         "{before:?}"
     );
-    c.prompt(3, &session, "Are you there?");
-    let (_, response) = c.until_response(3, None);
-    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    prompt_to_end_turn(&mut c, 3, &session, "Are you there?");
     c.finish();
 }
 
@@ -1281,9 +1286,7 @@ fn an_unanswered_client_request_times_out_and_its_late_answer_is_dropped() {
     );
     c.until_response(0, None);
     let session = c.new_session(1, &ws_path);
-    c.prompt(2, &session, "Read f.txt");
-    let (before, response) = c.until_response(2, None);
-    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    let before = prompt_to_end_turn(&mut c, 2, &session, "Read f.txt");
     assert!(
         failed_call_text(&before, "r1")
             .contains("the client did not answer fs/read_text_file within 1 s"),
@@ -1294,9 +1297,7 @@ fn an_unanswered_client_request_times_out_and_its_late_answer_is_dropped() {
         .find(|m| m["method"] == "fs/read_text_file")
         .expect("the read was asked");
     c.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"content": "late\n"}}));
-    c.prompt(3, &session, "Are you there?");
-    let (_, response) = c.until_response(3, None);
-    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    prompt_to_end_turn(&mut c, 3, &session, "Are you there?");
     c.finish();
 }
 
