@@ -1299,4 +1299,64 @@ mod tests {
         peer.notify("n", &json!({}));
         assert!(written.try_recv().is_err());
     }
+
+    /// A member `"key": value` as JSON text.
+    fn member(key: &str, value: &Value) -> String {
+        format!("{}:{}", Value::from(key), value)
+    }
+
+    fn scalar() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<i64>().prop_map(Value::from),
+            "[a-z\"\\\\{},: ]{0,12}".prop_map(Value::from),
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_id_windows_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = scan_head(&bytes);
+            let _ = scan_tail(&bytes);
+        }
+
+        /// An answer cut in the middle of its big value: its integer id
+        /// is found whether it comes before the value or among the scalar
+        /// members after it, and the keys seen say it is an answer.
+        #[test]
+        fn the_id_of_a_cut_answer_is_found_before_or_after_its_value(
+            id in proptest::prelude::any::<i64>(),
+            before in proptest::collection::vec(("[a-z\"\\\\]{1,6}", scalar()), 0..4),
+            after in proptest::collection::vec(("[a-z\"\\\\]{1,6}", scalar()), 0..4),
+            id_first in proptest::prelude::any::<bool>(),
+            filler in "[a-z\"\\\\{}:,]{1,8}",
+        ) {
+            let big = Value::from(filler.repeat(3 * ID_WINDOW));
+            let mut members: Vec<String> = before
+                .iter()
+                .filter(|(k, _)| k != "id" && k != "method")
+                .map(|(k, v)| member(k, v))
+                .collect();
+            let id_member = member("id", &Value::from(id));
+            if id_first {
+                members.push(id_member.clone());
+            }
+            members.push(member("result", &json!({"content": big})));
+            if !id_first {
+                members.push(id_member);
+            }
+            members.extend(after.iter().filter(|(k, _)| k != "id" && k != "method").map(|(k, v)| member(k, v)));
+            let line = format!("{{{}}}", members.join(" , "));
+            // Both windows come from a line at least three of them long.
+            proptest::prop_assume!(line.len() > 3 * ID_WINDOW);
+            let head = &line.as_bytes()[..ID_WINDOW];
+            let tail = &line.as_bytes()[line.len() - ID_WINDOW..];
+            let seen = scan_head(head);
+            proptest::prop_assert!(seen.response && !seen.method);
+            let found = seen.id.or_else(|| scan_tail(tail));
+            proptest::prop_assert_eq!(found, Some(Value::from(id)));
+        }
+    }
 }
