@@ -689,12 +689,15 @@ fn disconnect_mid_prompt_exits_cleanly_with_a_closed_log() {
             break;
         }
     }
-    // The client goes away mid-stream.
+    // The client goes away mid-stream: the prompt it sent is still
+    // answered, `cancelled` (issue 25: every request read is answered).
     let seen = c.finish();
-    assert!(
-        seen.iter().all(|m| m["id"] != 2),
-        "no answer to a prompt whose client left"
-    );
+    let answers: Vec<&Value> = seen
+        .iter()
+        .filter(|m| m["id"] == 2 && m.get("method").is_none())
+        .collect();
+    assert_eq!(answers.len(), 1, "{seen:?}");
+    assert_eq!(answers[0]["result"]["stopReason"], "cancelled");
     let log = transcript(data.path(), &session);
     let evs = events(&log);
     assert_eq!(
@@ -1145,4 +1148,211 @@ fn a_signal_ends_the_server_with_every_tool_process() {
         );
         log_check(data.path(), &log);
     }
+}
+
+/// The failed `tool_call_update` of call `id` among `messages`: its text.
+fn failed_call_text(messages: &[Value], id: &str) -> String {
+    let update = updates(messages, "tool_call_update")
+        .into_iter()
+        .find(|u| u["toolCallId"] == id && u["status"] == "failed")
+        .unwrap_or_else(|| panic!("call {id} failed: {messages:?}"));
+    update["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Sends prompt `id` and reads up to its answer, which must be
+/// `end_turn`; returns what came before it.
+fn prompt_to_end_turn(c: &mut Client, id: i64, session: &str, text: &str) -> Vec<Value> {
+    c.prompt(id, session, text);
+    let (before, response) = c.until_response(id, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    before
+}
+
+/// Issue 25 (ACP bounds): a client that sends requests but never reads
+/// stdout. dsh's output pipe fills; end of input, or SIGTERM, must still
+/// end dsh (the old server blocked in a write under a lock and never saw
+/// either). The answers it could not write are dropped and counted on
+/// stderr.
+#[test]
+fn a_client_that_never_reads_cannot_keep_dsh_from_ending() {
+    for ending in ["EOF", "TERM"] {
+        let data = tempfile::tempdir().unwrap();
+        let err_path = data.path().join("stderr.txt");
+        let mut child = dsh(data.path())
+            .args(["acp"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap();
+        // Held open and never read.
+        let _stdout = child.stdout.take().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // About 600 KiB of answers, far more than a pipe holds.
+        let mut batch = String::new();
+        for n in 0..6000 {
+            batch.push_str(&format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"no/such_method\"}}\n"
+            ));
+        }
+        stdin.write_all(batch.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        if ending == "EOF" {
+            drop(stdin);
+        } else {
+            // Let the server reach the full pipe first.
+            std::thread::sleep(Duration::from_millis(500));
+            let st = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let status = wait_exit(&mut child);
+        assert_eq!(status.code(), Some(0), "{ending}: {status:?}");
+        let err = std::fs::read_to_string(&err_path).unwrap();
+        assert!(
+            err.contains("messages were not sent (the client stopped reading)"),
+            "{ending}: {err}"
+        );
+        let _ = child.kill();
+    }
+}
+
+/// Issue 25 (ACP bounds): an editor buffer over 16 MiB answers
+/// `fs/read_text_file`: that read fails at once with a typed error (the
+/// old reader skipped the line and the read waited forever), and the
+/// session goes on.
+#[test]
+fn a_reply_over_16_mib_fails_that_tool_call_and_the_session_goes_on() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let file = ws_path.join("big.txt");
+    std::fs::write(&file, "on disk\n").unwrap();
+    let server = mock(
+        r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"r1","name":"read","arguments":["{\"file_path\": \"big.txt\"}"]}]}},
+ {"turn":{"text":["Too big."]}},
+ {"turn":{"text":["Still here."]}}
+]}"#,
+    );
+    let mut c = Client::start(data.path(), &server.url());
+    let key = file.to_str().unwrap().to_string();
+    c.buffers = Some(BTreeMap::from([(key, "a".repeat(17 << 20))]));
+    c.initialize();
+    let session = c.new_session(1, &ws_path);
+    let before = prompt_to_end_turn(&mut c, 2, &session, "Read big.txt");
+    let text = failed_call_text(&before, "r1");
+    assert!(
+        text.contains("the client's answer is longer than 16777216 bytes"),
+        "{text}"
+    );
+    // No error went back for the over-long answer itself.
+    assert!(
+        before.iter().all(|m| m.get("error").is_none()),
+        "{before:?}"
+    );
+    prompt_to_end_turn(&mut c, 3, &session, "Are you there?");
+    c.finish();
+}
+
+/// Issue 25 (ACP bounds): a client request that is never answered fails
+/// its tool call after `--client-timeout`, the session stays usable, and
+/// the late answer is dropped.
+#[test]
+fn an_unanswered_client_request_times_out_and_its_late_answer_is_dropped() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(ws_path.join("f.txt"), "x\n").unwrap();
+    let server = mock(
+        r#"{"responses":[
+ {"turn":{"toolCalls":[{"id":"r1","name":"read","arguments":["{\"file_path\": \"f.txt\"}"]}]}},
+ {"turn":{"text":["No answer."]}},
+ {"turn":{"text":["Still here."]}}
+]}"#,
+    );
+    let mut c = Client::start_with(data.path(), &server.url(), &["--client-timeout", "1"]);
+    // fs offered, but `buffers` stays unset: nothing answers fs/*.
+    c.request(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {
+            "fs": {"readTextFile": true, "writeTextFile": true}}}),
+    );
+    c.until_response(0, None);
+    let session = c.new_session(1, &ws_path);
+    let before = prompt_to_end_turn(&mut c, 2, &session, "Read f.txt");
+    assert!(
+        failed_call_text(&before, "r1")
+            .contains("the client did not answer fs/read_text_file within 1 s"),
+        "{before:?}"
+    );
+    let asked = before
+        .iter()
+        .find(|m| m["method"] == "fs/read_text_file")
+        .expect("the read was asked");
+    c.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"content": "late\n"}}));
+    prompt_to_end_turn(&mut c, 3, &session, "Are you there?");
+    c.finish();
+}
+
+/// Issue 25 (ACP bounds): requests read just before the end of input are
+/// answered before dsh exits (the old reader closed the output at end of
+/// input, so answers still being worked out were dropped); a prompt still
+/// running then is answered `cancelled`.
+#[test]
+fn requests_sent_right_before_end_of_input_are_answered() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(STALL_SCRIPT);
+    let mut c = Client::start(data.path(), &server.url());
+    c.request(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    c.request(
+        1,
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": []}),
+    );
+    c.request(
+        2,
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": []}),
+    );
+    c.request(3, "no/such_method", json!({}));
+    let seen = c.finish();
+    let answered = |id: i64| {
+        seen.iter()
+            .find(|m| m["id"] == id && m.get("method").is_none())
+            .unwrap_or_else(|| panic!("request {id} answered: {seen:?}"))
+            .clone()
+    };
+    assert_eq!(answered(0)["result"]["protocolVersion"], 1);
+    assert!(answered(1)["result"]["sessionId"].is_string());
+    assert!(answered(2)["result"]["sessionId"].is_string());
+    assert_eq!(answered(3)["error"]["code"], -32601);
+
+    // A prompt sent right before the end of input.
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    let session = c.new_session(1, ws.path());
+    c.prompt(2, &session, "Say something long");
+    let seen = c.finish();
+    let response = seen
+        .iter()
+        .find(|m| m["id"] == 2 && m.get("method").is_none())
+        .unwrap_or_else(|| panic!("the prompt was answered: {seen:?}"));
+    assert_eq!(response["result"]["stopReason"], "cancelled", "{response}");
+    let evs = events(&transcript(data.path(), &session));
+    assert_eq!(
+        turn_end_reasons(&evs),
+        vec![json!({"kind": "aborted", "reason": {"kind": "disposed"}})]
+    );
 }

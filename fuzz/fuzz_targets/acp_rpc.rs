@@ -5,7 +5,8 @@
 //! the JSON-RPC code for it; requests and notifications survive a
 //! re-encoding unchanged; the reader ends exactly once with `Closed`; both
 //! requests this side sent are answered exactly once (by the client or by
-//! the close); and every line written back is one JSON-RPC 2.0 object.
+//! the close); and every line written back (by the writer thread, drained
+//! with `Peer::finish`) is one JSON-RPC 2.0 object.
 #![no_main]
 
 use std::io::{self, Write};
@@ -119,8 +120,9 @@ fuzz_target!(|data: &[u8]| {
     });
     assert_eq!(closed, 1, "the reader ends once");
     assert!(!after_close, "nothing follows the close");
-    assert!(peer.is_closed());
+    assert!(peer.input_closed());
     assert_eq!(answered.load(Ordering::SeqCst), 2, "each own request answered once");
+    assert_eq!(peer.finish(), 0, "everything queued is written");
     let out = written.lock().expect("output lock");
     for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let v: Value = serde_json::from_slice(line).expect("every output line is JSON");

@@ -4,8 +4,9 @@
 //! `{name:"FsError", code}` with the reference's codes (`FS_NOT_FOUND`,
 //! `FS_NOT_REGULAR_FILE`, `FS_NOT_TEXT`, `FS_SANDBOX_DENIED`,
 //! `FS_EDIT_NOT_FOUND`, `FS_AMBIGUOUS_EDIT`, `FS_IO_ERROR`; dsh adds
-//! `FS_TOO_LARGE` for a file over a configured size limit), argument
-//! checks are plain errors (no `info`), as the reference's thrown `Error`s.
+//! `FS_TOO_LARGE` for a file, or the text `write`/`edit` would leave, over
+//! a configured size limit), argument checks are plain errors (no `info`),
+//! as the reference's thrown `Error`s.
 //!
 //! The text normally lives on the workspace's disk; a tool given a
 //! [`TextFiles`] backend reads and writes through it instead (e.g. an
@@ -98,9 +99,11 @@ pub struct ReadTool {
 /// Limits of `write` and `edit`, which hold a whole file in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EditConfig {
-    /// Largest existing file `edit` loads, or `write` replaces (its old text
-    /// is kept for the diff): 16 MiB. A larger one is refused with
-    /// `FS_TOO_LARGE`.
+    /// Largest file `edit` and `write` handle, 16 MiB: an existing file
+    /// `edit` loads or `write` replaces (its old text is kept for the
+    /// diff), the text `write` is given, and the text an edit would
+    /// produce (computed before it is built). A larger one is refused with
+    /// `FS_TOO_LARGE` and the file is left unchanged.
     pub max_file_bytes: u64,
 }
 
@@ -226,6 +229,30 @@ fn too_large(verb: &str, r: &Resolved, size: u64, limit: u64, setting: &str) -> 
         ),
         "FS_TOO_LARGE",
     )
+}
+
+/// A new text of `size` bytes (`None`: too large to count) refused over
+/// `limit`; `what` says whose text it is.
+fn check_output(
+    verb: &str,
+    r: &Resolved,
+    what: &str,
+    size: Option<u64>,
+    limit: u64,
+) -> Result<(), ToolOutcome> {
+    match size {
+        Some(n) if n <= limit => Ok(()),
+        _ => {
+            let size = size.map_or_else(|| "too many".to_string(), |n| n.to_string());
+            Err(fs_error(
+                format!(
+                    "cannot {verb} \"{}\": {what} {size} bytes, over the {verb} limit of {limit} bytes (EditConfig::max_file_bytes)",
+                    r.display
+                ),
+                "FS_TOO_LARGE",
+            ))
+        }
+    }
 }
 
 /// A text from a [`TextFiles`] backend, refused over `limit` bytes.
@@ -616,6 +643,13 @@ fn write_run(
         return Err(ToolOutcome::error("content must be a string"));
     };
     let r = ctx.workspace.resolve_for(raw, "write")?;
+    check_output(
+        "write",
+        &r,
+        "the content is",
+        u64::try_from(content.len()).ok(),
+        config.max_file_bytes,
+    )?;
     let before = match files {
         Some(f) => {
             let text = f
@@ -755,6 +789,21 @@ fn edit_run(
             "FS_AMBIGUOUS_EDIT",
         ));
     }
+    // The size of the result, known before it is built: each replaced
+    // match trades `old` for `new` (matches never overlap).
+    let replaced = if replace_all { matches } else { 1 };
+    let size = replaced
+        .checked_mul(old.len())
+        .and_then(|removed| before.len().checked_sub(removed))
+        .and_then(|kept| kept.checked_add(replaced.checked_mul(new.len())?))
+        .and_then(|n| u64::try_from(n).ok());
+    check_output(
+        "edit",
+        &r,
+        "the edited file would be",
+        size,
+        config.max_file_bytes,
+    )?;
     let after = if replace_all {
         before.replace(old, new)
     } else {

@@ -233,3 +233,147 @@ fn utf8_is_checked_across_buffer_cuts_and_past_the_kept_prefix() {
         text_of(&out)
     );
 }
+
+/// `out` is `FS_TOO_LARGE` with a message ending in `ending`.
+fn assert_too_large(out: &ToolOutcome, ending: &str) {
+    assert_eq!(
+        code_of(out).as_deref(),
+        Some("FS_TOO_LARGE"),
+        "{}",
+        text_of(out)
+    );
+    assert!(text_of(out).ends_with(ending), "{}", text_of(out));
+}
+
+/// Builtin `edit`/`write` with `max_file_bytes` (the default when `None`).
+fn edit_set(limit: Option<u64>) -> ToolSet {
+    let config = limit.map_or_else(EditConfig::default, |max_file_bytes| EditConfig {
+        max_file_bytes,
+    });
+    let mut set = ToolSet::new();
+    set.insert(Box::new(EditTool {
+        config,
+        ..EditTool::default()
+    }));
+    set.insert(Box::new(WriteTool {
+        config,
+        ..WriteTool::default()
+    }));
+    set
+}
+
+#[test]
+fn a_replace_all_that_would_amplify_past_the_limit_is_refused_before_it_is_built() {
+    // Issue 25 build item 5: a 1 MiB file and a 2 KiB replacement made
+    // `edit` allocate gigabytes and abort the process.
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.txt");
+    let original = vec![b'a'; 1 << 20];
+    fs::write(&path, &original).unwrap();
+    let set = edit_set(None);
+    let new = "b".repeat(2 << 10);
+    let args =
+        json!({"file_path": "big.txt", "old_string": "a", "new_string": new, "replace_all": true});
+    let (out, peak) = peak_of(|| call(&set, dir.path(), "edit", args));
+    let size = (1u64 << 20) * (2 << 10);
+    assert_too_large(
+        &out,
+        &format!(
+            "the edited file would be {size} bytes, over the edit limit of 16777216 bytes (EditConfig::max_file_bytes)"
+        ),
+    );
+    // Only the file itself was held (plus its read buffer), never the result.
+    assert!(peak < 4 << 20, "edit peaked at {peak} bytes");
+    assert_eq!(fs::read(&path).unwrap(), original);
+}
+
+#[test]
+fn edit_and_write_results_over_a_configured_limit_leave_the_file_unchanged() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.txt");
+    fs::write(&path, "0a0b\n").unwrap();
+    let set = edit_set(Some(8));
+    // One replacement: 5 - 1 + 5 = 9 bytes.
+    let out = call(
+        &set,
+        dir.path(),
+        "edit",
+        json!({"file_path": "f.txt", "old_string": "a", "new_string": "xxxxx"}),
+    );
+    assert_too_large(
+        &out,
+        "the edited file would be 9 bytes, over the edit limit of 8 bytes (EditConfig::max_file_bytes)",
+    );
+    // Every match: 5 - 2 + 2 * 3 = 9 bytes.
+    let out = call(
+        &set,
+        dir.path(),
+        "edit",
+        json!({"file_path": "f.txt", "old_string": "0", "new_string": "yyy", "replace_all": true}),
+    );
+    assert_eq!(
+        code_of(&out).as_deref(),
+        Some("FS_TOO_LARGE"),
+        "{}",
+        text_of(&out)
+    );
+    let out = call(
+        &set,
+        dir.path(),
+        "write",
+        json!({"file_path": "f.txt", "content": "123456789"}),
+    );
+    assert_too_large(
+        &out,
+        "the content is 9 bytes, over the write limit of 8 bytes (EditConfig::max_file_bytes)",
+    );
+    assert_eq!(fs::read_to_string(&path).unwrap(), "0a0b\n");
+    // A new file over the limit is not created.
+    let out = call(
+        &set,
+        dir.path(),
+        "write",
+        json!({"file_path": "new.txt", "content": "123456789"}),
+    );
+    assert_eq!(code_of(&out).as_deref(), Some("FS_TOO_LARGE"));
+    assert!(!dir.path().join("new.txt").exists());
+    // At the limit both work: 5 - 2 + 2 * 2 = 7, then 8 bytes.
+    let out = call(
+        &set,
+        dir.path(),
+        "edit",
+        json!({"file_path": "f.txt", "old_string": "0", "new_string": "zz", "replace_all": true}),
+    );
+    assert!(!out.is_error(), "{}", text_of(&out));
+    assert_eq!(fs::read_to_string(&path).unwrap(), "zzazzb\n");
+    let out = call(
+        &set,
+        dir.path(),
+        "write",
+        json!({"file_path": "f.txt", "content": "12345678"}),
+    );
+    assert!(!out.is_error(), "{}", text_of(&out));
+    assert_eq!(fs::read_to_string(&path).unwrap(), "12345678");
+}
+
+#[test]
+fn write_over_the_default_limit_is_refused() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.txt");
+    fs::write(&path, "keep\n").unwrap();
+    let content = "c".repeat((16 << 20) + 1);
+    let out = call(
+        &edit_set(None),
+        dir.path(),
+        "write",
+        json!({"file_path": "f.txt", "content": content}),
+    );
+    assert_too_large(
+        &out,
+        "the content is 16777217 bytes, over the write limit of 16777216 bytes (EditConfig::max_file_bytes)",
+    );
+    assert_eq!(fs::read_to_string(&path).unwrap(), "keep\n");
+}

@@ -44,5 +44,6 @@ impl TextFiles for ClientFiles {
         self.peer
             .call("fs/write_text_file", &request, cancel)
             .map(|_| ())
+            .map_err(String::from)
     }
 }

@@ -14,6 +14,7 @@
 //! `dsh chat --resume ID` and the other way round.
 
 use std::io;
+use std::time::Duration;
 
 use clap::Args;
 
@@ -41,6 +42,12 @@ pub struct AcpArgs {
     /// process do not apply there).
     #[arg(long)]
     client_terminal: bool,
+    /// Seconds the client may keep dsh waiting: for its answer to a
+    /// request (`fs/*`, `terminal/create`, `terminal/output`; permission
+    /// requests wait for the user), or to take dsh's output when it stops
+    /// reading (then dsh takes it as gone) [default: 60].
+    #[arg(long, value_name = "SECS", value_parser = crate::provider::seconds)]
+    client_timeout: Option<f64>,
 }
 
 /// Serves ACP on stdin/stdout until the client closes stdin.
@@ -52,7 +59,11 @@ pub fn run(args: AcpArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
-    let peer = rpc::Peer::new(Box::new(io::stdout()));
+    let mut config = rpc::PeerConfig::default();
+    if let Some(secs) = args.client_timeout {
+        config.client_timeout = Duration::from_secs_f64(secs);
+    }
+    let peer = rpc::Peer::with_config(Box::new(io::stdout()), config);
     let options = server::Options {
         provider: args.provider,
         client_terminal: args.client_terminal,

@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use super::files::ClientFiles;
 use super::map::{self, Calls, Mode};
-use super::rpc::{Incoming, Peer, read_loop, rpc_error};
+use super::rpc::{CallError, Incoming, Peer, read_loop, rpc_error};
 use super::terminal::ClientTerminal;
 use super::wire::{decode_notification, decode_request, invalid_params, prompt_text, supported};
 use crate::provider::ProviderArgs;
@@ -43,6 +43,9 @@ const ALLOW_ONCE: &str = "allow_once";
 const ALLOW_ALWAYS: &str = "allow_always";
 const REJECT_ONCE: &str = "reject_once";
 
+/// Most messages handled after the loop ends (what was already queued).
+const SHUTDOWN_DRAIN: usize = 10_000;
+
 /// What reaches the server loop.
 enum Msg {
     Rpc(Incoming),
@@ -52,7 +55,7 @@ enum Msg {
         call_id: String,
         tool: String,
         approval: ApprovalRequestId,
-        answer: Result<Value, acp::Error>,
+        answer: Result<Value, CallError>,
     },
     /// SIGTERM, SIGHUP or SIGINT: end as if the input had closed.
     Terminate,
@@ -187,7 +190,11 @@ pub fn serve(
         return;
     }
     let signal_tx = tx.clone();
+    let signal_peer = peer.clone();
     crate::signals::forward(crate::signals::Set::TermHupInt, move || {
+        // A write waiting for a client that stopped reading gives up
+        // within the exit grace, so the loop sees the message.
+        signal_peer.begin_exit();
         signal_tx.send(Msg::Terminate).is_ok()
     });
     let mut server = Server {
@@ -222,9 +229,7 @@ pub fn serve(
             break;
         }
     }
-    for (_, live) in server.sessions.drain() {
-        live.agent.dispose();
-    }
+    server.shut_down(&rx);
 }
 
 fn internal(message: impl Into<String>) -> acp::Error {
@@ -232,6 +237,36 @@ fn internal(message: impl Into<String>) -> acp::Error {
 }
 
 impl Server {
+    /// Ends the server: what the agents reported before the end is still
+    /// forwarded (a turn that ended answers its prompt); requests read but
+    /// not handled (a signal came first) get an error; every agent is
+    /// disposed (a running turn closes as aborted) and its running prompt
+    /// is answered `cancelled`; then the writer gets the exit grace to send
+    /// what is queued.
+    fn shut_down(&mut self, rx: &mpsc::Receiver<Msg>) {
+        // Bounded: a running agent may still be adding events.
+        for msg in rx.try_iter().take(SHUTDOWN_DRAIN) {
+            match msg {
+                Msg::Rpc(Incoming::Request { id, .. }) => self
+                    .peer
+                    .respond::<()>(&id, Err(internal("dsh acp is shutting down"))),
+                Msg::Agent(session, event) => self.agent_event(&session, event),
+                _ => {}
+            }
+        }
+        for (_, live) in self.sessions.drain() {
+            live.agent.dispose();
+            if let Some(id) = live.prompt {
+                self.peer
+                    .respond(&id, Ok(PromptResponse::new(acp::StopReason::Cancelled)));
+            }
+        }
+        let unsent = self.peer.finish();
+        if unsent > 0 {
+            eprintln!("dsh acp: {unsent} messages were not sent (the client stopped reading)");
+        }
+    }
+
     fn request(&mut self, id: RequestId, method: &str, params: &Value) {
         let not_found = || {
             rpc_error(
@@ -580,7 +615,7 @@ impl Server {
         call_id: String,
         tool: &str,
         approval: ApprovalRequestId,
-        answer: Result<Value, acp::Error>,
+        answer: Result<Value, CallError>,
     ) {
         let Some(live) = self.sessions.get_mut(session) else {
             return;
@@ -600,7 +635,7 @@ impl Server {
                 ApprovalDecision::Deny
             }
             Err(e) => {
-                eprintln_safe!("dsh acp: permission request failed (denied): {}", e.message);
+                eprintln_safe!("dsh acp: permission request failed (denied): {e}");
                 ApprovalDecision::Deny
             }
         };

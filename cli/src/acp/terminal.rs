@@ -16,7 +16,7 @@ use agent_client_protocol_schema::v1::{
 use dsh_tools::{CancelToken, CommandOutput, CommandRun, CommandRunner};
 use serde_json::Value;
 
-use super::rpc::{POLL, Peer, error_text};
+use super::rpc::{POLL, Peer};
 
 /// How long a killed command may take to report its exit.
 const KILL_GRACE: Duration = Duration::from_secs(5);
@@ -63,7 +63,7 @@ impl CommandRunner for ClientTerminal {
         let mut timed_out = false;
         let exited = loop {
             match exit.recv_timeout(POLL) {
-                Ok(answer) => break answer.map_err(|e| error_text(&e)),
+                Ok(answer) => break answer.map_err(String::from),
                 Err(RecvTimeoutError::Disconnected) => break Err("the client disconnected".into()),
                 Err(RecvTimeoutError::Timeout) => {}
             }
