@@ -263,6 +263,7 @@ impl Server {
         }
         let unsent = self.peer.finish();
         if unsent > 0 {
+            // tty: our own number.
             eprintln!("dsh acp: {unsent} messages were not sent (the client stopped reading)");
         }
     }
