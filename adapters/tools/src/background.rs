@@ -148,6 +148,7 @@ impl Drop for Jobs {
 impl Jobs {
     /// No jobs yet.
     pub fn new(config: BackgroundConfig) -> Arc<Jobs> {
+        config.bash.sandbox_roots.pin(&config.bash.sandbox);
         Arc::new(Jobs {
             config,
             inner: Mutex::new((0, BTreeMap::new())),
@@ -207,7 +208,7 @@ impl Jobs {
                 None => break,
             }
         }
-        let mut child = spawn_local(&self.config.bash, command, &dir, ctx.workspace.root())
+        let mut child = spawn_local(&self.config.bash, command, &dir, &ctx.workspace)
             .map_err(ToolOutcome::error)?;
         let output = Arc::new(Mutex::new(Ring::default()));
         let cap = self.config.bash.max_output_bytes.max(1);

@@ -12,6 +12,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,7 +25,8 @@ use dsh_core::json::js_number;
 use serde_json::{Map, Value, json};
 
 use crate::env::EnvPolicy;
-use crate::sandbox::{self, SandboxPolicy};
+use crate::path::Workspace;
+use crate::sandbox::{self, SandboxPolicy, SandboxRoots};
 use crate::{CancelToken, Tool, ToolCallRequest, ToolContext, prop, text};
 
 /// One command for a [`CommandRunner`].
@@ -89,6 +91,9 @@ pub struct BashConfig {
     /// The Landlock sandbox: by default writes confined to the workspace
     /// and the temp directories.
     pub sandbox: SandboxPolicy,
+    /// The sandbox's writable roots, opened once and shared by the clones
+    /// of this configuration (the tool sets built from it pin them).
+    pub sandbox_roots: SandboxRoots,
 }
 
 impl Default for BashConfig {
@@ -102,6 +107,7 @@ impl Default for BashConfig {
             runner: None,
             env: EnvPolicy::default(),
             sandbox: SandboxPolicy::default(),
+            sandbox_roots: SandboxRoots::default(),
         }
     }
 }
@@ -351,32 +357,61 @@ pub(crate) fn workdir(args: &Value, ctx: &ToolContext) -> Result<PathBuf, ToolOu
 }
 
 /// Starts `shell -c command` in `workdir` as the leader of a new process
-/// group, with the configured environment and sandbox (over `root`), stdin
-/// closed and both output streams piped.
+/// group, with the configured environment and sandbox, stdin closed and
+/// both output streams piped.
+///
+/// The sandbox rules and the working directory come from the workspace's
+/// handle: a `workdir` inside the workspace is entered with `fchdir` on the
+/// handle (then the relative rest), never through the root path again. A
+/// workspace whose path no longer leads to that directory is refused.
 pub(crate) fn spawn_local(
     config: &BashConfig,
     command: &str,
     workdir: &Path,
-    root: &Path,
+    workspace: &Workspace,
 ) -> Result<std::process::Child, String> {
-    let confinement = sandbox::prepare(&config.sandbox, root)
+    workspace
+        .check_handle()
         .map_err(|e| format!("failed to start bash: {e}"))?;
+    let confinement = sandbox::prepare(&config.sandbox, workspace.dir_fd(), &config.sandbox_roots)
+        .map_err(|e| format!("failed to start bash: {e}"))?;
+    let inside = workdir
+        .strip_prefix(workspace.root())
+        .or_else(|_| workdir.strip_prefix(workspace.canonical_root()))
+        .ok()
+        .map(|rel| {
+            std::ffi::CString::new(rel.as_os_str().as_encoded_bytes())
+                .map_err(|_| "failed to start bash: the workdir contains a NUL byte".to_string())
+        })
+        .transpose()?;
     let mut cmd = Command::new(&config.shell);
     cmd.arg("-c")
         .arg(command)
-        .current_dir(workdir)
         .env_clear()
         .envs(config.env.current())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    if confinement.enforced() {
-        // SAFETY: the closure makes only async-signal-safe system calls
-        // (prctl, landlock_restrict_self) and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || confinement.apply_in_child());
-        }
+    if inside.is_none() {
+        cmd.current_dir(workdir);
+    }
+    let handle = workspace.clone();
+    // SAFETY: the closure makes only async-signal-safe system calls
+    // (fchdir, chdir, prctl, landlock_restrict_self) on descriptors and a
+    // C string prepared before the fork, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(rel) = &inside {
+                if libc::fchdir(handle.dir_fd().as_raw_fd()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if !rel.is_empty() && libc::chdir(rel.as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            confinement.apply_in_child()
+        });
     }
     cmd.spawn()
         .map_err(|e| format!("failed to start bash: {e}"))
@@ -451,7 +486,7 @@ impl BashTool {
                 timeout_ms,
             ));
         }
-        let mut child = spawn_local(&self.config, command, &workdir, ctx.workspace.root())
+        let mut child = spawn_local(&self.config, command, &workdir, &ctx.workspace)
             .map_err(ToolOutcome::error)?;
         let pgid = child.id();
         let cap = self.config.max_output_bytes;

@@ -7,6 +7,14 @@
 //! `network: false`, TCP `bind` and `connect` are denied too (Landlock ABI 4
 //! and later; UDP and Unix sockets are not covered by Landlock).
 //!
+//! Every rule is built from a directory handle opened once, not from a path
+//! looked up per command: the workspace's handle is opened when the
+//! [`Workspace`](crate::Workspace) is made, the writable roots, temp
+//! directories and device files when the tool set is made
+//! ([`SandboxRoots::pin`]). A directory swapped for a symlink later (`mv WS
+//! WS.old && ln -s ~/elsewhere WS` from a command whose parent directory is
+//! writable) is not followed by the next command's rules.
+//!
 //! The ruleset is built in the parent before the child is forked; the child
 //! only calls `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self(2)`
 //! between `fork` and `exec`, both async-signal-safe. A kernel without
@@ -16,12 +24,15 @@
 //! not started.
 
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::fs::OpenOptions;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetError, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetError,
 };
 
 /// How tool processes are confined.
@@ -134,12 +145,15 @@ pub fn support() -> Support {
 pub enum SandboxError {
     /// The Landlock ruleset could not be built.
     Ruleset(RulesetError),
+    /// `/` could not be opened for the read rule.
+    Root(std::io::Error),
 }
 
 impl fmt::Display for SandboxError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SandboxError::Ruleset(e) => write!(f, "cannot build the Landlock sandbox: {e}"),
+            SandboxError::Root(e) => write!(f, "cannot open / for the Landlock sandbox: {e}"),
         }
     }
 }
@@ -209,8 +223,107 @@ fn temp_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// Builds the ruleset of `policy` for a command working in `workspace`.
-pub fn prepare(policy: &SandboxPolicy, workspace: &Path) -> Result<Prepared, SandboxError> {
+/// Every path beside the workspace that `policy` makes writable.
+fn writable_paths(policy: &SandboxPolicy) -> Vec<PathBuf> {
+    let mut writable = Vec::new();
+    if policy.temp_dirs {
+        writable.extend(temp_dirs());
+    }
+    writable.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
+    writable.extend(policy.writable_roots.iter().cloned());
+    writable
+}
+
+/// One opened writable root: its handle and whether it is a directory.
+#[derive(Debug)]
+struct Opened {
+    fd: OwnedFd,
+    dir: bool,
+}
+
+/// The handles of one list of writable paths.
+#[derive(Debug)]
+struct Pinned {
+    paths: Vec<PathBuf>,
+    opened: Vec<Opened>,
+}
+
+impl Pinned {
+    /// Opens every path that exists (`O_PATH`); a missing one gets no rule.
+    fn open(paths: Vec<PathBuf>) -> Pinned {
+        let opened = paths.iter().filter_map(|p| open_path(p).ok()).collect();
+        Pinned { paths, opened }
+    }
+}
+
+/// Opens `path` as an `O_PATH` handle (no access to its content).
+fn open_path(path: &Path) -> std::io::Result<Opened> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)?;
+    let dir = file.metadata().is_ok_and(|m| m.is_dir());
+    Ok(Opened {
+        fd: OwnedFd::from(file),
+        dir,
+    })
+}
+
+/// The writable roots, temp directories and device files of a policy,
+/// opened once and shared by the clones of a [`BashConfig`]
+/// (`crate::BashConfig::sandbox_roots`): the first [`pin`](Self::pin)
+/// opens them, later commands reuse the handles. A policy whose list of
+/// paths differs from the pinned one is opened anew.
+///
+/// A cache, not configuration: any two compare equal.
+///
+/// [`BashConfig`]: crate::BashConfig
+#[derive(Clone, Default)]
+pub struct SandboxRoots(Arc<Mutex<Option<Pinned>>>);
+
+impl fmt::Debug for SandboxRoots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let paths = guard.as_ref().map(|p| &p.paths);
+        f.debug_tuple("SandboxRoots").field(&paths).finish()
+    }
+}
+
+impl PartialEq for SandboxRoots {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SandboxRoots {}
+
+impl SandboxRoots {
+    /// Opens the writable paths of `policy` unless they are open already.
+    pub fn pin(&self, policy: &SandboxPolicy) {
+        if policy.mode == SandboxMode::Off {
+            return;
+        }
+        let paths = writable_paths(policy);
+        let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.as_ref().is_none_or(|p| p.paths != paths) {
+            *guard = Some(Pinned::open(paths));
+        }
+    }
+}
+
+/// The access rights granted beneath the workspace and the writable roots.
+fn writable_access(abi: ABI) -> BitFlags<AccessFs> {
+    AccessFs::from_all(abi)
+}
+
+/// Builds the ruleset of `policy` for a command working in the workspace
+/// opened as `workspace`, with the writable roots of `roots` (pinned here
+/// if they were not yet).
+pub fn prepare(
+    policy: &SandboxPolicy,
+    workspace: BorrowedFd<'_>,
+    roots: &SandboxRoots,
+) -> Result<Prepared, SandboxError> {
     if policy.mode == SandboxMode::Off {
         return Ok(Prepared { fd: None });
     }
@@ -221,16 +334,19 @@ pub fn prepare(policy: &SandboxPolicy, workspace: &Path) -> Result<Prepared, San
     if !policy.network {
         ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
     }
-    let mut writable: Vec<PathBuf> = vec![workspace.to_path_buf()];
-    if policy.temp_dirs {
-        writable.extend(temp_dirs());
-    }
-    writable.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
-    writable.extend(policy.writable_roots.iter().cloned());
-    let created = ruleset
+    roots.pin(policy);
+    let write = writable_access(abi);
+    let file_rights = AccessFs::from_file(abi);
+    let root = open_path(Path::new("/")).map_err(SandboxError::Root)?;
+    let mut created = ruleset
         .create()?
-        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
-        .add_rules(path_beneath_rules(&writable, AccessFs::from_all(abi)))?;
+        .add_rule(PathBeneath::new(&root.fd, AccessFs::from_read(abi)))?
+        .add_rule(PathBeneath::new(workspace, write))?;
+    let guard = roots.0.lock().unwrap_or_else(|e| e.into_inner());
+    for o in guard.iter().flat_map(|p| &p.opened) {
+        let access = if o.dir { write } else { write & file_rights };
+        created = created.add_rule(PathBeneath::new(&o.fd, access))?;
+    }
     let fd: Option<OwnedFd> = created.into();
     Ok(Prepared { fd })
 }
@@ -256,7 +372,13 @@ mod tests {
 
     #[test]
     fn off_prepares_nothing() {
-        let p = prepare(&SandboxPolicy::off(), Path::new("/tmp")).unwrap();
+        let ws = std::fs::File::open("/tmp").unwrap();
+        let p = prepare(
+            &SandboxPolicy::off(),
+            std::os::fd::AsFd::as_fd(&ws),
+            &SandboxRoots::default(),
+        )
+        .unwrap();
         assert!(!p.enforced());
         p.apply_in_child().unwrap();
     }

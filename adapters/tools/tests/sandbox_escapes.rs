@@ -1,0 +1,145 @@
+//! Sandbox escapes of issue 25 (Build item 2): a workspace swapped for a
+//! symlink after the tools opened it, and device nodes made beneath a
+//! writable root.
+
+use dsh_core::ContentBlock;
+use dsh_core::agent::tools::ToolOutcome;
+use dsh_tools::sandbox::support;
+use dsh_tools::{
+    BashConfig, BashTool, SandboxPolicy, ToolCallRequest, ToolContext, ToolSet, Workspace,
+};
+use serde_json::json;
+
+fn text_of(o: &ToolOutcome) -> String {
+    let mut t: String = o
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    if let Some(e) = &o.error {
+        t.push_str(&e.message);
+    }
+    t
+}
+
+fn bash(set: &ToolSet, ctx: &ToolContext, command: &str) -> ToolOutcome {
+    set.execute_request(
+        &ToolCallRequest {
+            name: "bash".into(),
+            call_id: "c1".into(),
+            arguments: json!({"command": command, "description": "test"}),
+        },
+        ctx,
+    )
+}
+
+/// The temp dirs are closed so that a directory under /tmp (where the
+/// test's directories live) is writable only through the workspace rule.
+fn confined() -> ToolSet {
+    let config = BashConfig {
+        sandbox: SandboxPolicy {
+            temp_dirs: false,
+            ..SandboxPolicy::default()
+        },
+        ..BashConfig::default()
+    };
+    let mut set = ToolSet::new();
+    set.insert(Box::new(BashTool { config }));
+    set
+}
+
+/// Landlock must be there in CI; elsewhere the confinement checks are
+/// skipped with a note.
+fn landlock_available() -> bool {
+    if support().confines_writes() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI machines have Landlock; this kernel reports none"
+    );
+    eprintln!("note: no Landlock on this kernel; confinement checks not run");
+    false
+}
+
+/// Issue 25, High "Workspace swap": the workspace is replaced by a symlink
+/// to another directory after the tools opened it (what `mv WS WS.old &&
+/// ln -s ~/elsewhere WS` from a command does when the parent is writable).
+/// The next command writes nothing in the other directory and gets a clear
+/// error; with the directory put back, commands run again.
+#[test]
+fn a_swapped_workspace_does_not_redirect_writes() {
+    let base = tempfile::tempdir().unwrap();
+    let ws = base.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let set = confined();
+    let ctx = ToolContext::new(Workspace::new(&ws).unwrap());
+    let out = bash(&set, &ctx, "echo before > before.txt && echo ok");
+    assert_eq!(text_of(&out), "ok\n");
+
+    std::fs::rename(&ws, base.path().join("ws.old")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), &ws).unwrap();
+    let cmd = format!(
+        "echo x > x.txt; echo x > '{}/abs.txt'; echo done",
+        ws.display()
+    );
+    let out = bash(&set, &ctx, &cmd);
+    let text = text_of(&out);
+    let written: Vec<_> = std::fs::read_dir(elsewhere.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        written.is_empty(),
+        "the swapped workspace received {written:?}: {text}"
+    );
+    assert!(out.is_error(), "{text}");
+    assert!(text.contains("was moved or replaced"), "{text}");
+
+    // Back in place: the same context works again.
+    std::fs::remove_file(&ws).unwrap();
+    std::fs::rename(base.path().join("ws.old"), &ws).unwrap();
+    let out = bash(&set, &ctx, "cat before.txt");
+    assert_eq!(text_of(&out), "before\n");
+}
+
+/// Issue 25, High "Workspace swap", from inside: a command that swaps the
+/// workspace's directory for a symlink (its parent is a writable root)
+/// cannot make the next command write through it.
+#[test]
+fn a_writable_root_swapped_for_a_symlink_is_not_followed() {
+    if !landlock_available() {
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let config = BashConfig {
+        sandbox: SandboxPolicy {
+            temp_dirs: false,
+            writable_roots: vec![root.clone()],
+            ..SandboxPolicy::default()
+        },
+        ..BashConfig::default()
+    };
+    let mut set = ToolSet::new();
+    set.insert(Box::new(BashTool { config }));
+    let ctx = ToolContext::new(Workspace::new(ws.path()).unwrap());
+    let probe = format!("echo x > '{}/x.txt'; echo status=$?", root.display());
+    assert!(text_of(&bash(&set, &ctx, &probe)).contains("status=0"));
+
+    std::fs::rename(&root, base.path().join("root.old")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), &root).unwrap();
+    let text = text_of(&bash(&set, &ctx, &probe));
+    assert!(
+        !elsewhere.path().join("x.txt").exists(),
+        "a write went through the swapped writable root: {text}"
+    );
+    assert!(text.contains("status=1"), "{text}");
+}
