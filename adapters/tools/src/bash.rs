@@ -1,5 +1,7 @@
-//! `bash` (TL-21): `bash -c <command>` in its own process group, with a
-//! timeout, cancellation, and per-stream output capped to its tail.
+//! `bash` (TL-21): `bash -c <command>` in its own session (`setsid`, so
+//! no controlling terminal), with stdin from `/dev/null`, no descriptor of
+//! dsh's beyond its pipes, a timeout, cancellation, and per-stream output
+//! capped to its tail.
 //!
 //! On timeout or cancellation the whole group gets `SIGKILL`; after a normal
 //! exit the group is killed too, so background children left by the command
@@ -356,9 +358,10 @@ pub(crate) fn workdir(args: &Value, ctx: &ToolContext) -> Result<PathBuf, ToolOu
     Ok(workdir)
 }
 
-/// Starts `shell -c command` in `workdir` as the leader of a new process
-/// group, with the configured environment and sandbox, stdin closed and
-/// both output streams piped.
+/// Starts `shell -c command` in `workdir` as the leader of a new session
+/// (and process group) without a controlling terminal, with the configured
+/// environment and sandbox, stdin from `/dev/null`, both output streams
+/// piped and every other descriptor closed at `exec`.
 ///
 /// The sandbox rules and the working directory come from the workspace's
 /// handle: a `workdir` inside the workspace is entered with `fchdir` on the
@@ -391,17 +394,23 @@ pub(crate) fn spawn_local(
         .envs(config.env.current())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stderr(Stdio::piped());
     if inside.is_none() {
         cmd.current_dir(workdir);
     }
     let handle = workspace.clone();
     // SAFETY: the closure makes only async-signal-safe system calls
-    // (fchdir, chdir, prctl, landlock_restrict_self) on descriptors and a
-    // C string prepared before the fork, and allocates nothing.
+    // (setsid, close_range, fcntl, fchdir, chdir, prctl,
+    // landlock_restrict_self) on descriptors and a C string prepared
+    // before the fork, and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // A new session: no controlling terminal, so `/dev/tty` fails
+            // (ENXIO) and the terminal's job control cannot be reached.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            close_inherited_fds();
             if let Some(rel) = &inside {
                 if libc::fchdir(handle.dir_fd().as_raw_fd()) != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -415,6 +424,30 @@ pub(crate) fn spawn_local(
     }
     cmd.spawn()
         .map_err(|e| format!("failed to start bash: {e}"))
+}
+
+/// Marks every descriptor above stderr close-on-exec, so nothing dsh holds
+/// (a terminal, a socket, a log) reaches the command. Async-signal-safe.
+/// `close_range(CLOSE_RANGE_CLOEXEC)` (Linux 5.11); on older kernels each
+/// of the first 4096 descriptors is marked with `fcntl`.
+fn close_inherited_fds() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range and fcntl take integers only; marking a
+    // descriptor close-on-exec cannot affect memory safety.
+    unsafe {
+        if libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        ) == 0
+        {
+            return;
+        }
+        for fd in 3..4096 {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
 }
 
 impl BashTool {

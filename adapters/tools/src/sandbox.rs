@@ -2,8 +2,9 @@
 //!
 //! With [`SandboxMode::WorkspaceWrite`] (the default) a `bash` command can
 //! read and execute anything the user can, but can write only beneath the
-//! workspace, the temp directories, a few device files (`/dev/null`, the
-//! terminal devices) and the extra roots the policy lists. With
+//! workspace, the temp directories, a few device files (`/dev/null`,
+//! `/dev/zero`, `/dev/full`, `/dev/shm`; no terminal) and the extra roots
+//! the policy lists, and no device `ioctl` is allowed (ABI 5 and later). With
 //! `network: false`, TCP `bind` and `connect` are denied too (Landlock ABI 4
 //! and later; UDP and Unix sockets are not covered by Landlock).
 //!
@@ -200,16 +201,11 @@ impl Prepared {
     }
 }
 
-/// Device files a command may write (discarding output, terminals).
-const WRITABLE_DEVICES: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-    "/dev/shm",
-];
+/// Device files a command may write (discarding output) and the shared
+/// memory directory. No terminal: `/dev/tty`, `/dev/ptmx` and `/dev/pts`
+/// are read-only, so a command cannot write escape sequences to the
+/// user's terminal past the sanitiser.
+const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/shm"];
 
 /// The directories temp files go to.
 fn temp_dirs() -> Vec<PathBuf> {
@@ -311,9 +307,13 @@ impl SandboxRoots {
     }
 }
 
-/// The access rights granted beneath the workspace and the writable roots.
+/// The access rights granted beneath the workspace and the writable roots:
+/// all but `ioctl` on devices (ABI 5; `TIOCSTI` on a terminal opened by
+/// path is denied, as every other device `ioctl`). On an older ABI the
+/// right does not exist and device `ioctl`s stay open; the command still
+/// has no controlling terminal and no inherited terminal descriptor.
 fn writable_access(abi: ABI) -> BitFlags<AccessFs> {
-    AccessFs::from_all(abi)
+    AccessFs::from_all(abi) & !BitFlags::from(AccessFs::IoctlDev)
 }
 
 /// Builds the ruleset of `policy` for a command working in the workspace
