@@ -4,7 +4,8 @@
 //! read and execute anything the user can, but can write only beneath the
 //! workspace, the temp directories, a few device files (`/dev/null`,
 //! `/dev/zero`, `/dev/full`, `/dev/shm`; no terminal) and the extra roots
-//! the policy lists, and no device `ioctl` is allowed (ABI 5 and later). With
+//! the policy lists; it can make no character or block device anywhere,
+//! and no device `ioctl` is allowed (ABI 5 and later). With
 //! `network: false`, TCP `bind` and `connect` are denied too (Landlock ABI 4
 //! and later; UDP and Unix sockets are not covered by Landlock).
 //!
@@ -308,12 +309,17 @@ impl SandboxRoots {
 }
 
 /// The access rights granted beneath the workspace and the writable roots:
-/// all but `ioctl` on devices (ABI 5; `TIOCSTI` on a terminal opened by
-/// path is denied, as every other device `ioctl`). On an older ABI the
-/// right does not exist and device `ioctl`s stay open; the command still
-/// has no controlling terminal and no inherited terminal descriptor.
+/// all but
+/// - making character and block devices (as root, `mknod` would give
+///   access to any device, a disk or `/dev/mem`); FIFOs and Unix sockets
+///   stay (build scripts, test suites and dev servers make them, and they
+///   reach nothing beyond what the command can already reach);
+/// - `ioctl` on devices (ABI 5; `TIOCSTI` on a terminal opened by path is
+///   denied, as every other device `ioctl`). On an older ABI the right does
+///   not exist and device `ioctl`s stay open; the command still has no
+///   controlling terminal and no inherited terminal descriptor.
 fn writable_access(abi: ABI) -> BitFlags<AccessFs> {
-    AccessFs::from_all(abi) & !BitFlags::from(AccessFs::IoctlDev)
+    AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev)
 }
 
 /// Builds the ruleset of `policy` for a command working in the workspace

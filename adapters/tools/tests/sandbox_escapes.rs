@@ -2,6 +2,8 @@
 //! symlink after the tools opened it, and device nodes made beneath a
 //! writable root.
 
+use std::path::Path;
+
 use dsh_core::ContentBlock;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_tools::sandbox::support;
@@ -142,4 +144,33 @@ fn a_writable_root_swapped_for_a_symlink_is_not_followed() {
         "a write went through the swapped writable root: {text}"
     );
     assert!(text.contains("status=1"), "{text}");
+}
+/// Issue 25, High "Device nodes": beneath a writable root no character or
+/// block device can be made (as root, `mknod` would give access to any
+/// device). Runs as root (CI does); skipped with a note otherwise.
+#[test]
+fn no_device_nodes_beneath_the_workspace() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("note: not root; mknod is refused by the kernel anyway, check not run");
+        return;
+    }
+    if !landlock_available() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let set = confined();
+    let ctx = ToolContext::new(Workspace::new(ws.path()).unwrap());
+    let text = text_of(&bash(
+        &set,
+        &ctx,
+        "mknod null2 c 1 3; echo c=$?; mknod blk b 7 0; echo b=$?; mkfifo f; echo p=$?",
+    ));
+    assert!(text.contains("c=1"), "{text}");
+    assert!(text.contains("b=1"), "{text}");
+    assert!(!ws.path().join("null2").exists(), "{text}");
+    assert!(!ws.path().join("blk").exists(), "{text}");
+    // FIFOs stay possible (build tools and test suites make them).
+    assert!(text.contains("p=0"), "{text}");
+    assert!(Path::new(&ws.path().join("f")).exists());
 }
