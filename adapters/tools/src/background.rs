@@ -1,14 +1,14 @@
-//! Background `bash` jobs: `bash_start` starts a command in its own process
-//! group and returns at once with a job id; `bash_output` returns what the
-//! job printed since the last read and whether it still runs; `bash_stop`
-//! kills its process group.
+//! Background `bash` jobs: `bash_start` starts a command in its own session
+//! and returns at once with a job id; `bash_output` returns what the job
+//! printed since the last read and whether it still runs; `bash_stop`
+//! kills it and everything it started ([`crate::reap`]).
 //!
 //! Bounded: at most [`BackgroundConfig::max_running`] jobs run at once and
 //! [`BackgroundConfig::max_jobs`] are kept; each job keeps the last
 //! `max_output_bytes` of its combined stdout and stderr (bytes dropped
 //! before a read are reported). Jobs run with the `bash` tool's
-//! environment and sandbox, and every job still running is killed when the
-//! tool set is dropped. Jobs need a local shell: with a
+//! environment and sandbox, and every job still running is killed, with
+//! what it started, when the tool set is dropped. Jobs need a local shell: with a
 //! [`BashConfig::runner`] the tools refuse to start one.
 
 use std::collections::BTreeMap;
@@ -100,8 +100,8 @@ impl Job {
                         (None, Some(s)) => format!("killed by signal {s}"),
                         _ => "ended".to_string(),
                     });
-                    // Children left in the group do not outlive the job.
-                    kill_group(self.pgid);
+                    // What the job started does not outlive it.
+                    crate::reap::end_session(self.pgid);
                 }
                 Ok(None) => {}
                 Err(e) => self.ended = Some(format!("lost: {e}")),
@@ -114,6 +114,7 @@ impl Job {
         if self.running() {
             kill_group(self.pgid);
             let _ = self.child.wait();
+            crate::reap::end_session(self.pgid);
             self.ended = Some("stopped".to_string());
         }
     }

@@ -4,9 +4,9 @@
 //! capped to its tail.
 //!
 //! On timeout or cancellation the whole group gets `SIGKILL`; after a normal
-//! exit the group is killed too, so background children left by the command
-//! never outlive the call (each call is a fresh shell). A command that
-//! starts its own session (`setsid`) escapes the group and is not tracked.
+//! exit the group is killed too, and so is everything else the command
+//! started, even outside its group or session ([`crate::reap`]), so nothing
+//! outlives the call (each call is a fresh shell).
 //!
 //! A tool given a [`CommandRunner`] runs the command through it instead
 //! (e.g. an editor's terminal over ACP `terminal/*`), with the same
@@ -422,8 +422,7 @@ pub(crate) fn spawn_local(
             confinement.apply_in_child()
         });
     }
-    cmd.spawn()
-        .map_err(|e| format!("failed to start bash: {e}"))
+    crate::reap::spawn(&mut cmd).map_err(|e| format!("failed to start bash: {e}"))
 }
 
 /// Marks every descriptor above stderr close-on-exec, so nothing dsh holds
@@ -558,9 +557,10 @@ impl BashTool {
                 break child.wait().ok();
             }
         };
-        // Whatever the command left running in its group goes too, so the
-        // pipes close and nothing outlives the call.
-        kill_group(pgid);
+        // Whatever the command left running goes too (in its group, its
+        // session, or escaped from both), so the pipes close and nothing
+        // outlives the call.
+        crate::reap::end_session(pgid);
         let drain = Instant::now() + self.config.drain_grace;
         let stdout = stdout_reader.map(|r| r.finish(drain)).unwrap_or_default();
         let stderr = stderr_reader.map(|r| r.finish(drain)).unwrap_or_default();

@@ -35,6 +35,7 @@ pub mod bash;
 pub mod env;
 pub mod fs;
 pub mod path;
+pub mod reap;
 pub mod sandbox;
 pub mod search;
 pub mod todo;
