@@ -1,16 +1,17 @@
 //! Nothing a tool starts outlives it: tool sessions and a descendant sweep.
 //!
-//! Every tool command (`bash`, `bash_start`) is started by [`spawn`] as the
-//! leader of a new session (`setsid`); its id (the shell's pid) is
-//! recorded while the tool owns it. The first such start makes this
+//! Every tool command (`bash`, `bash_start`) is started as the leader of
+//! a new session (`setsid`); its id (the shell's pid) is recorded while the
+//! tool owns it. The first such start makes this
 //! process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so a process
 //! whose parent died is re-parented to this process instead of init and
 //! stays findable.
 //!
 //! When a command ends (its call returns, is cancelled or times out; a
-//! job ends, is stopped, or the tool set is dropped) [`end_session`] kills
-//! its process group and then sweeps the descendants of this process,
-//! found through `/proc/<pid>/stat`. The sweep kills, with `SIGKILL`:
+//! job ends, is stopped, or the tool set is dropped) its process group is
+//! killed and the descendants of this process, found through
+//! `/proc/<pid>/stat`, are swept; [`end_all`] does the same for every tool
+//! session (a front end about to exit). The sweep kills, with `SIGKILL`:
 //!
 //! - every descendant in the ended session (this catches `set -m`,
 //!   `nohup`, `disown` and double forks: a process can leave its process
