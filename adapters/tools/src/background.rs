@@ -21,7 +21,7 @@ use std::time::Instant;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use serde_json::{Value, json};
 
-use crate::bash::{BashConfig, kill_group, spawn_local, workdir};
+use crate::bash::{BashConfig, spawn_local, workdir};
 use crate::{Tool, ToolCallRequest, ToolContext, prop};
 
 /// Limits of background jobs.
@@ -91,7 +91,10 @@ struct Job {
 impl Job {
     /// Updates and returns whether it still runs.
     fn running(&mut self) -> bool {
-        if self.ended.is_none() {
+        if self.ended.is_none() && crate::reap::exited(self.pgid) {
+            // What the job started does not outlive it; the sweep runs
+            // before the shell is reaped (its pid is the session id).
+            crate::reap::end_session(self.pgid);
             match self.child.try_wait() {
                 Ok(Some(status)) => {
                     use std::os::unix::process::ExitStatusExt;
@@ -100,8 +103,6 @@ impl Job {
                         (None, Some(s)) => format!("killed by signal {s}"),
                         _ => "ended".to_string(),
                     });
-                    // What the job started does not outlive it.
-                    crate::reap::end_session(self.pgid);
                 }
                 Ok(None) => {}
                 Err(e) => self.ended = Some(format!("lost: {e}")),
@@ -112,9 +113,8 @@ impl Job {
 
     fn stop(&mut self) {
         if self.running() {
-            kill_group(self.pgid);
-            let _ = self.child.wait();
             crate::reap::end_session(self.pgid);
+            let _ = self.child.wait();
             self.ended = Some("stopped".to_string());
         }
     }

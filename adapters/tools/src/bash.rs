@@ -309,19 +309,6 @@ fn json_number(v: f64) -> Value {
     }
 }
 
-/// `SIGKILL` to the whole process group `pgid`.
-pub(crate) fn kill_group(pgid: u32) {
-    if let Ok(pgid) = i32::try_from(pgid) {
-        if pgid > 0 {
-            // SAFETY: kill(2) with a negative pid signals a process group;
-            // it has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
 fn sanitize(id: &str) -> String {
     id.chars()
         .map(|c| {
@@ -538,29 +525,28 @@ impl BashTool {
         let deadline = Instant::now() + Duration::from_secs_f64(timeout_ms / 1000.0);
         let mut timed_out = false;
         let mut aborted = false;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) => {}
-                Err(_) => break None,
+        // The shell is reaped only after the sweep: until then its pid, the
+        // session id, cannot be taken by another process.
+        loop {
+            if crate::reap::exited(pgid) {
+                break;
             }
             let now = Instant::now();
             if now >= deadline {
                 timed_out = true;
-                kill_group(pgid);
-                break child.wait().ok();
+                break;
             }
             let step = (deadline - now).min(Duration::from_millis(10));
             if ctx.cancel.wait_timeout(step) {
                 aborted = true;
-                kill_group(pgid);
-                break child.wait().ok();
+                break;
             }
-        };
-        // Whatever the command left running goes too (in its group, its
-        // session, or escaped from both), so the pipes close and nothing
-        // outlives the call.
+        }
+        // The group on timeout or cancellation, and whatever the command
+        // left running (in its group, its session, or escaped from both),
+        // so the pipes close and nothing outlives the call.
         crate::reap::end_session(pgid);
+        let status = child.wait().ok();
         let drain = Instant::now() + self.config.drain_grace;
         let stdout = stdout_reader.map(|r| r.finish(drain)).unwrap_or_default();
         let stderr = stderr_reader.map(|r| r.finish(drain)).unwrap_or_default();

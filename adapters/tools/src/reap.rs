@@ -77,7 +77,8 @@ pub(crate) fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
 
 /// Ends the tool session `sid`: `SIGKILL` to its process group, then the
 /// sweep described in the module documentation. The session's leader is
-/// left for its owner to wait for.
+/// left for its owner to wait for, after this returns (so its pid is not
+/// reused meanwhile).
 pub(crate) fn end_session(sid: u32) {
     let Ok(sid) = i32::try_from(sid) else {
         return;
@@ -92,6 +93,25 @@ pub(crate) fn end_session(sid: u32) {
     }
     sweep(&t.sessions, &[sid]);
     t.sessions.remove(&sid);
+}
+
+/// Whether the child `pid` has ended, without reaping it: while its zombie
+/// stays, its pid (the session id) cannot be reused, so a sweep by that id
+/// finds only what the session left. An error (not a child, already
+/// reaped) counts as ended.
+pub(crate) fn exited(pid: u32) -> bool {
+    // SAFETY: waitid writes only into `info`, a zeroed siginfo_t; with
+    // WNOWAIT the child is left waitable.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            libc::id_t::from(pid),
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        rc != 0 || info.si_pid() != 0
+    }
 }
 
 /// Ends every tool session still running (for a front end about to exit)

@@ -11,10 +11,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dsh_core::ContentBlock;
+mod common;
+
+use common::text_of;
 use dsh_tools::{
-    BackgroundConfig, BashConfig, BashTool, Jobs, SandboxPolicy, ToolCallRequest, ToolContext,
-    ToolSet, Workspace,
+    BackgroundConfig, BashConfig, BashTool, Jobs, SandboxPolicy, ToolContext, ToolSet, Workspace,
 };
 use serde_json::{Value, json};
 
@@ -75,21 +76,8 @@ fn tools() -> ToolSet {
 }
 
 fn call(set: &ToolSet, ws: &Path, name: &str, args: Value) -> String {
-    let o = set.execute_request(
-        &ToolCallRequest {
-            name: name.into(),
-            call_id: "c1".into(),
-            arguments: args,
-        },
-        &ToolContext::new(Workspace::new(ws).unwrap()),
-    );
-    o.content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    let ctx = ToolContext::new(Workspace::new(ws).unwrap());
+    text_of(&common::call(set, &ctx, name, args))
 }
 
 /// The first number after a `pid=` in `text`.
@@ -134,22 +122,24 @@ fn job_pid(set: &ToolSet, ws: &Path, command: &str) -> (String, i32) {
     panic!("no pid from {id}: {seen}");
 }
 
-#[test]
-fn bash_kills_a_process_that_left_the_group() {
+/// Runs `command` (which prints the pid of what it leaves behind) with
+/// `bash` and checks that this is gone once the call returned.
+fn bash_call_reaps(command: &str) {
     let ws = tempfile::tempdir().unwrap();
     let set = tools();
-    let pid = bash_pid(&set, ws.path(), "set -m; sleep 300 & echo pid=$!");
+    let pid = bash_pid(&set, ws.path(), command);
     let _cleanup = Cleanup(pid);
-    assert!(gone(pid), "set -m child {pid} outlived the bash call");
+    assert!(gone(pid), "{pid} of `{command}` outlived the bash call");
+}
+
+#[test]
+fn bash_kills_a_process_that_left_the_group() {
+    bash_call_reaps("set -m; sleep 300 & echo pid=$!");
 }
 
 #[test]
 fn bash_kills_a_process_that_left_the_session() {
-    let ws = tempfile::tempdir().unwrap();
-    let set = tools();
-    let pid = bash_pid(&set, ws.path(), "setsid sleep 300 & echo pid=$!");
-    let _cleanup = Cleanup(pid);
-    assert!(gone(pid), "setsid child {pid} outlived the bash call");
+    bash_call_reaps("setsid sleep 300 & echo pid=$!");
 }
 
 #[test]

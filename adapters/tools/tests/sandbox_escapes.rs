@@ -4,39 +4,10 @@
 
 use std::path::Path;
 
-use dsh_core::ContentBlock;
-use dsh_core::agent::tools::ToolOutcome;
-use dsh_tools::sandbox::support;
-use dsh_tools::{
-    BashConfig, BashTool, SandboxPolicy, ToolCallRequest, ToolContext, ToolSet, Workspace,
-};
-use serde_json::json;
+mod common;
 
-fn text_of(o: &ToolOutcome) -> String {
-    let mut t: String = o
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    if let Some(e) = &o.error {
-        t.push_str(&e.message);
-    }
-    t
-}
-
-fn bash(set: &ToolSet, ctx: &ToolContext, command: &str) -> ToolOutcome {
-    set.execute_request(
-        &ToolCallRequest {
-            name: "bash".into(),
-            call_id: "c1".into(),
-            arguments: json!({"command": command, "description": "test"}),
-        },
-        ctx,
-    )
-}
+use common::{bash, landlock_available, text_of};
+use dsh_tools::{BashConfig, BashTool, SandboxPolicy, ToolContext, ToolSet, Workspace};
 
 /// The temp dirs are closed so that a directory under /tmp (where the
 /// test's directories live) is writable only through the workspace rule.
@@ -51,20 +22,6 @@ fn confined() -> ToolSet {
     let mut set = ToolSet::new();
     set.insert(Box::new(BashTool { config }));
     set
-}
-
-/// Landlock must be there in CI; elsewhere the confinement checks are
-/// skipped with a note.
-fn landlock_available() -> bool {
-    if support().confines_writes() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI machines have Landlock; this kernel reports none"
-    );
-    eprintln!("note: no Landlock on this kernel; confinement checks not run");
-    false
 }
 
 /// Issue 25, High "Workspace swap": the workspace is replaced by a symlink

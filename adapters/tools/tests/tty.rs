@@ -15,11 +15,10 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use dsh_core::ContentBlock;
-use dsh_tools::{
-    BashConfig, BashTool, SandboxPolicy, ToolCallRequest, ToolContext, ToolSet, Workspace,
-};
-use serde_json::json;
+mod common;
+
+use common::{bash, text_of};
+use dsh_tools::{BashConfig, BashTool, SandboxPolicy, ToolContext, ToolSet, Workspace};
 
 /// The descriptor the helper leaks to the tool (a terminal fd dsh might
 /// hold without `O_CLOEXEC`).
@@ -55,21 +54,8 @@ fn helper_run_the_probe_in_a_terminal() {
     let run = |config: BashConfig, command: String| -> String {
         let mut set = ToolSet::new();
         set.insert(Box::new(BashTool { config }));
-        let o = set.execute_request(
-            &ToolCallRequest {
-                name: "bash".into(),
-                call_id: "c1".into(),
-                arguments: json!({"command": command, "description": "probe"}),
-            },
-            &ToolContext::new(Workspace::new(ws.path()).unwrap()),
-        );
-        o.content
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
+        let ctx = ToolContext::new(Workspace::new(ws.path()).unwrap());
+        text_of(&bash(&set, &ctx, &command))
     };
     let mut text = run(BashConfig::default(), probe(&pts));
     // Even where the user makes the terminal nodes writable, no ioctl.
