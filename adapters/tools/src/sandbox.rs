@@ -270,7 +270,9 @@ fn open_path(path: &Path) -> std::io::Result<Opened> {
 /// opened once and shared by the clones of a [`BashConfig`]
 /// (`crate::BashConfig::sandbox_roots`): the first [`pin`](Self::pin)
 /// opens them, later commands reuse the handles. A policy whose list of
-/// paths differs from the pinned one is opened anew.
+/// paths differs from the pinned one is opened anew. A path missing when
+/// it is pinned gets no rule (it is not looked up again, so a root must
+/// exist when the tools are made).
 ///
 /// A cache, not configuration: any two compare equal.
 ///
