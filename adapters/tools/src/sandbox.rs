@@ -1,11 +1,12 @@
 //! A Landlock sandbox for tool processes (Linux).
 //!
 //! With [`SandboxMode::WorkspaceWrite`] (the default) a `bash` command can
-//! read and execute anything the user can, but can write only beneath the
-//! workspace, the temp directories, a few device files (`/dev/null`,
-//! `/dev/zero`, `/dev/full`, `/dev/shm`; no terminal) and the extra roots
-//! the policy lists; it can make no character or block device anywhere,
-//! and no device `ioctl` is allowed (ABI 5 and later). With
+//! read and execute anything the user can but the terminal devices (the
+//! user's terminal would give away what is typed), and can write only
+//! beneath the workspace, the temp directories, a few device files
+//! (`/dev/null`, `/dev/zero`, `/dev/full`, `/dev/shm`; no terminal) and the
+//! extra roots the policy lists; it can make no character or block device
+//! anywhere, and no device `ioctl` is allowed (ABI 5 and later). With
 //! `network: false`, TCP `bind` and `connect` are denied too (Landlock ABI 4
 //! and later; UDP and Unix sockets are not covered by Landlock).
 //!
@@ -238,19 +239,71 @@ struct Opened {
     dir: bool,
 }
 
-/// The handles of one list of writable paths.
+/// The handles of one list of writable paths, and of what is readable.
 #[derive(Debug)]
 struct Pinned {
     paths: Vec<PathBuf>,
     opened: Vec<Opened>,
+    readable: Vec<Opened>,
 }
 
 impl Pinned {
     /// Opens every path that exists (`O_PATH`); a missing one gets no rule.
     fn open(paths: Vec<PathBuf>) -> Pinned {
         let opened = paths.iter().filter_map(|p| open_path(p).ok()).collect();
-        Pinned { paths, opened }
+        let readable = readable_roots()
+            .iter()
+            .filter_map(|p| open_path(p).ok())
+            .collect();
+        Pinned {
+            paths,
+            opened,
+            readable,
+        }
     }
+}
+
+/// Whether the `/dev` entry `name` is a terminal (or makes one).
+fn is_terminal_node(name: &str) -> bool {
+    name == "pts"
+        || name == "ptmx"
+        || name == "console"
+        || name.starts_with("tty")
+        || name.starts_with("vcs")
+}
+
+/// What a command may read: every entry of `/` but `/dev`, and every entry
+/// of `/dev` that is neither a terminal ([`is_terminal_node`]) nor a
+/// symlink (`/dev/stdin` would lead to dsh's own terminal). Empty when `/`
+/// cannot be listed (then all of `/` is readable).
+fn readable_roots() -> Vec<PathBuf> {
+    let entries = |dir: &str| -> Vec<(String, bool)> {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| {
+                        let link = e.file_type().ok()?.is_symlink();
+                        Some((e.file_name().into_string().ok()?, link))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out: Vec<PathBuf> = entries("/")
+        .into_iter()
+        .filter(|(name, _)| name != "dev")
+        .map(|(name, _)| Path::new("/").join(name))
+        .collect();
+    if out.is_empty() {
+        return out;
+    }
+    out.extend(
+        entries("/dev")
+            .into_iter()
+            .filter(|(name, link)| !link && !is_terminal_node(name))
+            .map(|(name, _)| Path::new("/dev").join(name)),
+    );
+    out
 }
 
 /// Opens `path` as an `O_PATH` handle (no access to its content).
@@ -345,12 +398,25 @@ pub fn prepare(
     roots.pin(policy);
     let write = writable_access(abi);
     let file_rights = AccessFs::from_file(abi);
+    let read = AccessFs::from_read(abi);
+    let guard = roots.0.lock().unwrap_or_else(|e| e.into_inner());
+    let readable = guard.as_ref().map_or(&[][..], |p| &p.readable[..]);
+    // Directories can be listed everywhere; files read beneath the
+    // readable roots only (all of `/` when it could not be listed).
     let root = open_path(Path::new("/")).map_err(SandboxError::Root)?;
+    let root_access = if readable.is_empty() {
+        read
+    } else {
+        BitFlags::from(AccessFs::ReadDir)
+    };
     let mut created = ruleset
         .create()?
-        .add_rule(PathBeneath::new(&root.fd, AccessFs::from_read(abi)))?
+        .add_rule(PathBeneath::new(&root.fd, root_access))?
         .add_rule(PathBeneath::new(workspace, write))?;
-    let guard = roots.0.lock().unwrap_or_else(|e| e.into_inner());
+    for o in readable {
+        let access = if o.dir { read } else { read & file_rights };
+        created = created.add_rule(PathBeneath::new(&o.fd, access))?;
+    }
     for o in guard.iter().flat_map(|p| &p.opened) {
         let access = if o.dir { write } else { write & file_rights };
         created = created.add_rule(PathBeneath::new(&o.fd, access))?;

@@ -1,8 +1,8 @@
 //! Terminal access of tool processes (issue 25, High "Terminal access"):
 //! run where dsh has a controlling terminal (a pty this test makes), a
-//! `bash` command cannot open `/dev/tty`, cannot write to the terminal's
-//! `/dev/pts` node, and cannot inject input with `TIOCSTI`, not even
-//! through a terminal descriptor dsh leaked to it.
+//! `bash` command cannot open `/dev/tty`, cannot read or write the
+//! terminal's `/dev/pts` node, and cannot inject input with `TIOCSTI`, not
+//! even through a terminal descriptor dsh leaked to it.
 //!
 //! The test re-runs this binary as a helper in a new session whose
 //! controlling terminal is the pty; the helper runs the tool and writes its
@@ -32,13 +32,23 @@ fn sti_by_path(pts: &str, label: &str) -> String {
     )
 }
 
+/// `TIOCSTI` on the leaked descriptor, reported as `{label}=...`.
+fn sti_by_fd(label: &str) -> String {
+    format!(
+        "perl -e 'open(my $t, \"+<&=\", {LEAKED_FD}) or do {{ print \"{label}=nofd\\n\"; exit }}; \
+         my $c = \"x\"; print(ioctl($t, 0x5412, $c) ? \"{label}=ok\\n\" : \"{label}=fail\\n\")'\n"
+    )
+}
+
 /// The probe the tool runs; each line reports one attempt.
 fn probe(pts: &str) -> String {
     format!(
         "exec 3</dev/tty && echo tty=open || echo tty=denied\n\
          (echo hi > '{pts}') 2>/dev/null && echo pts=open || echo pts=denied\n\
-         perl -e 'open(my $t, \"+<&=\", {LEAKED_FD}) or do {{ print \"sti-fd=nofd\\n\"; exit }}; \
-         my $c = \"x\"; print(ioctl($t, 0x5412, $c) ? \"sti-fd=ok\\n\" : \"sti-fd=fail\\n\")'\n{}",
+         (exec 4<'{pts}') 2>/dev/null && echo ptsread=open || echo ptsread=denied\n\
+         ls / >/dev/null && head -c 1 /dev/urandom >/dev/null && echo reads=ok\n\
+         {}{}",
+        sti_by_fd("sti-fd"),
         sti_by_path(pts, "sti-pts")
     )
 }
@@ -67,6 +77,17 @@ fn helper_run_the_probe_in_a_terminal() {
         ..BashConfig::default()
     };
     text.push_str(&run(pts_root, sti_by_path(&pts, "sti-root")));
+    // Without the sandbox (`--sandbox off`, or no Landlock) there is still
+    // no controlling terminal and no leaked descriptor.
+    let off = BashConfig {
+        sandbox: SandboxPolicy::off(),
+        ..BashConfig::default()
+    };
+    let unconfined = format!(
+        "exec 3</dev/tty && echo offtty=open || echo offtty=denied\n{}",
+        sti_by_fd("sti-off")
+    );
+    text.push_str(&run(off, unconfined));
     std::fs::write(out, text).unwrap();
 }
 
@@ -159,9 +180,13 @@ fn a_tool_command_cannot_reach_the_terminal() {
     for expected in [
         "tty=denied",
         "pts=denied",
+        "ptsread=denied",
+        "reads=ok",
         "sti-fd=",
         "sti-pts=",
         "sti-root=",
+        "offtty=denied",
+        "sti-off=",
     ] {
         assert!(text.contains(expected), "{expected} missing in:\n{text}");
     }
@@ -170,7 +195,7 @@ fn a_tool_command_cannot_reach_the_terminal() {
         text.contains("/dev/tty: No such device or address"),
         "{text}"
     );
-    for injected in ["sti-fd=ok", "sti-pts=ok", "sti-root=ok"] {
+    for injected in ["sti-fd=ok", "sti-pts=ok", "sti-root=ok", "sti-off=ok"] {
         assert!(!text.contains(injected), "{injected} in:\n{text}");
     }
 }
