@@ -118,6 +118,9 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Acp(args) => acp::run(args),
     };
+    // Whatever tool processes are left (an agent not dropped before exit,
+    // their escaped children) do not outlive dsh.
+    dsh_tools::reap::end_all();
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,
         Outcome::CheckFailed => ExitCode::from(1),

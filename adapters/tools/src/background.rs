@@ -1,14 +1,14 @@
-//! Background `bash` jobs: `bash_start` starts a command in its own process
-//! group and returns at once with a job id; `bash_output` returns what the
-//! job printed since the last read and whether it still runs; `bash_stop`
-//! kills its process group.
+//! Background `bash` jobs: `bash_start` starts a command in its own session
+//! and returns at once with a job id; `bash_output` returns what the job
+//! printed since the last read and whether it still runs; `bash_stop`
+//! kills it and everything it started ([`crate::reap`]).
 //!
 //! Bounded: at most [`BackgroundConfig::max_running`] jobs run at once and
 //! [`BackgroundConfig::max_jobs`] are kept; each job keeps the last
 //! `max_output_bytes` of its combined stdout and stderr (bytes dropped
 //! before a read are reported). Jobs run with the `bash` tool's
-//! environment and sandbox, and every job still running is killed when the
-//! tool set is dropped. Jobs need a local shell: with a
+//! environment and sandbox, and every job still running is killed, with
+//! what it started, when the tool set is dropped. Jobs need a local shell: with a
 //! [`BashConfig::runner`] the tools refuse to start one.
 
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ use std::time::Instant;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use serde_json::{Value, json};
 
-use crate::bash::{BashConfig, kill_group, spawn_local, workdir};
+use crate::bash::{BashConfig, spawn_local, workdir};
 use crate::{Tool, ToolCallRequest, ToolContext, prop};
 
 /// Limits of background jobs.
@@ -91,7 +91,10 @@ struct Job {
 impl Job {
     /// Updates and returns whether it still runs.
     fn running(&mut self) -> bool {
-        if self.ended.is_none() {
+        if self.ended.is_none() && crate::reap::exited(self.pgid) {
+            // What the job started does not outlive it; the sweep runs
+            // before the shell is reaped (its pid is the session id).
+            crate::reap::end_session(self.pgid);
             match self.child.try_wait() {
                 Ok(Some(status)) => {
                     use std::os::unix::process::ExitStatusExt;
@@ -100,8 +103,6 @@ impl Job {
                         (None, Some(s)) => format!("killed by signal {s}"),
                         _ => "ended".to_string(),
                     });
-                    // Children left in the group do not outlive the job.
-                    kill_group(self.pgid);
                 }
                 Ok(None) => {}
                 Err(e) => self.ended = Some(format!("lost: {e}")),
@@ -112,7 +113,7 @@ impl Job {
 
     fn stop(&mut self) {
         if self.running() {
-            kill_group(self.pgid);
+            crate::reap::end_session(self.pgid);
             let _ = self.child.wait();
             self.ended = Some("stopped".to_string());
         }
@@ -148,6 +149,7 @@ impl Drop for Jobs {
 impl Jobs {
     /// No jobs yet.
     pub fn new(config: BackgroundConfig) -> Arc<Jobs> {
+        config.bash.sandbox_roots.pin(&config.bash.sandbox);
         Arc::new(Jobs {
             config,
             inner: Mutex::new((0, BTreeMap::new())),
@@ -207,7 +209,7 @@ impl Jobs {
                 None => break,
             }
         }
-        let mut child = spawn_local(&self.config.bash, command, &dir, ctx.workspace.root())
+        let mut child = spawn_local(&self.config.bash, command, &dir, &ctx.workspace)
             .map_err(ToolOutcome::error)?;
         let output = Arc::new(Mutex::new(Ring::default()));
         let cap = self.config.bash.max_output_bytes.max(1);

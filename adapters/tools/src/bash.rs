@@ -1,10 +1,12 @@
-//! `bash` (TL-21): `bash -c <command>` in its own process group, with a
-//! timeout, cancellation, and per-stream output capped to its tail.
+//! `bash` (TL-21): `bash -c <command>` in its own session (`setsid`, so
+//! no controlling terminal), with stdin from `/dev/null`, no descriptor of
+//! dsh's beyond its pipes, a timeout, cancellation, and per-stream output
+//! capped to its tail.
 //!
 //! On timeout or cancellation the whole group gets `SIGKILL`; after a normal
-//! exit the group is killed too, so background children left by the command
-//! never outlive the call (each call is a fresh shell). A command that
-//! starts its own session (`setsid`) escapes the group and is not tracked.
+//! exit the group is killed too, and so is everything else the command
+//! started, even outside its group or session ([`crate::reap`]), so nothing
+//! outlives the call (each call is a fresh shell).
 //!
 //! A tool given a [`CommandRunner`] runs the command through it instead
 //! (e.g. an editor's terminal over ACP `terminal/*`), with the same
@@ -12,6 +14,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,7 +27,8 @@ use dsh_core::json::js_number;
 use serde_json::{Map, Value, json};
 
 use crate::env::EnvPolicy;
-use crate::sandbox::{self, SandboxPolicy};
+use crate::path::Workspace;
+use crate::sandbox::{self, SandboxPolicy, SandboxRoots};
 use crate::{CancelToken, Tool, ToolCallRequest, ToolContext, prop, text};
 
 /// One command for a [`CommandRunner`].
@@ -89,6 +93,9 @@ pub struct BashConfig {
     /// The Landlock sandbox: by default writes confined to the workspace
     /// and the temp directories.
     pub sandbox: SandboxPolicy,
+    /// The sandbox's writable roots, opened once and shared by the clones
+    /// of this configuration (the tool sets built from it pin them).
+    pub sandbox_roots: SandboxRoots,
 }
 
 impl Default for BashConfig {
@@ -102,6 +109,7 @@ impl Default for BashConfig {
             runner: None,
             env: EnvPolicy::default(),
             sandbox: SandboxPolicy::default(),
+            sandbox_roots: SandboxRoots::default(),
         }
     }
 }
@@ -301,19 +309,6 @@ fn json_number(v: f64) -> Value {
     }
 }
 
-/// `SIGKILL` to the whole process group `pgid`.
-pub(crate) fn kill_group(pgid: u32) {
-    if let Ok(pgid) = i32::try_from(pgid) {
-        if pgid > 0 {
-            // SAFETY: kill(2) with a negative pid signals a process group;
-            // it has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
 fn sanitize(id: &str) -> String {
     id.chars()
         .map(|c| {
@@ -350,36 +345,95 @@ pub(crate) fn workdir(args: &Value, ctx: &ToolContext) -> Result<PathBuf, ToolOu
     Ok(workdir)
 }
 
-/// Starts `shell -c command` in `workdir` as the leader of a new process
-/// group, with the configured environment and sandbox (over `root`), stdin
-/// closed and both output streams piped.
+/// Starts `shell -c command` in `workdir` as the leader of a new session
+/// (and process group) without a controlling terminal, with the configured
+/// environment and sandbox, stdin from `/dev/null`, both output streams
+/// piped and every other descriptor closed at `exec`.
+///
+/// The sandbox rules and the working directory come from the workspace's
+/// handle: a `workdir` inside the workspace is entered with `fchdir` on the
+/// handle (then the relative rest), never through the root path again. A
+/// workspace whose path no longer leads to that directory is refused.
 pub(crate) fn spawn_local(
     config: &BashConfig,
     command: &str,
     workdir: &Path,
-    root: &Path,
+    workspace: &Workspace,
 ) -> Result<std::process::Child, String> {
-    let confinement = sandbox::prepare(&config.sandbox, root)
+    workspace
+        .check_handle()
         .map_err(|e| format!("failed to start bash: {e}"))?;
+    let confinement = sandbox::prepare(&config.sandbox, workspace.dir_fd(), &config.sandbox_roots)
+        .map_err(|e| format!("failed to start bash: {e}"))?;
+    let inside = workdir
+        .strip_prefix(workspace.root())
+        .or_else(|_| workdir.strip_prefix(workspace.canonical_root()))
+        .ok()
+        .map(|rel| {
+            std::ffi::CString::new(rel.as_os_str().as_encoded_bytes())
+                .map_err(|_| "failed to start bash: the workdir contains a NUL byte".to_string())
+        })
+        .transpose()?;
     let mut cmd = Command::new(&config.shell);
     cmd.arg("-c")
         .arg(command)
-        .current_dir(workdir)
         .env_clear()
         .envs(config.env.current())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    if confinement.enforced() {
-        // SAFETY: the closure makes only async-signal-safe system calls
-        // (prctl, landlock_restrict_self) and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || confinement.apply_in_child());
+        .stderr(Stdio::piped());
+    if inside.is_none() {
+        cmd.current_dir(workdir);
+    }
+    let handle = workspace.clone();
+    // SAFETY: the closure makes only async-signal-safe system calls
+    // (setsid, close_range, fcntl, fchdir, chdir, prctl,
+    // landlock_restrict_self) on descriptors and a C string prepared
+    // before the fork, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            // A new session: no controlling terminal, so `/dev/tty` fails
+            // (ENXIO) and the terminal's job control cannot be reached.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            close_inherited_fds();
+            if let Some(rel) = &inside {
+                if libc::fchdir(handle.dir_fd().as_raw_fd()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if !rel.is_empty() && libc::chdir(rel.as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            confinement.apply_in_child()
+        });
+    }
+    crate::reap::spawn(&mut cmd).map_err(|e| format!("failed to start bash: {e}"))
+}
+
+/// Marks every descriptor above stderr close-on-exec, so nothing dsh holds
+/// (a terminal, a socket, a log) reaches the command. Async-signal-safe.
+/// `close_range(CLOSE_RANGE_CLOEXEC)` (Linux 5.11); on older kernels each
+/// of the first 4096 descriptors is marked with `fcntl`.
+fn close_inherited_fds() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range and fcntl take integers only; marking a
+    // descriptor close-on-exec cannot affect memory safety.
+    unsafe {
+        if libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        ) == 0
+        {
+            return;
+        }
+        for fd in 3..4096 {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }
     }
-    cmd.spawn()
-        .map_err(|e| format!("failed to start bash: {e}"))
 }
 
 impl BashTool {
@@ -451,7 +505,7 @@ impl BashTool {
                 timeout_ms,
             ));
         }
-        let mut child = spawn_local(&self.config, command, &workdir, ctx.workspace.root())
+        let mut child = spawn_local(&self.config, command, &workdir, &ctx.workspace)
             .map_err(ToolOutcome::error)?;
         let pgid = child.id();
         let cap = self.config.max_output_bytes;
@@ -471,28 +525,28 @@ impl BashTool {
         let deadline = Instant::now() + Duration::from_secs_f64(timeout_ms / 1000.0);
         let mut timed_out = false;
         let mut aborted = false;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) => {}
-                Err(_) => break None,
+        // The shell is reaped only after the sweep: until then its pid, the
+        // session id, cannot be taken by another process.
+        loop {
+            if crate::reap::exited(pgid) {
+                break;
             }
             let now = Instant::now();
             if now >= deadline {
                 timed_out = true;
-                kill_group(pgid);
-                break child.wait().ok();
+                break;
             }
             let step = (deadline - now).min(Duration::from_millis(10));
             if ctx.cancel.wait_timeout(step) {
                 aborted = true;
-                kill_group(pgid);
-                break child.wait().ok();
+                break;
             }
-        };
-        // Whatever the command left running in its group goes too, so the
-        // pipes close and nothing outlives the call.
-        kill_group(pgid);
+        }
+        // The group on timeout or cancellation, and whatever the command
+        // left running (in its group, its session, or escaped from both),
+        // so the pipes close and nothing outlives the call.
+        crate::reap::end_session(pgid);
+        let status = child.wait().ok();
         let drain = Instant::now() + self.config.drain_grace;
         let stdout = stdout_reader.map(|r| r.finish(drain)).unwrap_or_default();
         let stderr = stderr_reader.map(|r| r.finish(drain)).unwrap_or_default();

@@ -35,6 +35,7 @@ pub mod bash;
 pub mod env;
 pub mod fs;
 pub mod path;
+pub mod reap;
 pub mod sandbox;
 pub mod search;
 pub mod todo;
@@ -45,7 +46,7 @@ pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, R
 pub use env::{EnvPolicy, Inherit};
 pub use fs::{EditConfig, EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
 pub use path::{PathError, Resolved, Workspace};
-pub use sandbox::{SandboxMode, SandboxPolicy};
+pub use sandbox::{SandboxMode, SandboxPolicy, SandboxRoots};
 pub use search::{GlobTool, GrepTool, SearchConfig};
 pub use todo::TodoWriteTool;
 
@@ -238,6 +239,8 @@ impl ToolSet {
 
     /// The reference's five built-in tools, bash with `bash`.
     pub fn builtin_with(bash: BashConfig) -> Self {
+        // The sandbox's writable roots are opened now, once.
+        bash.sandbox_roots.pin(&bash.sandbox);
         let mut set = ToolSet::new();
         set.insert(Box::new(BashTool { config: bash }));
         set.insert(Box::new(ReadTool::default()));

@@ -11,17 +11,33 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use dsh_core::agent::tools::ToolOutcome;
 
 /// The directory the file tools may touch.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The directory is opened once, when the workspace is made (an `O_PATH`
+/// handle shared by its clones): the bash sandbox builds its rules and the
+/// command's working directory from that handle, so a directory swapped in
+/// at the same path later is not followed ([`Workspace::check_handle`]).
+#[derive(Clone, Debug)]
 pub struct Workspace {
     root: PathBuf,
     canonical: PathBuf,
+    dir: Arc<OwnedFd>,
 }
+
+impl PartialEq for Workspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root && self.canonical == other.canonical
+    }
+}
+
+impl Eq for Workspace {}
 
 /// Why a path was refused (all `FS_SANDBOX_DENIED`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +83,40 @@ impl Workspace {
                 "workspace root is not a directory",
             ));
         }
-        Ok(Workspace { root, canonical })
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&canonical)?;
+        Ok(Workspace {
+            root,
+            canonical,
+            dir: Arc::new(OwnedFd::from(dir)),
+        })
+    }
+
+    /// The directory handle opened when the workspace was made.
+    pub fn dir_fd(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// Whether the root path still leads to the directory opened when the
+    /// workspace was made (`Err` with a message for the model when it was
+    /// moved, removed or replaced, e.g. by a symlink to another directory).
+    pub fn check_handle(&self) -> Result<(), String> {
+        let opened = File::from(self.dir.try_clone().map_err(|e| e.to_string())?)
+            .metadata()
+            .map_err(|e| e.to_string())?;
+        let same = fs::metadata(&self.root)
+            .is_ok_and(|now| now.dev() == opened.dev() && now.ino() == opened.ino());
+        if same {
+            Ok(())
+        } else {
+            Err(format!(
+                "the workspace {} was moved or replaced since dsh opened it; commands run \
+                 only in the directory dsh opened (put it back, or restart dsh in the new one)",
+                self.root.display()
+            ))
+        }
     }
 
     /// The root as configured.

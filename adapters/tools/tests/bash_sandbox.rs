@@ -5,7 +5,11 @@
 //! This binary holds one test that changes the process environment, so no
 //! other thread of it reads the environment while it is changed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::landlock_available;
 
 use dsh_core::ContentBlock;
 use dsh_core::agent::tools::ToolOutcome;
@@ -37,21 +41,6 @@ fn bash(config: BashConfig, workspace: &Path, command: &str) -> ToolOutcome {
         },
         &ToolContext::new(Workspace::new(workspace).unwrap()),
     )
-}
-
-/// Landlock must be there in CI (the machines have it); elsewhere a kernel
-/// without it skips the confinement half with a note.
-fn landlock_available() -> bool {
-    let s = support();
-    if s.confines_writes() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI machines have Landlock; this kernel reports none"
-    );
-    eprintln!("note: no Landlock on this kernel; confinement checks not run");
-    false
 }
 
 #[test]
