@@ -306,7 +306,8 @@ pub fn timeout_outcome(ms: u64) -> ToolOutcome {
 impl Kernel {
     /// A kernel over `session`, of which the first `persisted` events are
     /// already stored, with `plugins` in order (their sections and tools
-    /// are added to the config's).
+    /// are added to the config's). Its ids continue after those the log
+    /// holds ([`Ids::continue_after`]).
     pub fn new(
         config: AgentConfig,
         session: Session,
@@ -323,6 +324,9 @@ impl Kernel {
         }
         let core_config = config.core_config_with(sections, tools)?;
         let retry_policy = config.retry_policy.clone().unwrap_or_default();
+        // Ids continue after the ones a resumed or forked log holds.
+        let mut ids = Ids::new(config.ids, config.seed);
+        ids.continue_after(&session);
         let core = Core::new(core_config, session)
             .map_err(KernelError::Resume)?
             .with_hooks(Bridge {
@@ -330,7 +334,7 @@ impl Kernel {
                 call: config.call.clone(),
                 retry_policy: retry_policy.clone(),
             })
-            .with_ids(Ids::new(config.ids, config.seed))
+            .with_ids(ids)
             .with_jitter(Jitter::new(config.ids, config.seed));
         let persisted = persisted.min(core.session().len());
         Ok(Kernel {
