@@ -34,6 +34,7 @@ use super::tools::{ErrorInfo, ToolOutcome};
 
 /// A seam's answer: now, or later through an input.
 #[derive(Clone, Debug, PartialEq)]
+#[must_use = "a seam's answer must be returned to the machine"]
 pub enum Hook<T> {
     /// The answer.
     Ready(T),

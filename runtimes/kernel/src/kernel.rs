@@ -368,6 +368,7 @@ impl Kernel {
 
     /// Uses `ids` for the core's message and retry ids instead of the
     /// config's [`IdMode`](crate::IdMode) (a device's own scheme).
+    #[must_use = "the kernel is returned, not changed in place"]
     pub fn with_ids(mut self, ids: impl dsh_core::agent::IdSource + Send + 'static) -> Self {
         self.core = self.core.with_ids(ids);
         self
@@ -453,6 +454,7 @@ impl Kernel {
     /// The earliest deadline (epoch ms): a retry delay, a tool deadline, a
     /// grace period. Call [`handle_timeout`](Self::handle_timeout) when it
     /// passes.
+    #[must_use = "arm a timer for this deadline"]
     pub fn poll_timeout(&self) -> Option<i64> {
         let mut best = self.core.poll_timeout();
         if let Some(d) = self.write_behind_deadline() {
@@ -705,6 +707,7 @@ impl Kernel {
 
     /// The next effect, or `None` when drained (or when a
     /// [`Effect::Persist`] awaits [`persisted`](Self::persisted)).
+    #[must_use = "drain effects until `None` and carry each out"]
     pub fn poll(&mut self) -> Option<Effect> {
         loop {
             if let Some(e) = self.effects.pop_front() {

@@ -378,30 +378,30 @@ fn side_collector_folds_a_side_call() {
         index: 0,
         text: "sum".into()
     }));
-    c.push(StreamChunk::TextDelta {
+    assert!(!c.push(StreamChunk::TextDelta {
         index: 0,
         text: "mary".into(),
-    });
+    }));
     let usage = TokenUsage {
         input_tokens: 3,
         output_tokens: 1,
         ..TokenUsage::default()
     };
-    c.push(StreamChunk::usage(usage));
+    assert!(!c.push(StreamChunk::usage(usage)));
     assert!(c.push(StreamChunk::finish(FinishReason::Stop)));
     let r = c.finish().unwrap();
     assert_eq!(r.text, "summary");
     assert_eq!(r.usage.unwrap().input_tokens, 3);
 
     let mut c = SideCollector::new();
-    c.push(StreamChunk::finish(FinishReason::Error {
+    assert!(c.push(StreamChunk::finish(FinishReason::Error {
         failure: LlmFailure::new("RATE_LIMITED", "slow down"),
-    }));
+    })));
     assert_eq!(c.finish().unwrap_err(), "RATE_LIMITED: slow down");
     let mut c = SideCollector::new();
-    c.push(StreamChunk::TextDelta {
+    assert!(!c.push(StreamChunk::TextDelta {
         index: 0,
         text: "x".into(),
-    });
+    }));
     assert!(c.finish().is_err());
 }
