@@ -16,7 +16,15 @@
 //!   invariants).
 //! - [`jsonl`]: the JSONL logical format as pure functions over bytes (header
 //!   and event lines, packed chunk rows, the line scanner, crash repair).
+//!
+//! # Features
+//!
+//! - `defmt`: derives `defmt::Format` on the public types, for logging from a
+//!   microcontroller.
+//!
+//! No feature is on by default.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
