@@ -18,7 +18,7 @@ fn readme() -> String {
 }
 
 /// The two commands a fresh machine can run, in the README's first code block.
-const DEMO: &str = "cargo run --release -p dsh -- demo";
+const DEMO: &str = "cargo run --release -p dsh-cli -- demo";
 const TESTS: &str = "cargo test --workspace";
 
 #[test]

@@ -16,7 +16,38 @@
 //!   invariants).
 //! - [`jsonl`]: the JSONL logical format as pure functions over bytes (header
 //!   and event lines, packed chunk rows, the line scanner, crash repair).
+//!
+//! # Features
+//!
+//! - `defmt`: derives `defmt::Format` on the public types, for logging from a
+//!   microcontroller.
+//!
+//! No feature is on by default.
+//!
+//! # serde_json
+//!
+//! Public types carry `serde_json` 1 values ([`serde_json::Value`], and
+//! [`json::JsonObject`], a `serde_json::Map`), so `serde_json` 1 is part of this
+//! crate's API: add `serde_json = "1"` to build them (Cargo unifies it with
+//! the copy this crate uses). This crate turns on three of its features, and
+//! Cargo features are additive, so every crate in the same build sees them:
+//!
+//! - `preserve_order`: a `Map` keeps the order its keys were read or
+//!   inserted in. Session events are compared and stored as text, and
+//!   plugin blocks, plugin events and unknown fields are written back in
+//!   their source key order (session.md J4); a sorted map would change the
+//!   bytes of a log on every load and save.
+//! - `float_roundtrip`: a float read from a log is the float written, to the
+//!   last bit (J6, J7); the default parser may be one ulp off.
+//! - `raw_value`: the JSONL reader keeps a payload as its source text where
+//!   writing it again would change a byte (J7), and borrows event data
+//!   without building a `Value` tree.
+//!
+//! For other users of `serde_json` in the same build, maps iterate in
+//! insertion order instead of sorted order, and float parsing is exact (and
+//! slightly slower). Code that needs sorted keys should sort them itself.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -54,7 +85,6 @@ pub use options::{
     AdapterDefaults, DEEPSEEK_EFFORTS, GenerateOptions, LlmCallConfig, Purpose,
     ReasoningEffortInfo, ToolSchema,
 };
-pub use serde_json;
 pub use session::{
     AppendError, EventData, Session, SessionEvent, SessionHeader, SurfaceIntent, SurfaceOp,
 };

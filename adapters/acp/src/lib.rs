@@ -9,6 +9,7 @@
 //! terminals) lives in the `dsh` binary; this crate is what it shares with
 //! the `acp_rpc` fuzz target, which drives it without a process.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

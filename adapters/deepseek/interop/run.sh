@@ -75,7 +75,7 @@ echo "interop: llmock ${LLMOCK_VERSION} at ${url}"
 
 cd "$root"
 status=0
-DSH_INTEROP_URL="$url" cargo test -p dsh --test interop_llmock -- --ignored --test-threads=1 || status=$?
+DSH_INTEROP_URL="$url" cargo test -p dsh-cli --test interop_llmock -- --ignored --test-threads=1 || status=$?
 if [[ $status -ne 0 ]]; then
     echo "--- llmock log" >&2
     tail -50 "$work/llmock.log" >&2

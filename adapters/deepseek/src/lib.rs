@@ -77,7 +77,17 @@
 //!   ends as `STREAM_CLOSED`.
 //! - D-10 step 4: the anonymous user id header is sent only when the shell
 //!   supplies one (`ClientOptions::user_id`); this crate has no harness home.
+//!
+//! # Features
+//!
+//! - `std`: the blocking ureq 3 transport (`DeepSeekClient`), cancellation and
+//!   the idle watchdog.
+//! - `mock`: the scripted mock DeepSeek server, bound to 127.0.0.1 only
+//!   (implies `std`).
+//!
+//! No feature is on by default.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -21,6 +21,7 @@
 //! by frame. [`Compression::None`] writes plain `session.jsonl` (greppable,
 //! a little cheaper per append); both modes are read.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

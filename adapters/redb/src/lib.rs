@@ -18,6 +18,7 @@
 //! The database file is locked for the whole life of the store: a second
 //! process (or a second store) opening it gets [`StoreError::Locked`].
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

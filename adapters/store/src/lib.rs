@@ -15,7 +15,15 @@
 //!
 //! The log format and crash repair are the core's pure functions
 //! (`dsh_core::jsonl`); this crate only composes them.
+//!
+//! # Features
+//!
+//! - `contract`: the shared contract suite (`dsh_store::contract`) a store
+//!   implementation runs in its tests.
+//!
+//! No feature is on by default.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -12,6 +12,7 @@
 //!
 //! Schemas are the reference's, as recorded in the conformance logs
 //! (`request/header` tools of `examples-headless-agent__compaction-recovery`).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 // Bodies return their failure as the very `ToolOutcome` the model sees; the
 // `Err` path is cold and ends the call, so boxing it buys nothing.

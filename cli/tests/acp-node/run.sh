@@ -22,7 +22,7 @@ command -v npm >/dev/null 2>&1 || unavailable "npm is not installed"
 
 BIN=${DSH_BIN:-}
 if [ -z "$BIN" ]; then
-    (cd "$ROOT" && cargo build -p dsh --quiet)
+    (cd "$ROOT" && cargo build -p dsh-cli --quiet)
     TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
     case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
     BIN="$TARGET/debug/dsh"

@@ -34,6 +34,7 @@ use super::tools::{ErrorInfo, ToolOutcome};
 
 /// A seam's answer: now, or later through an input.
 #[derive(Clone, Debug, PartialEq)]
+#[must_use = "a seam's answer must be returned to the machine"]
 pub enum Hook<T> {
     /// The answer.
     Ready(T),
@@ -678,6 +679,36 @@ pub struct SequentialIds {
     retry: u64,
 }
 
+/// The counter of a sequential id: `n` when `id` is `prefix` followed by
+/// a number (a looser reading only moves the counter further).
+fn sequential_counter(id: &str, prefix: &str) -> Option<u64> {
+    id.strip_prefix(prefix)?.parse().ok()
+}
+
+impl SequentialIds {
+    /// Moves past `id` when it has one of this scheme's message forms
+    /// (`A<n>`, `R<n>`, `X<n>`), so no later id repeats it (a resumed or
+    /// forked log's ids, loop.md Q12).
+    pub fn observe_message_id(&mut self, id: &str) {
+        for (prefix, n) in [
+            ("A", &mut self.assistant),
+            ("R", &mut self.tool),
+            ("X", &mut self.context),
+        ] {
+            if let Some(seen) = sequential_counter(id, prefix) {
+                *n = (*n).max(seen);
+            }
+        }
+    }
+
+    /// Moves past retry-chain id `id` when it has the form `retry-<n>`.
+    pub fn observe_retry_id(&mut self, id: &str) {
+        if let Some(seen) = sequential_counter(id, "retry-") {
+            self.retry = self.retry.max(seen);
+        }
+    }
+}
+
 impl IdSource for SequentialIds {
     fn message_id(&mut self, purpose: IdPurpose<'_>) -> MessageId {
         let (prefix, n) = match purpose {
@@ -685,12 +716,13 @@ impl IdSource for SequentialIds {
             IdPurpose::ToolResult { .. } => ("R", &mut self.tool),
             IdPurpose::RuntimeContext { .. } => ("X", &mut self.context),
         };
-        *n += 1;
+        // Saturates only after a log that already holds `u64::MAX`.
+        *n = n.saturating_add(1);
         MessageId(format!("{prefix}{n}"))
     }
 
     fn retry_id(&mut self) -> RetryId {
-        self.retry += 1;
+        self.retry = self.retry.saturating_add(1);
         RetryId(format!("retry-{}", self.retry))
     }
 }

@@ -198,6 +198,7 @@ impl HookAnswer {
 /// [`Agent::poll`](super::Agent::poll) after every input.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
+#[must_use = "an output is work the shell must carry out or note"]
 pub enum Output {
     /// Session events `range` (seqs) were appended; read them with
     /// `agent.session().events()`. Consecutive appends are coalesced.

@@ -465,18 +465,21 @@ impl Agent {
     }
 
     /// Installs the seams.
+    #[must_use = "the agent is returned, not changed in place"]
     pub fn with_hooks(mut self, hooks: impl Hooks + Send + 'static) -> Self {
         self.hooks = Box::new(hooks);
         self
     }
 
     /// Installs the id source.
+    #[must_use = "the agent is returned, not changed in place"]
     pub fn with_ids(mut self, ids: impl IdSource + Send + 'static) -> Self {
         self.ids = Box::new(ids);
         self
     }
 
     /// Installs the jitter source.
+    #[must_use = "the agent is returned, not changed in place"]
     pub fn with_jitter(mut self, jitter: impl JitterSource + Send + 'static) -> Self {
         self.jitter = Box::new(jitter);
         self
@@ -540,6 +543,7 @@ impl Agent {
 
     /// The next output, in the order they arose, or `None` when drained.
     /// Drain completely after every input, before the next one.
+    #[must_use = "drain outputs until `None` and carry each out"]
     pub fn poll(&mut self) -> Option<Output> {
         self.announce();
         self.outputs.pop_front()
@@ -549,6 +553,7 @@ impl Agent {
     /// timer, if any: feed [`handle_timeout`](Self::handle_timeout) once
     /// `now` reaches it. Read it again after every drain. Only the retry
     /// wait arms a timer; tool timeouts belong to the shell (TL-14).
+    #[must_use = "arm a timer for this deadline"]
     pub fn poll_timeout(&self) -> Option<i64> {
         match &self.phase {
             Phase::Running(r) => match &r.stage {

@@ -28,6 +28,7 @@
 //! unmatched `compaction/start` after the latest `session/end-seed` is a lock;
 //! one before it is stale and ignored.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

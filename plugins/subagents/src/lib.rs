@@ -22,7 +22,15 @@
 //! depth, fork boundary) through `tools/execute`; in a child it appends the
 //! descriptor. The tool bodies belong to a runtime: feature `std` has the
 //! one for `dsh_std` ([`std_runner`]), which runs a child `dsh_std::Agent`.
+//!
+//! # Features
+//!
+//! - `std`: the std bodies of the `subagent` and `subagent_fork` tools: a child
+//!   `dsh_std::Agent` per call.
+//!
+//! No feature is on by default.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -19,7 +19,13 @@
 //! [`Instructions`] delivers the workspace's `AGENTS.md` (else `CLAUDE.md`)
 //! files as plugin-sourced context (form `instructions`), again whenever
 //! they change, and withdraws them when they are gone.
+//!
+//! # Features
+//!
+//! - `std`: (on by default) `host`: gathers the workspace facts (cwd, platform,
+//!   git) on a std host.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

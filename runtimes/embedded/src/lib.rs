@@ -62,7 +62,15 @@
 //! let mut shell = Shell::new(config, &tools, clock, open_uart, log).unwrap();
 //! shell.prompt("How warm is it?").unwrap();
 //! ```
+//!
+//! # Features
+//!
+//! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
+//!   types.
+//!
+//! No feature is on by default.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

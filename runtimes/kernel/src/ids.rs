@@ -7,6 +7,7 @@ use alloc::string::String;
 use dsh_core::agent::{
     FixedJitter, IdPurpose, IdSource, JitterSource, SeededJitter, SequentialIds,
 };
+use dsh_core::session::{EventData, Session};
 use dsh_core::{MessageId, RetryId};
 
 /// How an agent mints message, retry and user-message ids.
@@ -33,6 +34,16 @@ impl Rng {
         } else {
             seed
         })
+    }
+
+    /// Moves the generator to a state derived from the current one and
+    /// `value` (splitmix64 finaliser; never the all-zero state).
+    fn mix(&mut self, value: u64) {
+        let mut z = (self.0 ^ value).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        self.0 = if z == 0 { 0x9E37_79B9_7F4A_7C15 } else { z };
     }
 
     /// The next 64 bits.
@@ -91,12 +102,41 @@ impl Ids {
         }
     }
 
+    /// Continues after every id `session` already holds, so no id minted
+    /// next repeats one of them (a resumed or forked log; loop.md Q12).
+    ///
+    /// [`IdMode::Sequential`] moves each counter past the largest `A<n>`,
+    /// `R<n>`, `X<n>`, `U<n>` and `retry-<n>` in the log.
+    /// [`IdMode::Uuid`] mixes a digest of the session id, the log length
+    /// and every message and retry-chain id into the generator, so a
+    /// different log (every resume marks or extends it, every fork has its
+    /// own id) starts a different stream; deterministic, as the kernel
+    /// takes no randomness.
+    pub fn continue_after(&mut self, session: &Session) {
+        match self {
+            Ids::Uuid(rng) => {
+                let mut digest = Fnv::default();
+                digest.write(session.id().as_str().as_bytes());
+                digest.write(&session.len().to_le_bytes());
+                for_each_id(session, |id| digest.write(id.as_bytes()));
+                rng.mix(digest.0);
+            }
+            Ids::Sequential { core, user } => for_each_id(session, |id| {
+                core.observe_message_id(id);
+                core.observe_retry_id(id);
+                if let Some(n) = id.strip_prefix('U').and_then(|d| d.parse::<u64>().ok()) {
+                    *user = (*user).max(n);
+                }
+            }),
+        }
+    }
+
     /// An id for a user message a handle builds from text.
     pub fn user_message_id(&mut self) -> MessageId {
         match self {
             Ids::Uuid(rng) => MessageId(rng.uuid_v4()),
             Ids::Sequential { user, .. } => {
-                *user += 1;
+                *user = user.saturating_add(1);
                 MessageId(format!("U{user}"))
             }
         }
@@ -116,6 +156,47 @@ impl IdSource for Ids {
             Ids::Uuid(rng) => RetryId(rng.uuid_v4()),
             Ids::Sequential { core, .. } => core.retry_id(),
         }
+    }
+}
+
+/// Calls `f` with every message id and retry-chain id `session` holds.
+fn for_each_id(session: &Session, mut f: impl FnMut(&str)) {
+    for e in session.events() {
+        match e.data() {
+            EventData::LlmRetry(r) => {
+                if let Some(id) = &r.retry_id {
+                    f(id.as_str());
+                }
+            }
+            EventData::LlmRetryStarted(r) => f(r.retry_id.as_str()),
+            EventData::InboxSpliced(s) => s.inserted.iter().for_each(|m| f(m.id.as_str())),
+            data => {
+                if let Some(m) = data.message() {
+                    f(m.id.as_str());
+                }
+            }
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: a digest of the log for [`Ids::continue_after`].
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // A field separator, so ("ab", "c") and ("a", "bc") differ.
+        self.0 ^= 0xff;
+        self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
     }
 }
 

@@ -384,7 +384,8 @@ pub fn timeout_outcome(ms: u64) -> ToolOutcome {
 impl Kernel {
     /// A kernel over `session`, of which the first `persisted` events are
     /// already stored, with `plugins` in order (their sections and tools
-    /// are added to the config's).
+    /// are added to the config's). Its ids continue after those the log
+    /// holds ([`Ids::continue_after`]).
     pub fn new(
         config: AgentConfig,
         session: Session,
@@ -401,6 +402,9 @@ impl Kernel {
         }
         let core_config = config.core_config_with(sections, tools)?;
         let retry_policy = config.retry_policy.clone().unwrap_or_default();
+        // Ids continue after the ones a resumed or forked log holds.
+        let mut ids = Ids::new(config.ids, config.seed);
+        ids.continue_after(&session);
         let core = Core::new(core_config, session)
             .map_err(KernelError::Resume)?
             .with_hooks(Bridge {
@@ -409,7 +413,7 @@ impl Kernel {
                 retry_policy: retry_policy.clone(),
                 max_steps: config.max_steps_per_turn,
             })
-            .with_ids(Ids::new(config.ids, config.seed))
+            .with_ids(ids)
             .with_jitter(Jitter::new(config.ids, config.seed));
         let persisted = persisted.min(core.session().len());
         Ok(Kernel {
@@ -447,6 +451,7 @@ impl Kernel {
 
     /// Uses `ids` for the core's message and retry ids instead of the
     /// config's [`IdMode`](crate::IdMode) (a device's own scheme).
+    #[must_use = "the kernel is returned, not changed in place"]
     pub fn with_ids(mut self, ids: impl dsh_core::agent::IdSource + Send + 'static) -> Self {
         self.core = self.core.with_ids(ids);
         self
@@ -539,6 +544,7 @@ impl Kernel {
     /// The earliest deadline (epoch ms): a retry delay, a tool deadline, a
     /// grace period. Call [`handle_timeout`](Self::handle_timeout) when it
     /// passes.
+    #[must_use = "arm a timer for this deadline"]
     pub fn poll_timeout(&self) -> Option<i64> {
         let mut best = self.core.poll_timeout();
         if let Some(d) = self.write_behind_deadline() {
@@ -819,6 +825,7 @@ impl Kernel {
 
     /// The next effect, or `None` when drained (or when a
     /// [`Effect::Persist`] awaits [`persisted`](Self::persisted)).
+    #[must_use = "drain effects until `None` and carry each out"]
     pub fn poll(&mut self) -> Option<Effect> {
         loop {
             if let Some(e) = self.effects.pop_front() {

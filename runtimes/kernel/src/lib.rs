@@ -63,7 +63,17 @@
 //! assert!(kernel.is_idle());
 //! assert_eq!(stored, kernel.session().len());
 //! ```
+//!
+//! # Features
+//!
+//! - `std`: the module `host`, shared by the std runtimes: the clock, model
+//!   providers and their stream pump, the provider's `prepare` as a plugin,
+//!   and the hosted runtimes' error type (pulls in `dsh-deepseek/std` and
+//!   `dsh-store`).
+//!
+//! No feature is on by default.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -42,6 +42,7 @@ use serde_json::Value;
 
 /// What a seam handler decided.
 #[derive(Clone, Debug, PartialEq)]
+#[must_use = "a plugin's decision must be returned to the kernel"]
 pub enum Flow<T> {
     /// Pass this value (maybe rewritten) to the next plugin.
     Next(T),
@@ -143,6 +144,7 @@ impl SideCollector {
     }
 
     /// Takes one chunk; returns `true` once the stream has finished.
+    #[must_use = "once `true`, answer the ask with `finish`"]
     pub fn push(&mut self, chunk: StreamChunk) -> bool {
         match chunk {
             StreamChunk::TextDelta { text, .. } => {

@@ -215,6 +215,7 @@ pub struct TurnSummary {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 #[allow(clippy::large_enum_variant)] // drained one at a time, never stored in bulk
+#[must_use = "an effect is work the runtime must carry out"]
 pub enum Effect {
     /// Start a model stream; feed it back with
     /// [`model_chunk`](crate::Kernel::model_chunk) and

@@ -161,6 +161,8 @@ pub(crate) fn spawn(
     plugins.append(&mut config.plugins);
     let kernel = Kernel::new(k, session, flushed, plugins)?;
     let id = kernel.id().clone();
+    let mut ids = Ids::new(config.ids, seed ^ 0xD1B5_4A32_D192_ED03);
+    ids.continue_after(kernel.session());
     let (tx, rx) = async_channel::unbounded();
     let running = Arc::new(AtomicBool::new(false));
     let driver = Driver {
@@ -187,7 +189,7 @@ pub(crate) fn spawn(
         tx,
         running,
         task: Some(task),
-        ids: Mutex::new(Ids::new(config.ids, seed ^ 0xD1B5_4A32_D192_ED03)),
+        ids: Mutex::new(ids),
     })
 }
 

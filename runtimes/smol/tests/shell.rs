@@ -296,6 +296,12 @@ fn resume_continues_turn_numbering_and_fork_copies_the_seed() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let id = SessionId::new("resumable");
+    // Deterministic ids, so a repeat after the resume is visible.
+    let config = |server: &dsh_deepseek::mock::MockServer| {
+        let mut c = config(server);
+        c.ids = dsh_smol::IdMode::Sequential;
+        c
+    };
     smol::block_on(async {
         let agent = Agent::create(config(&server), store.clone(), id.clone())
             .await
@@ -322,6 +328,13 @@ fn resume_continues_turn_numbering_and_fork_copies_the_seed() {
     let parent = stored(&store, "resumable");
     check_invariants(&parent);
     assert_eq!(turn_ends(&parent).len(), 2);
+    // loop.md Q12: the ids continue after the resume (the handle's user
+    // ids and the core's), none repeats.
+    let ids: Vec<String> = parent
+        .iter()
+        .filter_map(|e| e.data().message().map(|m| m.id.to_string()))
+        .collect();
+    assert_eq!(ids, ["U1", "A1", "U2", "A2"]);
     // ES3: the resumed log carries the end-seed marker before turn 2.
     let t = types(&parent);
     let marker = t.iter().position(|x| x == "session/end-seed").unwrap();

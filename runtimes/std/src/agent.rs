@@ -333,7 +333,9 @@ impl Agent {
             }),
             cv: Condvar::new(),
         });
-        let ids = Mutex::new(Ids::new(config.ids, crate::clock::os_seed()));
+        let mut ids = Ids::new(config.ids, crate::clock::os_seed());
+        ids.continue_after(kernel.session());
+        let ids = Mutex::new(ids);
         let driver = Driver {
             kernel,
             clock: config.clock.clone(),

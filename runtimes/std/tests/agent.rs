@@ -850,3 +850,45 @@ fn a_failed_flush_before_the_model_stops_the_request() {
         |e| matches!(e, AgentEvent::Error(m) if m.contains("BeforeModel")),
     );
 }
+
+#[test]
+fn ids_continue_after_two_resumes_with_sequential_ids() {
+    // loop.md Q12 / V30: the user ids a handle mints (`U<n>`) and the
+    // core's (`A<n>`) continue from the stored log, so no id repeats.
+    let answer = || {
+        ScriptedReply::Chunks(vec![
+            StreamChunk::block_end(0, ContentBlock::text("ok")),
+            StreamChunk::finish(dsh_core::FinishReason::Stop),
+        ])
+    };
+    let provider: Arc<dyn ModelProvider> =
+        Arc::new(ScriptedProvider::new([answer(), answer(), answer()]));
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let id = SessionId::from("resumed");
+    let cfg = || {
+        let mut cfg = config(provider.clone(), work.path());
+        deterministic(&mut cfg);
+        cfg
+    };
+    for n in 1..=3 {
+        let agent = if n == 1 {
+            Agent::create(cfg(), store.clone(), id.clone())
+        } else {
+            Agent::resume(cfg(), store.clone(), &id)
+        }
+        .unwrap();
+        agent.send("go").unwrap();
+        let summary = agent.wait_idle(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+        drop(agent);
+    }
+    let stored = store.load(&id).unwrap();
+    let ids: Vec<String> = stored
+        .events
+        .iter()
+        .filter_map(|e| e.data().message().map(|m| m.id.to_string()))
+        .collect();
+    assert_eq!(ids, ["U1", "A1", "U2", "A2", "U3", "A3"]);
+}
