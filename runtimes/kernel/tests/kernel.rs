@@ -686,6 +686,8 @@ fn a_turn_stops_after_max_steps_with_a_hook_abort() {
         .filter(|e| e.event_type() == "tool/result")
         .count();
     assert_eq!(results, 3);
+}
+
 // ---------------------------------------------------------------------
 // Ids continue from the log (loop.md Q12: the core never invents ids, so
 // the runtime's source must not repeat one the log already holds): after
