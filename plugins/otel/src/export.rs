@@ -628,3 +628,258 @@ fn any(value: AttrValue) -> AnyValue {
     };
     AnyValue { value: Some(v) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::span::{SpanEvent, span_id, trace_id};
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    fn span(n: u64) -> SpanData {
+        let mut s = SpanData::new(
+            trace_id("s", 1),
+            span_id("s", n),
+            (n > 1).then(|| span_id("s", 1)),
+            format!("span {n}"),
+            if n == 2 {
+                SpanKind::Client
+            } else {
+                SpanKind::Internal
+            },
+            1_000,
+        );
+        s.end_at(2_000);
+        s.set_str("gen_ai.tool.name", "bash");
+        s.set(
+            "gen_ai.response.finish_reasons",
+            AttrValue::StrArray(vec!["stop".into()]),
+        );
+        s.events.push(SpanEvent {
+            name: "exception",
+            time_ns: 1_500,
+            attributes: vec![],
+        });
+        if n == 2 {
+            s.status = Status::Error("AUTH".into());
+        }
+        s
+    }
+
+    /// Header values are percent-decoded and never shown: not in `Debug`,
+    /// not in an error.
+    #[test]
+    fn header_values_are_decoded_and_never_shown() {
+        let h = Headers::parse("Authorization=Bearer%20tok-secret-1, x-team = a ,", "H").unwrap();
+        assert_eq!(h.names().collect::<Vec<_>>(), ["authorization", "x-team"]);
+        assert_eq!(h.0[0].1, "Bearer tok-secret-1");
+        assert!(!format!("{h:?}").contains("tok-secret"));
+        let e = Headers::parse("a=%zz-secret-2", "H").unwrap_err();
+        assert!(e.to_string().contains("not valid percent-encoded"), "{e}");
+        assert!(!e.to_string().contains("secret-2"));
+        let e = Headers::parse("a=x%0Asecret-3", "H").unwrap_err();
+        assert!(!e.to_string().contains("secret-3"), "{e}");
+        assert!(Headers::parse("no-equals-sign", "H").is_err());
+        assert!(Headers::parse("bad name=v", "H").is_err());
+    }
+
+    /// The flag wins over the traces variable, which wins over the base
+    /// one; a base gets `/v1/traces`; `OTEL_SDK_DISABLED=true` and no
+    /// endpoint mean off.
+    #[test]
+    fn endpoint_and_settings_come_from_the_flag_and_the_standard_variables() {
+        let env = env_of(&[
+            (ENV_TRACES_ENDPOINT, "http://t:4318/custom"),
+            (ENV_ENDPOINT, "http://b:4318/"),
+            (ENV_HEADERS, "a=1,b=2"),
+            (ENV_TRACES_HEADERS, "b=3"),
+            (ENV_SERVICE_NAME, "svc"),
+        ]);
+        let c = ExportConfig::from_env(Some("http://f:4318/"), &env)
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.endpoint, "http://f:4318/v1/traces");
+        assert_eq!(c.service_name, "svc");
+        assert_eq!(
+            c.headers.0,
+            vec![("a".into(), "1".into()), ("b".into(), "3".into())]
+        );
+        let c = ExportConfig::from_env(None, &env).unwrap().unwrap();
+        assert_eq!(c.endpoint, "http://t:4318/custom");
+        let base = env_of(&[(ENV_ENDPOINT, "https://b:4318")]);
+        let c = ExportConfig::from_env(None, &base).unwrap().unwrap();
+        assert_eq!(c.endpoint, "https://b:4318/v1/traces");
+        assert_eq!(c.service_name, DEFAULT_SERVICE_NAME);
+        assert_eq!(ExportConfig::from_env(None, &env_of(&[])).unwrap(), None);
+        let off = env_of(&[(ENV_SDK_DISABLED, "true"), (ENV_ENDPOINT, "http://b")]);
+        assert_eq!(
+            ExportConfig::from_env(Some("http://f"), &off).unwrap(),
+            None
+        );
+        for bad in ["ftp://x", "localhost:4318", "http://", "http://a b"] {
+            assert!(
+                ExportConfig::from_env(Some(bad), &env_of(&[])).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    /// What goes on the wire decodes, with the official types, into the
+    /// spans given: ids, parent, kind, times, attributes, events, status.
+    #[test]
+    fn the_request_decodes_into_the_spans() {
+        let spans = [span(1), span(2)];
+        let req = ExportTraceServiceRequest::decode(&encode(&spans, "svc")[..]).unwrap();
+        let rs = &req.resource_spans[0];
+        let res = rs.resource.as_ref().unwrap();
+        assert!(res.attributes.iter().any(|kv| kv.key == "service.name"
+            && kv.value
+                == Some(AnyValue {
+                    value: Some(any_value::Value::StringValue("svc".into()))
+                })));
+        let got = &rs.scope_spans[0].spans;
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].span_id, span_id("s", 1).to_vec());
+        assert!(got[0].parent_span_id.is_empty());
+        assert_eq!(got[1].parent_span_id, span_id("s", 1).to_vec());
+        assert_eq!(got[1].trace_id, trace_id("s", 1).to_vec());
+        assert_eq!(got[1].kind, span::SpanKind::Client as i32);
+        assert_eq!(got[0].kind, span::SpanKind::Internal as i32);
+        assert_eq!(
+            (got[1].start_time_unix_nano, got[1].end_time_unix_nano),
+            (1_000, 2_000)
+        );
+        assert_eq!(got[1].events[0].name, "exception");
+        let st = got[1].status.as_ref().unwrap();
+        assert_eq!(st.code, status::StatusCode::Error as i32);
+        assert_eq!(st.message, "AUTH");
+        let fr = got[0]
+            .attributes
+            .iter()
+            .find(|kv| kv.key == "gen_ai.response.finish_reasons")
+            .unwrap();
+        match &fr.value.as_ref().unwrap().value {
+            Some(any_value::Value::ArrayValue(a)) => assert_eq!(a.values.len(), 1),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A full queue drops the span and counts it; the sink never blocks.
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        let (tx, _rx) = mpsc::sync_channel(1);
+        let stats = Arc::new(Stats::default());
+        let mut sink = ExportSink {
+            tx,
+            stats: stats.clone(),
+        };
+        for n in 1..=3 {
+            sink.export(span(n));
+        }
+        assert_eq!(stats.report(false).dropped, 2);
+    }
+
+    fn quick(endpoint: String) -> ExportConfig {
+        let mut c = ExportConfig::new(endpoint);
+        c.request_timeout = Duration::from_millis(300);
+        c.connect_timeout = Duration::from_millis(300);
+        c
+    }
+
+    /// Nothing listens: the batch fails once, its spans are dropped and
+    /// counted, and shutdown ends.
+    #[test]
+    fn a_dead_collector_costs_the_batch_and_nothing_else() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let ex = Exporter::start(quick(format!("http://127.0.0.1:{port}/v1/traces"))).unwrap();
+        let mut sink = ex.sink();
+        sink.export(span(1));
+        sink.export(span(2));
+        let r = ex.shutdown(Duration::from_secs(30));
+        assert!(r.finished);
+        assert_eq!((r.exported, r.dropped, r.failed_requests), (0, 2, 1));
+        assert!(r.last_error.is_some());
+        // After shutdown the sink drops, it does not block or panic.
+        sink.export(span(3));
+        assert_eq!(ex.report().dropped, 3);
+    }
+
+    /// A collector that accepts and never answers: the request times out,
+    /// the batch is dropped and shutdown ends.
+    #[test]
+    fn a_collector_that_never_answers_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hold = thread::spawn(move || {
+            let conn = listener.accept();
+            thread::sleep(Duration::from_secs(3));
+            drop(conn);
+        });
+        let ex = Exporter::start(quick(format!("http://127.0.0.1:{port}/v1/traces"))).unwrap();
+        ex.sink().export(span(1));
+        let r = ex.shutdown(Duration::from_secs(30));
+        assert!(r.finished);
+        assert_eq!((r.exported, r.dropped, r.failed_requests), (0, 1, 1));
+        assert!(r.last_error.unwrap().contains("timed out"));
+        hold.join().unwrap();
+    }
+
+    /// A live collector gets one protobuf POST with the configured headers
+    /// and the spans.
+    #[test]
+    fn a_live_collector_receives_the_spans_with_the_headers() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = thread::spawn(move || {
+            let (conn, _) = listener.accept().unwrap();
+            let mut r = BufReader::new(conn.try_clone().unwrap());
+            let mut head = Vec::new();
+            let mut len = 0;
+            loop {
+                let mut line = String::new();
+                r.read_line(&mut line).unwrap();
+                if line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+                head.push(lower);
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            (&conn)
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .unwrap();
+            (head, body)
+        });
+        let mut config = quick(format!("http://127.0.0.1:{port}/v1/traces"));
+        config.headers = Headers::parse("authorization=Bearer%20t0k", "H").unwrap();
+        let ex = Exporter::start(config).unwrap();
+        let mut sink = ex.sink();
+        sink.export(span(1));
+        sink.export(span(2));
+        let r = ex.shutdown(Duration::from_secs(30));
+        let (head, body) = server.join().unwrap();
+        assert!(head[0].starts_with("post /v1/traces "), "{head:?}");
+        assert!(head.contains(&"content-type: application/x-protobuf\r\n".to_string()));
+        assert!(head.contains(&"authorization: bearer t0k\r\n".to_string()));
+        let req = ExportTraceServiceRequest::decode(&body[..]).unwrap();
+        assert_eq!(req.resource_spans[0].scope_spans[0].spans.len(), 2);
+        assert_eq!((r.exported, r.dropped, r.failed_requests), (2, 0, 0));
+        assert!(r.finished);
+    }
+}
