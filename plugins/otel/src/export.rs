@@ -873,13 +873,14 @@ mod tests {
         sink.export(span(1));
         sink.export(span(2));
         let r = ex.shutdown(Duration::from_secs(30));
+        // Counts first: without a request the server would wait forever.
+        assert_eq!((r.exported, r.dropped, r.failed_requests), (2, 0, 0));
+        assert!(r.finished);
         let (head, body) = server.join().unwrap();
         assert!(head[0].starts_with("post /v1/traces "), "{head:?}");
         assert!(head.contains(&"content-type: application/x-protobuf\r\n".to_string()));
         assert!(head.contains(&"authorization: bearer t0k\r\n".to_string()));
         let req = ExportTraceServiceRequest::decode(&body[..]).unwrap();
         assert_eq!(req.resource_spans[0].scope_spans[0].spans.len(), 2);
-        assert_eq!((r.exported, r.dropped, r.failed_requests), (2, 0, 0));
-        assert!(r.finished);
     }
 }
