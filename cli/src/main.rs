@@ -16,6 +16,7 @@ mod demo;
 mod input;
 mod log;
 mod mock_server;
+mod otel;
 mod provider;
 mod render;
 mod replay;
@@ -101,6 +102,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Acp(args) => acp::run(args),
     };
+    otel::shutdown();
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,
         Outcome::CheckFailed => ExitCode::from(1),

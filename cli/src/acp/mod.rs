@@ -40,6 +40,8 @@ pub struct AcpArgs {
     /// process do not apply there).
     #[arg(long)]
     client_terminal: bool,
+    #[command(flatten)]
+    otel: crate::otel::OtelArgs,
 }
 
 /// Serves ACP on stdin/stdout until the client closes stdin.
@@ -55,6 +57,7 @@ pub fn run(args: AcpArgs) -> Outcome {
     let options = server::Options {
         provider: args.provider,
         client_terminal: args.client_terminal,
+        otel: args.otel,
     };
     server::serve(peer, io::stdin(), store, options);
     Outcome::Ok
