@@ -62,8 +62,8 @@ mod plugin;
 pub mod span;
 
 pub use plugin::{
-    DEFAULT_MAX_CONTENT_BYTES, MAX_OPEN_TOOLS, MAX_SPAN_EVENTS, OtelConfig, OtelPlugin, PLUGIN,
-    SpanSink, finish_reason, provider_name,
+    DEFAULT_MAX_CONTENT_BYTES, MAX_NAME_BYTES, MAX_OPEN_TOOLS, MAX_SPAN_EVENTS, OtelConfig,
+    OtelPlugin, PLUGIN, SpanSink, finish_reason, provider_name,
 };
 pub use span::{
     AttrValue, Attribute, SpanData, SpanEvent, SpanId, SpanKind, Status, TraceId, span_id, trace_id,

@@ -70,6 +70,10 @@ pub const MAX_OPEN_TOOLS: usize = 1024;
 /// Most events one span keeps (retries); later ones are not recorded.
 pub const MAX_SPAN_EVENTS: usize = 64;
 
+/// Most bytes of a tool or model name on a span (names come from the
+/// model and the configuration).
+pub const MAX_NAME_BYTES: usize = 256;
+
 /// The plugin name.
 pub const PLUGIN: &str = "otel";
 
@@ -201,7 +205,7 @@ impl OtelPlugin {
             if model.is_empty() {
                 String::from("chat")
             } else {
-                format!("chat {model}")
+                format!("chat {}", cut(&model, MAX_NAME_BYTES))
             },
             SpanKind::Client,
             ms_to_ns(start),
@@ -310,6 +314,7 @@ impl OtelPlugin {
         let parts: Vec<Value> = message
             .content
             .iter()
+            .take(MAX_SPAN_EVENTS)
             .filter_map(|b| match b {
                 ContentBlock::Text { text } => {
                     Some(json!({"type": "text", "content": self.cut(text)}))
@@ -340,6 +345,7 @@ impl OtelPlugin {
         let parts: Vec<Value> = message
             .content
             .iter()
+            .take(MAX_SPAN_EVENTS)
             .filter_map(|b| match b {
                 ContentBlock::Text { text } => {
                     Some(json!({"type": "text", "content": self.cut(text)}))
@@ -415,12 +421,12 @@ impl OtelPlugin {
             turn.trace,
             span_id(session, seq),
             Some(Self::parent(turn)),
-            format!("execute_tool {}", call.name),
+            format!("execute_tool {}", cut(&call.name, MAX_NAME_BYTES)),
             SpanKind::Internal,
             ms_to_ns(time),
         );
         span.set_str(attr::OPERATION_NAME, "execute_tool");
-        span.set_str(attr::TOOL_NAME, &call.name);
+        span.set_str(attr::TOOL_NAME, &cut(&call.name, MAX_NAME_BYTES));
         span.set_str(attr::TOOL_CALL_ID, call.call_id.as_str());
         span.set_str(attr::TOOL_TYPE, "function");
         if let Some(a) = args {

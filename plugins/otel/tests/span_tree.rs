@@ -301,3 +301,41 @@ fn every_recording_traces_into_well_formed_trees() {
     }
     assert!(traced >= 20, "only {traced} recordings gave spans");
 }
+
+/// Names come from the model: a huge tool name is cut on the span, and
+/// the span still closes with its result.
+#[test]
+fn a_huge_tool_name_is_cut() {
+    let path = format!(
+        "{}/../../testdata/conformance/sessions/{TOOL_TURN}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let long = "b".repeat(100_000);
+    let text = std::fs::read_to_string(path)
+        .unwrap()
+        .replace(r#""name":"bash""#, &format!(r#""name":"{long}""#));
+    let loaded = load_log(&fixture_tokens(text.as_bytes()), &[]).expect("still a valid log");
+    let id = loaded.session.id().as_str().to_string();
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let sink = out.clone();
+    let mut plugin = OtelPlugin::new(OtelConfig::default(), move |s: SpanData| {
+        sink.lock().unwrap().push(s)
+    });
+    for e in loaded.session.events() {
+        plugin.observe(&id, e);
+    }
+    let spans = out.lock().unwrap();
+    let tool = spans
+        .iter()
+        .find(|s| s.name.starts_with("execute_tool "))
+        .expect("the tool span");
+    assert_eq!(
+        tool.name.len(),
+        "execute_tool ".len() + dsh_otel::MAX_NAME_BYTES
+    );
+    assert_eq!(
+        str_attr(tool, attr::TOOL_NAME).len(),
+        dsh_otel::MAX_NAME_BYTES
+    );
+    assert_eq!(tool.status, Status::Unset);
+}
