@@ -310,8 +310,10 @@ impl OtelPlugin {
         self.finish_attempt(time);
     }
 
-    fn output_messages(&self, message: &Message) -> String {
-        let parts: Vec<Value> = message
+    /// The GenAI message parts of `message`: text, reasoning and tool
+    /// calls, each text cut to the configured size.
+    fn parts(&self, message: &Message) -> Vec<Value> {
+        message
             .content
             .iter()
             .take(MAX_SPAN_EVENTS)
@@ -334,25 +336,18 @@ impl OtelPlugin {
                 })),
                 _ => None,
             })
-            .collect();
-        json!([{ "role": "assistant", "parts": parts }]).to_string()
+            .collect()
+    }
+
+    fn output_messages(&self, message: &Message) -> String {
+        json!([{ "role": "assistant", "parts": self.parts(message) }]).to_string()
     }
 
     fn on_user_message(&mut self, message: &Message) {
         if !self.config.capture_content || !matches!(message.source, MessageSource::User) {
             return;
         }
-        let parts: Vec<Value> = message
-            .content
-            .iter()
-            .take(MAX_SPAN_EVENTS)
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => {
-                    Some(json!({"type": "text", "content": self.cut(text)}))
-                }
-                _ => None,
-            })
-            .collect();
+        let parts = self.parts(message);
         if let Some(turn) = self.turn.as_mut() {
             if turn.input.len() < MAX_SPAN_EVENTS {
                 turn.input.push(json!({"role": "user", "parts": parts}));

@@ -6,31 +6,33 @@
 use std::sync::{Arc, Mutex};
 
 use dsh_core::jsonl::{fixture_tokens, load_log};
-use dsh_core::session::SessionEvent;
 use dsh_otel::attr;
 use dsh_otel::{AttrValue, OtelConfig, OtelPlugin, SpanData, Status, span_id, trace_id};
 
-fn recording(name: &str) -> (String, Vec<SessionEvent>) {
-    let path = format!(
+fn recording_path(name: &str) -> String {
+    format!(
         "{}/../../testdata/conformance/sessions/{name}",
         env!("CARGO_MANIFEST_DIR")
-    );
-    let bytes = fixture_tokens(&std::fs::read(path).unwrap());
-    let loaded = load_log(&bytes, &[]).expect("a valid recording");
-    let id = loaded.session.id().as_str().to_string();
-    (id, loaded.session.events().to_vec())
+    )
 }
 
-fn spans_of(name: &str, config: OtelConfig) -> (String, Vec<SpanData>) {
-    let (id, events) = recording(name);
+/// The session id and the spans of the log `bytes` (fixture tokens
+/// substituted); `None` when it does not load (legacy headers).
+fn trace(bytes: &[u8], config: OtelConfig) -> Option<(String, Vec<SpanData>)> {
+    let loaded = load_log(&fixture_tokens(bytes), &[]).ok()?;
+    let id = loaded.session.id().as_str().to_string();
     let out = Arc::new(Mutex::new(Vec::new()));
     let sink = out.clone();
     let mut plugin = OtelPlugin::new(config, move |s: SpanData| sink.lock().unwrap().push(s));
-    for e in &events {
+    for e in loaded.session.events() {
         plugin.observe(&id, e);
     }
     let spans = out.lock().unwrap().clone();
-    (id, spans)
+    Some((id, spans))
+}
+
+fn spans_of(name: &str, config: OtelConfig) -> (String, Vec<SpanData>) {
+    trace(&std::fs::read(recording_path(name)).unwrap(), config).expect("a valid recording")
 }
 
 const TOOL_TURN: &str = "examples-acp-agent__tool-call-turn__session.jsonl";
@@ -263,27 +265,13 @@ fn the_same_log_gives_the_same_spans() {
 /// span of the same trace.
 #[test]
 fn every_recording_traces_into_well_formed_trees() {
-    let dir = format!(
-        "{}/../../testdata/conformance/sessions",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let dir = recording_path("");
     let mut traced = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        let bytes = fixture_tokens(&std::fs::read(&path).unwrap());
-        let Ok(loaded) = load_log(&bytes, &[]) else {
+        let Some((_, spans)) = trace(&std::fs::read(&path).unwrap(), OtelConfig::default()) else {
             continue; // legacy headers (conformance README)
         };
-        let id = loaded.session.id().as_str().to_string();
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let sink = out.clone();
-        let mut plugin = OtelPlugin::new(OtelConfig::default(), move |s: SpanData| {
-            sink.lock().unwrap().push(s)
-        });
-        for e in loaded.session.events() {
-            plugin.observe(&id, e);
-        }
-        let spans = out.lock().unwrap().clone();
         for s in &spans {
             assert!(s.end_ns >= s.start_ns);
             if let Some(p) = s.parent {
@@ -306,25 +294,11 @@ fn every_recording_traces_into_well_formed_trees() {
 /// the span still closes with its result.
 #[test]
 fn a_huge_tool_name_is_cut() {
-    let path = format!(
-        "{}/../../testdata/conformance/sessions/{TOOL_TURN}",
-        env!("CARGO_MANIFEST_DIR")
-    );
     let long = "b".repeat(100_000);
-    let text = std::fs::read_to_string(path)
+    let text = std::fs::read_to_string(recording_path(TOOL_TURN))
         .unwrap()
         .replace(r#""name":"bash""#, &format!(r#""name":"{long}""#));
-    let loaded = load_log(&fixture_tokens(text.as_bytes()), &[]).expect("still a valid log");
-    let id = loaded.session.id().as_str().to_string();
-    let out = Arc::new(Mutex::new(Vec::new()));
-    let sink = out.clone();
-    let mut plugin = OtelPlugin::new(OtelConfig::default(), move |s: SpanData| {
-        sink.lock().unwrap().push(s)
-    });
-    for e in loaded.session.events() {
-        plugin.observe(&id, e);
-    }
-    let spans = out.lock().unwrap();
+    let (_, spans) = trace(text.as_bytes(), OtelConfig::default()).expect("still a valid log");
     let tool = spans
         .iter()
         .find(|s| s.name.starts_with("execute_tool "))
