@@ -403,3 +403,83 @@ fn a_bad_endpoint_is_a_usage_error() {
         text(&o.stderr)
     );
 }
+
+/// `dsh acp --otlp-endpoint` traces the prompt turns of its sessions.
+#[test]
+fn acp_exports_a_prompt_turn() {
+    use std::io::Write;
+    let Some(rx) = receiver() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = MockServer::start_on(
+        Script::from_json(
+            r#"{"responses":[{"turn":{"text":["secret-answer-55"]}},{"turn":{"text":["A title"]}}]}"#,
+        )
+        .unwrap(),
+        0,
+    )
+    .unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", rx.port);
+    let mut child = Command::new(bin())
+        .env("XDG_DATA_HOME", data.path())
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .args([
+            "acp",
+            "--base-url",
+            &server.url(),
+            "--otlp-endpoint",
+            &endpoint,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut call = |id: i64, method: &str, params: Value| -> Value {
+        let msg =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{msg}").unwrap();
+        loop {
+            let line = lines.next().expect("dsh acp answers").unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id && v.get("method").is_none() {
+                return v;
+            }
+        }
+    };
+    call(
+        0,
+        "initialize",
+        serde_json::json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let new = call(
+        1,
+        "session/new",
+        serde_json::json!({"cwd": ws.path(), "mcpServers": []}),
+    );
+    let session = new["result"]["sessionId"].as_str().unwrap().to_string();
+    let done = call(
+        2,
+        "session/prompt",
+        serde_json::json!({"sessionId": session, "prompt": [{"type": "text", "text": "secret-prompt-33"}]}),
+    );
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    drop(call);
+    drop(stdin); // end of input: dsh acp closes its sessions and exits
+    assert!(child.wait().unwrap().success());
+    let spans = rx.spans();
+    let root = by_name(&spans, "invoke_agent dsh");
+    assert_eq!(root.len(), 1, "{spans:#?}");
+    assert_eq!(attr(root[0], "gen_ai.conversation.id"), session.as_str());
+    assert_eq!(by_name(&spans, "step").len(), 1);
+    assert!(
+        spans
+            .iter()
+            .any(|s| attr(s, "gen_ai.operation.name") == "chat")
+    );
+    let raw = std::fs::read_to_string(&rx.out).unwrap();
+    assert!(!raw.contains("secret-"), "{raw}");
+}
