@@ -467,7 +467,6 @@ fn acp_exports_a_prompt_turn() {
         serde_json::json!({"sessionId": session, "prompt": [{"type": "text", "text": "secret-prompt-33"}]}),
     );
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
-    drop(call);
     drop(stdin); // end of input: dsh acp closes its sessions and exits
     assert!(child.wait().unwrap().success());
     let spans = rx.spans();
