@@ -45,6 +45,10 @@ pub const ENV_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
 /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`: like [`ENV_HEADERS`], for traces;
 /// a key here replaces the same key there.
 pub const ENV_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`: only `http/protobuf` is supported.
+pub const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+/// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`: like [`ENV_PROTOCOL`], for traces.
+pub const ENV_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
 /// `OTEL_SERVICE_NAME`: the `service.name` resource attribute.
 pub const ENV_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 /// `OTEL_SDK_DISABLED=true` turns export off whatever else is set.
@@ -229,6 +233,16 @@ impl ExportConfig {
             (None, None, Some(b)) => traces_url(&b, ENV_ENDPOINT, true)?,
             (None, None, None) => return Ok(None),
         };
+        for var in [ENV_TRACES_PROTOCOL, ENV_PROTOCOL] {
+            if let Some(p) = set(var) {
+                if p.trim() != "http/protobuf" {
+                    return Err(ConfigError(format!(
+                        "{var}: dsh exports OTLP as http/protobuf only, not {:?}",
+                        p.trim()
+                    )));
+                }
+            }
+        }
         let mut config = ExportConfig::new(endpoint);
         if let Some(h) = set(ENV_HEADERS) {
             config.headers = Headers::parse(&h, ENV_HEADERS)?;
@@ -724,6 +738,11 @@ mod tests {
             ExportConfig::from_env(Some("http://f"), &off).unwrap(),
             None
         );
+        let grpc = env_of(&[(ENV_ENDPOINT, "http://b"), (ENV_PROTOCOL, "grpc")]);
+        let e = ExportConfig::from_env(None, &grpc).unwrap_err();
+        assert!(e.to_string().contains("http/protobuf only"), "{e}");
+        let proto = env_of(&[(ENV_ENDPOINT, "http://b"), (ENV_PROTOCOL, "http/protobuf")]);
+        assert!(ExportConfig::from_env(None, &proto).unwrap().is_some());
         for bad in ["ftp://x", "localhost:4318", "http://", "http://a b"] {
             assert!(
                 ExportConfig::from_env(Some(bad), &env_of(&[])).is_err(),
