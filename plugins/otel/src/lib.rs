@@ -31,8 +31,11 @@
 //! runtime) that dsh's runtimes do not otherwise carry, and their span
 //! machinery reads the clock and draws random ids where dsh wants ids and
 //! times from the log. The exporter here is small: the official generated
-//! OTLP messages (`opentelemetry-proto` with `prost`, no gRPC) sent with
-//! the blocking `ureq` client the DeepSeek adapter already uses.
+//! OTLP messages (`opentelemetry-proto` with `prost`, no gRPC, no `tonic`)
+//! sent with the blocking `ureq` client the DeepSeek adapter already uses.
+//! (`opentelemetry-proto`'s `trace` feature still compiles the
+//! `opentelemetry` and `opentelemetry_sdk` crates, without any async
+//! runtime; nothing of them runs here.)
 //!
 //! Installing it in a std or smol agent:
 //!
