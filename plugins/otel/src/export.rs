@@ -791,7 +791,8 @@ mod tests {
         }
     }
 
-    /// A full queue drops the span and counts it; the sink never blocks.
+    /// A full queue drops the span and counts it; the sink never blocks
+    /// (session.md PB1: the append it observes never waits for I/O).
     #[test]
     fn a_full_queue_drops_and_counts() {
         let (tx, _rx) = mpsc::sync_channel(1);
