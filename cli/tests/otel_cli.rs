@@ -103,6 +103,11 @@ fn assert_completed(o: &Output, log: &str) {
     assert!(log.contains("secret-tool-output-77"), "the tool ran");
 }
 
+fn assert_stderr_has(o: &Output, needle: &str) {
+    let err = text(&o.stderr);
+    assert!(err.contains(needle), "no {needle:?} in: {err}");
+}
+
 /// The receiver process; killed on drop.
 struct Receiver {
     child: Child,
@@ -338,11 +343,7 @@ fn a_dead_collector_does_not_fail_the_turn() {
     let endpoint = format!("http://127.0.0.1:{port}");
     let (o, log) = run_turn(&["--otlp-endpoint", &endpoint], &[]);
     assert_completed(&o, &log);
-    assert!(
-        text(&o.stderr).contains("dsh: traces: 6 span(s) not exported"),
-        "{}",
-        text(&o.stderr)
-    );
+    assert_stderr_has(&o, "dsh: traces: 6 span(s) not exported");
 }
 
 /// A collector that accepts and never answers: the turn completes and the
@@ -370,11 +371,7 @@ fn a_silent_collector_does_not_fail_or_hang_the_turn() {
         )],
     );
     assert_completed(&o, &log);
-    assert!(
-        text(&o.stderr).contains("dsh: traces:"),
-        "{}",
-        text(&o.stderr)
-    );
+    assert_stderr_has(&o, "dsh: traces:");
     drop(hold);
 }
 
@@ -397,11 +394,7 @@ fn a_bad_endpoint_is_a_usage_error() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("--otlp-endpoint: not an http:// or https:// URL"),
-        "{}",
-        text(&o.stderr)
-    );
+    assert_stderr_has(&o, "--otlp-endpoint: not an http:// or https:// URL");
 }
 
 /// `dsh acp --otlp-endpoint` traces the prompt turns of its sessions.
