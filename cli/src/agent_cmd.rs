@@ -87,6 +87,8 @@ pub struct AgentArgs {
     pub cwd: Option<PathBuf>,
     #[command(flatten)]
     pub tools: crate::tool_args::ToolArgs,
+    #[command(flatten)]
+    pub otel: crate::otel::OtelArgs,
     /// Replace the identity section of the system prompt: TEXT, or @FILE
     /// to read it from a file.
     #[arg(long, value_name = "TEXT|@FILE")]
@@ -219,6 +221,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
     let max_retry_wait_ms = provider.client.max_retry_wait_ms();
+    let tracing = crate::otel::tracing(&args.otel, &file)?;
     // The agent, and each subagent it starts, are built alike.
     let build = move || {
         let mut config =
@@ -232,6 +235,9 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
             .push(Box::new(dsh_compaction::Compaction::new(
                 dsh_compaction::CompactionConfig::default(),
             )));
+        if let Some(t) = &tracing {
+            t.install(&mut config);
+        }
         Ok(config)
     };
     let (config, delegation) = crate::shell::delegating(store.clone(), build)?;

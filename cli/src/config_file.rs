@@ -19,6 +19,8 @@
 //! system = "@/path/to/identity.md"   # TEXT or @FILE
 //! append_system = "Answer briefly."
 //! titles = true            # false: as --no-title
+//! otlp_endpoint = "http://127.0.0.1:4318"   # trace export
+//! otel_content = false      # true: as --otel-content
 //!
 //! [tools]
 //! sandbox = "workspace-write"          # workspace-write | off
@@ -71,6 +73,10 @@ pub struct ConfigFile {
     pub append_system: Option<String>,
     /// `false`: as `--no-title`.
     pub titles: Option<bool>,
+    /// `--otlp-endpoint` (trace export).
+    pub otlp_endpoint: Option<String>,
+    /// `true`: as `--otel-content`.
+    pub otel_content: Option<bool>,
     /// The `[tools]` table.
     #[serde(default)]
     pub tools: ToolsFile,

@@ -16,6 +16,7 @@ mod demo;
 mod input;
 mod log;
 mod mock_server;
+mod otel;
 mod provider;
 mod render;
 mod replay;
@@ -121,6 +122,7 @@ fn main() -> ExitCode {
     // Whatever tool processes are left (an agent not dropped before exit,
     // their escaped children) do not outlive dsh.
     dsh_tools::reap::end_all();
+    otel::shutdown();
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,
         Outcome::CheckFailed => ExitCode::from(1),

@@ -48,6 +48,8 @@ pub struct AcpArgs {
     /// reading (then dsh takes it as gone) [default: 60].
     #[arg(long, value_name = "SECS", value_parser = crate::provider::seconds)]
     client_timeout: Option<f64>,
+    #[command(flatten)]
+    otel: crate::otel::OtelArgs,
 }
 
 /// Serves ACP on stdin/stdout until the client closes stdin.
@@ -67,6 +69,7 @@ pub fn run(args: AcpArgs) -> Outcome {
     let options = server::Options {
         provider: args.provider,
         client_terminal: args.client_terminal,
+        otel: args.otel,
     };
     server::serve(peer, io::stdin(), store, options);
     Outcome::Ok

@@ -154,6 +154,8 @@ pub struct Options {
     pub provider: ProviderArgs,
     /// Run `bash` in the client's terminal when it offers one.
     pub client_terminal: bool,
+    /// Trace export.
+    pub otel: crate::otel::OtelArgs,
 }
 
 struct Server {
@@ -366,6 +368,7 @@ impl Server {
             .map_err(internal)?;
         let client_fs = self.client.fs.read_text_file && self.client.fs.write_text_file;
         let client_terminal = self.options.client_terminal && self.client.terminal;
+        let tracing = crate::otel::tracing(&self.options.otel, &file).map_err(internal)?;
         let peer = self.peer.clone();
         let session = session.to_string();
         let root = cwd.clone();
@@ -373,6 +376,9 @@ impl Server {
             let mut config =
                 crate::shell::agent_config(&provider, root.clone(), true, false, &prompt)?;
             client_tools(&mut config, &peer, &session, client_fs, client_terminal);
+            if let Some(t) = &tracing {
+                t.install(&mut config);
+            }
             Ok(config)
         };
         let (config, delegation) =
