@@ -336,9 +336,7 @@ impl Shared {
         );
         if let Some(schema) = &self.schema {
             let q = quote_ident(schema)?;
-            setup.push_str(&format!(
-                "CREATE SCHEMA IF NOT EXISTS {q}; SET search_path TO {q};"
-            ));
+            setup.push_str(&format!("SET search_path TO {q};"));
         }
         client
             .batch_execute(&setup)
@@ -375,10 +373,17 @@ impl Shared {
     }
 }
 
-fn migrate(client: &mut Client) -> Result<String, StoreError> {
+fn migrate(client: &mut Client, schema: Option<&str>) -> Result<String, StoreError> {
     let mut txn = client.transaction().map_err(|e| db_err("begin", e))?;
     txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .map_err(|e| db_err("take the migration lock", e))?;
+    if let Some(schema) = schema {
+        txn.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {}",
+            quote_ident(schema)?
+        ))
+        .map_err(|e| db_err("create the schema", e))?;
+    }
     txn.batch_execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
             version integer PRIMARY KEY,
@@ -440,7 +445,7 @@ impl PgBackend {
                 generation: 0,
             }),
         });
-        let store_id = shared.with(|client, _| migrate(client))?;
+        let store_id = shared.with(|client, _| migrate(client, shared.schema.as_deref()))?;
         Ok(PgBackend { shared, store_id })
     }
 
@@ -668,7 +673,39 @@ fn read_txn(client: &mut Client) -> Result<Transaction<'_>, StoreError> {
 }
 
 impl PgBackend {
-    /// Checks the lease of `writer` in `txn` (re-taking it first after a
+    /// Before a write: checks that `writer` holds its lease on the live
+    /// connection, reconnecting and re-taking it once if the connection was
+    /// found closed (a lease lost with its connection is free only if no
+    /// other writer took it meanwhile).
+    fn ensure_lease(&self, writer: &mut PgWriter, id: &str) -> Result<(), StoreError> {
+        let mut closed = false;
+        let first = self.shared.with(|client, generation| {
+            let r = self.check_lease(client, generation, writer, id);
+            closed = client.is_closed();
+            r
+        });
+        match first {
+            Err(_) if closed => self
+                .shared
+                .with(|client, generation| self.check_lease(client, generation, writer, id)),
+            other => other,
+        }
+    }
+
+    /// Fails when the connection changed since `writer` last checked its
+    /// lease (the write must not run without it).
+    fn same_connection(writer: &PgWriter, generation: u64) -> Result<(), StoreError> {
+        if writer.generation == generation {
+            Ok(())
+        } else {
+            Err(StoreError::Database {
+                context: "write".into(),
+                message: "the connection was lost before the write; retry".into(),
+            })
+        }
+    }
+
+    /// Checks the lease of `writer` on `client` (re-taking it first after a
     /// reconnect).
     fn check_lease(
         &self,
@@ -781,8 +818,9 @@ impl Backend for PgBackend {
     ) -> Result<(), StoreError> {
         let id = header.id.as_str();
         let key = id.as_bytes();
+        self.ensure_lease(writer, id)?;
         self.shared.with(|client, generation| {
-            self.check_lease(client, generation, writer, id)?;
+            Self::same_connection(writer, generation)?;
             let mut txn = client.transaction().map_err(|e| db_err("begin write", e))?;
             let current = session_row(&mut txn, key, true)?;
             let title = batch_title(events);
@@ -841,8 +879,9 @@ impl Backend for PgBackend {
     ) -> Result<(), StoreError> {
         let id = header.id.as_str();
         let key = id.as_bytes();
+        self.ensure_lease(writer, id)?;
         self.shared.with(|client, generation| {
-            self.check_lease(client, generation, writer, id)?;
+            Self::same_connection(writer, generation)?;
             let mut txn = client.transaction().map_err(|e| db_err("begin write", e))?;
             if session_row(&mut txn, key, true)?.is_none() {
                 return Err(StoreError::NotFound { id: id.to_owned() });
