@@ -434,3 +434,94 @@ fn sessions_and_fork_work_on_postgres_without_showing_the_password() {
         }
     }
 }
+
+/// Sends one JSON-RPC line.
+fn send(stdin: &mut std::process::ChildStdin, v: serde_json::Value) {
+    use std::io::Write;
+    writeln!(stdin, "{v}").unwrap();
+    stdin.flush().unwrap();
+}
+
+/// Reads lines until the response to `id`.
+fn response(lines: &std::sync::mpsc::Receiver<String>, id: i64) -> serde_json::Value {
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a line from dsh acp");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v.get("method").is_none() && v["id"] == serde_json::json!(id) {
+            return v;
+        }
+    }
+}
+
+/// `dsh acp --store postgres`: a session made and prompted over ACP is
+/// stored in the database, and a second `dsh acp` process loads it.
+#[test]
+fn acp_sessions_live_in_postgres() {
+    use serde_json::json;
+    use std::io::{BufRead, BufReader};
+    let Some(db) = Db::new() else { return };
+    let store = Store::Pg(&db);
+    let server = MockServer::start_on(Script::from_json(TEXT_TURN).unwrap(), 0).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let mut session = String::new();
+    for (round, data) in [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()]
+        .iter()
+        .enumerate()
+    {
+        let mut child = run(&store, data.path(), "acp", &["--base-url", &server.url()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        send(
+            &mut stdin,
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                   "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+        );
+        response(&lines, 0);
+        if round == 0 {
+            send(
+                &mut stdin,
+                json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                       "params": {"cwd": ws_path, "mcpServers": []}}),
+            );
+            let r = response(&lines, 1);
+            session = r["result"]["sessionId"].as_str().unwrap().to_string();
+            send(
+                &mut stdin,
+                json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                       "params": {"sessionId": session, "prompt": [{"type": "text", "text": "hi over acp"}]}}),
+            );
+            let r = response(&lines, 2);
+            assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        } else {
+            send(
+                &mut stdin,
+                json!({"jsonrpc": "2.0", "id": 1, "method": "session/load",
+                       "params": {"sessionId": session, "cwd": ws_path, "mcpServers": []}}),
+            );
+            let r = response(&lines, 1);
+            assert!(r.get("error").is_none(), "{r}");
+        }
+        drop(stdin);
+        let _ = child.wait();
+    }
+    assert_eq!(db.ids(), [session.clone()]);
+    let log = db.log(&session);
+    assert!(log.contains("hi over acp"), "{log}");
+    assert!(log.contains("\"kind\":\"completed\""), "{log}");
+}
