@@ -24,21 +24,6 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// The server URL, or `None` (after a skip message) outside CI.
-fn server_url() -> Option<String> {
-    match std::env::var("DSH_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "DSH_TEST_POSTGRES_URL is not set and CI=true: the PostgreSQL tests must run in CI"
-            );
-            eprintln!("SKIPPED: DSH_TEST_POSTGRES_URL is not set");
-            None
-        }
-    }
-}
-
 /// A fresh schema; the store URL selects it through `options`.
 struct Db {
     base: String,
@@ -47,7 +32,7 @@ struct Db {
 
 impl Db {
     fn new() -> Option<Db> {
-        let base = server_url()?;
+        let base = dsh_postgres::raw::test_server()?;
         let mut b = [0u8; 8];
         getrandom::fill(&mut b).unwrap();
         let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();

