@@ -116,11 +116,12 @@ enum Store<'a> {
 }
 
 impl Store<'_> {
-    /// A `dsh` command for one "machine": its own data dir and working
-    /// copy; the store URL comes from `DSH_STORE_URL`.
-    fn dsh(&self, data: &Path) -> Command {
+    /// `dsh SUB` with this store's flags, for one "machine": its own data
+    /// dir (and working copy); the store URL comes from `DSH_STORE_URL`.
+    fn dsh(&self, data: &Path, sub: &str) -> Command {
         let mut c = Command::new(bin());
-        c.env("XDG_DATA_HOME", data)
+        c.arg(sub)
+            .env("XDG_DATA_HOME", data)
             .env_remove("DEEPSEEK_API_KEY")
             .env_remove("DEEPSEEK_BASE_URL")
             .env_remove("DSH_STORE_URL")
@@ -186,21 +187,10 @@ fn transcripts(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Subcommand first: `dsh SUB --store … ARGS`.
+/// `dsh SUB --store … ARGS` on `store` from data dir `data`.
 fn run(store: &Store<'_>, data: &Path, sub: &str, args: &[&str]) -> Command {
-    let mut c = store.dsh(data);
-    let mut all: Vec<std::ffi::OsString> = vec![sub.into()];
-    all.extend(c.get_args().map(|a| a.to_owned()));
-    all.extend(args.iter().map(Into::into));
-    let mut fresh = Command::new(bin());
-    for (k, v) in c.get_envs() {
-        match v {
-            Some(v) => fresh.env(k, v),
-            None => fresh.env_remove(k),
-        };
-    }
-    fresh.args(all).stdin(Stdio::null());
-    c = fresh;
+    let mut c = store.dsh(data, sub);
+    c.args(args);
     c
 }
 

@@ -530,6 +530,18 @@ impl PgBackend {
         })
     }
 
+    /// Every sessions row (id, header, incarnation, revision), by id.
+    fn session_rows(&self) -> Result<Vec<postgres::Row>, StoreError> {
+        self.shared.with(|client, _| {
+            client
+                .query(
+                    "SELECT id, header, incarnation, revision FROM sessions ORDER BY id",
+                    &[],
+                )
+                .map_err(|e| db_err("list sessions", e))
+        })
+    }
+
     /// The stored title of `id` (the latest `session/title`), if any.
     pub fn title(&self, id: &SessionId) -> Result<Option<String>, StoreError> {
         let key = id.as_str().as_bytes();
@@ -896,26 +908,14 @@ impl Backend for PgBackend {
     }
 
     fn list(&self) -> Result<Vec<Snapshot>, StoreError> {
-        let rows = self.shared.with(|client, _| {
-            client
-                .query(
-                    "SELECT id, header, incarnation, revision FROM sessions ORDER BY id",
-                    &[],
-                )
-                .map_err(|e| db_err("list sessions", e))
-        })?;
-        rows.iter().map(|r| self.snapshot_row(r)).collect()
+        self.session_rows()?
+            .iter()
+            .map(|r| self.snapshot_row(r))
+            .collect()
     }
 
     fn list_report(&self) -> Result<(Vec<Snapshot>, Vec<StoreError>), StoreError> {
-        let rows = self.shared.with(|client, _| {
-            client
-                .query(
-                    "SELECT id, header, incarnation, revision FROM sessions ORDER BY id",
-                    &[],
-                )
-                .map_err(|e| db_err("list sessions", e))
-        })?;
+        let rows = self.session_rows()?;
         let mut ok = Vec::new();
         let mut bad = Vec::new();
         for row in &rows {
