@@ -275,8 +275,8 @@ fn quote_ident(name: &str) -> Result<String, StoreError> {
     Ok(format!("\"{}\"", name.replace('"', "\"\"")))
 }
 
-fn seq_i64(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
+fn to_bigint(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The columns a header contributes to the sessions row.
@@ -497,8 +497,8 @@ impl PgBackend {
             .parent
             .as_ref()
             .map(|p| p.as_str().as_bytes().to_vec());
-        let from = search.created_from.map(seq_i64);
-        let before = search.created_before.map(seq_i64);
+        let from = search.created_from.map(to_bigint);
+        let before = search.created_before.map(to_bigint);
         let limit = search.limit.map(i64::from);
         let rows = self.shared.with(|client, _| {
             client
@@ -620,13 +620,47 @@ fn scan_rows(
     Ok(scan.finish())
 }
 
+/// Whether `events` (from `next_seq`) are exactly the stored tail that
+/// ends at `stored_next`: a batch whose commit went through although its
+/// answer was lost (the connection dropped during the commit). Retrying it
+/// is then a no-op instead of a seq mismatch forever.
+fn already_stored(
+    txn: &mut Transaction<'_>,
+    key: &[u8],
+    events: &[SessionEvent],
+    next_seq: u64,
+    stored_next: u64,
+) -> Result<bool, StoreError> {
+    if events.is_empty() || next_seq.checked_add(events.len() as u64) != Some(stored_next) {
+        return Ok(false);
+    }
+    let rows = txn
+        .query(
+            "SELECT event FROM events WHERE session = $1 AND seq >= $2 ORDER BY seq",
+            &[&key, &to_bigint(next_seq)],
+        )
+        .map_err(|e| db_err("read the stored tail", e))?;
+    if rows.len() != events.len() {
+        return Ok(false);
+    }
+    for (row, e) in rows.iter().zip(events) {
+        let text: &str = row
+            .try_get(0)
+            .map_err(|e| db_err("read the stored tail", e))?;
+        if text != e.to_json() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 fn insert_events(
     txn: &mut Transaction<'_>,
     id: &[u8],
     events: &[SessionEvent],
 ) -> Result<(), StoreError> {
     for chunk in events.chunks(INSERT_CHUNK) {
-        let seqs: Vec<i64> = chunk.iter().map(|e| seq_i64(e.seq())).collect();
+        let seqs: Vec<i64> = chunk.iter().map(|e| to_bigint(e.seq())).collect();
         let texts: Vec<String> = chunk.iter().map(SessionEvent::to_json).collect();
         txn.execute(
             "INSERT INTO events (session, seq, event)
@@ -838,6 +872,9 @@ impl Backend for PgBackend {
                         .map_err(|e| db_err("read the last seq", e))?;
                     let stored_next = last.map_or(0, |s| u64::try_from(s).unwrap_or(0) + 1);
                     if stored_next != next_seq {
+                        if already_stored(txn, key, events, next_seq, stored_next)? {
+                            return Ok(());
+                        }
                         return Err(StoreError::SeqMismatch {
                             id: id.to_owned(),
                             expected: stored_next,
@@ -883,7 +920,7 @@ impl Backend for PgBackend {
             if let Some(from) = marker {
                 txn.execute(
                     "DELETE FROM events WHERE session = $1 AND seq >= $2",
-                    &[&key, &seq_i64(from)],
+                    &[&key, &to_bigint(from)],
                 )
                 .map_err(|e| db_err("delete the torn tail", e))?;
             }
@@ -972,7 +1009,7 @@ pub mod raw {
     /// session's revision.
     pub fn put_record(store: &PgStore, id: &str, seq: u64, text: &str) -> Result<(), StoreError> {
         let key = id.as_bytes();
-        let seq = seq_i64(seq);
+        let seq = to_bigint(seq);
         exec(store, |txn| {
             txn.execute(
                 "INSERT INTO events (session, seq, event) VALUES ($1, $2, $3)

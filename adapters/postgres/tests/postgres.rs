@@ -327,3 +327,26 @@ fn equal_histories_in_two_stores_have_different_revisions() {
             .ends_with(":revision:2")
     );
 }
+
+#[test]
+fn a_batch_whose_commit_answer_was_lost_is_not_refused_on_retry() {
+    let Some(db) = Scratch::new() else { return };
+    let s = db.try_open().unwrap();
+    s.create(header("s1")).unwrap();
+    s.append(&sid("s1"), &one_turn()).unwrap();
+    // The next batch reached the table, but the store never heard back
+    // (simulated by writing it behind the store's back).
+    let next = &turns(2)[6..];
+    for e in next {
+        raw::put_record(&s, "s1", e.seq(), &e.to_json()).unwrap();
+    }
+    s.append(&sid("s1"), next).unwrap();
+    assert_eq!(raw::records(&s, "s1").unwrap().len(), 12);
+    // Other events at the same seqs are still a stale writer's.
+    raw::put_record(&s, "s1", 12, &turn_start(12, 3, 99)).unwrap();
+    let e = s
+        .append(&sid("s1"), &[ev(&turn_start(12, 3, 1))])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid, "{e}");
+    assert!(e.to_string().contains("expected 13"), "{e}");
+}
