@@ -19,7 +19,9 @@
 //! in one transaction; every flush is one transaction that checks the
 //! session's writer lease and the stored next seq, inserts the batch with
 //! `INSERT … SELECT … FROM unnest(…)` (one statement per
-//! [`INSERT_CHUNK`] events) and bumps the revision. Reads run in a
+//! [`INSERT_CHUNK`] events) and bumps the revision. A batch retried after
+//! its commit went through unanswered (the connection dropped during the
+//! commit) finds itself stored, text for text, and succeeds as a no-op. Reads run in a
 //! read-only repeatable-read transaction through a portal fetched
 //! [`FETCH_ROWS`] rows at a time, so only one chunk of rows is held
 //! beside the parsed events.
