@@ -1,8 +1,10 @@
 //! Session store benches (persistence.md): append throughput through the
 //! write-behind queue with a flush every 100 events and with a flush per
 //! event, and the load of the 100k-event workload log from disk, for the
-//! JSONL store (zstd and raw) and the redb store. All storage lives in a
-//! temp dir.
+//! JSONL store (zstd and raw), the redb store, and the PostgreSQL store when
+//! `DSH_TEST_POSTGRES_URL` names a server (a fresh schema, dropped at the
+//! end; without the variable it is skipped with a message). Local storage
+//! lives in a temp dir.
 //!
 //! Run: `cargo bench -p dsh-benches --bench store -- --warm-up-time 1 --measurement-time 3`
 
@@ -17,8 +19,23 @@ use dsh_core::jsonl::scan_log;
 use dsh_core::session::{SessionEvent, SessionHeader};
 use dsh_store::{Cancel, CoordinatorConfig, Location, SessionStore};
 
-const KINDS: [&str; 3] = ["jsonl-zstd", "jsonl-raw", "redb"];
+/// The PostgreSQL server of the `postgres` kind.
+const POSTGRES_URL_ENV: &str = dsh_postgres::raw::TEST_URL_ENV;
 
+/// The store kinds benched: the local ones, and `postgres` when its server
+/// is set.
+fn kinds() -> Vec<&'static str> {
+    let mut kinds = vec!["jsonl-zstd", "jsonl-raw", "redb"];
+    if std::env::var(POSTGRES_URL_ENV).is_ok_and(|u| !u.is_empty()) {
+        kinds.push("postgres");
+    } else {
+        eprintln!("store bench: SKIPPED postgres: {POSTGRES_URL_ENV} is not set");
+    }
+    kinds
+}
+
+/// Opens `kind`; for postgres, `dir`'s last component names a fresh
+/// schema (dropped by [`drop_schema`]).
 fn open(kind: &str, dir: &Path) -> Box<dyn SessionStore> {
     let coordinator = CoordinatorConfig {
         max_pending: 1 << 20,
@@ -26,6 +43,14 @@ fn open(kind: &str, dir: &Path) -> Box<dyn SessionStore> {
     };
     match kind {
         "redb" => Box::new(dsh_redb::open(&dir.join("s.redb"), coordinator).expect("redb")),
+        "postgres" => {
+            let url = std::env::var(POSTGRES_URL_ENV).expect("server URL");
+            let mut config =
+                dsh_postgres::PgConfig::new(dsh_postgres::StoreUrl::parse(&url).expect("URL"));
+            config.schema = Some(schema_of(dir));
+            config.coordinator = coordinator;
+            Box::new(dsh_postgres::open(config).expect("postgres"))
+        }
         _ => {
             let mut config = dsh_jsonl::JsonlConfig::new(dir.join("root"));
             config.coordinator = coordinator;
@@ -35,6 +60,32 @@ fn open(kind: &str, dir: &Path) -> Box<dyn SessionStore> {
             Box::new(dsh_jsonl::open(config).expect("jsonl"))
         }
     }
+}
+
+/// The schema a postgres store over temp dir `dir` uses.
+fn schema_of(dir: &Path) -> String {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let clean: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    format!("dsh_bench_{clean}")
+}
+
+/// Drops the schema of a postgres store over `dir` (no-op for the others).
+fn drop_schema(kind: &str, dir: &Path) {
+    if kind != "postgres" {
+        return;
+    }
+    let url = std::env::var(POSTGRES_URL_ENV).expect("server URL");
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema_of(dir)))
+        .expect("drop the bench schema");
 }
 
 fn workload() -> (Workloads, SessionHeader, Vec<SessionEvent>, Vec<u8>) {
@@ -48,7 +99,7 @@ fn append(c: &mut Criterion, header: &SessionHeader, events: &[SessionEvent]) {
     let mut group = c.benchmark_group("store_append");
     group.throughput(Throughput::Elements(1));
     group.sample_size(10);
-    for kind in KINDS {
+    for kind in kinds() {
         for every in [100u64, 1] {
             group.bench_function(format!("{kind}/flush_every_{every}"), |b| {
                 b.iter_custom(|iters| {
@@ -81,6 +132,7 @@ fn append(c: &mut Criterion, header: &SessionHeader, events: &[SessionEvent]) {
                     store.flush(&id).expect("flush");
                     let elapsed = start.elapsed();
                     drop(store);
+                    drop_schema(kind, dir.path());
                     elapsed
                 });
             });
@@ -94,7 +146,7 @@ fn load(c: &mut Criterion, header: &SessionHeader, events: &[SessionEvent], raw:
     group.throughput(Throughput::Elements(events.len() as u64));
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(3));
-    for kind in KINDS {
+    for kind in kinds() {
         let dir = tempfile::tempdir().expect("temp dir");
         {
             let store = open(kind, dir.path());
@@ -125,6 +177,8 @@ fn load(c: &mut Criterion, header: &SessionHeader, events: &[SessionEvent], raw:
         group.bench_function(format!("{kind}/load_100k"), |b| {
             b.iter(|| store.load(&header.id).expect("load"))
         });
+        drop(store);
+        drop_schema(kind, dir.path());
     }
     group.finish();
 }

@@ -1,5 +1,5 @@
-//! Store selection (`--store jsonl|redb`, `--store-dir DIR`), session ids,
-//! and `dsh sessions`.
+//! Store selection (`--store jsonl|redb|postgres`, `--store-dir DIR`,
+//! `--store-url URL`), session ids, and `dsh sessions`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,6 +22,31 @@ pub enum StoreKind {
     Jsonl,
     /// One redb database holding every session.
     Redb,
+    /// A PostgreSQL database (`--store-url`, default `$DSH_STORE_URL`),
+    /// shared by workers on many machines.
+    Postgres,
+}
+
+/// The variable holding the default `--store-url`. It may carry a
+/// password: it never reaches a tool process and is never printed.
+pub const STORE_URL_ENV: &str = "DSH_STORE_URL";
+
+/// A `--store-url` value; `Debug` never shows it (it may hold a password).
+#[derive(Clone)]
+pub struct UrlArg(pub String);
+
+impl std::str::FromStr for UrlArg {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(UrlArg(s.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for UrlArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UrlArg(..)")
+    }
 }
 
 /// Store flags shared by every session command.
@@ -34,6 +59,12 @@ pub struct StoreArgs {
     /// `~/.local/share/dsh`).
     #[arg(long, value_name = "DIR")]
     pub store_dir: Option<PathBuf>,
+    /// The PostgreSQL URL of `--store postgres`
+    /// (`postgres://user:password@host:port/db`; default: `$DSH_STORE_URL`,
+    /// which keeps the password out of the process list). Never printed
+    /// with its password.
+    #[arg(long, value_name = "URL")]
+    pub store_url: Option<UrlArg>,
 }
 
 impl StoreArgs {
@@ -47,15 +78,52 @@ impl StoreArgs {
         }
     }
 
+    /// The PostgreSQL URL: `--store-url`, else `$DSH_STORE_URL`.
+    pub fn url(&self) -> Result<dsh_postgres::StoreUrl, String> {
+        let text = match &self.store_url {
+            Some(u) => u.0.clone(),
+            None => std::env::var(STORE_URL_ENV).map_err(|_| {
+                format!("dsh: --store postgres needs --store-url URL or {STORE_URL_ENV}")
+            })?,
+        };
+        dsh_postgres::StoreUrl::parse(&text).map_err(|e| format!("dsh: {e}"))
+    }
+
+    /// Where the store is, for messages (a PostgreSQL URL without its
+    /// password).
+    pub fn describe(&self) -> String {
+        match self.store {
+            StoreKind::Postgres => self
+                .url()
+                .map(|u| u.to_string())
+                .unwrap_or_else(|_| "the PostgreSQL store".into()),
+            _ => self
+                .dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+        }
+    }
+
     /// Opens the store. JSONL transcripts are written uncompressed
     /// (`session.jsonl`) so that `dsh log check` and `dsh replay --check`
     /// read them directly.
     pub fn open(&self) -> Result<Arc<dyn SessionStore>, String> {
-        let dir = self.dir()?;
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("dsh: cannot create {}: {e}", dir.display()))?;
+        let made_dir = || {
+            let dir = self.dir()?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("dsh: cannot create {}: {e}", dir.display()))?;
+            Ok::<_, String>(dir)
+        };
         match self.store {
+            StoreKind::Postgres => {
+                let url = self.url()?;
+                let shown = url.to_string();
+                dsh_postgres::open(dsh_postgres::PgConfig::new(url))
+                    .map(|s| Arc::new(s) as Arc<dyn SessionStore>)
+                    .map_err(|e| format!("dsh: cannot open the PostgreSQL store at {shown}: {e}"))
+            }
             StoreKind::Jsonl => {
+                let dir = made_dir()?;
                 let root = dir.join("sessions");
                 let config = dsh_jsonl::JsonlConfig::new(&root)
                     .with_compression(dsh_jsonl::Compression::None);
@@ -69,6 +137,7 @@ impl StoreArgs {
                     })
             }
             StoreKind::Redb => {
+                let dir = made_dir()?;
                 let path = dir.join("sessions.redb");
                 dsh_redb::open(&path, CoordinatorConfig::default())
                     .map(|s| Arc::new(s) as Arc<dyn SessionStore>)
@@ -87,6 +156,9 @@ pub fn describe_location(store: &dyn SessionStore, args: &StoreArgs, id: &Sessio
         && let Some(Location::Jsonl { path }) = store.locate(&inspection.header)
     {
         return path.display().to_string();
+    }
+    if args.store == StoreKind::Postgres {
+        return format!("{} (session {})", args.describe(), id.as_str());
     }
     match args.dir() {
         Ok(d) => format!(
@@ -298,13 +370,7 @@ pub fn run_sessions(args: SessionsArgs) -> Outcome {
         }
     };
     if rows.is_empty() {
-        println_safe!(
-            "no sessions in {}",
-            args.store
-                .dir()
-                .map(|d| d.display().to_string())
-                .unwrap_or_default()
-        );
+        println_safe!("no sessions in {}", args.store.describe());
         return Outcome::Ok;
     }
     // A child's id is indented under its parent's (`└ `, two columns per
@@ -382,6 +448,7 @@ mod tests {
         let args = StoreArgs {
             store: StoreKind::Jsonl,
             store_dir: Some(dir.path().to_path_buf()),
+            store_url: None,
         };
         let store = args.open().unwrap();
         for id in ["s1", "s2"] {
@@ -456,6 +523,7 @@ mod tests {
         let args = StoreArgs {
             store: StoreKind::Jsonl,
             store_dir: Some(dir.path().to_path_buf()),
+            store_url: None,
         };
         let store = args.open().unwrap();
         let mut header = SessionHeader::new("s1", 1_000);

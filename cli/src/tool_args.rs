@@ -105,7 +105,8 @@ impl ToolArgs {
             exclude: self.tool_env_exclude.clone(),
             ..EnvPolicy::default()
         }
-        .with_secret(api_key_env);
+        .with_secret(api_key_env)
+        .with_secret(crate::store::STORE_URL_ENV);
         let sandbox = SandboxPolicy {
             mode: match self.sandbox.unwrap_or_default() {
                 SandboxArg::WorkspaceWrite => SandboxMode::WorkspaceWrite,
@@ -145,6 +146,8 @@ mod tests {
         assert!(c.sandbox.network);
         assert!(c.env.secrets.contains(&"MY_KEY_VAR".to_string()));
         assert!(c.env.secrets.contains(&"DEEPSEEK_API_KEY".to_string()));
+        // The store URL may carry a database password.
+        assert!(c.env.secrets.contains(&"DSH_STORE_URL".to_string()));
         assert!(!c.env.ignore_default_excludes);
     }
 

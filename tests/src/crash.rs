@@ -7,8 +7,9 @@ use dsh_core::jsonl::{Decoded, Decoder, Record};
 use dsh_core::session::SessionEvent;
 use dsh_store::{CoordinatorConfig, SessionStore, StoreError};
 
-/// Opens the store `kind` (`jsonl`, `jsonl-raw`, `redb`) at `path` (a root
-/// directory, or the database file for redb). Write-behind only writes on
+/// Opens the store `kind` (`jsonl`, `jsonl-raw`, `redb`, `postgres`) at
+/// `path` (a root directory, the database file for redb, the schema name
+/// for postgres, whose server is `$DSH_TEST_POSTGRES_URL`). Write-behind only writes on
 /// flush (the queue limit is far above the flush interval).
 pub fn open_store(kind: &str, path: &Path) -> Result<Box<dyn SessionStore>, StoreError> {
     let coordinator = CoordinatorConfig {
@@ -25,6 +26,16 @@ pub fn open_store(kind: &str, path: &Path) -> Result<Box<dyn SessionStore>, Stor
             Ok(Box::new(dsh_jsonl::open(config)?))
         }
         "redb" => Ok(Box::new(dsh_redb::open(path, coordinator)?)),
+        "postgres" => {
+            let env = dsh_postgres::raw::TEST_URL_ENV;
+            let url = std::env::var(env).map_err(|_| StoreError::Invalid {
+                message: format!("the postgres kind needs {env}"),
+            })?;
+            let mut config = dsh_postgres::PgConfig::new(dsh_postgres::StoreUrl::parse(&url)?);
+            config.schema = Some(path.display().to_string());
+            config.coordinator = coordinator;
+            Ok(Box::new(dsh_postgres::open(config)?))
+        }
         other => Err(StoreError::Invalid {
             message: format!("unknown store kind {other}"),
         }),

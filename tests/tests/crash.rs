@@ -12,9 +12,11 @@
 //! - an open turn is closed exactly by the closers of 6.4
 //!   (`load == stored prefix ++ interrupted_turn_closers(prefix)`).
 //!
-//! The default run makes 210 kills across the JSONL (zstd and raw) and redb
-//! stores; `DSH_CRASH_KILLS=N` sets the total (e.g. 1200), and
-//! `DSH_CRASH_SEED` replays a run.
+//! The default run makes 70 kills per store: JSONL (zstd and raw), redb,
+//! and PostgreSQL when `DSH_TEST_POSTGRES_URL` names a server (each run in
+//! a fresh schema; without the variable it is skipped with a message, and
+//! under `CI=true` that is a failure). `DSH_CRASH_KILLS=N` sets the total
+//! across the stores run (e.g. 1200), and `DSH_CRASH_SEED` replays a run.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -138,10 +140,38 @@ struct Outcome {
     repairs: u64,
 }
 
+/// A fresh schema on the PostgreSQL test server, dropped at the end.
+struct PgSchema {
+    url: String,
+    name: String,
+}
+
+impl PgSchema {
+    fn new(url: String, rng: &mut Rng) -> Self {
+        PgSchema {
+            url,
+            name: format!("dsh_crash_{:016x}", rng.next()),
+        }
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.url, postgres::NoTls) {
+            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
+
 fn crash_loop(kind: &str, kills: u64, rng: &mut Rng) -> Outcome {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = match kind {
-        "redb" => dir.path().join("sessions.redb"),
+    let schema = (kind == "postgres").then(|| {
+        let url = dsh_postgres::raw::test_server().expect("server URL");
+        PgSchema::new(url, rng)
+    });
+    let path = match (kind, &schema) {
+        (_, Some(schema)) => std::path::PathBuf::from(&schema.name),
+        ("redb", None) => dir.path().join("sessions.redb"),
         _ => dir.path().join("root"),
     };
     let mut outcome = Outcome {
@@ -217,10 +247,14 @@ fn crash_loop(kind: &str, kills: u64, rng: &mut Rng) -> Outcome {
 
 #[test]
 fn sigkill_at_random_moments_never_loses_flushed_events() {
+    let mut kinds = vec!["jsonl", "jsonl-raw", "redb"];
+    if dsh_postgres::raw::test_server().is_some() {
+        kinds.push("postgres");
+    }
     let total: u64 = std::env::var("DSH_CRASH_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(210);
+        .unwrap_or(70 * kinds.len() as u64);
     let seed: u64 = std::env::var("DSH_CRASH_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -232,9 +266,8 @@ fn sigkill_at_random_moments_never_loses_flushed_events() {
         });
     eprintln!("crash test: DSH_CRASH_SEED={seed} DSH_CRASH_KILLS={total}");
     let mut rng = Rng(seed);
-    let kinds = ["jsonl", "jsonl-raw", "redb"];
     let per = total.div_ceil(kinds.len() as u64);
-    for kind in kinds {
+    for kind in kinds.iter().copied() {
         let o = crash_loop(kind, per, &mut rng);
         eprintln!(
             "crash test: {kind}: {} kills survived; {} loads committed a repair, {} of them closing an open turn; {} kills had a returned flush to verify",

@@ -27,10 +27,11 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use dsh_core::SessionId;
-use dsh_core::jsonl::{LogError, ScanError, Scanner, decode_header_line, encode_header_line};
-use dsh_core::session::{SeedError, SessionEvent, SessionHeader};
+use dsh_core::jsonl::encode_header_line;
+use dsh_core::session::{SessionEvent, SessionHeader};
 use dsh_store::{
-    Backend, Coordinator, CoordinatorConfig, Location, Revision, Snapshot, StoreError, Stored,
+    Backend, Coordinator, CoordinatorConfig, Location, RecordScan, Revision, Snapshot, StoreError,
+    Stored, decode_stored_header,
 };
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
@@ -202,19 +203,7 @@ impl RedbBackend {
     }
 
     fn header_of(&self, id: &str, text: &str) -> Result<SessionHeader, StoreError> {
-        let header =
-            decode_header_line(text.as_bytes()).map_err(|e| StoreError::from_log(id, e, None))?;
-        if header.id.as_str() != id {
-            return Err(StoreError::corruption(
-                id,
-                format!(
-                    "the sessions entry of \"{id}\" holds the header of \"{}\"",
-                    header.id
-                ),
-                None,
-            ));
-        }
-        Ok(header)
+        decode_stored_header(id, text)
     }
 }
 
@@ -227,46 +216,12 @@ fn scan_records<T: ReadableTable<(&'static str, u64), &'static str>>(
     let range = table
         .range((id, 0u64)..=(id, u64::MAX))
         .map_err(|e| db_err("scan events", e))?;
-    let mut scanner = Scanner::new(0);
-    let mut records = 0u64;
-    let mut line = Vec::with_capacity(512);
+    let mut scan = RecordScan::new(id);
     for item in range {
         let (key, value) = item.map_err(|e| db_err("read an event", e))?;
-        let (_, key_seq) = key.value();
-        line.clear();
-        line.extend_from_slice(value.value().as_bytes());
-        line.push(b'\n');
-        let before = scanner.events().len();
-        scanner.feed(&line).map_err(|e| {
-            let log = match e {
-                ScanError::Corrupt { message } => LogError::Corrupt { message },
-                ScanError::Invalid { index, error } => LogError::InvalidEvent {
-                    session_id: id.to_owned(),
-                    error: SeedError { index, error },
-                },
-                other => LogError::Corrupt {
-                    message: other.to_string(),
-                },
-            };
-            StoreError::from_log(id, log, None)
-        })?;
-        if let Some(first) = scanner.events().get(before)
-            && first.seq() != key_seq
-        {
-            return Err(StoreError::corruption(
-                id,
-                format!(
-                    "corrupt session log: record ({id}, {key_seq}) holds seq {}",
-                    first.seq()
-                ),
-                None,
-            ));
-        }
-        records += 1;
+        scan.push(key.value().1, value.value())?;
     }
-    let events = scanner.into_events();
-    let torn = (records > events.len() as u64).then_some(events.len() as u64);
-    Ok((events, torn))
+    Ok(scan.finish())
 }
 
 fn insert_events(

@@ -75,7 +75,7 @@ pub enum StoreError {
     Locked {
         /// What is locked (a session id or a database).
         what: String,
-        /// The lock file.
+        /// The lock file (empty for a server store's lease).
         path: PathBuf,
     },
     /// The store's layout or configuration does not match what is on disk:
@@ -224,6 +224,11 @@ impl fmt::Display for StoreError {
                 f.write_str(message)?;
                 raw_log(f, location)
             }
+            // A server store's lease has no lock file (empty path).
+            StoreError::Locked { what, path } if path.as_os_str().is_empty() => write!(
+                f,
+                "{what} is locked by another writer; only one process may write it at a time"
+            ),
             StoreError::Locked { what, path } => write!(
                 f,
                 "{what} is locked by another writer (lock file {}); only one process may write it at a time",

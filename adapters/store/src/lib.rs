@@ -10,6 +10,8 @@
 //!   H1–H6; the coordinator implements the seam on top of them (per-id
 //!   cursor, adoption, contiguity, write-behind queue, repair commit), so the
 //!   JSONL and redb stores share one implementation of the rules.
+//! - [`RecordScan`] and [`decode_stored_header`]: the scan rule over the
+//!   records of a key-value store (redb, PostgreSQL).
 //! - `contract` (feature `contract`): the shared contract suite (section 4)
 //!   that every store's tests run.
 //!
@@ -29,6 +31,7 @@
 
 mod coordinator;
 mod error;
+mod records;
 
 #[cfg(feature = "contract")]
 pub mod contract;
@@ -42,6 +45,7 @@ use dsh_core::session::{SessionEvent, SessionHeader};
 
 pub use coordinator::{Coordinator, CoordinatorConfig, check_batch, validate_stored};
 pub use error::{ErrorKind, StoreError};
+pub use records::{RecordScan, decode_stored_header};
 
 /// The largest safe integer (`2^53 - 1`, session.md section 1).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;

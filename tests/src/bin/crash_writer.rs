@@ -3,7 +3,7 @@
 //! printing `F <seq>` after each flush returns (so every event up to that
 //! seq is durable). The crash test kills it with SIGKILL at random moments.
 //!
-//! Usage: `dsh-crash-writer <jsonl|jsonl-raw|redb> <path> <session-id> <flush-every>`
+//! Usage: `dsh-crash-writer <jsonl|jsonl-raw|redb|postgres> <path|schema> <session-id> <flush-every>`
 
 use std::io::Write;
 use std::path::Path;
@@ -20,7 +20,7 @@ fn run(args: &[String]) -> Result<(), StoreError> {
     else {
         return Err(StoreError::Invalid {
             message:
-                "usage: dsh-crash-writer <jsonl|jsonl-raw|redb> <path> <session-id> <flush-every>"
+                "usage: dsh-crash-writer <jsonl|jsonl-raw|redb|postgres> <path|schema> <session-id> <flush-every>"
                     .into(),
         });
     };
