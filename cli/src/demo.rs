@@ -129,6 +129,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         effort: None,
         temperature: None,
         max_tokens: None,
+        context_window: None,
     };
     let store = args.store.open()?;
     let build = {

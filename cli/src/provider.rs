@@ -33,6 +33,10 @@ pub struct ProviderArgs {
     /// Output token cap of each request (default: the server's).
     #[arg(long, value_name = "N", value_parser = max_tokens)]
     pub max_tokens: Option<u64>,
+    /// The model's context window in tokens, for compaction (default: what
+    /// the server tells, else DeepSeek's known windows, else 32768).
+    #[arg(long, value_name = "N", value_parser = context_window)]
+    pub context_window: Option<u64>,
     #[command(flatten)]
     pub client: ClientFlags,
 }
@@ -158,6 +162,16 @@ pub fn max_tokens(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A context window between 512 and 2^32 tokens.
+pub fn context_window(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(v) if (512..=(1u64 << 32)).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a context window between 512 and 4294967296 tokens"
+        )),
+    }
+}
+
 /// A byte limit between 1 KiB and 4 GiB.
 pub fn event_bytes(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
@@ -198,6 +212,9 @@ pub struct Provider {
     pub temperature: Option<f64>,
     /// Output token cap of every request.
     pub max_tokens: Option<u64>,
+    /// The context window the user set (flag, else the config file's
+    /// entry for the model, else its `context_window`).
+    pub context_window: Option<u64>,
 }
 
 impl Provider {
@@ -247,6 +264,9 @@ pub fn resolve_with(
     if model.trim().is_empty() {
         return Err("dsh: --model must not be empty".to_string());
     }
+    let context_window = args
+        .context_window
+        .or_else(|| file.context_window_for(&model));
     let d = ClientSettings::default();
     let f = &args.client;
     let client = ClientSettings {
@@ -273,6 +293,7 @@ pub fn resolve_with(
         effort: args.effort.clone().or_else(|| file.effort.clone()),
         temperature: args.temperature.or(file.temperature),
         max_tokens: args.max_tokens.or(file.max_tokens),
+        context_window,
     })
 }
 

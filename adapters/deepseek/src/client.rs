@@ -190,6 +190,36 @@ fn url_host(url: &str) -> String {
     host.to_ascii_lowercase()
 }
 
+/// The `host[:port]` of `url`, lowercased, without userinfo; any character
+/// outside ASCII letters, digits and `.-:[]` becomes `_`, so the result is
+/// safe in a log and on a terminal.
+pub fn url_authority(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    hostport
+        .chars()
+        .take(255)
+        .map(|c| match c {
+            'A'..='Z' => c.to_ascii_lowercase(),
+            'a'..='z' | '0'..='9' | '.' | '-' | ':' | '[' | ']' => c,
+            _ => '_',
+        })
+        .collect()
+}
+
+/// The provider route a session records for an OpenAI-compatible endpoint
+/// at `base_url`: [`PROVIDER_ROUTE`] (`deepseek-official`, the reference's
+/// name) for DeepSeek's own API, else `openai-compatible:<host[:port]>`
+/// (issue 32).
+pub fn provider_route(base_url: &str) -> String {
+    if is_deepseek_url(base_url) {
+        String::from(PROVIDER_ROUTE)
+    } else {
+        alloc::format!("openai-compatible:{}", url_authority(base_url))
+    }
+}
+
 /// Whether `url` points at DeepSeek (`deepseek.com` or a subdomain).
 pub fn is_deepseek_url(url: &str) -> bool {
     let host = url_host(url);
@@ -432,6 +462,87 @@ impl DeepSeekClient {
             .max_idle_connections_per_host(2)
             .build();
         Agent::new_with_config(agent_config)
+    }
+
+    /// Asks the server for `model`'s context window (issue 32): the
+    /// [`crate::discover::PROBES`] in order, each answer read up to
+    /// [`crate::discover::MAX_DISCOVERY_BYTES`], every request within
+    /// `per_request` and all within `budget`; the first answer that parses
+    /// wins. The key goes with each probe as with a chat call (same host,
+    /// no redirects followed). A connection that fails ends discovery at
+    /// once. Never an error: `None` when no probe told.
+    pub fn discover_context_window(
+        &self,
+        model: &str,
+        per_request: Duration,
+        budget: Duration,
+    ) -> Option<(u64, crate::discover::WindowSource)> {
+        use crate::discover::{MAX_DISCOVERY_BYTES, PROBES, ProbeBase, parse_window, url_root};
+        let start = std::time::Instant::now();
+        let base = self.base_url();
+        let root = url_root(&base);
+        let key = self.api_key().ok();
+        let ua = match self.options.user_agent.as_deref() {
+            Some(ua) if !ua.is_empty() => String::from(ua),
+            _ => user_agent(),
+        };
+        for probe in PROBES {
+            let left = budget.checked_sub(start.elapsed())?;
+            let url = match probe.base {
+                ProbeBase::Base => format!("{base}{}", probe.path),
+                ProbeBase::Root => format!("{root}{}", probe.path),
+            };
+            let agent = Agent::new_with_config(
+                Agent::config_builder()
+                    .http_status_as_error(false)
+                    .max_redirects(0)
+                    .max_redirects_will_error(false)
+                    .user_agent(AutoHeaderValue::Provided(Arc::new(ua.clone())))
+                    .accept_encoding(AutoHeaderValue::None)
+                    .timeout_global(Some(left.min(per_request)))
+                    .proxy(if self.options.proxy_from_env {
+                        ureq::Proxy::try_from_env()
+                    } else {
+                        None
+                    })
+                    .build(),
+            );
+            let bearer = key.as_ref().map(ApiKey::bearer);
+            let sent = if probe.post_model {
+                let body = serde_json::json!({ "model": model }).to_string();
+                let mut req = agent.post(&url).header("content-type", "application/json");
+                if let Some(b) = &bearer {
+                    req = req.header("authorization", b.as_str());
+                }
+                req.send(body.as_bytes())
+            } else {
+                let mut req = agent.get(&url);
+                if let Some(b) = &bearer {
+                    req = req.header("authorization", b.as_str());
+                }
+                req.call()
+            };
+            let response = match sent {
+                Ok(r) => r,
+                Err(ureq::Error::StatusCode(_)) => continue,
+                Err(_) => return None,
+            };
+            if !response.status().is_success() {
+                continue;
+            }
+            let Ok(body) = response
+                .into_body()
+                .with_config()
+                .limit(MAX_DISCOVERY_BYTES)
+                .read_to_vec()
+            else {
+                continue;
+            };
+            if let Some(n) = parse_window(probe.source, &body, model) {
+                return Some((n, probe.source));
+            }
+        }
+        None
     }
 
     /// The configuration.
@@ -1186,5 +1297,39 @@ impl DeepSeekStream {
                 self.shown_url
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::{provider_route, url_authority};
+
+    /// Issue 32 item 2: the route names what the user pointed dsh at; the
+    /// key in a URL's userinfo or query never reaches it; control
+    /// characters do not either.
+    #[test]
+    fn issue_32_the_route_names_the_endpoint() {
+        assert_eq!(
+            provider_route("https://api.deepseek.com"),
+            "deepseek-official"
+        );
+        assert_eq!(
+            provider_route("https://api.deepseek.com/beta/"),
+            "deepseek-official"
+        );
+        assert_eq!(
+            provider_route("http://127.0.0.1:8765/v1"),
+            "openai-compatible:127.0.0.1:8765"
+        );
+        assert_eq!(
+            provider_route("https://user:sk-secret@Example.COM/v1?api_key=sk-2"),
+            "openai-compatible:example.com"
+        );
+        assert_eq!(
+            provider_route("http://[::1]:9/v1"),
+            "openai-compatible:[::1]:9"
+        );
+        assert_eq!(url_authority("http://a\u{1b}]b\u{7}c/"), "a_]b_c");
+        assert_eq!(url_authority(""), "");
     }
 }

@@ -89,6 +89,7 @@ extern crate std;
 mod classify;
 pub mod codes;
 mod config;
+pub mod discover;
 mod pattern;
 mod request;
 mod sse;
@@ -126,7 +127,7 @@ pub use cancel::CancelToken;
 #[cfg(feature = "std")]
 pub use client::{
     ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, SessionHeader,
-    is_deepseek_url, is_loopback_url, redact_url, user_agent,
+    is_deepseek_url, is_loopback_url, provider_route, redact_url, url_authority, user_agent,
 };
 
 pub use dsh_core::{LlmError, StreamChunk};

@@ -1,0 +1,172 @@
+//! Issue 32 end to end: the session names the endpoint the user pointed
+//! dsh at, a log written with the old route name resumes, and the context
+//! window and token estimate work for a server that reports neither.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use dsh_core::jsonl::load_log;
+use dsh_core::session::{EventData, SessionEvent};
+use dsh_deepseek::mock::{MockServer, Script};
+
+/// A command with a private data dir and no provider variables.
+fn dsh(data: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
+    c.env("XDG_DATA_HOME", data)
+        .env("XDG_CONFIG_HOME", data.join("config"))
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn mock(script: &str) -> MockServer {
+    MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
+}
+
+fn transcripts(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for project in std::fs::read_dir(root.join("dsh/sessions")).unwrap() {
+        for session in std::fs::read_dir(project.unwrap().path()).unwrap() {
+            let p = session.unwrap().path().join("session.jsonl");
+            if p.exists() {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn events(path: &Path) -> Vec<SessionEvent> {
+    let bytes = std::fs::read(path).unwrap();
+    let loaded = load_log(&bytes, &[]).expect("a valid session log");
+    assert!(!loaded.needs_repair());
+    loaded.session.events().to_vec()
+}
+
+/// `(provider, contextWindow)` of every `request/context` event.
+fn contexts(events: &[SessionEvent]) -> Vec<(String, Option<u64>)> {
+    events
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::RequestContext(c) => Some((c.provider.clone(), c.context_window)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `config.provider` of every `request/header` event.
+fn header_providers(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e.data() {
+            EventData::RequestHeader(h) => Some(h.header.config.provider.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+const TWO_TURNS: &str = r#"{"responses":[
+  {"turn":{"text":["first answer"],"usage":{"prompt_tokens":100,"completion_tokens":7}}},
+  {"turn":{"text":["second answer"],"usage":{"prompt_tokens":120,"completion_tokens":7}}}]}"#;
+
+/// Issue 32 item 2: a local OpenAI-compatible server is recorded as
+/// `openai-compatible:<host:port>`, not as DeepSeek's official API
+/// (request/header, request/context and the answer's source).
+#[test]
+fn issue_32_a_local_server_is_named_by_its_host() {
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TWO_TURNS);
+    let url = format!("{}/v1", server.url());
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &url, "--context-window", "65536", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let log = transcripts(data.path()).remove(0);
+    let ev = events(&log);
+    let route = format!(
+        "openai-compatible:{}",
+        server.url().trim_start_matches("http://")
+    );
+    assert_eq!(header_providers(&ev), vec![route.clone()]);
+    assert_eq!(contexts(&ev), vec![(route.clone(), Some(65536))]);
+    let raw = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        raw.contains(&format!(r#""provider":"{route}""#)),
+        "the answer's source names the route"
+    );
+    assert!(!raw.contains("deepseek-official"), "{raw}");
+}
+
+/// Issue 32 item 2: a log written before the rename (its header and
+/// messages say `deepseek-official` for a local server) resumes: the next
+/// turn runs, records a header under the new name, and the log checks
+/// and replays clean.
+#[test]
+fn issue_32_a_log_with_the_old_route_name_resumes() {
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(TWO_TURNS);
+    let url = format!("{}/v1", server.url());
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &url, "--context-window", "65536", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let log = transcripts(data.path()).remove(0);
+    let route = format!(
+        "openai-compatible:{}",
+        server.url().trim_start_matches("http://")
+    );
+    let old = std::fs::read_to_string(&log)
+        .unwrap()
+        .replace(&route, "deepseek-official");
+    assert!(old.contains("deepseek-official"));
+    std::fs::write(&log, &old).unwrap();
+    let id = load_log(old.as_bytes(), &[])
+        .unwrap()
+        .session
+        .header()
+        .id
+        .clone();
+
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &url, "--context-window", "65536"])
+        .args(["--resume", id.as_str()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"second prompt\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    assert!(out.contains("(resumed)"), "{out}");
+    assert!(out.contains("second answer"), "{out}");
+    let ev = events(&log);
+    assert_eq!(
+        header_providers(&ev),
+        vec!["deepseek-official".to_string(), route.clone()]
+    );
+    assert_eq!(
+        contexts(&ev).last().map(|c| c.0.clone()),
+        Some(route),
+        "the resumed turn's request names the new route"
+    );
+    for check in [&["log", "check"][..], &["replay", "--check"][..]] {
+        let o = dsh(data.path()).args(check).arg(&log).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{check:?}: {}", text(&o.stdout));
+    }
+}
