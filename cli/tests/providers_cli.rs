@@ -170,3 +170,70 @@ fn issue_32_a_log_with_the_old_route_name_resumes() {
         assert_eq!(o.status.code(), Some(0), "{check:?}: {}", text(&o.stdout));
     }
 }
+
+/// Issue 32, CP-3 (a): a chat against a server that reports no usage, on
+/// an 8k window set by `--context-window`: the estimated usage crosses 80%
+/// and pressure compaction runs; the token line shows the estimate marked
+/// `~est.`; no estimate reaches the log as usage; the log checks clean.
+#[test]
+fn issue_32_compaction_runs_on_an_8k_window_without_reported_usage() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let words = "word ".repeat(800);
+    let turns: Vec<serde_json::Value> = (0..8)
+        .map(|i| serde_json::json!({"turn": {"text": [format!("answer {i}: {words}")]}}))
+        .collect();
+    let server = mock(&serde_json::json!({ "responses": turns }).to_string());
+    let url = format!("{}/v1", server.url());
+    let mut child = dsh(data.path())
+        .args(["chat", "--base-url", &url, "--context-window", "8192"])
+        .arg("--cwd")
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 0..4 {
+        writeln!(stdin, "prompt {i}: {words}").unwrap();
+    }
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    assert!(
+        out.contains("tokens: no usage reported; ~est. input "),
+        "{out}"
+    );
+    let log = transcripts(data.path()).remove(0);
+    let ev = events(&log);
+    assert!(contexts(&ev).iter().all(|c| c.1 == Some(8192)));
+    let types: Vec<&str> = ev.iter().map(|e| e.event_type()).collect();
+    let start = types
+        .iter()
+        .position(|t| *t == "compaction/start")
+        .unwrap_or_else(|| panic!("no compaction: {types:?}"));
+    assert_eq!(
+        &types[start..start + 4],
+        [
+            "compaction/start",
+            "compaction/summary",
+            "user/message",
+            "compaction/end"
+        ]
+    );
+    assert!(
+        ev.iter().all(|e| match e.data() {
+            EventData::AssistantMessage(m) => m.usage.is_none(),
+            _ => true,
+        }),
+        "an estimate was logged as usage"
+    );
+    let o = dsh(data.path())
+        .args(["log", "check"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+}
