@@ -1,0 +1,52 @@
+//! `dsh-anthropic`: the Anthropic Messages API adapter of dsh (issue 32).
+//!
+//! `#![no_std]` + `alloc`, no I/O, like the DeepSeek codec whose SSE
+//! framer it reuses:
+//!
+//! - [`build_request_body`]: `GenerateOptions` → the `POST /v1/messages`
+//!   body: `system`, `messages` (text, `tool_use`, `tool_result`, images,
+//!   signed `thinking` replayed from the message's replay state),
+//!   `max_tokens`, `stop_sequences`, `thinking`, and `cache_control`
+//!   markers on the cache-stable prefix (system, tools, the conversation);
+//! - [`Translator`]: the SSE events (`message_start`,
+//!   `content_block_start/delta/stop`, `message_delta`, `message_stop`,
+//!   `ping`, `error`) → dsh [`StreamChunk`]s;
+//! - [`StreamDecoder`] / [`decode_pieces`]: framer and translator chained,
+//!   fed with body pieces of any split, bounded like the DeepSeek decoder;
+//! - [`classify_http_error`]: a non-2xx response (or an in-band `error`
+//!   event) → the canonical [`LlmError`]: `overloaded_error` and 529 are
+//!   `SERVER` (retried), 429 `RATE_LIMIT` with `retry-after`, a too-long
+//!   prompt `CONTEXT_WINDOW_EXCEEDED`.
+//!
+//! Every chunk sequence the decoder emits passes
+//! `dsh_core::StreamValidator` and assembles with `BlockAssembler` (tested
+//! on vectors written from the documented event shapes, and fuzzed).
+//!
+//! Choices:
+//! - A `thinking` block's `signature` (and a `redacted_thinking` block's
+//!   `data`) cannot live in dsh's reasoning block; it travels in the
+//!   `finish` chunk's replay envelope (`blocks[i]`, one entry per block),
+//!   which the message source keeps as `replayState`. Reasoning without a
+//!   signature is not sent back (the API would reject it).
+//! - Tool arguments that are not a JSON object are sent as `{}` input.
+//! - Unknown event types and delta types are ignored, as the API docs ask;
+//!   a delta for a block that is not open is `MALFORMED_RESPONSE`.
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+mod classify;
+mod request;
+mod translate;
+
+pub use classify::{classify_error_body, classify_http_error, error_code};
+pub use request::{
+    ANTHROPIC_VERSION, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, DEFAULT_MAX_TOKENS, RequestOptions,
+    build_request_body, is_anthropic_url, thinking_budget,
+};
+pub use translate::{StreamDecoder, Translator, decode_pieces, map_stop_reason};
+
+pub use dsh_core::{LlmError, StreamChunk};
