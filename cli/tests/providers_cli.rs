@@ -237,3 +237,43 @@ fn issue_32_compaction_runs_on_an_8k_window_without_reported_usage() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
 }
+
+/// Issue 32: `dsh sse translate --provider anthropic` prints what the
+/// Anthropic codec yields for each vector, ending in a `finish`.
+#[test]
+fn issue_32_sse_translate_reads_the_anthropic_wire() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/anthropic/tests/vectors");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sse"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 7, "{names:?}");
+    for path in &names {
+        let o = dsh(data.path())
+            .args(["sse", "translate", "--provider", "anthropic"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", path.display());
+        let body = std::fs::read(path).unwrap();
+        let expected: String = dsh_anthropic::decode_pieces(
+            std::iter::once(&body[..]),
+            dsh_deepseek::DEFAULT_MAX_EVENT_BYTES,
+        )
+        .iter()
+        .map(|c| serde_json::to_string(c).unwrap() + "\n")
+        .collect();
+        assert_eq!(text(&o.stdout), expected, "{}", path.display());
+        assert!(expected.lines().last().unwrap().contains("\"finish\""));
+    }
+    // The DeepSeek wire does not read Anthropic events: no content.
+    let o = dsh(data.path())
+        .args(["sse", "translate", "--interop"])
+        .arg(dir.join("text.sse"))
+        .output()
+        .unwrap();
+    assert!(!text(&o.stdout).contains("Hello"), "{}", text(&o.stdout));
+}
