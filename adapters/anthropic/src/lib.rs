@@ -18,6 +18,12 @@
 //!   `SERVER` (retried), 429 `RATE_LIMIT` with `retry-after`, a too-long
 //!   prompt `CONTEXT_WINDOW_EXCEEDED`.
 //!
+//! Feature `std` adds [`AnthropicWire`]: the codec as a
+//! `dsh_deepseek::Wire`, so `dsh_deepseek::DeepSeekClient` carries it over
+//! its own transport (ureq, idle watchdog, cancellation, size caps, key
+//! redaction) instead of a second HTTP client. The key goes in `x-api-key`
+//! with `anthropic-version`.
+//!
 //! Every chunk sequence the decoder emits passes
 //! `dsh_core::StreamValidator` and assembles with `BlockAssembler` (tested
 //! on vectors written from the documented event shapes, and fuzzed).
@@ -41,6 +47,8 @@ extern crate alloc;
 mod classify;
 mod request;
 mod translate;
+#[cfg(feature = "std")]
+mod wire;
 
 pub use classify::{classify_error_body, classify_http_error, error_code};
 pub use request::{
@@ -48,5 +56,7 @@ pub use request::{
     build_request_body, is_anthropic_url, thinking_budget,
 };
 pub use translate::{StreamDecoder, Translator, decode_pieces, map_stop_reason};
+#[cfg(feature = "std")]
+pub use wire::{AnthropicWire, messages_url, provider_route};
 
 pub use dsh_core::{LlmError, StreamChunk};

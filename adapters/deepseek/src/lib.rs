@@ -126,8 +126,9 @@ pub use translate::{
 pub use cancel::CancelToken;
 #[cfg(feature = "std")]
 pub use client::{
-    ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, SessionHeader,
-    is_deepseek_url, is_loopback_url, provider_route, redact_url, url_authority, user_agent,
+    ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, SessionHeader, Wire,
+    WireDecoder, is_deepseek_url, is_loopback_url, provider_route, redact_url, url_authority,
+    user_agent,
 };
 
 pub use dsh_core::{LlmError, StreamChunk};

@@ -47,7 +47,8 @@
 //! | `inband-error` | `error` (JSON), `done` (default true) | `data: {"error":…}` then `[DONE]` (or not) |
 //! | `raw` | `status` (200), `headers`, `body`, `chunkSize`, `delayMs` | the body bytes verbatim as `text/event-stream` |
 //!
-//! A request for a path that does not end in `/chat/completions` is
+//! A request for a path that ends neither in `/chat/completions` nor in
+//! `/v1/messages` (the Anthropic wire) is
 //! answered apart from the script: from `"otherPaths"` (path → JSON body,
 //! status 200) or with a 404, and recorded in
 //! [`MockServer::other_requests`].
@@ -527,7 +528,7 @@ fn serve_one(stream: &mut TcpStream, shared: &Shared) -> io::Result<bool> {
         .first()
         .map(|s| s.to_string());
     let path = request.path.split('?').next().unwrap_or("");
-    if !path.ends_with("/chat/completions") {
+    if !path.ends_with("/chat/completions") && !path.ends_with("/v1/messages") {
         let answer = shared.other_paths.get(path).map(Value::to_string);
         if let Ok(mut r) = shared.other_requests.lock() {
             r.push(request);
