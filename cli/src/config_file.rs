@@ -17,6 +17,7 @@
 //! system = "@/path/to/identity.md"   # TEXT or @FILE
 //! append_system = "Answer briefly."
 //! titles = true            # false: as --no-title
+//! provider = "openai"      # openai | anthropic (the API spoken)
 //! context_window = 32768   # tokens, any model without its own entry
 //!
 //! [models."smollm2"]
@@ -69,6 +70,8 @@ pub struct ConfigFile {
     pub append_system: Option<String>,
     /// `false`: as `--no-title`.
     pub titles: Option<bool>,
+    /// `--provider` (`openai` or `anthropic`).
+    pub provider: Option<String>,
     /// `--context-window`, for every model without its own entry.
     pub context_window: Option<u64>,
     /// Per-model settings, by model id.
@@ -189,6 +192,10 @@ impl ConfigFile {
         key("max_retry_wait", self.max_retry_wait, number(p::seconds))?;
         key("max_event_bytes", self.max_event_bytes, |n| {
             p::event_bytes(&n.to_string()).map(drop)
+        })?;
+        key("provider", self.provider.as_deref(), |v| match *v {
+            "openai" | "anthropic" => Ok(()),
+            _ => Err("must be openai or anthropic".into()),
         })?;
         let window = |n: &u64| p::context_window(&n.to_string()).map(drop);
         key("context_window", self.context_window, window)?;

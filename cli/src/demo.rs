@@ -121,6 +121,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     let server =
         MockServer::start_on(script, 0).map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
     let provider = Provider {
+        api: crate::provider::Api::OpenAi,
         base_url: Some(server.url()),
         model: DEFAULT_MODEL.to_string(),
         api_key_env: "DSH_DEMO_API_KEY".to_string(),

@@ -14,6 +14,12 @@ pub const DEFAULT_MODEL: &str = "deepseek-v4-flash";
 /// Provider flags shared by `chat`, `run`, `fork` and `acp`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ProviderArgs {
+    /// The API the endpoint speaks: `openai` (OpenAI-compatible chat
+    /// completions, DeepSeek's own included) or `anthropic` (the Anthropic
+    /// Messages API) [default: anthropic for a base URL at
+    /// api.anthropic.com or ending in /v1/messages, else openai].
+    #[arg(long, value_name = "API", value_parser = ["openai", "anthropic"])]
+    pub provider: Option<String>,
     /// Base URL of an OpenAI-compatible endpoint (default: `$DEEPSEEK_BASE_URL`,
     /// else <https://api.deepseek.com>).
     #[arg(long, value_name = "URL")]
@@ -192,9 +198,21 @@ pub fn seconds(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The API an endpoint speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI-compatible chat completions (DeepSeek's API included).
+    #[default]
+    OpenAi,
+    /// The Anthropic Messages API.
+    Anthropic,
+}
+
 /// The resolved endpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Provider {
+    /// The API spoken.
+    pub api: Api,
     /// Explicit base URL (`None`: the adapter's default rule).
     pub base_url: Option<String>,
     /// Model id.
@@ -236,17 +254,42 @@ pub fn resolve_with(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Provider, String> {
     let set = |name: &str| env(name).is_some_and(|v| !v.trim().is_empty());
-    let api_key_env = args
-        .api_key_env
-        .clone()
-        .or_else(|| file.api_key_env.clone())
-        .unwrap_or_else(|| dsh_deepseek::DEFAULT_API_KEY_ENV.to_string());
-    let has_key = set(&api_key_env);
     let base_url = args
         .base_url
         .clone()
         .or_else(|| file.base_url.clone())
         .filter(|u| !u.is_empty());
+    let api = match args.provider.as_deref().or(file.provider.as_deref()) {
+        Some("anthropic") => Api::Anthropic,
+        Some(_) => Api::OpenAi,
+        None if base_url
+            .as_deref()
+            .is_some_and(dsh_anthropic::is_anthropic_url) =>
+        {
+            Api::Anthropic
+        }
+        None => Api::OpenAi,
+    };
+    let default_key = match api {
+        Api::Anthropic => dsh_anthropic::DEFAULT_API_KEY_ENV,
+        Api::OpenAi => dsh_deepseek::DEFAULT_API_KEY_ENV,
+    };
+    let api_key_env = args
+        .api_key_env
+        .clone()
+        .or_else(|| file.api_key_env.clone())
+        .unwrap_or_else(|| default_key.to_string());
+    let has_key = set(&api_key_env);
+    if api == Api::Anthropic && !has_key && base_url.is_none() {
+        return Err(format!(
+            "dsh: no API key. Set {api_key_env} to an Anthropic API key, or use --base-url URL \
+             for an Anthropic-compatible gateway."
+        ));
+    }
+    let base_url = match api {
+        Api::Anthropic => base_url.or_else(|| Some(dsh_anthropic::DEFAULT_BASE_URL.to_string())),
+        Api::OpenAi => base_url,
+    };
     if !has_key && base_url.is_none() && !set(dsh_deepseek::BASE_URL_ENV) {
         return Err(format!(
             "dsh: no API key. Set {key} to a DeepSeek API key (export {key}=sk-...), \
@@ -256,11 +299,13 @@ pub fn resolve_with(
             key = api_key_env
         ));
     }
-    let model = args
-        .model
-        .clone()
-        .or_else(|| file.model.clone())
-        .unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    let model = match (args.model.clone().or_else(|| file.model.clone()), api) {
+        (Some(m), _) => m,
+        (None, Api::OpenAi) => DEFAULT_MODEL.to_string(),
+        (None, Api::Anthropic) => {
+            return Err("dsh: --model is required with the Anthropic API".to_string());
+        }
+    };
     if model.trim().is_empty() {
         return Err("dsh: --model must not be empty".to_string());
     }
@@ -285,6 +330,7 @@ pub fn resolve_with(
             .unwrap_or(d.max_event_bytes),
     };
     Ok(Provider {
+        api,
         base_url,
         model,
         api_key_env,
@@ -310,6 +356,47 @@ mod tests {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Provider, String> {
         resolve_with(args, &ConfigFile::default(), env)
+    }
+
+    /// Issue 32: the Anthropic API by flag or by URL, with its own key
+    /// variable and default base URL; no key and no URL is an error.
+    #[test]
+    fn issue_32_the_anthropic_api_is_chosen_by_flag_or_url() {
+        let key = |k: &str| (k == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_string());
+        let flag = ProviderArgs {
+            provider: Some("anthropic".into()),
+            model: Some("claude".into()),
+            ..ProviderArgs::default()
+        };
+        let p = resolve(&flag, &key).unwrap();
+        assert_eq!(p.api, Api::Anthropic);
+        assert_eq!(p.api_key_env, "ANTHROPIC_API_KEY");
+        assert!(p.has_key);
+        assert_eq!(p.base_url.as_deref(), Some("https://api.anthropic.com"));
+        let e = resolve(&flag, &|_| None).unwrap_err();
+        assert!(e.contains("ANTHROPIC_API_KEY"), "{e}");
+        let by_url = ProviderArgs {
+            base_url: Some("http://127.0.0.1:4000/v1/messages".into()),
+            model: Some("claude".into()),
+            ..ProviderArgs::default()
+        };
+        let p = resolve(&by_url, &|_| None).unwrap();
+        assert_eq!(p.api, Api::Anthropic);
+        assert!(!p.has_key);
+        let openai = ProviderArgs {
+            provider: Some("openai".into()),
+            ..by_url.clone()
+        };
+        assert_eq!(resolve(&openai, &|_| None).unwrap().api, Api::OpenAi);
+        let no_model = ProviderArgs {
+            model: None,
+            ..by_url
+        };
+        assert!(
+            resolve(&no_model, &|_| None)
+                .unwrap_err()
+                .contains("--model")
+        );
     }
 
     #[test]

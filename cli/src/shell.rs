@@ -93,6 +93,13 @@ pub fn agent_config(
         max_event_bytes: provider.client.max_event_bytes,
         ..ClientOptions::default()
     };
+    let anthropic = provider.api == crate::provider::Api::Anthropic;
+    if anthropic {
+        // The Messages API over the same transport (issue 32); no DeepSeek
+        // session header.
+        options.wire = Some(Arc::new(dsh_anthropic::AnthropicWire::default()));
+        options.session_header = SessionHeader::Never;
+    }
     if let Some(placeholder) = provider.key_placeholder() {
         // A keyless endpoint (local server, the demo's mock) still gets a
         // syntactically valid bearer token.
@@ -118,7 +125,12 @@ pub fn agent_config(
     }
     // The route names the endpoint (issue 32): `deepseek-official` for
     // DeepSeek's API, `openai-compatible:<host[:port]>` for any other.
-    let mut call = LlmCallConfig::new(provider_route(&client.base_url()), provider.model.clone());
+    let route = if anthropic {
+        dsh_anthropic::provider_route(&client.base_url())
+    } else {
+        provider_route(&client.base_url())
+    };
+    let mut call = LlmCallConfig::new(route, provider.model.clone());
     call.reasoning_effort = provider.effort.clone().map(Into::into);
     call.temperature = provider.temperature;
     call.max_tokens = provider.max_tokens;
@@ -142,6 +154,9 @@ pub fn agent_config(
 /// 32k; a larger real window only compacts earlier than needed), large
 /// enough for a useful session on an API model.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 32_768;
+
+/// The context window assumed on Anthropic's own API.
+pub const ANTHROPIC_CONTEXT_WINDOW: u64 = 200_000;
 
 /// How long context-window discovery may take in all, and per request.
 const DISCOVERY_BUDGET: std::time::Duration = std::time::Duration::from_secs(4);
@@ -177,13 +192,20 @@ pub fn context_window(provider: &Provider, client: &DeepSeekClient) -> Window {
     if let Some(w) = seen.lock().ok().and_then(|m| m.get(&key).cloned()) {
         return w;
     }
-    let known = client
-        .config()
-        .model(&provider.model)
-        .and_then(|m| m.context_window);
+    let anthropic_api = provider.api == crate::provider::Api::Anthropic
+        && dsh_anthropic::provider_route(&base) == "anthropic";
+    let known = if anthropic_api {
+        // Anthropic's API: every current model has at least 200k.
+        Some(ANTHROPIC_CONTEXT_WINDOW)
+    } else {
+        client
+            .config()
+            .model(&provider.model)
+            .and_then(|m| m.context_window)
+    };
     let discovered = match known {
         // DeepSeek's own API: its catalog is the answer.
-        Some(_) if dsh_deepseek::is_deepseek_url(&base) => None,
+        Some(_) if dsh_deepseek::is_deepseek_url(&base) || anthropic_api => None,
         _ => {
             client.discover_context_window(&provider.model, DISCOVERY_PER_REQUEST, DISCOVERY_BUDGET)
         }

@@ -277,3 +277,123 @@ fn issue_32_sse_translate_reads_the_anthropic_wire() {
         .unwrap();
     assert!(!text(&o.stdout).contains("Hello"), "{}", text(&o.stdout));
 }
+
+fn anthropic_vector(name: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/anthropic/tests/vectors");
+    std::fs::read_to_string(dir.join(name)).unwrap()
+}
+
+/// Issue 32 item 3: `dsh run --provider anthropic` speaks the Messages API
+/// to an Anthropic-compatible endpoint (here the mock serving recorded
+/// event streams): the key from `ANTHROPIC_API_KEY` goes in `x-api-key`,
+/// the session names `anthropic-compatible:<host:port>`, a tool call runs
+/// and the next request replays the signed thinking and the tool result.
+#[test]
+fn issue_32_a_run_over_the_anthropic_wire() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(
+        &serde_json::json!({"responses": [
+            {"fault": {"kind": "raw", "body": anthropic_vector("thinking_tool_use.sse"), "chunkSize": 9}},
+            {"fault": {"kind": "raw", "body": anthropic_vector("text.sse")}}
+        ]})
+        .to_string(),
+    );
+    let o = dsh(data.path())
+        .env("ANTHROPIC_API_KEY", "sk-ant-cli-SECRET")
+        .args([
+            "run",
+            "--yes",
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-test",
+        ])
+        .args([
+            "--base-url",
+            &server.url(),
+            "--context-window",
+            "100000",
+            "--cwd",
+        ])
+        .arg(ws.path())
+        .arg("weather?")
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    assert!(out.contains("Hello! 你好 🙂"), "{out}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        assert_eq!(r.path, "/v1/messages");
+        assert_eq!(r.header_values("x-api-key"), vec!["sk-ant-cli-SECRET"]);
+        assert!(r.header_values("authorization").is_empty());
+    }
+    let second: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();
+    let messages = second["messages"].as_array().unwrap();
+    let assistant = &messages[1]["content"];
+    assert_eq!(
+        assistant[0],
+        serde_json::json!({"type": "thinking", "thinking": "The user wants the weather. I will call the tool.",
+                           "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"})
+    );
+    assert_eq!(assistant[2]["type"], "tool_use");
+    assert_eq!(
+        assistant[2]["input"],
+        serde_json::json!({"location": "San Francisco, CA"})
+    );
+    assert_eq!(messages[2]["content"][0]["type"], "tool_result");
+    assert_eq!(messages[2]["content"][0]["tool_use_id"], "toolu_01T1x");
+    let ev = events(&transcripts(data.path()).remove(0));
+    let route = format!(
+        "anthropic-compatible:{}",
+        server.url().trim_start_matches("http://")
+    );
+    assert_eq!(header_providers(&ev), vec![route]);
+    let raw = std::fs::read_to_string(transcripts(data.path()).remove(0)).unwrap();
+    assert!(!raw.contains("sk-ant-cli-SECRET"));
+}
+
+/// Issue 32: a base URL ending in `/v1/messages` selects the Anthropic
+/// wire without `--provider`; an overloaded server is an error that names
+/// the server, retried per `--attempts`.
+#[test]
+fn issue_32_the_messages_url_selects_the_wire_and_errors_are_classified() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let overloaded = serde_json::json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let server = mock(
+        &serde_json::json!({"responses": [
+            {"fault": {"kind": "http", "status": 529, "body": overloaded}},
+            {"fault": {"kind": "raw", "body": anthropic_vector("text.sse")}}
+        ]})
+        .to_string(),
+    );
+    let url = format!("{}/v1/messages", server.url());
+    let o = dsh(data.path())
+        .args(["run", "--model", "claude-test", "--base-url", &url])
+        .args([
+            "--max-retry-wait",
+            "0.01",
+            "--context-window",
+            "100000",
+            "--cwd",
+        ])
+        .arg(ws.path())
+        .arg("hi")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert!(out.contains("Hello!"), "{out}");
+    assert!(err.contains("Overloaded (HTTP 529 from"), "{err}");
+    assert_eq!(server.requests().len(), 2, "retried once");
+    // Without a model there is nothing to ask for.
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &url, "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("--model is required"));
+}

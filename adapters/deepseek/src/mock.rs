@@ -503,11 +503,20 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
 }
 
 /// Whether `request` is a session-title request (its first message is a
-/// system message starting with [`TITLE_MARKER`]).
+/// system message starting with [`TITLE_MARKER`], or on the Anthropic
+/// wire its first `system` block).
 fn is_title_request(request: &RecordedRequest) -> bool {
     serde_json::from_slice::<Value>(&request.body)
         .ok()
         .and_then(|v| {
+            // The Anthropic wire: the system prompt is a top-level block.
+            if let Some(text) = v.get("system")?.get(0)?.get("text")?.as_str() {
+                return Some(text.starts_with(TITLE_MARKER));
+            }
+            None
+        })
+        .or_else(|| {
+            let v = serde_json::from_slice::<Value>(&request.body).ok()?;
             let first = v.get("messages")?.get(0)?.clone();
             Some(
                 first.get("role")?.as_str()? == "system"
