@@ -76,6 +76,22 @@ const TWO_TURNS: &str = r#"{"responses":[
   {"turn":{"text":["first answer"],"usage":{"prompt_tokens":100,"completion_tokens":7}}},
   {"turn":{"text":["second answer"],"usage":{"prompt_tokens":120,"completion_tokens":7}}}]}"#;
 
+/// One `dsh run` turn against `server` (a 64k window set): the log and the
+/// route the server should be recorded under.
+fn first_turn(data: &Path, server: &MockServer) -> (PathBuf, String) {
+    let url = format!("{}/v1", server.url());
+    let o = dsh(data)
+        .args(["run", "--base-url", &url, "--context-window", "65536", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let route = format!(
+        "openai-compatible:{}",
+        server.url().trim_start_matches("http://")
+    );
+    (transcripts(data).remove(0), route)
+}
+
 /// Issue 32 item 2: a local OpenAI-compatible server is recorded as
 /// `openai-compatible:<host:port>`, not as DeepSeek's official API
 /// (request/header, request/context and the answer's source).
@@ -83,18 +99,8 @@ const TWO_TURNS: &str = r#"{"responses":[
 fn issue_32_a_local_server_is_named_by_its_host() {
     let data = tempfile::tempdir().unwrap();
     let server = mock(TWO_TURNS);
-    let url = format!("{}/v1", server.url());
-    let o = dsh(data.path())
-        .args(["run", "--base-url", &url, "--context-window", "65536", "hi"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let log = transcripts(data.path()).remove(0);
+    let (log, route) = first_turn(data.path(), &server);
     let ev = events(&log);
-    let route = format!(
-        "openai-compatible:{}",
-        server.url().trim_start_matches("http://")
-    );
     assert_eq!(header_providers(&ev), vec![route.clone()]);
     assert_eq!(contexts(&ev), vec![(route.clone(), Some(65536))]);
     let raw = std::fs::read_to_string(&log).unwrap();
@@ -114,16 +120,7 @@ fn issue_32_a_log_with_the_old_route_name_resumes() {
     let data = tempfile::tempdir().unwrap();
     let server = mock(TWO_TURNS);
     let url = format!("{}/v1", server.url());
-    let o = dsh(data.path())
-        .args(["run", "--base-url", &url, "--context-window", "65536", "hi"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let log = transcripts(data.path()).remove(0);
-    let route = format!(
-        "openai-compatible:{}",
-        server.url().trim_start_matches("http://")
-    );
+    let (log, route) = first_turn(data.path(), &server);
     let old = std::fs::read_to_string(&log)
         .unwrap()
         .replace(&route, "deepseek-official");
