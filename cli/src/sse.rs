@@ -88,7 +88,7 @@ impl Decoder {
     ) -> Result<(), dsh_core::LlmError> {
         match self {
             Decoder::DeepSeek(d) => d.finish_into(out),
-            Decoder::Anthropic(d) => d.finish(),
+            Decoder::Anthropic(d) => d.finish_into(out),
         }
     }
 }

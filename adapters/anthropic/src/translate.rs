@@ -388,10 +388,20 @@ impl Translator {
 
 /// A response body, fed in pieces of any size, into chunks: the DeepSeek
 /// adapter's SSE framer (lines and events bounded) and the [`Translator`].
+///
+/// A body whose first non-blank byte is `{` is not SSE but one JSON
+/// document (a gateway that ignores `stream: true`, e.g. the LiteLLM
+/// proxy's mock responses, or an error sent with status 200): it is read
+/// whole, within the same bound, and a complete `message` is translated as
+/// if streamed; an `error` object is the stream's error.
 #[derive(Debug)]
 pub struct StreamDecoder {
     framer: SseFramer,
     translator: Translator,
+    /// `None` until the first non-blank byte; then whether it is JSON.
+    json: Option<bool>,
+    body: Vec<u8>,
+    max: usize,
 }
 
 impl Default for StreamDecoder {
@@ -417,6 +427,9 @@ impl StreamDecoder {
         StreamDecoder {
             framer: SseFramer::with_options(max_event_bytes, false),
             translator: Translator::new(),
+            json: None,
+            body: Vec::new(),
+            max: max_event_bytes.max(1),
         }
     }
 
@@ -424,6 +437,22 @@ impl StreamDecoder {
     pub fn push(&mut self, piece: &[u8], out: &mut Vec<StreamChunk>) -> Result<bool, LlmError> {
         if self.translator.is_done() {
             return Ok(true);
+        }
+        if self.json.is_none() {
+            let blank = |b: &u8| b.is_ascii_whitespace() || [0xEF, 0xBB, 0xBF].contains(b);
+            if let Some(first) = piece.iter().find(|b| !blank(b)) {
+                self.json = Some(*first == b'{');
+            }
+        }
+        if self.json == Some(true) {
+            if self.body.len() + piece.len() > self.max {
+                return Err(LlmError::coded(
+                    codes::RESPONSE_TOO_LARGE,
+                    &alloc::format!("anthropic: a JSON body over {} bytes", self.max),
+                ));
+            }
+            self.body.extend_from_slice(piece);
+            return Ok(false);
         }
         let translator = &mut self.translator;
         let result = self.framer.push(piece, &mut |event| match event {
@@ -438,9 +467,49 @@ impl StreamDecoder {
         }
     }
 
-    /// The body ended.
-    pub fn finish(&self) -> Result<(), LlmError> {
+    /// The body ended: a JSON body is translated now (into `out`); then an
+    /// error unless the response was complete.
+    pub fn finish_into(&mut self, out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
+        if self.json == Some(true) && !self.translator.is_done() {
+            self.push_json_body(out)?;
+        }
         self.translator.end()
+    }
+
+    /// A whole JSON body: a `message` as its events, an `error` as the
+    /// error, anything else malformed.
+    fn push_json_body(&mut self, out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
+        let text = String::from_utf8_lossy(&self.body).into_owned();
+        let Ok(Value::Object(root)) = serde_json::from_str::<Value>(&text) else {
+            return Err(malformed(&text));
+        };
+        match root.get("type").and_then(Value::as_str) {
+            Some("error") => return Err(classify_error_body(0, text.as_bytes())),
+            Some("message") => {}
+            _ => return Err(malformed(&text)),
+        }
+        let mut start = root.clone();
+        start.insert("content".into(), Value::Array(Vec::new()));
+        let mut events = alloc::vec![json!({"type": "message_start", "message": start})];
+        if let Some(Value::Array(blocks)) = root.get("content") {
+            for (i, block) in blocks.iter().enumerate() {
+                events.push(
+                    json!({"type": "content_block_start", "index": i, "content_block": block}),
+                );
+                events.push(json!({"type": "content_block_stop", "index": i}));
+            }
+        }
+        let mut delta =
+            json!({"type": "message_delta", "delta": {"stop_reason": root.get("stop_reason")}});
+        if let Some(u) = root.get("usage") {
+            delta["usage"] = u.clone();
+        }
+        events.push(delta);
+        events.push(json!({"type": "message_stop"}));
+        for event in events {
+            self.translator.push_event(&event.to_string(), out)?;
+        }
+        Ok(())
     }
 }
 
@@ -462,7 +531,7 @@ pub fn decode_pieces<'a>(
             }
         }
     }
-    if let Err(e) = decoder.finish() {
+    if let Err(e) = decoder.finish_into(&mut out) {
         out.push(dsh_deepseek::error_finish(&e, false));
     }
     out

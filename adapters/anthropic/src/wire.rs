@@ -57,8 +57,8 @@ impl WireDecoder for StreamDecoder {
         StreamDecoder::push(self, piece, out)
     }
 
-    fn finish_into(&mut self, _out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
-        self.finish()
+    fn finish_into(&mut self, out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
+        StreamDecoder::finish_into(self, out)
     }
 }
 

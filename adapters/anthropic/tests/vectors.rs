@@ -195,3 +195,32 @@ fn malformed_and_oversized_events_are_typed_errors() {
         assert_eq!(code(&c), "RESPONSE_TOO_LARGE");
     }
 }
+
+/// A gateway that ignores `stream: true` (the LiteLLM proxy's mock
+/// responses) sends one Message JSON body: translated as if streamed; a
+/// JSON error body is the stream's error.
+#[test]
+fn a_json_body_is_one_reply_or_its_error() {
+    let c = decode("json_message.json");
+    assert_eq!(
+        ended(&c),
+        vec![
+            ContentBlock::Reasoning {
+                text: "Short.".into()
+            },
+            ContentBlock::text("Hello from a JSON body."),
+            ContentBlock::tool_call("toolu_j", "read", r#"{"file_path":"a.txt"}"#),
+        ]
+    );
+    assert_eq!(finish(&c), &FinishReason::ToolCalls);
+    assert_eq!(
+        replay_blocks(&c),
+        serde_json::json!([{"signature": "sig-json"}, {}, {}])
+    );
+    let u = usage(&c).unwrap();
+    assert_eq!((u.input_tokens, u.output_tokens), (20, 9));
+    assert_eq!(code(&decode("json_error.json")), "SERVER");
+    // Bounded like an event.
+    let b = body("json_message.json");
+    assert_eq!(code(&decode_pieces(b.chunks(16), 64)), "RESPONSE_TOO_LARGE");
+}
