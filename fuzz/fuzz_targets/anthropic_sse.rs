@@ -2,8 +2,9 @@
 //! no panic, the same chunks whether the body comes whole, byte by byte or
 //! in pieces of a length the input picks, and the output (closed by AC-6
 //! on failure) always passes the stream validator; the block assembler
-//! agrees with the `block-end` chunks of a stream that did not fail. The
-//! input is the body itself, so the corpus seeds are plain SSE files.
+//! agrees with the `block-end` chunks (by index) of a stream that did not
+//! fail. The input is the body itself, so the corpus seeds are plain SSE
+//! files.
 #![no_main]
 
 use dsh_anthropic::decode_pieces;
@@ -27,13 +28,17 @@ fuzz_target!(|body: &[u8]| {
     if !matches!(**reason, FinishReason::Error { .. } | FinishReason::Aborted { .. }) {
         let mut a = BlockAssembler::new();
         a.extend(&whole);
-        let ended: Vec<_> = whole
+        // By block index: a block left open (its stop lost) ends last,
+        // but keeps its place in the message.
+        let mut ended: Vec<_> = whole
             .iter()
             .filter_map(|c| match c {
-                StreamChunk::BlockEnd { block, .. } => Some((**block).clone()),
+                StreamChunk::BlockEnd { index, block } => Some((*index, (**block).clone())),
                 _ => None,
             })
             .collect();
+        ended.sort_by_key(|(i, _)| *i);
+        let ended: Vec<_> = ended.into_iter().map(|(_, b)| b).collect();
         assert_eq!(a.blocks().ok(), Some(ended));
     }
 });

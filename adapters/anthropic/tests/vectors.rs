@@ -42,14 +42,18 @@ fn decode(name: &str) -> Vec<StreamChunk> {
     whole
 }
 
+/// The ended blocks by index (a block whose stop was lost ends last but
+/// keeps its place).
 fn ended(chunks: &[StreamChunk]) -> Vec<ContentBlock> {
-    chunks
+    let mut ended: Vec<(u64, ContentBlock)> = chunks
         .iter()
         .filter_map(|c| match c {
-            StreamChunk::BlockEnd { block, .. } => Some((**block).clone()),
+            StreamChunk::BlockEnd { index, block } => Some((*index, (**block).clone())),
             _ => None,
         })
-        .collect()
+        .collect();
+    ended.sort_by_key(|(i, _)| *i);
+    ended.into_iter().map(|(_, b)| b).collect()
 }
 
 fn finish(chunks: &[StreamChunk]) -> &FinishReason {
@@ -223,4 +227,29 @@ fn a_json_body_is_one_reply_or_its_error() {
     // Bounded like an event.
     let b = body("json_message.json");
     assert_eq!(code(&decode_pieces(b.chunks(16), 64)), "RESPONSE_TOO_LARGE");
+}
+
+/// Found by the fuzzer: a block whose `content_block_stop` was garbled and
+/// a block start of no known shape. The open block ends at `message_stop`,
+/// after the later ones, and keeps its first-seen place in the message;
+/// the deltas of the unknown block are skipped.
+#[test]
+fn a_lost_block_stop_keeps_the_block_in_place() {
+    let c = decode("lost_block_stop.sse");
+    assert_eq!(finish(&c), &FinishReason::ToolCalls);
+    let mut a = BlockAssembler::new();
+    a.extend(&c);
+    assert_eq!(
+        a.blocks().unwrap(),
+        vec![
+            ContentBlock::Reasoning {
+                text: "The user wants the weather. I will call the tool.".into()
+            },
+            ContentBlock::tool_call(
+                "toolu_01T1x",
+                "get_weather",
+                r#"{"location": "San Francisco, CA"}"#
+            ),
+        ]
+    );
 }
