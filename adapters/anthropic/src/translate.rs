@@ -156,6 +156,15 @@ impl Translator {
     }
 
     fn close(&mut self, slot: usize, out: &mut Vec<StreamChunk>) {
+        if self
+            .blocks
+            .get(slot)
+            .is_some_and(|b| b.open && b.kind == Kind::ToolCall && b.buf.is_empty())
+        {
+            // A call without input (no parameters): its arguments are `{}`,
+            // streamed like any other so the deltas add up to the block.
+            self.append(slot, "{}", out);
+        }
         let Some(b) = self.blocks.get_mut(slot) else {
             return;
         };
@@ -167,14 +176,7 @@ impl Translator {
         let block = match b.kind {
             Kind::Text => ContentBlock::Text { text },
             Kind::Reasoning => ContentBlock::Reasoning { text },
-            Kind::ToolCall => {
-                let arguments = if text.is_empty() {
-                    String::from("{}")
-                } else {
-                    text
-                };
-                ContentBlock::tool_call(b.id.as_str(), b.name.as_str(), arguments)
-            }
+            Kind::ToolCall => ContentBlock::tool_call(b.id.as_str(), b.name.as_str(), text),
         };
         out.push(StreamChunk::block_end(b.index, block));
     }

@@ -253,3 +253,14 @@ fn a_lost_block_stop_keeps_the_block_in_place() {
         ]
     );
 }
+
+/// Found by the fuzzer: a tool call with no input (a tool without
+/// parameters) has `{}` arguments, and its deltas add up to them (AC-3).
+#[test]
+fn a_tool_call_without_input_has_empty_object_arguments() {
+    let c = decode("tool_use_without_input.sse");
+    assert_eq!(
+        ended(&c),
+        vec![ContentBlock::tool_call("toolu_n", "list_todos", "{}")]
+    );
+}
