@@ -440,21 +440,48 @@ impl StreamDecoder {
         if self.translator.is_done() {
             return Ok(true);
         }
+        let max = self.max;
+        let too_large = || {
+            LlmError::coded(
+                codes::RESPONSE_TOO_LARGE,
+                &alloc::format!("anthropic: a JSON body over {max} bytes"),
+            )
+        };
         if self.json.is_none() {
             let blank = |b: &u8| b.is_ascii_whitespace() || [0xEF, 0xBB, 0xBF].contains(b);
-            if let Some(first) = piece.iter().find(|b| !blank(b)) {
-                self.json = Some(*first == b'{');
+            match piece.iter().find(|b| !blank(b)) {
+                // Only blanks so far: kept until the body says what it is,
+                // so the split cannot change the outcome.
+                None => {
+                    if self.body.len() + piece.len() > self.max {
+                        return Err(too_large());
+                    }
+                    self.body.extend_from_slice(piece);
+                    return Ok(false);
+                }
+                Some(first) => {
+                    self.json = Some(*first == b'{');
+                    if *first != b'{' && !self.body.is_empty() {
+                        let blanks = core::mem::take(&mut self.body);
+                        self.push_sse(&blanks, out)?;
+                    }
+                }
             }
         }
         if self.json == Some(true) {
             if self.body.len() + piece.len() > self.max {
-                return Err(LlmError::coded(
-                    codes::RESPONSE_TOO_LARGE,
-                    &alloc::format!("anthropic: a JSON body over {} bytes", self.max),
-                ));
+                return Err(too_large());
             }
             self.body.extend_from_slice(piece);
             return Ok(false);
+        }
+        self.push_sse(piece, out)
+    }
+
+    /// Frames and translates a piece of an SSE body.
+    fn push_sse(&mut self, piece: &[u8], out: &mut Vec<StreamChunk>) -> Result<bool, LlmError> {
+        if self.translator.is_done() {
+            return Ok(true);
         }
         let translator = &mut self.translator;
         let result = self.framer.push(piece, &mut |event| match event {

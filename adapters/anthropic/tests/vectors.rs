@@ -264,3 +264,21 @@ fn a_tool_call_without_input_has_empty_object_arguments() {
         vec![ContentBlock::tool_call("toolu_n", "list_todos", "{}")]
     );
 }
+
+/// Found by the fuzzer: blank lines before a (here malformed) JSON body.
+/// Whatever the split, the blanks are part of the same body and the error
+/// is the same.
+#[test]
+fn blanks_before_a_json_body_do_not_depend_on_the_split() {
+    let b = body("blank_prefixed_bad_json.json");
+    let whole = decode_pieces(std::iter::once(&b[..]), MAX);
+    assert_eq!(code(&whole), "MALFORMED_RESPONSE");
+    for split in 1..=16 {
+        assert_eq!(decode_pieces(b.chunks(split), MAX), whole, "split {split}");
+    }
+    // Blanks before an SSE body are still SSE.
+    let mut sse = b"\r\n\r\n".to_vec();
+    sse.extend(body("text.sse"));
+    let c = decode_pieces(sse.chunks(1), MAX);
+    assert_eq!(ended(&c), vec![ContentBlock::text("Hello! 你好 🙂")]);
+}
