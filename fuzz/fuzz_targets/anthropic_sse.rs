@@ -28,17 +28,7 @@ fuzz_target!(|body: &[u8]| {
     if !matches!(**reason, FinishReason::Error { .. } | FinishReason::Aborted { .. }) {
         let mut a = BlockAssembler::new();
         a.extend(&whole);
-        // By block index: a block left open (its stop lost) ends last,
-        // but keeps its place in the message.
-        let mut ended: Vec<_> = whole
-            .iter()
-            .filter_map(|c| match c {
-                StreamChunk::BlockEnd { index, block } => Some((*index, (**block).clone())),
-                _ => None,
-            })
-            .collect();
-        ended.sort_by_key(|(i, _)| *i);
-        let ended: Vec<_> = ended.into_iter().map(|(_, b)| b).collect();
+        let ended = dsh_anthropic::check_support::ended_blocks(&whole);
         assert_eq!(a.blocks().ok(), Some(ended));
     }
 });

@@ -60,3 +60,24 @@ pub use translate::{StreamDecoder, Translator, decode_pieces, map_stop_reason};
 pub use wire::{AnthropicWire, messages_url, provider_route};
 
 pub use dsh_core::{LlmError, StreamChunk};
+
+/// Checks shared by the tests and the fuzz target; not a stable API.
+#[doc(hidden)]
+pub mod check_support {
+    use alloc::vec::Vec;
+    use dsh_core::{ContentBlock, StreamChunk};
+
+    /// The blocks of the `block-end` chunks, by block index (a block whose
+    /// stop was lost ends last but keeps its place in the message).
+    pub fn ended_blocks(chunks: &[StreamChunk]) -> Vec<ContentBlock> {
+        let mut ended: Vec<(u64, ContentBlock)> = chunks
+            .iter()
+            .filter_map(|c| match c {
+                StreamChunk::BlockEnd { index, block } => Some((*index, (**block).clone())),
+                _ => None,
+            })
+            .collect();
+        ended.sort_by_key(|(i, _)| *i);
+        ended.into_iter().map(|(_, b)| b).collect()
+    }
+}

@@ -42,18 +42,8 @@ fn decode(name: &str) -> Vec<StreamChunk> {
     whole
 }
 
-/// The ended blocks by index (a block whose stop was lost ends last but
-/// keeps its place).
 fn ended(chunks: &[StreamChunk]) -> Vec<ContentBlock> {
-    let mut ended: Vec<(u64, ContentBlock)> = chunks
-        .iter()
-        .filter_map(|c| match c {
-            StreamChunk::BlockEnd { index, block } => Some((*index, (**block).clone())),
-            _ => None,
-        })
-        .collect();
-    ended.sort_by_key(|(i, _)| *i);
-    ended.into_iter().map(|(_, b)| b).collect()
+    dsh_anthropic::check_support::ended_blocks(chunks)
 }
 
 fn finish(chunks: &[StreamChunk]) -> &FinishReason {
