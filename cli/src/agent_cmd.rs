@@ -230,10 +230,15 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         // Pressure and overflow compaction against the model's context
         // window (loop.md CP-3 a, b); `/compact` in chat runs it by hand
         // (CP-3 c).
+        // A server that reports no usage is measured by estimate (issue
+        // 32); the estimate is never logged as usage.
         config
             .plugins
             .push(Box::new(dsh_compaction::Compaction::new(
-                dsh_compaction::CompactionConfig::default(),
+                dsh_compaction::CompactionConfig {
+                    estimate_unreported: true,
+                    ..dsh_compaction::CompactionConfig::default()
+                },
             )));
         if let Some(t) = &tracing {
             t.install(&mut config);
@@ -712,6 +717,10 @@ fn repl(
     if resumed && let Ok(events) = agent.events() {
         for line in crate::render::recap(&events, 4, render.width) {
             let _ = r.notice(&mut out, &line);
+        }
+        // The surface so far, for the token estimate (issue 32).
+        for e in &events {
+            r.observe(e);
         }
     }
     let spinner = io::stdout().is_terminal();

@@ -21,6 +21,11 @@
 //! titles = true            # false: as --no-title
 //! otlp_endpoint = "http://127.0.0.1:4318"   # trace export
 //! otel_content = false      # true: as --otel-content
+//! provider = "openai"      # openai | anthropic (the API spoken)
+//! context_window = 32768   # tokens, any model without its own entry
+//!
+//! [models."smollm2"]
+//! context_window = 8192    # tokens, for this model id only
 //!
 //! [tools]
 //! sandbox = "workspace-write"          # workspace-write | off
@@ -77,9 +82,24 @@ pub struct ConfigFile {
     pub otlp_endpoint: Option<String>,
     /// `true`: as `--otel-content`.
     pub otel_content: Option<bool>,
+    /// `--provider` (`openai` or `anthropic`).
+    pub provider: Option<String>,
+    /// `--context-window`, for every model without its own entry.
+    pub context_window: Option<u64>,
+    /// Per-model settings, by model id.
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, ModelFile>,
     /// The `[tools]` table.
     #[serde(default)]
     pub tools: ToolsFile,
+}
+
+/// A `[models."ID"]` table.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFile {
+    /// `--context-window` for this model.
+    pub context_window: Option<u64>,
 }
 
 /// The `[tools]` table: the keys of the tool flags.
@@ -141,6 +161,15 @@ pub fn parse(text: &str) -> Result<ConfigFile, String> {
 }
 
 impl ConfigFile {
+    /// The context window set for `model`: its `[models."ID"]` entry, else
+    /// the top-level `context_window`.
+    pub fn context_window_for(&self, model: &str) -> Option<u64> {
+        self.models
+            .get(model)
+            .and_then(|m| m.context_window)
+            .or(self.context_window)
+    }
+
     /// Checks every value with the flag's own rule.
     fn check(&self) -> Result<(), String> {
         use crate::provider as p;
@@ -182,6 +211,19 @@ impl ConfigFile {
         key("max_steps", self.max_steps, |n| {
             p::steps(&n.to_string()).map(drop)
         })?;
+        key("provider", self.provider.as_deref(), |v| match *v {
+            "openai" | "anthropic" => Ok(()),
+            _ => Err("must be openai or anthropic".into()),
+        })?;
+        let window = |n: &u64| p::context_window(&n.to_string()).map(drop);
+        key("context_window", self.context_window, window)?;
+        for (id, m) in &self.models {
+            key(
+                &format!("models.{id:?}.context_window"),
+                m.context_window,
+                window,
+            )?;
+        }
         key("tools.sandbox", self.tools.sandbox.as_deref(), |v| {
             crate::tool_args::sandbox(v).map(drop)
         })?;
@@ -237,6 +279,25 @@ tool_env_keep_secrets = true
         assert_eq!(f.tools.sandbox.as_deref(), Some("off"));
         assert_eq!(f.tools.no_network, Some(true));
         assert_eq!(parse("").unwrap(), ConfigFile::default());
+    }
+
+    /// Issue 32: a context window for every model, and one per model id.
+    #[test]
+    fn context_windows_per_model() {
+        let f = parse(
+            "context_window = 32768\n[models.\"smollm2\"]\ncontext_window = 8192\n[models.\"other\"]\n",
+        )
+        .unwrap();
+        assert_eq!(f.context_window_for("smollm2"), Some(8192));
+        assert_eq!(f.context_window_for("other"), Some(32768));
+        assert_eq!(f.context_window_for("x"), Some(32768));
+        assert_eq!(ConfigFile::default().context_window_for("x"), None);
+        let e = parse("[models.\"m\"]\ncontext_window = 5").unwrap_err();
+        assert!(e.starts_with("key `models.\"m\".context_window`: "), "{e}");
+        let e = parse("context_window = 0").unwrap_err();
+        assert!(e.starts_with("key `context_window`: "), "{e}");
+        let e = parse("[models.\"m\"]\nwindow = 5").unwrap_err();
+        assert!(e.contains("window"), "{e}");
     }
 
     #[test]

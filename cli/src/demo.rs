@@ -122,6 +122,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
     let server =
         MockServer::start_on(script, 0).map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
     let provider = Provider {
+        api: crate::provider::Api::OpenAi,
         base_url: Some(crate::secrets::BaseUrl::new(server.url())),
         model: DEFAULT_MODEL.to_string(),
         api_key_env: "DSH_DEMO_API_KEY".to_string(),
@@ -130,6 +131,7 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         effort: None,
         temperature: None,
         max_tokens: None,
+        context_window: None,
     };
     let store = args.store.open()?;
     let build = {

@@ -15,6 +15,12 @@ pub const DEFAULT_MODEL: &str = "deepseek-v4-flash";
 /// Provider flags shared by `chat`, `run`, `fork` and `acp`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ProviderArgs {
+    /// The API the endpoint speaks: `openai` (OpenAI-compatible chat
+    /// completions, DeepSeek's own included) or `anthropic` (the Anthropic
+    /// Messages API) [default: anthropic for a base URL at
+    /// api.anthropic.com or ending in /v1/messages, else openai].
+    #[arg(long, value_name = "API", value_parser = ["openai", "anthropic"])]
+    pub provider: Option<String>,
     /// Base URL of an OpenAI-compatible endpoint (default: `$DEEPSEEK_BASE_URL`,
     /// else <https://api.deepseek.com>). Credentials in it (`user:pass@`)
     /// belong in `$DEEPSEEK_BASE_URL` or the config file: on the command
@@ -36,6 +42,10 @@ pub struct ProviderArgs {
     /// Output token cap of each request (default: the server's).
     #[arg(long, value_name = "N", value_parser = max_tokens)]
     pub max_tokens: Option<u64>,
+    /// The model's context window in tokens, for compaction (default: what
+    /// the server tells, else DeepSeek's known windows, else 32768).
+    #[arg(long, value_name = "N", value_parser = context_window)]
+    pub context_window: Option<u64>,
     #[command(flatten)]
     pub client: ClientFlags,
 }
@@ -177,6 +187,16 @@ pub fn max_tokens(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A context window between 512 and 2^32 tokens.
+pub fn context_window(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(v) if (512..=(1u64 << 32)).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a context window between 512 and 4294967296 tokens"
+        )),
+    }
+}
+
 /// A byte limit between 1 KiB and 4 GiB.
 pub fn event_bytes(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
@@ -217,9 +237,21 @@ pub fn seconds(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The API an endpoint speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI-compatible chat completions (DeepSeek's API included).
+    #[default]
+    OpenAi,
+    /// The Anthropic Messages API.
+    Anthropic,
+}
+
 /// The resolved endpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Provider {
+    /// The API spoken.
+    pub api: Api,
     /// The base URL (flag, config file or `$DEEPSEEK_BASE_URL`; `None`: the
     /// adapter's default). Its credentials are shown redacted only.
     pub base_url: Option<BaseUrl>,
@@ -238,6 +270,9 @@ pub struct Provider {
     pub temperature: Option<f64>,
     /// Output token cap of every request.
     pub max_tokens: Option<u64>,
+    /// The context window the user set (flag, else the config file's
+    /// entry for the model, else its `context_window`).
+    pub context_window: Option<u64>,
 }
 
 impl Provider {
@@ -259,29 +294,54 @@ pub fn resolve_with(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Provider, String> {
     let set = |name: &str| env(name).is_some_and(|v| !v.trim().is_empty());
-    let api_key_env = args
-        .api_key_env
-        .clone()
-        .or_else(|| file.api_key_env.clone())
-        .unwrap_or_else(|| dsh_deepseek::DEFAULT_API_KEY_ENV.to_string());
-    let has_key = set(&api_key_env);
     let flag_url = args
         .base_url
         .clone()
         .filter(|u| !u.is_empty())
         .map(BaseUrl::new);
-    let base_url = flag_url
-        .or_else(|| {
-            file.base_url
-                .clone()
-                .filter(|u| !u.is_empty())
-                .map(BaseUrl::new)
-        })
-        .or_else(|| {
+    let explicit = flag_url.or_else(|| {
+        file.base_url
+            .clone()
+            .filter(|u| !u.is_empty())
+            .map(BaseUrl::new)
+    });
+    let api = match args.provider.as_deref().or(file.provider.as_deref()) {
+        Some("anthropic") => Api::Anthropic,
+        Some(_) => Api::OpenAi,
+        None if explicit
+            .as_ref()
+            .is_some_and(|u| dsh_anthropic::is_anthropic_url(u.expose())) =>
+        {
+            Api::Anthropic
+        }
+        None => Api::OpenAi,
+    };
+    let default_key = match api {
+        Api::Anthropic => dsh_anthropic::DEFAULT_API_KEY_ENV,
+        Api::OpenAi => dsh_deepseek::DEFAULT_API_KEY_ENV,
+    };
+    let api_key_env = args
+        .api_key_env
+        .clone()
+        .or_else(|| file.api_key_env.clone())
+        .unwrap_or_else(|| default_key.to_string());
+    let has_key = set(&api_key_env);
+    if api == Api::Anthropic && !has_key && explicit.is_none() {
+        return Err(format!(
+            "dsh: no API key. Set {api_key_env} to an Anthropic API key, or use --base-url URL \
+             for an Anthropic-compatible gateway."
+        ));
+    }
+    let base_url = match api {
+        Api::Anthropic => {
+            explicit.or_else(|| Some(BaseUrl::new(dsh_anthropic::DEFAULT_BASE_URL.to_string())))
+        }
+        Api::OpenAi => explicit.or_else(|| {
             env(dsh_deepseek::BASE_URL_ENV)
                 .filter(|u| !u.trim().is_empty())
                 .map(BaseUrl::new)
-        });
+        }),
+    };
     if !has_key && base_url.is_none() {
         return Err(format!(
             "dsh: no API key. Set {key} to a DeepSeek API key (export {key}=sk-...), \
@@ -291,14 +351,19 @@ pub fn resolve_with(
             key = api_key_env
         ));
     }
-    let model = args
-        .model
-        .clone()
-        .or_else(|| file.model.clone())
-        .unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    let model = match (args.model.clone().or_else(|| file.model.clone()), api) {
+        (Some(m), _) => m,
+        (None, Api::OpenAi) => DEFAULT_MODEL.to_string(),
+        (None, Api::Anthropic) => {
+            return Err("dsh: --model is required with the Anthropic API".to_string());
+        }
+    };
     if model.trim().is_empty() {
         return Err("dsh: --model must not be empty".to_string());
     }
+    let context_window = args
+        .context_window
+        .or_else(|| file.context_window_for(&model));
     let d = ClientSettings::default();
     let f = &args.client;
     let client = ClientSettings {
@@ -322,6 +387,7 @@ pub fn resolve_with(
         max_steps: f.max_steps.or(file.max_steps).unwrap_or(d.max_steps),
     };
     Ok(Provider {
+        api,
         base_url,
         model,
         api_key_env,
@@ -330,6 +396,7 @@ pub fn resolve_with(
         effort: args.effort.clone().or_else(|| file.effort.clone()),
         temperature: args.temperature.or(file.temperature),
         max_tokens: args.max_tokens.or(file.max_tokens),
+        context_window,
     })
 }
 
@@ -346,6 +413,47 @@ mod tests {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Provider, String> {
         resolve_with(args, &ConfigFile::default(), env)
+    }
+
+    /// Issue 32: the Anthropic API by flag or by URL, with its own key
+    /// variable and default base URL; no key and no URL is an error.
+    #[test]
+    fn issue_32_the_anthropic_api_is_chosen_by_flag_or_url() {
+        let key = |k: &str| (k == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_string());
+        let flag = ProviderArgs {
+            provider: Some("anthropic".into()),
+            model: Some("claude".into()),
+            ..ProviderArgs::default()
+        };
+        let p = resolve(&flag, &key).unwrap();
+        assert_eq!(p.api, Api::Anthropic);
+        assert_eq!(p.api_key_env, "ANTHROPIC_API_KEY");
+        assert!(p.has_key);
+        assert_eq!(p.base_url.as_ref().map(|u| u.expose()), Some("https://api.anthropic.com"));
+        let e = resolve(&flag, &|_| None).unwrap_err();
+        assert!(e.contains("ANTHROPIC_API_KEY"), "{e}");
+        let by_url = ProviderArgs {
+            base_url: Some("http://127.0.0.1:4000/v1/messages".into()),
+            model: Some("claude".into()),
+            ..ProviderArgs::default()
+        };
+        let p = resolve(&by_url, &|_| None).unwrap();
+        assert_eq!(p.api, Api::Anthropic);
+        assert!(!p.has_key);
+        let openai = ProviderArgs {
+            provider: Some("openai".into()),
+            ..by_url.clone()
+        };
+        assert_eq!(resolve(&openai, &|_| None).unwrap().api, Api::OpenAi);
+        let no_model = ProviderArgs {
+            model: None,
+            ..by_url
+        };
+        assert!(
+            resolve(&no_model, &|_| None)
+                .unwrap_err()
+                .contains("--model")
+        );
     }
 
     #[test]

@@ -104,6 +104,47 @@ pub struct Renderer {
     in_escape: bool,
     /// A scheduled retry: when it starts.
     retry_at: Option<Instant>,
+    /// The token estimate for a server that reports no usage (issue 32).
+    estimate: Estimate,
+}
+
+/// What the renderer tracks to estimate tokens when the server reports no
+/// usage: the bytes of each message on the surface (by seq, replaced runs
+/// dropped) and of the latest request header, and the turn's estimate so
+/// far (the measure of `dsh_compaction::estimated_usage`).
+#[derive(Debug, Default)]
+struct Estimate {
+    surface: std::collections::BTreeMap<u64, usize>,
+    header: usize,
+    input: u64,
+    output: u64,
+}
+
+impl Estimate {
+    /// Follows the surface through `event`.
+    fn observe(&mut self, event: &SessionEvent) {
+        if let EventData::RequestHeader(h) = event.data() {
+            self.header = dsh_compaction::header_bytes(&h.header);
+        }
+        if let Some(dsh_core::session::SurfaceOp::Replace { start, end }) = event.surface_op() {
+            // `range` panics on an inverted range; a log may hold anything.
+            self.surface.retain(|s, _| *s < start || *s > end);
+        }
+        if let Some(m) = event.derived_message() {
+            self.surface
+                .insert(event.seq(), dsh_compaction::message_bytes(m));
+        }
+    }
+
+    /// Adds a model call without usage whose answer is `event`: the input
+    /// is the surface before it plus the header, the output the answer.
+    fn unreported(&mut self, event: &SessionEvent) {
+        let before: usize = self.surface.values().sum::<usize>() + self.header;
+        self.input += dsh_compaction::estimate_tokens(before);
+        if let Some(m) = event.derived_message() {
+            self.output += dsh_compaction::estimate_tokens(dsh_compaction::message_bytes(m));
+        }
+    }
 }
 
 impl Renderer {
@@ -122,7 +163,14 @@ impl Renderer {
             col: 0,
             in_escape: false,
             retry_at: None,
+            estimate: Estimate::default(),
         }
+    }
+
+    /// Takes in an event of the session's past (a resumed session) without
+    /// rendering it, so the token estimate knows the surface.
+    pub fn observe(&mut self, event: &SessionEvent) {
+        self.estimate.observe(event);
     }
 
     /// A new model attempt begins: what follows is its text.
@@ -275,10 +323,18 @@ impl Renderer {
         event: &SessionEvent,
     ) -> io::Result<Option<TurnOutcome>> {
         let mut ended = None;
+        if let EventData::AssistantMessage(m) = event.data()
+            && m.usage.is_none()
+        {
+            self.estimate.unreported(event);
+        }
+        self.estimate.observe(event);
         match event.data() {
             EventData::TurnStart(_) => {
                 self.usage = TokenUsage::default();
                 self.saw_usage = false;
+                self.estimate.input = 0;
+                self.estimate.output = 0;
             }
             EventData::StepStart(_) | EventData::LlmRetryStarted(_) => {
                 self.retry_at = None;
@@ -466,6 +522,11 @@ impl Renderer {
                 }
                 let usage = if self.saw_usage {
                     usage_line(&self.usage)
+                } else if self.estimate.input + self.estimate.output > 0 {
+                    format!(
+                        "tokens: no usage reported; ~est. input {}, output {} (bytes/4)",
+                        self.estimate.input, self.estimate.output
+                    )
                 } else {
                     "tokens: no usage reported".to_string()
                 };
@@ -674,6 +735,50 @@ mod tests {
         let outcome = outcome.unwrap();
         assert_eq!(outcome.reason, "completed");
         assert_eq!(outcome.usage.cache_read_tokens, Some(90));
+    }
+
+    /// Issue 32: without reported usage the token line shows the estimate,
+    /// marked `~est.`: the input is the surface before the answer (the
+    /// prompt, and a past message seen through `observe`), the output the
+    /// answer, each a quarter of their JSON bytes.
+    #[test]
+    fn issue_32_the_token_line_estimates_when_no_usage_is_reported() {
+        let past = Message::user("p", vec![ContentBlock::text("x".repeat(400))]);
+        let prompt = Message::user("u", vec![ContentBlock::text("y".repeat(800))]);
+        let answer = Message::user("a", vec![ContentBlock::text("z".repeat(200))]);
+        let est = |m: &Message| dsh_compaction::estimate_tokens(dsh_compaction::message_bytes(m));
+        let input = dsh_compaction::estimate_tokens(
+            dsh_compaction::message_bytes(&past) + dsh_compaction::message_bytes(&prompt),
+        );
+        assert!(input > est(&prompt));
+        let mut r = Renderer::new(RenderOptions::default());
+        r.observe(&SessionEvent::new(0, 0, past));
+        let events = [
+            SessionEvent::new(1, 0, TurnStart { turn: 1 }),
+            SessionEvent::new(2, 0, prompt),
+            SessionEvent::new(3, 0, AssistantMessage::new(1, 1, answer.clone())),
+            SessionEvent::new(
+                4,
+                0,
+                TurnEnd {
+                    turn: 1,
+                    reason: TurnEndReason::Completed,
+                },
+            ),
+        ];
+        let mut out = Vec::new();
+        for e in &events {
+            r.event(&mut out, e).unwrap();
+        }
+        let out = String::from_utf8(out).unwrap();
+        let line = format!(
+            "tokens: no usage reported; ~est. input {input}, output {} (bytes/4)",
+            est(&answer)
+        );
+        assert!(out.contains(&line), "{out}");
+        // Reported usage is shown as reported, never as an estimate.
+        let (out, _) = render(&script(), RenderOptions::default());
+        assert!(!out.contains("~est."), "{out}");
     }
 
     #[test]

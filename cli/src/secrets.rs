@@ -87,7 +87,11 @@ static CAPTURED: OnceLock<Captured> = OnceLock::new();
 /// URL, the value of every `--api-key-env NAME` / `--api-key-env=NAME` in
 /// `args` (up to a `--`), and `file_key_env` (the config file's).
 pub fn secret_names(args: &[OsString], file_key_env: Option<&str>) -> Vec<String> {
-    let mut names = vec![DEFAULT_API_KEY_ENV.to_string(), BASE_URL_ENV.to_string()];
+    let mut names = vec![
+        DEFAULT_API_KEY_ENV.to_string(),
+        dsh_anthropic::DEFAULT_API_KEY_ENV.to_string(),
+        BASE_URL_ENV.to_string(),
+    ];
     let mut push = |n: &str| {
         if !n.is_empty() && !n.contains(['=', '\0']) && !names.iter().any(|m| m == n) {
             names.push(n.to_string());

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use dsh_core::LlmCallConfig;
 use dsh_deepseek::{
-    ClientOptions, DeepSeekClient, DeepSeekConfig, PROVIDER_ROUTE, Profile, SessionHeader,
+    ClientOptions, DeepSeekClient, DeepSeekConfig, Profile, SessionHeader, provider_route,
 };
 use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
 
@@ -93,6 +93,13 @@ pub fn agent_config(
         max_event_bytes: provider.client.max_event_bytes,
         ..ClientOptions::default()
     };
+    let anthropic = provider.api == crate::provider::Api::Anthropic;
+    if anthropic {
+        // The Messages API over the same transport (issue 32); no DeepSeek
+        // session header.
+        options.wire = Some(Arc::new(dsh_anthropic::AnthropicWire::default()));
+        options.session_header = SessionHeader::Never;
+    }
     if let Some(placeholder) = provider.key_placeholder() {
         // A keyless endpoint (local server, the demo's mock) still gets a
         // syntactically valid bearer token.
@@ -101,9 +108,32 @@ pub fn agent_config(
         // The key was taken out of the environment at start-up.
         options.credentials = Some(Arc::new(crate::secrets::lookup));
     }
-    let client = DeepSeekClient::with_options(config, options)
+    let mut client = DeepSeekClient::with_options(config.clone(), options.clone())
         .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
-    let mut call = LlmCallConfig::new(PROVIDER_ROUTE, provider.model.clone());
+    let window = context_window(provider, &client);
+    let current = config
+        .model(&provider.model)
+        .and_then(|m| m.context_window)
+        .unwrap_or(config.default_context_window);
+    if window.window != current {
+        // Rebuilt once with the resolved window (the client is cheap to
+        // make; it opens no connection until a call).
+        let mut config = config;
+        match config.models.iter_mut().find(|m| m.id == provider.model) {
+            Some(m) => m.context_window = Some(window.window),
+            None => config.default_context_window = window.window,
+        }
+        client = DeepSeekClient::with_options(config, options)
+            .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
+    }
+    // The route names the endpoint (issue 32): `deepseek-official` for
+    // DeepSeek's API, `openai-compatible:<host[:port]>` for any other.
+    let route = if anthropic {
+        dsh_anthropic::provider_route(&client.base_url())
+    } else {
+        provider_route(&client.base_url())
+    };
+    let mut call = LlmCallConfig::new(route, provider.model.clone());
     call.reasoning_effort = provider.effort.clone().map(Into::into);
     call.temperature = provider.temperature;
     call.max_tokens = provider.max_tokens;
@@ -121,6 +151,95 @@ pub fn agent_config(
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)
+}
+
+/// The context window assumed when neither the user nor the server tells
+/// it: 32768 tokens. Small enough that compaction runs before most local
+/// servers overflow (llama.cpp, Ollama and LM Studio commonly run 4k to
+/// 32k; a larger real window only compacts earlier than needed), large
+/// enough for a useful session on an API model.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 32_768;
+
+/// The context window assumed on Anthropic's own API.
+pub const ANTHROPIC_CONTEXT_WINDOW: u64 = 200_000;
+
+/// How long context-window discovery may take in all, and per request.
+const DISCOVERY_BUDGET: std::time::Duration = std::time::Duration::from_secs(4);
+const DISCOVERY_PER_REQUEST: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// A resolved context window and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Tokens.
+    pub window: u64,
+    /// Where it came from, for the note.
+    pub source: String,
+}
+
+/// The context window of `provider`'s model (issue 32): the user's
+/// setting (`--context-window`, the config file), else what the server
+/// tells (tried once per process and endpoint), else DeepSeek's known
+/// window for a catalog model, else [`DEFAULT_CONTEXT_WINDOW`], said once
+/// on stderr.
+pub fn context_window(provider: &Provider, client: &DeepSeekClient) -> Window {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<HashMap<(String, String), Window>>> = OnceLock::new();
+    if let Some(n) = provider.context_window {
+        return Window {
+            window: n,
+            source: "setting".into(),
+        };
+    }
+    let base = client.base_url();
+    let key = (base.clone(), provider.model.clone());
+    let seen = SEEN.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(w) = seen.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return w;
+    }
+    let anthropic_api = provider.api == crate::provider::Api::Anthropic
+        && dsh_anthropic::provider_route(&base) == "anthropic";
+    let known = if anthropic_api {
+        // Anthropic's API: every current model has at least 200k.
+        Some(ANTHROPIC_CONTEXT_WINDOW)
+    } else {
+        client
+            .config()
+            .model(&provider.model)
+            .and_then(|m| m.context_window)
+    };
+    let discovered = match known {
+        // DeepSeek's own API: its catalog is the answer.
+        Some(_) if dsh_deepseek::is_deepseek_url(&base) || anthropic_api => None,
+        _ => {
+            client.discover_context_window(&provider.model, DISCOVERY_PER_REQUEST, DISCOVERY_BUDGET)
+        }
+    };
+    let window = match (discovered, known) {
+        (Some((n, from)), _) => Window {
+            window: n,
+            source: from.as_str().into(),
+        },
+        (None, Some(n)) => Window {
+            window: n,
+            source: "known model".into(),
+        },
+        (None, None) => {
+            eprintln!(
+                "dsh: the server does not tell the context window of {}; assuming {} tokens (set --context-window N, or context_window in the config file)",
+                crate::sanitize::terminal(&provider.model),
+                DEFAULT_CONTEXT_WINDOW
+            );
+            Window {
+                window: DEFAULT_CONTEXT_WINDOW,
+                source: "default".into(),
+            }
+        }
+    };
+    if let Ok(mut m) = seen.lock() {
+        m.insert(key, window.clone());
+    }
+    window
 }
 
 /// The configuration `build` makes, able to delegate to subagents

@@ -1,4 +1,5 @@
-//! `dsh sse translate`: a raw DeepSeek SSE body to the StreamChunk JSON lines
+//! `dsh sse translate`: a raw DeepSeek (or, with `--provider anthropic`,
+//! Anthropic Messages) SSE body to the StreamChunk JSON lines
 //! the adapter yields (streaming.md 5.10–5.14). A stream failure is shown as
 //! the terminal `finish` chunk with `reason.kind` `error` and its `failure`
 //! (AC-6), so the output always ends in a `finish`.
@@ -27,6 +28,10 @@ pub enum SseCommand {
         /// the reference DeepSeek adapter (streaming.md 5.10–5.14).
         #[arg(long)]
         interop: bool,
+        /// The wire: `deepseek` (OpenAI-compatible chat completions) or
+        /// `anthropic` (Anthropic Messages events).
+        #[arg(long, value_name = "WIRE", default_value = "deepseek", value_parser = ["deepseek", "anthropic"])]
+        provider: String,
         /// Largest SSE line or event (or JSON body) accepted, in bytes.
         #[arg(long, value_name = "BYTES", default_value_t = dsh_deepseek::DEFAULT_MAX_EVENT_BYTES)]
         max_event_bytes: usize,
@@ -39,6 +44,7 @@ pub fn run(cmd: SseCommand) -> Outcome {
         SseCommand::Translate {
             path,
             interop,
+            provider,
             max_event_bytes,
         } => {
             let mut options = if interop {
@@ -47,12 +53,48 @@ pub fn run(cmd: SseCommand) -> Outcome {
                 DecodeOptions::default()
             };
             options.max_event_bytes = max_event_bytes;
-            translate(path, &options)
+            let decoder = if provider == "anthropic" {
+                Decoder::Anthropic(Box::new(dsh_anthropic::StreamDecoder::new(max_event_bytes)))
+            } else {
+                Decoder::DeepSeek(Box::new(StreamDecoder::with_options(&options)))
+            };
+            translate(path, decoder)
         }
     }
 }
 
-fn translate(path: Option<PathBuf>, options: &DecodeOptions) -> Outcome {
+/// The decoder of one wire.
+enum Decoder {
+    DeepSeek(Box<StreamDecoder>),
+    Anthropic(Box<dsh_anthropic::StreamDecoder>),
+}
+
+impl Decoder {
+    /// Feeds a piece; whether the response is over.
+    fn push(
+        &mut self,
+        piece: &[u8],
+        out: &mut Vec<dsh_core::StreamChunk>,
+    ) -> Result<bool, dsh_core::LlmError> {
+        match self {
+            Decoder::DeepSeek(d) => d.push(piece, out).map(|o| o.finished),
+            Decoder::Anthropic(d) => d.push(piece, out),
+        }
+    }
+
+    /// The body ended.
+    fn finish_into(
+        &mut self,
+        out: &mut Vec<dsh_core::StreamChunk>,
+    ) -> Result<(), dsh_core::LlmError> {
+        match self {
+            Decoder::DeepSeek(d) => d.finish_into(out),
+            Decoder::Anthropic(d) => d.finish_into(out),
+        }
+    }
+}
+
+fn translate(path: Option<PathBuf>, mut decoder: Decoder) -> Outcome {
     let mut input: Box<dyn Read> = match path {
         Some(p) if p.as_os_str() != "-" => match File::open(&p) {
             Ok(f) => Box::new(f),
@@ -64,7 +106,6 @@ fn translate(path: Option<PathBuf>, options: &DecodeOptions) -> Outcome {
         _ => Box::new(io::stdin().lock()),
     };
     let mut out = BufWriter::new(io::stdout().lock());
-    let mut decoder = StreamDecoder::with_options(options);
     let mut chunks = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     let failure = loop {
@@ -89,7 +130,7 @@ fn translate(path: Option<PathBuf>, options: &DecodeOptions) -> Outcome {
             write_chunk(&mut out, &chunk);
         }
         match result {
-            Ok(o) if o.finished => break None,
+            Ok(true) => break None,
             Ok(_) => {
                 let _ = out.flush();
             }

@@ -179,6 +179,7 @@ fn corpus_shapes_as_full_turns() {
         ("finish_stop.sse", 0, "Done."),
         ("finish_content_filter.sse", 1, "CONTENT_FILTER"),
         ("reasoning_field_then_text.sse", 0, "42"),
+        ("message_only.sse", 0, "Hello"),
         ("json_completion.json", 0, "A full answer."),
         ("json_error_200.json", 1, "Invalid API key provided"),
     ];

@@ -1,5 +1,7 @@
 //! Interop suite (issue 16): `dsh run` against LLMock, a third-party
-//! OpenAI-compatible mock server from PyPI, with its fault injection.
+//! OpenAI-compatible mock server from PyPI, with its fault injection; and
+//! (issue 32) against its Anthropic Messages route with `--provider
+//! anthropic`.
 //! The tests are `#[ignore]`d: `adapters/deepseek/interop/run.sh` installs
 //! and starts the server on 127.0.0.1 and runs them with `--ignored`,
 //! passing its URL in `DSH_INTEROP_URL`. Run that way without the variable,
@@ -113,6 +115,35 @@ fn logs(data: &Path) -> Vec<PathBuf> {
 
 /// One `dsh run` turn against LLMock; checks the logs afterwards.
 fn run(extra: &[&str]) -> Output {
+    run_on(
+        &[
+            "--model",
+            "gpt-4o-mini",
+            "--base-url",
+            &format!("{}/v1", url()),
+        ],
+        extra,
+    )
+}
+
+/// [`run`] on LLMock's Anthropic Messages route (`/anthropic/v1/messages`,
+/// issue 32).
+fn run_anthropic(extra: &[&str]) -> Output {
+    run_on(
+        &[
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-3-5-sonnet-20241022",
+            "--base-url",
+            &format!("{}/anthropic", url()),
+        ],
+        extra,
+    )
+}
+
+/// One `dsh run` turn with `endpoint` flags; checks the logs afterwards.
+fn run_on(endpoint: &[&str], extra: &[&str]) -> Output {
     let data = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("notes.txt"), "hello\n").unwrap();
@@ -123,15 +154,9 @@ fn run(extra: &[&str]) -> Output {
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         // No title request: these tests count the requests LLMock gets.
-        .args([
-            "run",
-            "--yes",
-            "--no-title",
-            "--model",
-            "gpt-4o-mini",
-            "--base-url",
-        ])
-        .arg(format!("{}/v1", url()))
+        .env_remove("ANTHROPIC_API_KEY")
+        .args(["run", "--yes", "--no-title", "--context-window", "100000"])
+        .args(endpoint)
         .arg("--cwd")
         .arg(ws.path())
         .args(extra)
@@ -313,5 +338,53 @@ fn a_slow_first_token_is_waited_for() {
         {"type": "reply", "text": "Slow but complete."}]));
     let out = ok(&run(&["--idle-timeout", "5"]));
     assert!(out.starts_with("Slow but complete.\n"), "{out}");
+    assert_eq!(requests(), 1);
+}
+
+/// Issue 32: text over LLMock's Anthropic Messages route.
+#[test]
+#[ignore = "needs LLMock: adapters/deepseek/interop/run.sh"]
+fn anthropic_plain_text() {
+    script(json!([{"type": "reply", "text": "Plain answer over Messages."}]));
+    let out = ok(&run_anthropic(&[]));
+    assert!(out.starts_with("Plain answer over Messages.\n"), "{out}");
+    assert_eq!(requests(), 1);
+}
+
+/// Issue 32: a tool call (`tool_use` with streamed `input_json_delta`)
+/// runs, and its `tool_result` goes back on the Anthropic route.
+#[test]
+#[ignore = "needs LLMock: adapters/deepseek/interop/run.sh"]
+fn anthropic_tool_call_then_answer() {
+    script(json!([
+        {"type": "reply", "tool_calls": [{"name": "read", "arguments": {"file_path": "notes.txt"}}]},
+        {"type": "reply", "text": "The file says hello."}]));
+    let out = ok(&run_anthropic(&[]));
+    assert!(out.contains("▸ read"), "{out}");
+    assert!(out.contains("The file says hello."), "{out}");
+    assert_eq!(requests(), 2);
+}
+
+/// Issue 32: an overloaded server (529) and a 429 with `retry-after` on
+/// the Anthropic route are retried; a 400 ends the turn with its error.
+#[test]
+#[ignore = "needs LLMock: adapters/deepseek/interop/run.sh"]
+fn anthropic_errors_are_retried_or_reported() {
+    script(json!([
+        {"type": "fail", "status": 529},
+        {"type": "fail", "status": 429, "retry_after": 1},
+        {"type": "reply", "text": "Served at last."}]));
+    let o = run_anthropic(&[]);
+    let out = ok(&o);
+    assert_eq!(out.lines().next(), Some("Served at last."));
+    let err = text(&o.stderr);
+    assert!(err.contains("(SERVER)"), "{err}");
+    assert!(err.contains("retrying in 1.0 s"), "{err}");
+    assert_eq!(requests(), 3);
+    script(json!([{"type": "fail", "status": 400}]));
+    let o = run_anthropic(&[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("INVALID_REQUEST"), "{err}");
     assert_eq!(requests(), 1);
 }

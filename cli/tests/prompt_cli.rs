@@ -597,6 +597,11 @@ fn titles_recorded_once_survive_resume_and_are_listed() {
     let events = log_events(data.path());
     let recorded = of_type(&events, "session/title");
     assert_eq!(recorded.len(), 1);
+    // The title model's route names the local server (issue 32).
+    let route = format!(
+        "openai-compatible:{}",
+        server.url().trim_start_matches("http://")
+    );
     let prompt_seq = events
         .iter()
         .find(|e| e["type"] == "user/message" && e["data"]["source"]["kind"] == "user")
@@ -606,7 +611,7 @@ fn titles_recorded_once_survive_resume_and_are_listed() {
         recorded[0]["data"],
         json!({"title": "Fix the parser", "messageSeqs": [prompt_seq],
                "source": {"kind": "provider", "provider": "dsh-session-title",
-                          "model": {"provider": "deepseek-official", "model": "deepseek-v4-flash"}}})
+                          "model": {"provider": route, "model": "deepseek-v4-flash"}}})
     );
     let turn_end = of_type(&events, "turn/end")[0]["seq"].as_u64().unwrap();
     assert!(recorded[0]["seq"].as_u64().unwrap() > turn_end);

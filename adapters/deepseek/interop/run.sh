@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Interop suite (issue 16): dsh against a real third-party OpenAI-compatible
+# Interop suite (issues 16, 32): dsh against a real third-party OpenAI-compatible
+# (and, on its /anthropic route, Anthropic Messages)
 # mock server from PyPI, LLMock (https://pypi.org/project/llmock/), which
 # also injects faults (429/500 with Retry-After, disconnects, truncation,
 # malformed chunks, stalls, slow first token).

@@ -142,6 +142,9 @@ pub struct ClientOptions {
     pub max_event_bytes: usize,
     /// Where the `x-deepseek-harness-session-id` header goes.
     pub session_header: SessionHeader,
+    /// Another API to speak instead of chat completions (`None`: chat
+    /// completions).
+    pub wire: Option<Arc<dyn Wire>>,
 }
 
 /// Where the session-id header is sent.
@@ -159,9 +162,79 @@ pub enum SessionHeader {
     Never,
 }
 
+/// Another API spoken over this client's transport (issue 32): its
+/// endpoint, headers, request body, response decoder and error classifier,
+/// with the same connection handling, idle watchdog, cancellation, size
+/// caps and secret redaction as the chat-completions wire.
+pub trait Wire: Send + Sync {
+    /// The URL of a call for `base` (the configured base URL, one trailing
+    /// `/` stripped).
+    fn endpoint(&self, base: &str) -> String;
+    /// The authentication and version headers for `key` (`content-type`
+    /// is added by the client).
+    fn headers(&self, key: &str) -> Vec<(&'static str, String)>;
+    /// The JSON request body.
+    fn body(&self, options: &GenerateOptions) -> Result<String, LlmError>;
+    /// A decoder for one response body, bounded to `max_event_bytes`.
+    fn decoder(&self, max_event_bytes: usize) -> Box<dyn WireDecoder>;
+    /// The typed error of a non-2xx response; `header` reads a response
+    /// header by lowercase name.
+    fn classify(
+        &self,
+        status: u16,
+        body: &[u8],
+        header: &dyn Fn(&str) -> Option<String>,
+        now_unix_ms: Option<i64>,
+    ) -> LlmError;
+}
+
+/// The response decoder of a [`Wire`].
+pub trait WireDecoder: Send {
+    /// Feeds one piece of the body; `Ok(true)` when the reply is complete
+    /// (the rest of the body is not read).
+    fn push(&mut self, piece: &[u8], out: &mut Vec<StreamChunk>) -> Result<bool, LlmError>;
+    /// The body ended.
+    fn finish_into(&mut self, out: &mut Vec<StreamChunk>) -> Result<(), LlmError>;
+}
+
+/// The decoder of a response in flight (boxed as a whole in `State::Body`,
+/// so the chat decoder is not boxed again).
+#[allow(clippy::large_enum_variant)]
+enum BodyDecoder {
+    Chat(StreamDecoder),
+    Wire(Box<dyn WireDecoder>),
+}
+
+impl BodyDecoder {
+    fn push(
+        &mut self,
+        piece: &[u8],
+        out: &mut Vec<StreamChunk>,
+    ) -> Result<crate::translate::PushOutcome, LlmError> {
+        match self {
+            BodyDecoder::Chat(d) => d.push(piece, out),
+            BodyDecoder::Wire(d) => {
+                d.push(piece, out)
+                    .map(|finished| crate::translate::PushOutcome {
+                        comments: 0,
+                        finished,
+                    })
+            }
+        }
+    }
+
+    fn finish_into(&mut self, out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
+        match self {
+            BodyDecoder::Chat(d) => d.finish_into(out),
+            BodyDecoder::Wire(d) => d.finish_into(out),
+        }
+    }
+}
+
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
+            wire: None,
             user_agent: None,
             user_id: None,
             credentials: None,
@@ -188,6 +261,36 @@ fn url_host(url: &str) -> String {
         hostport.split(':').next().unwrap_or("")
     };
     host.to_ascii_lowercase()
+}
+
+/// The `host[:port]` of `url`, lowercased, without userinfo; any character
+/// outside ASCII letters, digits and `.-:[]` becomes `_`, so the result is
+/// safe in a log and on a terminal.
+pub fn url_authority(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    hostport
+        .chars()
+        .take(255)
+        .map(|c| match c {
+            'A'..='Z' => c.to_ascii_lowercase(),
+            'a'..='z' | '0'..='9' | '.' | '-' | ':' | '[' | ']' => c,
+            _ => '_',
+        })
+        .collect()
+}
+
+/// The provider route a session records for an OpenAI-compatible endpoint
+/// at `base_url`: [`PROVIDER_ROUTE`] (`deepseek-official`, the reference's
+/// name) for DeepSeek's own API, else `openai-compatible:<host[:port]>`
+/// (issue 32).
+pub fn provider_route(base_url: &str) -> String {
+    if is_deepseek_url(base_url) {
+        String::from(PROVIDER_ROUTE)
+    } else {
+        alloc::format!("openai-compatible:{}", url_authority(base_url))
+    }
 }
 
 /// Whether `url` points at DeepSeek (`deepseek.com` or a subdomain).
@@ -434,6 +537,87 @@ impl DeepSeekClient {
         Agent::new_with_config(agent_config)
     }
 
+    /// Asks the server for `model`'s context window (issue 32): the
+    /// [`crate::discover::PROBES`] in order, each answer read up to
+    /// [`crate::discover::MAX_DISCOVERY_BYTES`], every request within
+    /// `per_request` and all within `budget`; the first answer that parses
+    /// wins. The key goes with each probe as with a chat call (same host,
+    /// no redirects followed). A connection that fails ends discovery at
+    /// once. Never an error: `None` when no probe told.
+    pub fn discover_context_window(
+        &self,
+        model: &str,
+        per_request: Duration,
+        budget: Duration,
+    ) -> Option<(u64, crate::discover::WindowSource)> {
+        use crate::discover::{MAX_DISCOVERY_BYTES, PROBES, ProbeBase, parse_window, url_root};
+        let start = std::time::Instant::now();
+        let base = self.base_url();
+        let root = url_root(&base);
+        let key = self.api_key().ok();
+        let ua = match self.options.user_agent.as_deref() {
+            Some(ua) if !ua.is_empty() => String::from(ua),
+            _ => user_agent(),
+        };
+        for probe in PROBES {
+            let left = budget.checked_sub(start.elapsed())?;
+            let url = match probe.base {
+                ProbeBase::Base => format!("{base}{}", probe.path),
+                ProbeBase::Root => format!("{root}{}", probe.path),
+            };
+            let agent = Agent::new_with_config(
+                Agent::config_builder()
+                    .http_status_as_error(false)
+                    .max_redirects(0)
+                    .max_redirects_will_error(false)
+                    .user_agent(AutoHeaderValue::Provided(Arc::new(ua.clone())))
+                    .accept_encoding(AutoHeaderValue::None)
+                    .timeout_global(Some(left.min(per_request)))
+                    .proxy(if self.options.proxy_from_env {
+                        ureq::Proxy::try_from_env()
+                    } else {
+                        None
+                    })
+                    .build(),
+            );
+            let bearer = key.as_ref().map(ApiKey::bearer);
+            let sent = if probe.post_model {
+                let body = serde_json::json!({ "model": model }).to_string();
+                let mut req = agent.post(&url).header("content-type", "application/json");
+                if let Some(b) = &bearer {
+                    req = req.header("authorization", b.as_str());
+                }
+                req.send(body.as_bytes())
+            } else {
+                let mut req = agent.get(&url);
+                if let Some(b) = &bearer {
+                    req = req.header("authorization", b.as_str());
+                }
+                req.call()
+            };
+            let response = match sent {
+                Ok(r) => r,
+                Err(ureq::Error::StatusCode(_)) => continue,
+                Err(_) => return None,
+            };
+            if !response.status().is_success() {
+                continue;
+            }
+            let Ok(body) = response
+                .into_body()
+                .with_config()
+                .limit(MAX_DISCOVERY_BYTES)
+                .read_to_vec()
+            else {
+                continue;
+            };
+            if let Some(n) = parse_window(probe.source, &body, model) {
+                return Some((n, probe.source));
+            }
+        }
+        None
+    }
+
     /// The configuration.
     pub fn config(&self) -> &DeepSeekConfig {
         &self.config
@@ -488,17 +672,22 @@ impl DeepSeekClient {
         let base_url = self.base_url();
         precheck_images(options, &config, false)?;
         let key = self.api_key()?;
-        let body = match build_request_body(options, &config, None) {
+        let wire = self.options.wire.clone();
+        let built = match &wire {
+            Some(w) => w.body(options),
+            None => build_request_body(options, &config, None),
+        };
+        let body = match built {
             Ok(body) => body,
             // WD-5 rule 2: a caller abort wins over a serialization error.
             Err(_) if cancel.is_cancelled() => return Err(aborted()),
             Err(e) => return Err(e),
         };
-        let urls = self.endpoints();
-        let mut headers = vec![
-            ("authorization", key.bearer()),
-            ("content-type", String::from("application/json")),
-        ];
+        let (urls, mut headers) = match &wire {
+            Some(w) => (vec![w.endpoint(&base_url)], w.headers(&key.0)),
+            None => (self.endpoints(), vec![("authorization", key.bearer())]),
+        };
+        headers.push(("content-type", String::from("application/json")));
         if let Some(id) = &self.options.user_id {
             headers.push(("x-deepseek-harness-user-id", id.clone()));
         }
@@ -554,6 +743,7 @@ impl DeepSeekClient {
                 body: body.into_bytes(),
             })),
             decode,
+            wire,
             secrets,
             shown_url,
             shared: self.shared.clone(),
@@ -624,7 +814,7 @@ struct PendingRequest {
 
 enum State {
     Pending(Box<PendingRequest>),
-    Body(Box<(ureq::BodyReader<'static>, StreamDecoder)>),
+    Body(Box<(ureq::BodyReader<'static>, BodyDecoder)>),
     /// The reply is complete: read the rest of the body (normally only the
     /// chunked terminator) so the connection can be reused.
     Draining(Box<ureq::BodyReader<'static>>),
@@ -755,6 +945,8 @@ pub struct DeepSeekStream {
     /// The agent went back to the client for reuse: do not shut it down.
     released: bool,
     decode: DecodeOptions,
+    /// The wire spoken, when not chat completions.
+    wire: Option<Arc<dyn Wire>>,
     /// Strings never to show: the key, credentials in the base URL.
     secrets: Vec<String>,
     /// The base URL as shown in messages (credentials redacted).
@@ -909,12 +1101,17 @@ impl DeepSeekStream {
             }
             return Ok(response.into_body().into_reader());
         }
+        // The head, kept past the body read (a wire's classifier reads it).
+        let head: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .take(128)
+            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
         let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(String::from)
+            head.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
         };
         let retry_after = header("retry-after");
         let x_request_id = header("x-request-id");
@@ -934,6 +1131,16 @@ impl DeepSeekStream {
             .duration_since(UNIX_EPOCH)
             .ok()
             .and_then(|d| i64::try_from(d.as_millis()).ok());
+        if let Some(w) = &self.wire {
+            let e = w.classify(status, &body, &header, now_unix_ms);
+            let mut failure = e.failure().clone();
+            failure.message = format!(
+                "{} (HTTP {status} from {})",
+                failure.message, self.shown_url
+            );
+            let fallback = LlmError::coded(&failure.code, &failure.message);
+            return Err(Failure::Typed(LlmError::new(failure).unwrap_or(fallback)));
+        }
         let e = classify_http_error(&HttpErrorResponse {
             status,
             body: &body,
@@ -1074,7 +1281,14 @@ impl Iterator for DeepSeekStream {
                     }
                     match self.open(response) {
                         Ok(reader) => {
-                            let decoder = StreamDecoder::with_options(&self.decode);
+                            let decoder = match &self.wire {
+                                Some(w) => {
+                                    BodyDecoder::Wire(w.decoder(self.decode.max_event_bytes))
+                                }
+                                None => {
+                                    BodyDecoder::Chat(StreamDecoder::with_options(&self.decode))
+                                }
+                            };
                             self.state = State::Body(Box::new((reader, decoder)))
                         }
                         Err(f) => return self.fail(f),
@@ -1186,5 +1400,39 @@ impl DeepSeekStream {
                 self.shown_url
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::{provider_route, url_authority};
+
+    /// Issue 32 item 2: the route names what the user pointed dsh at; the
+    /// key in a URL's userinfo or query never reaches it; control
+    /// characters do not either.
+    #[test]
+    fn issue_32_the_route_names_the_endpoint() {
+        assert_eq!(
+            provider_route("https://api.deepseek.com"),
+            "deepseek-official"
+        );
+        assert_eq!(
+            provider_route("https://api.deepseek.com/beta/"),
+            "deepseek-official"
+        );
+        assert_eq!(
+            provider_route("http://127.0.0.1:8765/v1"),
+            "openai-compatible:127.0.0.1:8765"
+        );
+        assert_eq!(
+            provider_route("https://user:sk-secret@Example.COM/v1?api_key=sk-2"),
+            "openai-compatible:example.com"
+        );
+        assert_eq!(
+            provider_route("http://[::1]:9/v1"),
+            "openai-compatible:[::1]:9"
+        );
+        assert_eq!(url_authority("http://a\u{1b}]b\u{7}c/"), "a_]b_c");
+        assert_eq!(url_authority(""), "");
     }
 }

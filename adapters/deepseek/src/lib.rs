@@ -99,6 +99,7 @@ extern crate std;
 mod classify;
 pub mod codes;
 mod config;
+pub mod discover;
 mod pattern;
 mod request;
 mod sse;
@@ -135,8 +136,9 @@ pub use translate::{
 pub use cancel::CancelToken;
 #[cfg(feature = "std")]
 pub use client::{
-    ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, SessionHeader,
-    is_deepseek_url, is_loopback_url, redact_url, user_agent,
+    ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, SessionHeader, Wire,
+    WireDecoder, is_deepseek_url, is_loopback_url, provider_route, redact_url, url_authority,
+    user_agent,
 };
 
 pub use dsh_core::{LlmError, StreamChunk};

@@ -48,6 +48,12 @@
 //! | `raw` | `status` (200), `headers`, `body`, `chunkSize`, `delayMs` | the body bytes verbatim as `text/event-stream` |
 //! | `endless` | `turn` | the events of `turn` without its finish, then its reasoning, text and tool-call events again and again until the client leaves (a runaway server) |
 //!
+//! A request for a path that ends neither in `/chat/completions` nor in
+//! `/v1/messages` (the Anthropic wire) is
+//! answered apart from the script: from `"otherPaths"` (path → JSON body,
+//! status 200) or with a 404, and recorded in
+//! [`MockServer::other_requests`].
+//!
 //! When the script is exhausted the server answers
 //! `500 {"error":{"message":"mock script exhausted"}}`.
 //!
@@ -93,6 +99,11 @@ pub struct Script {
     /// Pause before each write of a title answer, in milliseconds.
     #[serde(default)]
     pub title_delay_ms: u64,
+    /// Answers to requests for paths other than `…/chat/completions`
+    /// (model metadata: `/v1/models`, `/props`, …): path → the JSON body
+    /// of a 200. Every other such path gets a 404.
+    #[serde(default)]
+    pub other_paths: BTreeMap<String, Value>,
 }
 
 /// How the system message of a session-title request starts.
@@ -279,6 +290,8 @@ struct Shared {
     title: Option<String>,
     title_delay_ms: u64,
     title_requests: Mutex<Vec<RecordedRequest>>,
+    other_paths: BTreeMap<String, Value>,
+    other_requests: Mutex<Vec<RecordedRequest>>,
     stop: AtomicBool,
     keep_alive: bool,
     connections: AtomicUsize,
@@ -314,6 +327,8 @@ impl MockServer {
             next: AtomicUsize::new(0),
             per_session: script.per_session.then(|| Mutex::new(BTreeMap::new())),
             requests: Mutex::new(Vec::new()),
+            other_paths: script.other_paths,
+            other_requests: Mutex::new(Vec::new()),
             title: script.title,
             title_delay_ms: script.title_delay_ms,
             title_requests: Mutex::new(Vec::new()),
@@ -360,6 +375,15 @@ impl MockServer {
     pub fn title_requests(&self) -> Vec<RecordedRequest> {
         self.shared
             .title_requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// The requests for paths other than `…/chat/completions` so far.
+    pub fn other_requests(&self) -> Vec<RecordedRequest> {
+        self.shared
+            .other_requests
             .lock()
             .map(|r| r.clone())
             .unwrap_or_default()
@@ -487,11 +511,20 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
 }
 
 /// Whether `request` is a session-title request (its first message is a
-/// system message starting with [`TITLE_MARKER`]).
+/// system message starting with [`TITLE_MARKER`], or on the Anthropic
+/// wire its first `system` block).
 fn is_title_request(request: &RecordedRequest) -> bool {
     serde_json::from_slice::<Value>(&request.body)
         .ok()
         .and_then(|v| {
+            // The Anthropic wire: the system prompt is a top-level block.
+            if let Some(text) = v.get("system")?.get(0)?.get("text")?.as_str() {
+                return Some(text.starts_with(TITLE_MARKER));
+            }
+            None
+        })
+        .or_else(|| {
+            let v = serde_json::from_slice::<Value>(&request.body).ok()?;
             let first = v.get("messages")?.get(0)?.clone();
             Some(
                 first.get("role")?.as_str()? == "system"
@@ -511,6 +544,19 @@ fn serve_one(stream: &mut TcpStream, shared: &Shared) -> io::Result<bool> {
         .header_values("x-deepseek-harness-session-id")
         .first()
         .map(|s| s.to_string());
+    let path = request.path.split('?').next().unwrap_or("");
+    if !path.ends_with("/chat/completions") && !path.ends_with("/v1/messages") {
+        let answer = shared.other_paths.get(path).map(Value::to_string);
+        if let Ok(mut r) = shared.other_requests.lock() {
+            r.push(request);
+        }
+        let (status, body) = match answer {
+            Some(body) => (200, body),
+            None => (404, json!({"error":{"message":"not found"}}).to_string()),
+        };
+        write_plain(stream, status, &BTreeMap::new(), body.as_bytes(), false)?;
+        return Ok(false);
+    }
     if is_title_request(&request) {
         let text = shared
             .title

@@ -39,6 +39,8 @@ pub enum Profile {
     ///   reference mapping (T-6, 5.12);
     /// - the `reasoning` delta field counts as `reasoning_content` when that
     ///   is absent or empty;
+    /// - a choice with `message` instead of `delta` (some proxies) is read
+    ///   as if `message` were its `delta`; a choice with both keeps `delta`;
     /// - a body that is a JSON document instead of SSE (a non-streaming
     ///   `chat.completion`, or an error object sent with status 200) is
     ///   translated as one complete reply, or as that error.
@@ -314,12 +316,12 @@ impl Translator {
         };
         if choices
             .iter()
-            .any(|c| matches!(c.delta.tool_calls, List::NotAnArray))
+            .any(|c| matches!(self.delta_of(c).tool_calls, List::NotAnArray))
         {
             return false;
         }
         for choice in choices.iter() {
-            let delta = &choice.delta;
+            let delta = self.delta_of(choice);
             // T-3
             let reasoning = match delta.reasoning_content.0.as_deref() {
                 Some(t) if !t.is_empty() => Some(t),
@@ -421,6 +423,15 @@ impl Translator {
             self.pending_usage = Some(map_usage(usage));
         }
         true
+    }
+
+    /// The delta a choice carries: its `delta`, or with the interop profile
+    /// its `message` when it has no `delta` object (issue 32).
+    fn delta_of<'c, 'a>(&self, choice: &'c wire::Choice<'a>) -> &'c wire::Delta<'a> {
+        match &choice.message {
+            Some(message) if self.interop() && !choice.has_delta => message,
+            _ => &choice.delta,
+        }
     }
 
     /// Interop: the block for a tool-call delta without `index`: the last

@@ -93,6 +93,12 @@ pub(crate) struct Payload<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct Choice<'a> {
     pub delta: Delta<'a>,
+    /// The last `delta` key held an object.
+    pub has_delta: bool,
+    /// `message` in place of `delta` (some proxies; read only by the
+    /// interop profile, and only when there is no `delta` object). The
+    /// fast reader leaves such payloads to serde.
+    pub message: Option<Box<Delta<'a>>>,
     pub finish_reason: Str<'a>,
 }
 
@@ -475,7 +481,11 @@ impl<'de> ObjectVisit<'de> for Choice<'de> {
         entries(map, |key, map| {
             match key {
                 "delta" => {
-                    map.next_value_seed(FillObject(&mut self.delta))?;
+                    self.has_delta = map.next_value_seed(FillObject(&mut self.delta))?;
+                }
+                "message" => {
+                    let mut m = Box::<Delta<'de>>::default();
+                    self.message = map.next_value_seed(FillObject(&mut *m))?.then_some(m);
                 }
                 "finish_reason" => self.finish_reason = map.next_value()?,
                 _ => return Ok(false),
@@ -817,6 +827,9 @@ fn read_shape<'a>(shape: &Shape, payload: &'a [u8], out: &mut Payload<'a>) -> bo
         choices: List::Items(Few {
             first: Some(Choice {
                 delta,
+                // The shape's one string was in a `delta` object.
+                has_delta: true,
+                message: None,
                 finish_reason: Str(None),
             }),
             rest: Vec::new(),
@@ -1278,7 +1291,12 @@ impl<'a> Fast<'a> {
     fn choice(&mut self, depth: usize, c: &mut Choice<'a>) -> Option<()> {
         self.fields(depth, |r, key| {
             match key {
-                "delta" => r.fill(depth + 1, &mut c.delta, |r, d| r.delta(depth + 1, d))?,
+                "delta" => {
+                    c.has_delta = r.peek() == Some(b'{');
+                    r.fill(depth + 1, &mut c.delta, |r, d| r.delta(depth + 1, d))?;
+                }
+                // Left to serde (issue 32).
+                "message" => return None,
                 "finish_reason" => c.finish_reason = r.str_field(depth + 1)?,
                 _ => return Some(false),
             }
@@ -1378,7 +1396,7 @@ mod tests {
     ];
 
     /// Unusual but valid (or nearly valid) payloads.
-    const ODD: [&str; 30] = [
+    const ODD: [&str; 32] = [
         r#" { "choices" : [ { "delta" : { "content" : "x" } } ] } "#,
         r#"{"choices":[{"delta":{"content":"a"},"delta":{"reasoning_content":"b"}}]}"#,
         r#"{"choices":[{"delta":{"content":5,"reasoning":true,"reasoning_content":[1,{"a":null}]}}]}"#,
@@ -1390,6 +1408,8 @@ mod tests {
         r#"{"choices":[1,{"delta":{}}]}"#,
         r#"{"choices":"x"}"#,
         r#"{"choices":[{"delta":"x","finish_reason":7}]}"#,
+        r#"{"choices":[{"message":{"content":"x"}}]}"#,
+        r#"{"choices":[{"delta":{},"message":{"content":"x"},"delta":null}]}"#,
         r#"{"choices":[{"delta":{"content":"a\"b"}}]}"#,
         r#"{"choices":[{"delta":{"content":"a\u0041"}}]}"#,
         r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,

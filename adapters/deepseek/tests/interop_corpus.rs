@@ -276,3 +276,31 @@ fn issue_19_3_a_json_body_is_bounded_too() {
         assert!(message.contains("32 bytes"), "{message}");
     }
 }
+
+/// Issue 32 item 4: a chunk whose choice carries `message` instead of
+/// `delta` (sent by some proxies) is read as the delta by the interop
+/// profile; a choice with both keeps `delta`. The reference ignores
+/// `message`, so the same body is `EMPTY_RESPONSE` there (T-7).
+#[test]
+fn issue_32_message_instead_of_delta_is_read() {
+    let c = interop("message_instead_of_delta.sse");
+    assert_eq!(finish(&c), &FinishReason::ToolCalls, "not EMPTY_RESPONSE");
+    assert_eq!(
+        blocks(&c),
+        vec![
+            ContentBlock::Reasoning {
+                text: "Counting.".into()
+            },
+            ContentBlock::Text {
+                text: "Hello!".into()
+            },
+            ContentBlock::tool_call("call_1", "read", r#"{"path":"a.txt"}"#),
+        ]
+    );
+    // The reference reads only the one `delta`.
+    assert_eq!(text(&reference("message_instead_of_delta.sse")), "!");
+    let c = interop("message_only.sse");
+    assert_eq!(finish(&c), &FinishReason::Stop, "not EMPTY_RESPONSE");
+    assert_eq!(text(&c), "Hello");
+    assert_eq!(failure(&reference("message_only.sse")).0, "EMPTY_RESPONSE");
+}

@@ -45,7 +45,12 @@
 //! connection is plain TCP or a Unix socket (no TLS in this build): use it
 //! on loopback or a network you trust. The URL's password is never shown:
 //! [`StoreUrl`] displays a redacted form.
+//!
+//! # Features
+//!
+//! None: the crate always needs std and a PostgreSQL server.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -95,6 +95,10 @@ pub struct CompactionConfig {
     pub summary_max_tokens: Option<u64>,
     /// The summary call's instructions.
     pub prompt: String,
+    /// When no assistant message of the session carries usage (a server
+    /// that reports none), measure the pressure with [`estimated_usage`]
+    /// instead of skipping it (issue 32). The estimate is never logged.
+    pub estimate_unreported: bool,
 }
 
 impl Default for CompactionConfig {
@@ -107,6 +111,7 @@ impl Default for CompactionConfig {
             prune_keep_recent: 2,
             summary_max_tokens: Some(2_048),
             prompt: String::from(DEFAULT_PROMPT),
+            estimate_unreported: false,
         }
     }
 }
@@ -396,8 +401,12 @@ impl Plugin for Compaction {
         if self.pending.is_some() || locked(cx.session()) {
             return Flow::Next(value);
         }
-        let Some(used) = reported_usage(cx.session()) else {
-            return Flow::Next(value);
+        let used = match reported_usage(cx.session()) {
+            Some(used) => used,
+            None if self.config.estimate_unreported && !any_usage(cx.session()) => {
+                estimated_usage(cx.session())
+            }
+            None => return Flow::Next(value),
         };
         if !self.over_threshold(used) {
             return Flow::Next(value);
@@ -477,6 +486,59 @@ pub fn reported_usage(session: &Session) -> Option<u64> {
         }
     }
     None
+}
+
+/// Whether any assistant message of `session` carries reported usage.
+fn any_usage(session: &Session) -> bool {
+    session
+        .events()
+        .iter()
+        .any(|e| matches!(e.data(), EventData::AssistantMessage(m) if m.usage.is_some()))
+}
+
+/// The tokens the next request would send, estimated as a quarter of the
+/// bytes of its JSON: every message on the surface, the system prompt and
+/// the tool schemas of the latest request header, rounded up (issue 32).
+///
+/// Four bytes per token is the usual rule of thumb for BPE tokenizers on
+/// English text and code; the JSON framing (keys, quotes, escapes) adds
+/// some bytes that are not tokens in the provider's own count. Against
+/// real counts expect it within about ±30%: over for JSON-heavy tool
+/// output, under for dense code, near for CJK text (3 bytes a character,
+/// about one token each). Enough to tell a window filling up, not a bill.
+pub fn estimated_usage(session: &Session) -> u64 {
+    let mut bytes = 0usize;
+    for s in session.surface().nodes {
+        if let Some(m) = session.event(*s).and_then(|e| e.derived_message()) {
+            bytes += message_bytes(m);
+        }
+    }
+    if let Some(h) = session.request_header() {
+        bytes += header_bytes(h);
+    }
+    estimate_tokens(bytes)
+}
+
+/// The bytes [`estimated_usage`] counts for one message: its JSON.
+pub fn message_bytes(message: &Message) -> usize {
+    serde_json::to_string(message).map_or(0, |t| t.len())
+}
+
+/// The bytes [`estimated_usage`] counts for a request header: the system
+/// prompt and the tool schemas' JSON.
+pub fn header_bytes(header: &dsh_core::session::EpochHeader) -> usize {
+    header.system.as_ref().map_or(0, String::len)
+        + header
+            .tools
+            .as_ref()
+            .and_then(|t| serde_json::to_string(t).ok())
+            .map_or(0, |t| t.len())
+}
+
+/// Estimated tokens of `bytes` bytes: a quarter, rounded up (see
+/// [`estimated_usage`] for the error).
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    bytes.div_ceil(4) as u64
 }
 
 /// Whether a live compaction lock is held: an unmatched `compaction/start`

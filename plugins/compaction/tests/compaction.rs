@@ -565,3 +565,123 @@ fn an_abort_during_the_summary_call_cancels_it() {
     assert!(last_turn_end(k.session()).contains("aborted"), "{t:?}");
     assert!(!locked(k.session()), "no lock is left");
 }
+
+/// A reply of about `tokens` tokens (bytes / 4) and no usage, as a server
+/// that reports none sends it.
+fn reply_without_usage(text: &str, tokens: usize) -> Vec<StreamChunk> {
+    vec![
+        StreamChunk::TextDelta {
+            index: 0,
+            text: format!("{text}: {}", "word ".repeat(tokens * 4 / 5)).into(),
+        },
+        StreamChunk::finish(FinishReason::Stop),
+    ]
+}
+
+fn big_user(k: &mut Kernel, text: &str, tokens: usize) {
+    let id = format!("u{}", k.session().len());
+    let body = format!("{text}: {}", "word ".repeat(tokens * 4 / 5));
+    let m = Message::user(id, vec![ContentBlock::text(body)]);
+    k.send(NOW, m, InboxTarget::NextTurn, true).unwrap();
+}
+
+/// Four turns of ~1500-token prompts and answers against an 8k window on
+/// a server that reports no usage; `estimate` is the plugin's
+/// `estimate_unreported`. Returns the summary calls made.
+fn eight_k_without_usage(estimate: bool) -> (usize, Session) {
+    let mut config_ = AgentConfig::new(LlmCallConfig::new("p", "m"));
+    config_.ids = IdMode::Sequential;
+    let plugin = Compaction::new(CompactionConfig {
+        context_window: Some(8_192),
+        estimate_unreported: estimate,
+        ..CompactionConfig::default()
+    });
+    let session = create_session("c1".into(), NOW, None).unwrap();
+    let mut k = Kernel::new(config_, session, 0, vec![Box::new(plugin)]).unwrap();
+    let mut models: Vec<_> = ["one", "two", "three", "four"]
+        .iter()
+        .map(|t| reply_without_usage(t, 1_500))
+        .collect();
+    let mut summaries = vec![summary("the user said one and two")];
+    let mut seen = Seen::default();
+    for text in ["first", "second", "third", "fourth"] {
+        big_user(&mut k, text, 1_500);
+        run(&mut k, &mut models, &mut summaries, &mut seen);
+    }
+    assert!(k.is_idle());
+    (seen.side.len(), k.session().clone())
+}
+
+/// Issue 32, CP-3 (a): a server that reports no usage still gets pressure
+/// compaction when the plugin estimates (bytes / 4 of the surface): on an
+/// 8k window, turn 4's ~9000 estimated tokens (six messages) cross 80%;
+/// without the estimate nothing measures the pressure and no compaction
+/// runs. The log keeps no invented usage and replays.
+#[test]
+fn issue_32_estimated_usage_compacts_an_8k_window_without_reported_usage() {
+    let (summaries, s) = eight_k_without_usage(true);
+    assert_eq!(summaries, 1, "one pressure compaction");
+    assert!(types(&s).iter().any(|t| t == "compaction/start"));
+    assert!(
+        !s.events().iter().any(
+            |e| e.to_json().contains("inputTokens\":") && e.event_type() == "assistant/message"
+        ),
+        "no estimate is logged as reported usage"
+    );
+    assert_replays(&s);
+    let (summaries, s) = eight_k_without_usage(false);
+    assert_eq!(summaries, 0);
+    assert!(!types(&s).iter().any(|t| t == "compaction/start"));
+}
+
+/// Issue 32: the estimate measures only sessions whose server never
+/// reported usage; once a reply carries usage, the reported figure rules
+/// (here below the threshold, so no compaction).
+#[test]
+fn issue_32_reported_usage_wins_over_the_estimate() {
+    let mut config_ = AgentConfig::new(LlmCallConfig::new("p", "m"));
+    config_.ids = IdMode::Sequential;
+    let plugin = Compaction::new(CompactionConfig {
+        context_window: Some(8_192),
+        estimate_unreported: true,
+        ..CompactionConfig::default()
+    });
+    let session = create_session("c1".into(), NOW, None).unwrap();
+    let mut k = Kernel::new(config_, session, 0, vec![Box::new(plugin)]).unwrap();
+    let mut models: Vec<_> = ["one", "two", "three", "four"]
+        .iter()
+        .map(|t| {
+            let mut r = reply_without_usage(t, 1_500);
+            r.insert(
+                1,
+                StreamChunk::usage(TokenUsage {
+                    input_tokens: 100,
+                    output_tokens: 10,
+                    ..TokenUsage::default()
+                }),
+            );
+            r
+        })
+        .collect();
+    let mut summaries = vec![summary("unused")];
+    let mut seen = Seen::default();
+    for text in ["first", "second", "third", "fourth"] {
+        big_user(&mut k, text, 1_500);
+        run(&mut k, &mut models, &mut summaries, &mut seen);
+    }
+    assert_eq!(seen.side.len(), 0);
+}
+
+#[test]
+fn issue_32_the_estimate_counts_the_surface_and_the_header() {
+    let mut s = create_session("c1".into(), NOW, None).unwrap();
+    assert_eq!(dsh_compaction::estimated_usage(&s), 0);
+    let mut k = kernel_over(s.clone(), 1_000_000);
+    big_user(&mut k, "first", 1_000);
+    let mut models = vec![reply_without_usage("one", 1_000)];
+    run(&mut k, &mut models, &mut vec![], &mut Seen::default());
+    s = k.session().clone();
+    let est = dsh_compaction::estimated_usage(&s);
+    // Two messages of ~1000 tokens each, plus JSON framing.
+    assert!((2_000..2_200).contains(&est), "{est}");
+}

@@ -51,7 +51,13 @@
 //! # let _ = report;
 //! # }
 //! ```
+//!
+//! # Features
+//!
+//! - `export` (default): the OTLP/HTTP protobuf exporter on a background
+//!   thread (std). Without it the crate is `no_std` + `alloc`.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(feature = "export"), no_std)]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
