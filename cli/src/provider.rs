@@ -429,7 +429,10 @@ mod tests {
         assert_eq!(p.api, Api::Anthropic);
         assert_eq!(p.api_key_env, "ANTHROPIC_API_KEY");
         assert!(p.has_key);
-        assert_eq!(p.base_url.as_ref().map(|u| u.expose()), Some("https://api.anthropic.com"));
+        assert_eq!(
+            p.base_url.as_ref().map(|u| u.expose()),
+            Some("https://api.anthropic.com")
+        );
         let e = resolve(&flag, &|_| None).unwrap_err();
         assert!(e.contains("ANTHROPIC_API_KEY"), "{e}");
         let by_url = ProviderArgs {

@@ -473,7 +473,7 @@ impl Renderer {
                     // A limit or a plugin stopped the turn: say why.
                     TurnEndReason::Aborted {
                         cause: dsh_core::session::AbortCause::Hook { reason },
-                    // tty: our own marker; the reason is sanitised.
+                        // tty: our own marker; the reason is sanitised.
                     } => writeln!(
                         out,
                         "{}[turn stopped: {}]{}",
