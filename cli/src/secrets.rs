@@ -83,7 +83,8 @@ struct Captured {
 /// The capture of this process (set once, at start-up).
 static CAPTURED: OnceLock<Captured> = OnceLock::new();
 
-/// The names of the variables [`capture`] takes: the default key, the base
+/// The names of the variables [`capture`] takes: the default keys (DeepSeek
+/// and Anthropic), the base
 /// URL, the value of every `--api-key-env NAME` / `--api-key-env=NAME` in
 /// `args` (up to a `--`), and `file_key_env` (the config file's).
 pub fn secret_names(args: &[OsString], file_key_env: Option<&str>) -> Vec<String> {
@@ -397,6 +398,7 @@ mod tests {
             names,
             [
                 "DEEPSEEK_API_KEY",
+                "ANTHROPIC_API_KEY",
                 "DEEPSEEK_BASE_URL",
                 "A_KEY",
                 "B_KEY",
