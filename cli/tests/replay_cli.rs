@@ -33,7 +33,10 @@ fn identical_replay_exits_zero() {
         &log("examples-acp-agent__cancel-tool-calls__session.jsonl"),
     ]);
     assert_eq!(o.status.code(), Some(0));
-    assert_eq!(stdout(&o), "reproduced 23/23 core events\n");
+    assert_eq!(
+        stdout(&o),
+        "reproduced 23/23 core events (0 seed events not replayed, 1 loop instance replayed)\n"
+    );
 }
 
 #[test]
@@ -60,10 +63,16 @@ fn a_difference_exits_one_and_says_where_and_why() {
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "reproduced 36/39 core events");
-    assert!(lines[1].starts_with(
-        "first difference at seq 37: assistant/message differs at .data.message.content"
-    ));
+    assert_eq!(
+        lines[0],
+        "reproduced 36/39 core events (0 seed events not replayed, 1 loop instance replayed)"
+    );
+    assert!(
+        lines[1].starts_with(
+            "difference at seq 37 (path .data.message.content (length 3 vs 2)): assistant/message differs at .data.message.content"
+        ),
+        "{out}"
+    );
     assert!(lines[2].starts_with(r#"  recorded: {"type":"assistant/message","seq":37"#));
     assert!(lines[3].starts_with(r#"  produced: {"type":"assistant/message","seq":37"#));
 }
@@ -86,4 +95,88 @@ fn unloadable_input_exits_two() {
     assert_eq!(o.status.code(), Some(2));
     let o = dsh(&["replay", &log("examples-acp-agent__cancel__session.jsonl")]);
     assert_eq!(o.status.code(), Some(2), "--check is required");
+}
+
+/// A two-turn session: `dsh run` writes turn 1, `dsh chat --resume` (a
+/// second loop instance, after a second `session/end-seed`) writes turn 2.
+/// Returns the log's text.
+fn two_turn_resumed_log() -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    const TURN: &str = r#"{"responses":[{"turn":{"text":["Hello"," from the mock."],
+      "usage":{"prompt_tokens":100,"completion_tokens":7}}}]}"#;
+    let script = dsh_deepseek::mock::Script::from_json(TURN).unwrap();
+    let server = dsh_deepseek::mock::MockServer::start_on(script, 0).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let cmd = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        c.env("XDG_DATA_HOME", data.path())
+            .env_remove("DEEPSEEK_API_KEY")
+            .env_remove("DEEPSEEK_BASE_URL")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        c
+    };
+    let o = cmd()
+        .args(["run", "--base-url", &server.url(), "first prompt"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let project = std::fs::read_dir(data.path().join("dsh/sessions"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let dir = std::fs::read_dir(project).unwrap().next().unwrap().unwrap();
+    let id = dir.file_name().into_string().unwrap();
+    let log = dir.path().join("session.jsonl");
+    let mut child = cmd()
+        .args(["chat", "--base-url", &server.url(), "--resume", &id])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"second prompt\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    std::fs::read_to_string(log).unwrap()
+}
+
+#[test]
+fn every_turn_of_a_resumed_log_is_replayed() {
+    // Issue 27: the seed was everything before the last end-seed, so only
+    // the resumed instance's turn was checked.
+    let text = two_turn_resumed_log();
+    assert_eq!(text.matches(r#""type":"session/end-seed""#).count(), 1);
+    assert_eq!(text.matches(r#""type":"turn/end""#).count(), 2);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    std::fs::write(&path, &text).unwrap();
+    let o = dsh(&["replay", "--check", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with(
+            "reproduced 31/31 core events (0 seed events not replayed, 2 loop instances replayed)"
+        ),
+        "{out}"
+    );
+    // An edit of the FIRST turn's assistant message fails the check.
+    let changed = text.replacen("Hello from the mock.", "Hello from me.", 1);
+    assert_ne!(changed, text);
+    assert!(changed.contains("Hello from the mock."), "turn 2 unchanged");
+    std::fs::write(&path, &changed).unwrap();
+    let o = dsh(&["replay", "--check", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("(path .data.message.content[0].text): assistant/message differs"),
+        "{out}"
+    );
 }
