@@ -88,6 +88,47 @@ pub struct Difference {
 }
 
 impl Difference {
+    /// Compares a recorded and a produced event at `seq` by their
+    /// [`comparable`] form; `None` when they agree (absent on both sides
+    /// included).
+    pub fn between(
+        seq: u64,
+        expected: Option<&SessionEvent>,
+        produced: Option<&SessionEvent>,
+    ) -> Option<Difference> {
+        match (expected, produced) {
+            (None, None) => None,
+            (Some(e), None) => Some(Difference::at(
+                seq,
+                Some(comparable(e)),
+                None,
+                String::from("the agent did not write this recorded event"),
+            )),
+            (None, Some(p)) => Some(Difference::at(
+                seq,
+                None,
+                Some(comparable(p)),
+                String::from("the agent wrote an event the recording does not have"),
+            )),
+            (Some(e), Some(p)) => {
+                let (a, b) = (comparable(e), comparable(p));
+                (a != b).then(|| Difference {
+                    seq,
+                    path: json_path(e, p),
+                    expected: Some(a),
+                    produced: Some(b),
+                    reason: explain(e, p),
+                })
+            }
+        }
+    }
+
+    /// A difference at `seq` that is not between two events (the replay
+    /// could not go on), explained by `reason`.
+    pub fn stopped(seq: u64, reason: impl Into<String>) -> Difference {
+        Difference::at(seq, None, None, reason.into())
+    }
+
     /// A difference at `seq` with no path.
     fn at(seq: u64, expected: Option<String>, produced: Option<String>, reason: String) -> Self {
         Difference {
@@ -164,7 +205,21 @@ impl ReplayReport {
         }
     }
 
-    fn push(&mut self, d: Difference) {
+    /// An empty report over `seed` seed events (no instance replayed yet).
+    pub fn new(seed: usize) -> Self {
+        ReplayReport {
+            reproduced: 0,
+            total: 0,
+            seed,
+            instances: 0,
+            first_difference: None,
+            differences: Vec::new(),
+        }
+    }
+
+    /// Adds a difference (the first one also becomes
+    /// [`Self::first_difference`]).
+    pub fn push(&mut self, d: Difference) {
         if self.first_difference.is_none() {
             self.first_difference = Some(d.clone());
         }
@@ -1304,7 +1359,12 @@ impl Driver {
     }
 }
 
-/// A recorded `tool/result` as the body's outcome.
+/// A recorded `tool/result` as the tool body's outcome (what a replay
+/// answers a call with when tools are not run).
+pub fn recorded_outcome(r: &crate::session::ToolResult) -> ToolOutcome {
+    outcome_of(r)
+}
+
 fn outcome_of(r: &crate::session::ToolResult) -> ToolOutcome {
     let (content, is_error) = match r.message.content.first() {
         Some(crate::content::ContentBlock::ToolResult {
