@@ -6,9 +6,10 @@
 use std::collections::VecDeque;
 
 use dsh_core::agent::ToolExecution;
+use dsh_core::agent::replay::{ReplayOptions, replay_jsonl};
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::jsonl::{encode_header_line, load_log};
-use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk, TokenUsage};
 use dsh_runtime::replay::{Tools, replay_jsonl_with};
 use dsh_runtime::{
     AgentConfig, Effect, IdMode, InboxTarget, Kernel, Plugin, create_session, resume_session,
@@ -63,6 +64,11 @@ fn model() -> VecDeque<Vec<StreamChunk>> {
         vec![
             StreamChunk::text_delta(0, "It says "),
             StreamChunk::text_delta(0, "HELLO."),
+            StreamChunk::usage(TokenUsage {
+                input_tokens: 120,
+                output_tokens: 7,
+                ..TokenUsage::default()
+            }),
             StreamChunk::finish(FinishReason::Stop),
         ],
         vec![
@@ -193,4 +199,68 @@ fn an_edit_of_the_first_turn_fails_the_replay() {
         report.to_string().contains("assistant/message differs"),
         "{report}"
     );
+}
+
+/// `log` with `from` replaced by `to` in the first line of type `kind`.
+fn edit(log: &str, kind: &str, from: &str, to: &str) -> String {
+    let tag = format!(r#"{{"type":"{kind}","#);
+    let mut done = false;
+    let out: String = log
+        .lines()
+        .map(|l| {
+            if !done && l.starts_with(&tag) && l.contains(from) {
+                done = true;
+                format!("{}\n", l.replacen(from, to, 1))
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    assert!(done, "no {kind} line holds {from}");
+    out
+}
+
+#[test]
+fn an_edit_of_anything_the_loop_derives_in_the_first_turn_fails() {
+    // Issue 27: messages, parsed tool calls, turn and step boundaries and
+    // usage, in the first of two loop instances, under both replays: the
+    // core's (`dsh replay --check`) and the kernel's with the user's tool.
+    let log = String::from_utf8(record()).unwrap();
+    // A tool result is an input to the core's replay (answered from the
+    // recording); only a live tool checks it.
+    let edits = [
+        ("assistant/message", "It says HELLO.", "It says HI.", true),
+        (
+            "assistant/message",
+            r#""outputTokens":7"#,
+            r#""outputTokens":8"#,
+            true,
+        ),
+        ("tool/call", r#"\"hello\""#, r#"\"howdy\""#, true),
+        ("step/end", r#""step":1"#, r#""step":3"#, true),
+        ("turn/end", r#""completed""#, r#""error""#, true),
+        ("tool/result", "HELLO", "HOWDY", false),
+    ];
+    for (kind, from, to, derived) in edits {
+        let changed = edit(&log, kind, from, to);
+        let core = replay_jsonl(changed.as_bytes(), ReplayOptions::default());
+        let r = core.unwrap();
+        assert_eq!(r.identical(), !derived, "core replay, edit of {kind}: {r}");
+        if derived {
+            assert!(r.to_string().contains(&format!("{kind} differs")), "{r}");
+        }
+        let mut tool = shout;
+        let kernel = replay_jsonl_with(
+            changed.as_bytes(),
+            &config(),
+            &mut plugins,
+            Tools::Live(&mut tool),
+        );
+        let r = kernel.unwrap();
+        assert!(r.to_string().contains(&format!("{kind} differs")), "{r}");
+    }
+    // The unedited log passes both.
+    replay_jsonl(log.as_bytes(), ReplayOptions::default())
+        .unwrap()
+        .assert_ok();
 }
