@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod support;
+
 /// The vendored test data (`testdata/` at the repository root).
 fn testdata_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata")
@@ -101,23 +103,11 @@ fn unloadable_input_exits_two() {
 /// second loop instance, after a second `session/end-seed`) writes turn 2.
 /// Returns the log's text.
 fn two_turn_resumed_log() -> String {
-    use std::io::Write;
-    use std::process::Stdio;
     const TURN: &str = r#"{"responses":[{"turn":{"text":["Hello"," from the mock."],
       "usage":{"prompt_tokens":100,"completion_tokens":7}}}]}"#;
-    let script = dsh_deepseek::mock::Script::from_json(TURN).unwrap();
-    let server = dsh_deepseek::mock::MockServer::start_on(script, 0).unwrap();
+    let server = support::mock(TURN);
     let data = tempfile::tempdir().unwrap();
-    let cmd = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-        c.env("XDG_DATA_HOME", data.path())
-            .env_remove("DEEPSEEK_API_KEY")
-            .env_remove("DEEPSEEK_BASE_URL")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null());
-        c
-    };
-    let o = cmd()
+    let o = support::dsh(data.path())
         .args(["run", "--base-url", &server.url(), "first prompt"])
         .output()
         .unwrap();
@@ -130,22 +120,11 @@ fn two_turn_resumed_log() -> String {
         .path();
     let dir = std::fs::read_dir(project).unwrap().next().unwrap().unwrap();
     let id = dir.file_name().into_string().unwrap();
-    let log = dir.path().join("session.jsonl");
-    let mut child = cmd()
-        .args(["chat", "--base-url", &server.url(), "--resume", &id])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"second prompt\n")
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let mut chat = support::dsh(data.path());
+    chat.args(["chat", "--base-url", &server.url(), "--resume", &id]);
+    let o = support::run_with_stdin(&mut chat, b"second prompt\n");
     assert_eq!(o.status.code(), Some(0));
-    std::fs::read_to_string(log).unwrap()
+    std::fs::read_to_string(dir.path().join("session.jsonl")).unwrap()
 }
 
 #[test]

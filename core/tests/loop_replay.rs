@@ -135,21 +135,7 @@ fn conformance_recordings_replay_as_pinned() {
 fn a_changed_recording_is_caught() {
     // Replay must fail, and say where, when the recording disagrees with
     // what the loop writes: change one assistant message's text.
-    let path =
-        testdata_dir().join("conformance/sessions/examples-acp-agent__text-turn__session.jsonl");
-    let bytes = std::fs::read(path).unwrap();
-    let text = String::from_utf8(bytes).unwrap();
-    let changed = text.replacen(
-        r#""content":[{"type":"reasoning","#,
-        r#""content":[{"type":"text","text":"X"},{"type":"reasoning","#,
-        1,
-    );
-    assert_ne!(changed, text);
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
-    };
-    let r = replay_jsonl(changed.as_bytes(), options).unwrap();
+    let r = changed_text_turn();
     assert!(!r.identical());
     let d = r.first_difference.unwrap();
     assert_eq!(d.seq, 37);

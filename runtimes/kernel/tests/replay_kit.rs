@@ -250,13 +250,8 @@ fn an_edit_of_anything_the_loop_derives_in_the_first_turn_fails() {
             assert!(r.to_string().contains(&format!("{kind} differs")), "{r}");
         }
         let mut tool = shout;
-        let kernel = replay_jsonl_with(
-            changed.as_bytes(),
-            &config(),
-            &mut plugins,
-            Tools::Live(&mut tool),
-        );
-        let r = kernel.unwrap();
+        let live = Tools::Live(&mut tool);
+        let r = replay_jsonl_with(changed.as_bytes(), &config(), &mut plugins, live).unwrap();
         assert!(r.to_string().contains(&format!("{kind} differs")), "{r}");
     }
     // The unedited log passes both.
