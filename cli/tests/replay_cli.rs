@@ -159,3 +159,25 @@ fn every_turn_of_a_resumed_log_is_replayed() {
         "{out}"
     );
 }
+
+#[test]
+fn run_record_writes_a_fixture_that_replays() {
+    // Issue 27: `dsh run --record FILE` keeps the session log as a fixture.
+    const TURN: &str = r#"{"responses":[{"turn":{"text":["Recorded."]}}]}"#;
+    let server = support::mock(TURN);
+    let data = tempfile::tempdir().unwrap();
+    let file = data.path().join("fixture.jsonl");
+    let o = support::dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--record"])
+        .arg(&file)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", support::text(&o.stderr));
+    let recorded = std::fs::read_to_string(&file).unwrap();
+    assert!(recorded.contains(r#""text":"Recorded.""#), "{recorded}");
+    assert!(recorded.contains(r#""type":"turn/end""#), "{recorded}");
+    let o = dsh(&["replay", "--check", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("reproduced "), "{}", stdout(&o));
+}
