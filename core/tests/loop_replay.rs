@@ -227,6 +227,19 @@ fn a_log_repaired_after_a_crash_replays() {
         (64, 64),
         "the 3 closers are not counted"
     );
+    // Resumed after the repair (`session/end-seed` appended, issue 27): the
+    // crashed instance is still replayed, not taken as seed.
+    let text = String::from_utf8(bytes).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let seq = text.lines().count() - 1;
+    let marker = format!(
+        r#"{{"type":"session/end-seed","seq":{seq},"time":{},"data":{{}}}}"#,
+        last["time"]
+    );
+    let resumed = format!("{text}{marker}\n");
+    let r = replay_jsonl(resumed.as_bytes(), options).unwrap();
+    assert!(r.identical(), "{r}");
+    assert_eq!((r.reproduced, r.total, r.seed), (64, 64, 0), "{r}");
 }
 
 #[test]
