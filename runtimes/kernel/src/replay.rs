@@ -209,7 +209,8 @@ fn instance(
     kernel.set_publish_events(false);
     let mut answers = answers(part);
     let mut stopped: Option<Difference> = None;
-    // Every input is fed at most once per recorded event.
+    // Inputs and effects are bounded by the recording's length: a kernel
+    // that loops without writing what the recording holds stops the replay.
     let mut budget = part.len() * 4 + 16;
     'drive: loop {
         let now = time_at(len_of(&kernel));
@@ -265,7 +266,15 @@ fn instance(
             }
         }
         let pos = len_of(&kernel);
-        if pos >= end || budget == 0 {
+        if pos >= end {
+            break;
+        }
+        budget = budget.saturating_sub(1);
+        if budget == 0 {
+            stopped = Some(Difference::stopped(
+                pos as u64,
+                "the replay stopped making progress",
+            ));
             break;
         }
         let next = &events[pos];
