@@ -6,13 +6,14 @@
 use std::collections::VecDeque;
 
 use dsh_core::agent::ToolExecution;
+use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::replay::{ReplayOptions, replay_jsonl};
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::jsonl::{encode_header_line, load_log};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk, TokenUsage};
 use dsh_runtime::replay::{Tools, replay_jsonl_with};
 use dsh_runtime::{
-    AgentConfig, Effect, IdMode, InboxTarget, Kernel, Plugin, create_session, resume_session,
+    AgentConfig, Effect, IdMode, InboxTarget, Kernel, Plugin, Seams, create_session, resume_session,
 };
 use serde_json::json;
 
@@ -45,8 +46,23 @@ fn shout_changed(exec: &ToolExecution) -> ToolOutcome {
     ToolOutcome::success(vec![ContentBlock::text(text)])
 }
 
+/// A plugin of the agent under test: one system-prompt section.
+struct Persona(&'static str);
+
+impl Plugin for Persona {
+    fn name(&self) -> &str {
+        "persona"
+    }
+    fn seams(&self) -> Seams {
+        Seams::NONE
+    }
+    fn sections(&mut self) -> Vec<PromptSection> {
+        vec![PromptSection::new("persona", 0, self.0)]
+    }
+}
+
 fn plugins() -> Vec<Box<dyn Plugin>> {
-    Vec::new()
+    vec![Box::new(Persona("You are terse."))]
 }
 
 /// The scripted model: turn 1 calls `shout`, then answers; turn 2 answers.
@@ -258,4 +274,20 @@ fn an_edit_of_anything_the_loop_derives_in_the_first_turn_fails() {
     replay_jsonl(log.as_bytes(), ReplayOptions::default())
         .unwrap()
         .assert_ok();
+}
+
+#[test]
+fn a_changed_plugin_fails_the_replay() {
+    // The user's plugins run in the replay: a changed prompt section shows
+    // in the first request's header of each loop instance.
+    let log = record();
+    let mut changed = || -> Vec<Box<dyn Plugin>> { vec![Box::new(Persona("You are verbose."))] };
+    let mut tool = shout;
+    let report = replay_jsonl_with(&log, &config(), &mut changed, Tools::Live(&mut tool)).unwrap();
+    assert_eq!(report.differences.len(), 2, "{report}");
+    for d in &report.differences {
+        assert!(d.reason.starts_with("request/header differs"), "{report}");
+        assert!(d.expected.as_deref().unwrap().contains("You are terse."));
+        assert!(d.produced.as_deref().unwrap().contains("You are verbose."));
+    }
 }
