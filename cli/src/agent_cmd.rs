@@ -168,6 +168,11 @@ pub struct RunArgs {
     /// without this flag they are denied).
     #[arg(long)]
     pub yes: bool,
+    /// After the run, also write the whole session log (JSONL, as the
+    /// store holds it) to FILE: a fixture for `dsh replay --check` and
+    /// `dsh_runtime::replay`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// The prompt.
     pub prompt: String,
 }
@@ -395,6 +400,12 @@ pub fn run(args: RunArgs) -> Outcome {
         );
         return Outcome::CheckFailed;
     }
+    if let Some(file) = &args.record {
+        if let Err(e) = record(setup.store.as_ref(), &id, file) {
+            eprintln_safe!("dsh run: cannot record to {}: {e}", file.display());
+            return Outcome::CheckFailed;
+        }
+    }
     match result {
         Ok(outcome) => {
             if !args.json {
@@ -411,6 +422,17 @@ pub fn run(args: RunArgs) -> Outcome {
             Outcome::CheckFailed
         }
     }
+}
+
+/// Writes session `id`'s stored log (header and events, JSONL) to `file`.
+fn record(store: &dyn SessionStore, id: &SessionId, file: &std::path::Path) -> Result<(), String> {
+    let stored = store.load(id).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    dsh_core::jsonl::encode_header_line(&stored.header, &mut bytes);
+    for e in &stored.events {
+        dsh_core::jsonl::encode_event_line(e, &mut bytes);
+    }
+    std::fs::write(file, bytes).map_err(|e| e.to_string())
 }
 
 /// Sends `prompt`, renders (or prints as JSON) until the turn ends; answers

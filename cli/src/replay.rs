@@ -49,24 +49,12 @@ pub fn run(args: ReplayArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
-    println_safe!(
-        "reproduced {}/{} core events",
-        report.reproduced,
-        report.total
-    );
+    // The same text a `#[test]` shows with `ReplayReport::assert_ok`: the
+    // seed and replayed counts, then every difference.
+    println_safe!("{report}");
     if report.identical() {
-        return Outcome::Ok;
+        Outcome::Ok
+    } else {
+        Outcome::CheckFailed
     }
-    if let Some(d) = report.first_difference {
-        println_safe!("first difference at seq {}: {}", d.seq, d.reason);
-        println_safe!(
-            "  recorded: {}",
-            d.expected.as_deref().unwrap_or("(no event)")
-        );
-        println_safe!(
-            "  produced: {}",
-            d.produced.as_deref().unwrap_or("(no event)")
-        );
-    }
-    Outcome::CheckFailed
 }

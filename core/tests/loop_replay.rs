@@ -135,21 +135,7 @@ fn conformance_recordings_replay_as_pinned() {
 fn a_changed_recording_is_caught() {
     // Replay must fail, and say where, when the recording disagrees with
     // what the loop writes: change one assistant message's text.
-    let path =
-        testdata_dir().join("conformance/sessions/examples-acp-agent__text-turn__session.jsonl");
-    let bytes = std::fs::read(path).unwrap();
-    let text = String::from_utf8(bytes).unwrap();
-    let changed = text.replacen(
-        r#""content":[{"type":"reasoning","#,
-        r#""content":[{"type":"text","text":"X"},{"type":"reasoning","#,
-        1,
-    );
-    assert_ne!(changed, text);
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
-    };
-    let r = replay_jsonl(changed.as_bytes(), options).unwrap();
+    let r = changed_text_turn();
     assert!(!r.identical());
     let d = r.first_difference.unwrap();
     assert_eq!(d.seq, 37);
@@ -241,6 +227,19 @@ fn a_log_repaired_after_a_crash_replays() {
         (64, 64),
         "the 3 closers are not counted"
     );
+    // Resumed after the repair (`session/end-seed` appended, issue 27): the
+    // crashed instance is still replayed, not taken as seed.
+    let text = String::from_utf8(bytes).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let seq = text.lines().count() - 1;
+    let marker = format!(
+        r#"{{"type":"session/end-seed","seq":{seq},"time":{},"data":{{}}}}"#,
+        last["time"]
+    );
+    let resumed = format!("{text}{marker}\n");
+    let r = replay_jsonl(resumed.as_bytes(), options).unwrap();
+    assert!(r.identical(), "{r}");
+    assert_eq!((r.reproduced, r.total, r.seed), (64, 64, 0), "{r}");
 }
 
 #[test]
@@ -379,4 +378,70 @@ fn e7_ignorable_foreign_events_replay_identically() {
     let r = replay_jsonl(text.as_bytes(), options).unwrap();
     assert!(r.identical(), "{:?}", r.first_difference);
     assert_eq!(r.reproduced, 72);
+}
+
+/// The text-turn recording with one assistant message changed by hand.
+fn changed_text_turn() -> dsh_core::agent::replay::ReplayReport {
+    let path =
+        testdata_dir().join("conformance/sessions/examples-acp-agent__text-turn__session.jsonl");
+    let text = std::fs::read_to_string(path).unwrap();
+    let changed = text.replacen(
+        r#""content":[{"type":"reasoning","#,
+        r#""content":[{"type":"text","text":"X"},{"type":"reasoning","#,
+        1,
+    );
+    assert_ne!(changed, text);
+    let options = ReplayOptions {
+        fixture_tokens: true,
+        ..ReplayOptions::default()
+    };
+    replay_jsonl(changed.as_bytes(), options).unwrap()
+}
+
+#[test]
+fn the_report_displays_counts_and_every_difference() {
+    // Issue 27: the report lists seq, JSON path, recorded and produced.
+    let r = changed_text_turn();
+    assert_eq!(r.differences.len(), 1);
+    let shown = r.to_string();
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(
+        lines[0],
+        "reproduced 36/39 core events (0 seed events not replayed, 1 loop instance replayed)"
+    );
+    assert!(
+        lines[1].starts_with("difference at seq 37 (path .data.message.content (length 3 vs 2)): "),
+        "{shown}"
+    );
+    assert!(
+        lines[2].starts_with(r#"  recorded: {"type":"assistant/message","seq":37"#),
+        "{shown}"
+    );
+    assert!(
+        lines[2].contains(r#"{"type":"text","text":"X"}"#),
+        "{shown}"
+    );
+    assert!(
+        lines[3].starts_with(r#"  produced: {"type":"assistant/message","seq":37"#),
+        "{shown}"
+    );
+    assert!(
+        !lines[3].contains(r#"{"type":"text","text":"X"}"#),
+        "{shown}"
+    );
+    assert_eq!(lines.len(), 4);
+}
+
+#[test]
+#[should_panic(expected = "the replay differs from the recording:\nreproduced 36/39")]
+fn assert_replays_panics_with_the_report() {
+    dsh_core::assert_replays!(changed_text_turn());
+}
+
+#[test]
+fn assert_replays_accepts_an_identical_replay() {
+    let path = testdata_dir()
+        .join("conformance/sessions/examples-acp-agent__cancel-tool-calls__session.jsonl");
+    let r = replay_file(&path).unwrap();
+    dsh_core::assert_replays!(r);
 }

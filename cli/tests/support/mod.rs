@@ -71,3 +71,15 @@ pub fn stored(data: &Path) -> String {
         .map(|p| text(&std::fs::read(p).unwrap_or_default()))
         .collect()
 }
+
+/// Runs `cmd` with `input` on its standard input; its output.
+pub fn run_with_stdin(cmd: &mut Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}

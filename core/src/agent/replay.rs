@@ -70,11 +70,15 @@ impl Default for ReplayOptions {
     }
 }
 
-/// The first core event that differs.
+/// A core event that differs between the recording and the replay.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Difference {
     /// The seq where the logs part.
     pub seq: u64,
+    /// The JSON path where the two events first differ (`.data.message`),
+    /// when both exist and have the same type.
+    pub path: Option<String>,
     /// The recorded event (without `time`), if any.
     pub expected: Option<String>,
     /// The produced event (without `time`), if any.
@@ -83,17 +87,103 @@ pub struct Difference {
     pub reason: String,
 }
 
+impl Difference {
+    /// Compares a recorded and a produced event at `seq` by their
+    /// [`comparable`] form; `None` when they agree (absent on both sides
+    /// included).
+    pub fn between(
+        seq: u64,
+        expected: Option<&SessionEvent>,
+        produced: Option<&SessionEvent>,
+    ) -> Option<Difference> {
+        match (expected, produced) {
+            (None, None) => None,
+            (Some(e), None) => Some(Difference::at(
+                seq,
+                Some(comparable(e)),
+                None,
+                String::from("the agent did not write this recorded event"),
+            )),
+            (None, Some(p)) => Some(Difference::at(
+                seq,
+                None,
+                Some(comparable(p)),
+                String::from("the agent wrote an event the recording does not have"),
+            )),
+            (Some(e), Some(p)) => {
+                let (a, b) = (comparable(e), comparable(p));
+                (a != b).then(|| Difference {
+                    seq,
+                    path: json_path(e, p),
+                    expected: Some(a),
+                    produced: Some(b),
+                    reason: explain(e, p),
+                })
+            }
+        }
+    }
+
+    /// A difference at `seq` that is not between two events (the replay
+    /// could not go on), explained by `reason`.
+    pub fn stopped(seq: u64, reason: impl Into<String>) -> Difference {
+        Difference::at(seq, None, None, reason.into())
+    }
+
+    /// A difference at `seq` with no path.
+    fn at(seq: u64, expected: Option<String>, produced: Option<String>, reason: String) -> Self {
+        Difference {
+            seq,
+            path: None,
+            expected,
+            produced,
+            reason,
+        }
+    }
+}
+
+impl core::fmt::Display for Difference {
+    /// Three lines: `difference at seq N[ (path P)]: reason`, then the
+    /// recorded and the produced event.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "difference at seq {}", self.seq)?;
+        if let Some(p) = &self.path {
+            write!(f, " (path {p})")?;
+        }
+        writeln!(f, ": {}", self.reason)?;
+        writeln!(
+            f,
+            "  recorded: {}",
+            self.expected.as_deref().unwrap_or("(no event)")
+        )?;
+        write!(
+            f,
+            "  produced: {}",
+            self.produced.as_deref().unwrap_or("(no event)")
+        )
+    }
+}
+
 /// The outcome of a replay.
+///
+/// Each loop instance of the log (see [`replay`]) is replayed on its own,
+/// so a difference in one instance does not hide one in another; within an
+/// instance the replay stops at its first difference (what follows no
+/// longer has the recorded inputs).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplayReport {
-    /// Core events reproduced identically, in order, before any difference.
+    /// Core events reproduced identically.
     pub reproduced: usize,
     /// Core events in the replayed part of the recording.
     pub total: usize,
-    /// Events of the recording's seed (not replayed).
+    /// Events of the recording's seed (restored, not replayed).
     pub seed: usize,
-    /// The first difference, if any.
+    /// Loop instances replayed.
+    pub instances: usize,
+    /// The first difference, if any (the first of [`Self::differences`]).
     pub first_difference: Option<Difference>,
+    /// Every difference found, at most one per loop instance, in log order.
+    pub differences: Vec<Difference>,
 }
 
 impl ReplayReport {
@@ -101,6 +191,72 @@ impl ReplayReport {
     pub fn identical(&self) -> bool {
         self.first_difference.is_none() && self.reproduced == self.total
     }
+
+    /// Panics with the report's [`Display`](core::fmt::Display) unless the
+    /// replay was [identical](Self::identical); for `#[test]`s.
+    ///
+    /// # Panics
+    ///
+    /// When the replay is not identical.
+    #[track_caller]
+    pub fn assert_ok(&self) {
+        if !self.identical() {
+            panic!("the replay differs from the recording:\n{self}");
+        }
+    }
+
+    /// An empty report over `seed` seed events (no instance replayed yet).
+    pub fn new(seed: usize) -> Self {
+        ReplayReport {
+            reproduced: 0,
+            total: 0,
+            seed,
+            instances: 0,
+            first_difference: None,
+            differences: Vec::new(),
+        }
+    }
+
+    /// Adds a difference (the first one also becomes
+    /// [`Self::first_difference`]).
+    pub fn push(&mut self, d: Difference) {
+        if self.first_difference.is_none() {
+            self.first_difference = Some(d.clone());
+        }
+        self.differences.push(d);
+    }
+}
+
+impl core::fmt::Display for ReplayReport {
+    /// A summary line (seed events, replayed events, reproduced), then each
+    /// difference.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "reproduced {}/{} core events ({} seed events not replayed, {} loop instance{} replayed)",
+            self.reproduced,
+            self.total,
+            self.seed,
+            self.instances,
+            if self.instances == 1 { "" } else { "s" }
+        )?;
+        for d in &self.differences {
+            write!(f, "\n{d}")?;
+        }
+        if self.differences.is_empty() && !self.identical() {
+            write!(f, "\nthe replay stopped before the end of the recording")?;
+        }
+        Ok(())
+    }
+}
+
+/// Asserts that a [`ReplayReport`] is identical; on failure the panic
+/// message is the report's `Display` (every difference).
+#[macro_export]
+macro_rules! assert_replays {
+    ($report:expr $(,)?) => {
+        $crate::agent::replay::ReplayReport::assert_ok(&$report)
+    };
 }
 
 /// Whether a recorded event is written by the loop (a *core event*), as
@@ -586,56 +742,101 @@ pub fn replay_jsonl(
     let stored = events.len() as u64;
     let mut report = replay(header, events, options);
     if let (Some(reason), None) = (incomplete, &report.first_difference) {
-        report.first_difference = Some(Difference {
-            seq: stored,
-            expected: None,
-            produced: None,
-            reason,
-        });
+        report.push(Difference::at(stored, None, None, reason));
     }
     Ok(report)
 }
 
 /// Replays `events` (a whole recorded log) under `header`.
 ///
-/// The seed (everything up to the last `session/end-seed`) is restored, not
-/// replayed. A log can hold the work of several loop instances: a crash
-/// repair's closers (persistence.md 6.4) end one, and a turn whose
-/// `request/header` says `resume` starts another. Each instance's part is
-/// replayed by a fresh loop over the session restored up to it, so the
-/// closers and the seed are inputs, never mismatches.
+/// A log can hold the work of several loop instances, and every one is
+/// replayed:
+///
+/// - the seed ([`seed_length`]) is restored, not replayed;
+/// - each later `session/end-seed` (a resume: the constructor marks the
+///   stored history it reopened, session.md 8.1) ends one instance and the
+///   next starts after it;
+/// - a crash repair's closers (persistence.md 6.4) end one, and a turn
+///   whose `request/header` says `resume` starts another.
+///
+/// Each instance's part is replayed by a fresh loop over the session
+/// restored from the recorded events before it, so the closers, markers and
+/// seed are inputs, never mismatches, and a difference in one instance does
+/// not stop the others.
 pub fn replay(
     header: SessionHeader,
     events: Vec<SessionEvent>,
     options: ReplayOptions,
 ) -> ReplayReport {
-    let seed_len = events
-        .iter()
-        .rposition(|e| matches!(e.data(), EventData::EndSeed))
-        .map_or(0, |i| i + 1);
+    let seed_len = seed_length(&header, &events);
     let parts = instances(&events, seed_len);
     let core_in = |(a, b): (usize, usize)| events[a..b].iter().filter(|e| is_core_event(e)).count();
     let mut report = ReplayReport {
         reproduced: 0,
         total: parts.iter().map(|p| core_in(*p)).sum(),
         seed: seed_len,
+        instances: parts.len(),
         first_difference: None,
+        differences: Vec::new(),
     };
     for (start, end) in parts {
         let part = replay_from(header.clone(), events[..end].to_vec(), start, options);
         report.reproduced += part.reproduced;
-        if part.first_difference.is_some() || part.reproduced != core_in((start, end)) {
-            report.first_difference = part.first_difference;
-            break;
+        if let Some(d) = part.first_difference {
+            report.push(d);
+        } else if part.reproduced != core_in((start, end)) {
+            report.push(Difference::at(
+                end as u64,
+                None,
+                None,
+                String::from("the replay stopped before the end of this loop instance"),
+            ));
         }
     }
     report
 }
 
+/// How many leading events of a recorded log are its seed (restored, not
+/// replayed):
+///
+/// - a fork's inheritance: through the first `session/end-seed` at or after
+///   the header's `seedLength` (SA-3);
+/// - else, when the events before the first `session/end-seed` hold no
+///   `assistant/chunk` (history handed to the constructor, not streamed by
+///   a loop of this log): through that marker;
+/// - else none: a marker written when the session was resumed follows the
+///   work of an earlier instance, which is replayed.
+pub fn seed_length(header: &SessionHeader, events: &[SessionEvent]) -> usize {
+    let marker = |from: usize| {
+        events
+            .iter()
+            .skip(from)
+            .position(|e| matches!(e.data(), EventData::EndSeed))
+            .map(|i| from + i)
+    };
+    if let Some(n) = header.seed_length {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        if let Some(i) = marker(n) {
+            return i + 1;
+        }
+    }
+    match marker(0) {
+        Some(i)
+            if !events[..i]
+                .iter()
+                .any(|e| matches!(e.data(), EventData::AssistantChunk(_))) =>
+        {
+            i + 1
+        }
+        _ => 0,
+    }
+}
+
 /// The parts `(start, end)` of `events` after the seed that one loop
-/// instance wrote: a part ends where crash-repair closers begin (the next
-/// starts after them), and after the last `turn/end` before a
-/// `request/header` with reason `resume` (the new instance's first request).
+/// instance wrote: a part ends at a `session/end-seed` (the next starts
+/// after it), where crash-repair closers begin (the next starts after
+/// them), and after the last `turn/end` before a `request/header` with
+/// reason `resume` (the new instance's first request).
 fn instances(events: &[SessionEvent], seed_len: usize) -> Vec<(usize, usize)> {
     let mut parts = Vec::new();
     let mut start = seed_len;
@@ -644,6 +845,12 @@ fn instances(events: &[SessionEvent], seed_len: usize) -> Vec<(usize, usize)> {
     for i in seed_len..events.len() {
         match events[i].data() {
             EventData::TurnEnd(_) => after_turn = Some(i + 1),
+            EventData::EndSeed => {
+                parts.push((start, i));
+                start = i + 1;
+                after_turn = None;
+                continue;
+            }
             EventData::RequestHeader(h) if h.reason == HeaderReason::Resume => {
                 if let Some(cut) = after_turn.take() {
                     parts.push((start, cut));
@@ -698,17 +905,19 @@ fn replay_from(
         reproduced: 0,
         total,
         seed: seed_len,
+        instances: 1,
         first_difference: None,
+        differences: Vec::new(),
     };
     let session = match Session::restore(header, events[..seed_len].to_vec()) {
         Ok(s) => s,
         Err(e) => {
-            report.first_difference = Some(Difference {
-                seq: 0,
-                expected: None,
-                produced: None,
-                reason: format!("the recording's seed does not load: {e}"),
-            });
+            report.push(Difference::at(
+                0,
+                None,
+                None,
+                format!("the recording's seed does not load: {e}"),
+            ));
             return report;
         }
     };
@@ -762,12 +971,12 @@ fn replay_from(
     let mut agent = match Agent::new(config, session) {
         Ok(a) => a,
         Err(e) => {
-            report.first_difference = Some(Difference {
-                seq: seed_len as u64,
-                expected: None,
-                produced: None,
-                reason: format!("the recording cannot be resumed: {e}"),
-            });
+            report.push(Difference::at(
+                seed_len as u64,
+                None,
+                None,
+                format!("the recording cannot be resumed: {e}"),
+            ));
             return report;
         }
     };
@@ -846,13 +1055,20 @@ impl Driver {
     }
 
     fn differ(&mut self, seq: u64, produced: Option<String>, reason: String) {
+        self.differ_at(seq, None, produced, reason);
+    }
+
+    fn differ_at(
+        &mut self,
+        seq: u64,
+        path: Option<String>,
+        produced: Option<String>,
+        reason: String,
+    ) {
         if self.report.first_difference.is_none() {
-            self.report.first_difference = Some(Difference {
-                seq,
-                expected: self.rec.get(seq).map(comparable),
-                produced,
-                reason,
-            });
+            let mut d = Difference::at(seq, self.rec.get(seq).map(comparable), produced, reason);
+            d.path = path;
+            self.report.push(d);
         }
     }
 
@@ -897,7 +1113,8 @@ impl Driver {
                     );
                     if a != b {
                         let reason = explain(expected, &produced);
-                        self.differ(seq, Some(b), reason);
+                        let path = json_path(expected, &produced);
+                        self.differ_at(seq, path, Some(b), reason);
                         return false;
                     }
                     if is_core_event(expected) {
@@ -1142,7 +1359,12 @@ impl Driver {
     }
 }
 
-/// A recorded `tool/result` as the body's outcome.
+/// A recorded `tool/result` as the tool body's outcome (what a replay
+/// answers a call with when tools are not run).
+pub fn recorded_outcome(r: &crate::session::ToolResult) -> ToolOutcome {
+    outcome_of(r)
+}
+
 fn outcome_of(r: &crate::session::ToolResult) -> ToolOutcome {
     let (content, is_error) = match r.message.content.first() {
         Some(crate::content::ContentBlock::ToolResult {
@@ -1199,6 +1421,17 @@ fn explain(expected: &SessionEvent, produced: &SessionEvent) -> String {
             expected.event_type()
         ),
     }
+}
+
+/// The JSON path where two events of the same type first differ.
+fn json_path(expected: &SessionEvent, produced: &SessionEvent) -> Option<String> {
+    if expected.event_type() != produced.event_type() {
+        return None;
+    }
+    let a: Value = serde_json::from_str(&comparable(expected)).ok()?;
+    let b: Value = serde_json::from_str(&comparable(produced)).ok()?;
+    first_json_difference(&a, &b, String::new())
+        .map(|p| if p.is_empty() { String::from(".") } else { p })
 }
 
 fn is_legacy_turn_start(e: &SessionEvent) -> bool {

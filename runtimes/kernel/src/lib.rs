@@ -85,6 +85,7 @@ extern crate std;
 mod ids;
 mod kernel;
 mod plugin;
+pub mod replay;
 mod session;
 mod types;
 
