@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,6 +84,33 @@ impl CancelToken {
         let deadline = Instant::now() + timeout;
         let mut flag = lock.lock().unwrap_or_else(|e| e.into_inner());
         while !*flag {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let (f, _) = cv
+                .wait_timeout(flag, deadline - now)
+                .unwrap_or_else(|e| e.into_inner());
+            flag = f;
+        }
+        *flag
+    }
+
+    /// Wakes every waiter without cancelling; each re-checks what it waits
+    /// for (e.g. [`wait_until`](Self::wait_until)'s `done`), so a set flag
+    /// followed by `wake` is never missed.
+    pub(crate) fn wake(&self) {
+        let (lock, cv) = &*self.inner;
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        cv.notify_all();
+    }
+
+    /// Waits until cancelled, `done` is set (then [`wake`](Self::wake) is
+    /// called), or `deadline`; returns whether cancelled.
+    pub(crate) fn wait_until(&self, deadline: Instant, done: &AtomicBool) -> bool {
+        let (lock, cv) = &*self.inner;
+        let mut flag = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while !*flag && !done.load(Ordering::SeqCst) {
             let now = Instant::now();
             if now >= deadline {
                 break;
@@ -377,4 +405,21 @@ pub(crate) fn text(t: impl Into<String>) -> Vec<dsh_core::ContentBlock> {
 /// The reference's schema for a property: `{"type", "description"}`.
 pub(crate) fn prop(ty: &str, description: &str) -> Value {
     serde_json::json!({"type": ty, "description": description})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_does_not_cancel_and_done_ends_the_wait() {
+        let t = CancelToken::new();
+        t.wake();
+        assert!(!t.is_cancelled());
+        let done = AtomicBool::new(true);
+        let far = Instant::now() + Duration::from_secs(3600);
+        assert!(!t.wait_until(far, &done));
+        t.cancel();
+        assert!(t.wait_until(far, &AtomicBool::new(false)));
+    }
 }
