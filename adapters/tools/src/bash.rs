@@ -523,7 +523,10 @@ impl BashTool {
             .stderr
             .take()
             .map(|s| Reader::spawn(s, cap, spill("stderr")));
-        let deadline = Instant::now() + Duration::from_secs_f64(timeout_ms / 1000.0);
+        // `None`: too far to represent, so no deadline.
+        let deadline = Duration::try_from_secs_f64(timeout_ms / 1000.0)
+            .ok()
+            .and_then(|t| Instant::now().checked_add(t));
         // A waiter thread blocks until the shell exits, then wakes this
         // thread, which waits on the cancel token until the exit, the
         // cancellation or the deadline. The shell is reaped only after the

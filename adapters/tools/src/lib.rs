@@ -80,20 +80,7 @@ impl CancelToken {
 
     /// Waits until cancelled or `timeout` elapsed; returns whether cancelled.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        let (lock, cv) = &*self.inner;
-        let deadline = Instant::now() + timeout;
-        let mut flag = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while !*flag {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let (f, _) = cv
-                .wait_timeout(flag, deadline - now)
-                .unwrap_or_else(|e| e.into_inner());
-            flag = f;
-        }
-        *flag
+        self.wait_until(Instant::now().checked_add(timeout), &AtomicBool::new(false))
     }
 
     /// Wakes every waiter without cancelling; each re-checks what it waits
@@ -106,19 +93,24 @@ impl CancelToken {
     }
 
     /// Waits until cancelled, `done` is set (then [`wake`](Self::wake) is
-    /// called), or `deadline`; returns whether cancelled.
-    pub(crate) fn wait_until(&self, deadline: Instant, done: &AtomicBool) -> bool {
+    /// called), or `deadline` (`None`: no deadline); returns whether
+    /// cancelled.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>, done: &AtomicBool) -> bool {
         let (lock, cv) = &*self.inner;
         let mut flag = lock.lock().unwrap_or_else(|e| e.into_inner());
         while !*flag && !done.load(Ordering::SeqCst) {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let (f, _) = cv
-                .wait_timeout(flag, deadline - now)
-                .unwrap_or_else(|e| e.into_inner());
-            flag = f;
+            flag = match deadline {
+                None => cv.wait(flag).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    cv.wait_timeout(flag, deadline - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
         }
         *flag
     }
@@ -417,9 +409,16 @@ mod tests {
         t.wake();
         assert!(!t.is_cancelled());
         let done = AtomicBool::new(true);
-        let far = Instant::now() + Duration::from_secs(3600);
+        let far = Instant::now().checked_add(Duration::from_secs(3600));
         assert!(!t.wait_until(far, &done));
         t.cancel();
         assert!(t.wait_until(far, &AtomicBool::new(false)));
+    }
+
+    #[test]
+    fn a_timeout_too_far_to_represent_waits_without_a_deadline() {
+        let t = CancelToken::new();
+        t.cancel();
+        assert!(t.wait_timeout(Duration::MAX));
     }
 }

@@ -910,6 +910,23 @@ fn bash_reports_stdout_stderr_and_exit_code_of_a_quick_command() {
 }
 
 #[test]
+fn bash_with_a_timeout_too_far_to_represent_runs_without_a_deadline() {
+    let env = Env::new();
+    let mut tool = dsh_tools::BashTool::default();
+    tool.config.max_timeout_ms = f64::MAX;
+    let o = tool.execute(
+        &ToolCallRequest {
+            name: "bash".into(),
+            call_id: "c".into(),
+            arguments: json!({"command": "echo ok", "description": "d", "timeoutMs": 1e300}),
+        },
+        &env.ctx(),
+    );
+    assert_eq!(text_of(&o), "ok\n");
+    assert_eq!(o.value.unwrap()["timedOut"], false);
+}
+
+#[test]
 fn background_children_do_not_outlive_a_normal_exit() {
     let env = Env::new();
     let start = Instant::now();
