@@ -18,6 +18,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -522,30 +523,45 @@ impl BashTool {
             .stderr
             .take()
             .map(|s| Reader::spawn(s, cap, spill("stderr")));
-        let deadline = Instant::now() + Duration::from_secs_f64(timeout_ms / 1000.0);
-        let mut timed_out = false;
-        let mut aborted = false;
-        // The shell is reaped only after the sweep: until then its pid, the
-        // session id, cannot be taken by another process.
-        loop {
-            if crate::reap::exited(pgid) {
-                break;
+        // `None`: too far to represent, so no deadline.
+        let deadline = Duration::try_from_secs_f64(timeout_ms / 1000.0)
+            .ok()
+            .and_then(|t| Instant::now().checked_add(t));
+        // A waiter thread blocks until the shell exits, then wakes this
+        // thread, which waits on the cancel token until the exit, the
+        // cancellation or the deadline. The shell is reaped only after the
+        // sweep: until then its pid, the session id, cannot be taken by
+        // another process.
+        let exited = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let exited = Arc::clone(&exited);
+            let cancel = ctx.cancel.clone();
+            thread::Builder::new()
+                .name("dsh-bash-wait".into())
+                .spawn(move || {
+                    crate::reap::wait_exited(pgid);
+                    exited.store(true, Ordering::SeqCst);
+                    cancel.wake();
+                })
+        };
+        let waiter = match waiter {
+            Ok(w) => w,
+            Err(e) => {
+                crate::reap::end_session(pgid);
+                let _ = child.wait();
+                return Err(ToolOutcome::error(format!("failed to wait for bash: {e}")));
             }
-            let now = Instant::now();
-            if now >= deadline {
-                timed_out = true;
-                break;
-            }
-            let step = (deadline - now).min(Duration::from_millis(10));
-            if ctx.cancel.wait_timeout(step) {
-                aborted = true;
-                break;
-            }
-        }
+        };
+        let aborted = ctx.cancel.wait_until(deadline, &exited);
+        let timed_out = !aborted && !exited.load(Ordering::SeqCst);
         // The group on timeout or cancellation, and whatever the command
         // left running (in its group, its session, or escaped from both),
-        // so the pipes close and nothing outlives the call.
+        // so the pipes close and nothing outlives the call. The group's
+        // SIGKILL ends the shell (a session leader cannot leave its group),
+        // so the waiter returns; it is joined before the shell is reaped,
+        // so it never waits on a reused pid.
         crate::reap::end_session(pgid);
+        let _ = waiter.join();
         let status = child.wait().ok();
         let drain = Instant::now() + self.config.drain_grace;
         let stdout = stdout_reader.map(|r| r.finish(drain)).unwrap_or_default();

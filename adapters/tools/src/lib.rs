@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -79,18 +80,37 @@ impl CancelToken {
 
     /// Waits until cancelled or `timeout` elapsed; returns whether cancelled.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        self.wait_until(Instant::now().checked_add(timeout), &AtomicBool::new(false))
+    }
+
+    /// Wakes every waiter without cancelling; each re-checks what it waits
+    /// for (e.g. [`wait_until`](Self::wait_until)'s `done`), so a set flag
+    /// followed by `wake` is never missed.
+    pub(crate) fn wake(&self) {
         let (lock, cv) = &*self.inner;
-        let deadline = Instant::now() + timeout;
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+        cv.notify_all();
+    }
+
+    /// Waits until cancelled, `done` is set (then [`wake`](Self::wake) is
+    /// called), or `deadline` (`None`: no deadline); returns whether
+    /// cancelled.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>, done: &AtomicBool) -> bool {
+        let (lock, cv) = &*self.inner;
         let mut flag = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while !*flag {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let (f, _) = cv
-                .wait_timeout(flag, deadline - now)
-                .unwrap_or_else(|e| e.into_inner());
-            flag = f;
+        while !*flag && !done.load(Ordering::SeqCst) {
+            flag = match deadline {
+                None => cv.wait(flag).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    cv.wait_timeout(flag, deadline - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
         }
         *flag
     }
@@ -377,4 +397,28 @@ pub(crate) fn text(t: impl Into<String>) -> Vec<dsh_core::ContentBlock> {
 /// The reference's schema for a property: `{"type", "description"}`.
 pub(crate) fn prop(ty: &str, description: &str) -> Value {
     serde_json::json!({"type": ty, "description": description})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_does_not_cancel_and_done_ends_the_wait() {
+        let t = CancelToken::new();
+        t.wake();
+        assert!(!t.is_cancelled());
+        let done = AtomicBool::new(true);
+        let far = Instant::now().checked_add(Duration::from_secs(3600));
+        assert!(!t.wait_until(far, &done));
+        t.cancel();
+        assert!(t.wait_until(far, &AtomicBool::new(false)));
+    }
+
+    #[test]
+    fn a_timeout_too_far_to_represent_waits_without_a_deadline() {
+        let t = CancelToken::new();
+        t.cancel();
+        assert!(t.wait_timeout(Duration::MAX));
+    }
 }

@@ -114,6 +114,27 @@ pub(crate) fn exited(pid: u32) -> bool {
     }
 }
 
+/// Blocks until the child `pid` has ended, without reaping it (see
+/// [`exited`]). Returns at once on an error (not a child, already reaped).
+pub(crate) fn wait_exited(pid: u32) {
+    loop {
+        // SAFETY: waitid writes only into `info`, a zeroed siginfo_t; with
+        // WNOWAIT the child is left waitable.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                libc::id_t::from(pid),
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
 /// Ends every tool session still running (for a front end about to exit)
 /// and sweeps adopted processes. A no-op when no tool ever started.
 pub fn end_all() {
@@ -273,6 +294,17 @@ mod tests {
             sid,
             zombie: false,
         }
+    }
+
+    #[test]
+    fn wait_exited_leaves_the_child_to_its_owner() {
+        let mut child = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        wait_exited(child.id());
+        assert!(exited(child.id()));
+        // Not reaped: its owner still gets the status.
+        assert_eq!(child.wait().unwrap().code(), Some(3));
+        // Not a child (reaped): returns at once.
+        wait_exited(child.id());
     }
 
     #[test]

@@ -864,6 +864,69 @@ fn cancel_kills_the_process_group_and_aborts() {
 }
 
 #[test]
+fn bash_calls_sharing_a_cancel_token_each_get_their_own_exit() {
+    // Each call's exit wakes every waiter on the shared token; a call woken
+    // by another's exit keeps waiting for its own. The short call starts
+    // once the long one's command runs (so the long call is waiting).
+    let env = Env::new();
+    let ctx = env.ctx();
+    let started = env.p("started");
+    let run = |command: &str| {
+        // The tool itself: a tool set runs exclusive tools one at a time.
+        dsh_tools::BashTool::default().execute(
+            &ToolCallRequest {
+                name: "bash".into(),
+                call_id: "c".into(),
+                arguments: json!({"command": command, "description": "d", "timeoutMs": 60000}),
+            },
+            &ctx,
+        )
+    };
+    let (short, long) = std::thread::scope(|s| {
+        let long = s.spawn(|| run("echo > started; sleep 0.5; echo late; exit 4"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !started.exists() {
+            assert!(Instant::now() < deadline, "the long command did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (run("echo early; exit 3"), long.join().unwrap())
+    });
+    assert_eq!(text_of(&short), "early\n[exit code: 3]");
+    assert_eq!(text_of(&long), "late\n[exit code: 4]");
+    let v = long.value.unwrap();
+    assert_eq!(v["timedOut"], false);
+    assert_eq!(v["exitCode"], 4);
+}
+
+#[test]
+fn bash_reports_stdout_stderr_and_exit_code_of_a_quick_command() {
+    let env = Env::new();
+    let o = bash(&env, "echo out; echo err >&2; exit 7");
+    assert_eq!(text_of(&o), "out\n[stderr]\nerr\n[exit code: 7]");
+    let v = o.value.unwrap();
+    assert_eq!(v["exitCode"], 7);
+    assert_eq!(v["timedOut"], false);
+    assert_eq!(v["signal"], Value::Null);
+}
+
+#[test]
+fn bash_with_a_timeout_too_far_to_represent_runs_without_a_deadline() {
+    let env = Env::new();
+    let mut tool = dsh_tools::BashTool::default();
+    tool.config.max_timeout_ms = f64::MAX;
+    let o = tool.execute(
+        &ToolCallRequest {
+            name: "bash".into(),
+            call_id: "c".into(),
+            arguments: json!({"command": "echo ok", "description": "d", "timeoutMs": 1e300}),
+        },
+        &env.ctx(),
+    );
+    assert_eq!(text_of(&o), "ok\n");
+    assert_eq!(o.value.unwrap()["timedOut"], false);
+}
+
+#[test]
 fn background_children_do_not_outlive_a_normal_exit() {
     let env = Env::new();
     let start = Instant::now();
