@@ -253,7 +253,9 @@ fn run_exports_the_tool_turn_as_one_trace_to_an_otlp_receiver() {
         assert_eq!(c["parent_span_id"], s["span_id"]);
         assert_eq!(c["kind"], 3, "SPAN_KIND_CLIENT");
         assert_eq!(attr(c, "gen_ai.operation.name"), "chat");
-        assert_eq!(attr(c, "gen_ai.provider.name"), "deepseek");
+        // The mock is an OpenAI-compatible endpoint on loopback
+        // (`openai-compatible:127.0.0.1:PORT`).
+        assert_eq!(attr(c, "gen_ai.provider.name"), "openai");
         assert_eq!(attr(c, "gen_ai.response.model"), model.as_str());
     }
     // The mock's usage: input includes the cache hits.

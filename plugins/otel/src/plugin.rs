@@ -683,6 +683,8 @@ fn push_event(span: &mut SpanData, event: SpanEvent) {
 pub fn provider_name(route: &str) -> &str {
     if route.contains("deepseek") {
         "deepseek"
+    } else if route.starts_with("anthropic") {
+        "anthropic"
     } else if route.contains("openai") {
         "openai"
     } else {
@@ -717,4 +719,18 @@ fn cut(text: &str, max: usize) -> String {
         end -= 1;
     }
     text[..end].to_string()
+}
+
+#[cfg(test)]
+mod provider_name_tests {
+    use super::provider_name;
+
+    #[test]
+    fn routes_map_to_the_well_known_provider_names() {
+        assert_eq!(provider_name("deepseek-official"), "deepseek");
+        assert_eq!(provider_name("openai-compatible:127.0.0.1:8765"), "openai");
+        assert_eq!(provider_name("anthropic"), "anthropic");
+        assert_eq!(provider_name("anthropic-compatible:gw:4000"), "anthropic");
+        assert_eq!(provider_name("mine"), "mine");
+    }
 }
