@@ -40,7 +40,7 @@ fn translate(pieces: &[&[u8]]) -> Result<Vec<StreamChunk>, Infallible> {
 fn raw_bytes(data: &[u8]) {
     match check_translator_with(&CheckOptions::with_max_points(16), data, translate) {
         Ok(_) | Err(KitError::Failed { .. }) => {}
-        Err(e) => panic!("{e}"),
+        Err(e) => panic!("{e}\ninput: {}", String::from_utf8_lossy(data)),
     }
 }
 

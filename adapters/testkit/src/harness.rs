@@ -338,8 +338,10 @@ pub fn check_translator<E: fmt::Display>(
 ///    [`CheckOptions::max_points`] of them), and fed one byte at a time,
 ///    gives the same chunks;
 /// 4. every cut input (a prefix: a dropped connection) gives an `Err`, or a
-///    stream that passes 1 and 2 and either ends in an `error` or
-///    `aborted` finish or assembles to the same blocks as the whole input.
+///    stream that passes 1 and 2 and, when the whole input succeeds,
+///    either ends in an `error` or `aborted` finish or carries the same
+///    blocks as the whole input (a cut after the last block, say before a
+///    trailing usage event, may succeed).
 ///
 /// The translator never panics: a panic in any call is caught and
 /// reported as [`KitError::Panicked`].
@@ -354,6 +356,9 @@ pub fn check_translator_with<E: fmt::Display>(
     };
     let warnings = check_stream_fed(&whole, Feed::Whole)?;
     let whole_blocks = ended_blocks(&whole);
+    // When the whole input fails (garbage later on), a prefix may well be
+    // a complete response: only a successful whole is compared.
+    let whole_failed = finish_of(&whole).is_none_or(FinishReason::is_failure);
 
     let bytes: Vec<&[u8]> = input.chunks(1).collect();
     let feed = Feed::ByteAtATime;
@@ -380,7 +385,7 @@ pub fn check_translator_with<E: fmt::Display>(
         if let Ok(chunks) = run(&translate, &[&input[..p]], &feed)? {
             check_stream_fed(&chunks, feed.clone())?;
             let failed = finish_of(&chunks).is_some_and(FinishReason::is_failure);
-            if !failed && ended_blocks(&chunks) != whole_blocks {
+            if !failed && !whole_failed && ended_blocks(&chunks) != whole_blocks {
                 return Err(KitError::CutNotFailure {
                     feed,
                     finish: finish_of(&chunks)
