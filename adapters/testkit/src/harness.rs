@@ -201,26 +201,29 @@ fn finish_of(chunks: &[StreamChunk]) -> Option<&FinishReason> {
     })
 }
 
-/// The blocks of the `block-end` chunks in the order their index was first
-/// mentioned (the assembler's order, BS-1).
+/// The blocks of the `block-end` chunks, one for each block the stream
+/// opened (an index reopened after its `block-end` is a new block, as the
+/// validator sees it, G-4), in the order the blocks began.
 fn ended_blocks(chunks: &[StreamChunk]) -> Vec<ContentBlock> {
-    let mut first_seen: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut ended: BTreeMap<u64, ContentBlock> = BTreeMap::new();
+    // Block number by open index; blocks in the order they began.
+    let mut open: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut blocks: Vec<Option<ContentBlock>> = Vec::new();
     for chunk in chunks {
-        if let Some(index) = chunk.index() {
-            let next = first_seen.len();
-            first_seen.entry(index).or_insert(next);
-        }
-        if let StreamChunk::BlockEnd { index, block } = chunk {
-            ended.entry(*index).or_insert_with(|| (**block).clone());
+        let Some(index) = chunk.index() else {
+            continue;
+        };
+        let at = *open.entry(index).or_insert_with(|| {
+            blocks.push(None);
+            blocks.len() - 1
+        });
+        if let StreamChunk::BlockEnd { block, .. } = chunk {
+            if let Some(slot) = blocks.get_mut(at) {
+                *slot = Some((**block).clone());
+            }
+            open.remove(&index);
         }
     }
-    let mut order: Vec<(usize, u64)> = first_seen.into_iter().map(|(i, at)| (at, i)).collect();
-    order.sort_unstable();
-    order
-        .into_iter()
-        .filter_map(|(_, index)| ended.remove(&index))
-        .collect()
+    blocks.into_iter().flatten().collect()
 }
 
 fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> String {

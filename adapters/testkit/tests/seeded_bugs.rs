@@ -19,6 +19,8 @@ enum Bug {
     CutIsStop,
     /// The text block is never closed.
     NoBlockEnd,
+    /// Each line is a block of its own, all at index 0.
+    ReusedIndex,
 }
 
 fn lines(pieces: &[&[u8]], bug: Bug) -> (Vec<Vec<u8>>, Vec<u8>) {
@@ -63,6 +65,13 @@ fn toy(pieces: &[&[u8]], bug: Bug) -> Result<Vec<StreamChunk>, String> {
             } else {
                 continue;
             };
+            if bug == Bug::ReusedIndex {
+                out.push(StreamChunk::block_start(0, "text"));
+                out.push(StreamChunk::text_delta(0, t));
+                out.push(StreamChunk::block_end(0, ContentBlock::text(t)));
+                text.push_str(t);
+                continue;
+            }
             if text.is_empty() {
                 out.push(StreamChunk::block_start(0, "text"));
             }
@@ -70,20 +79,22 @@ fn toy(pieces: &[&[u8]], bug: Bug) -> Result<Vec<StreamChunk>, String> {
             out.push(StreamChunk::text_delta(0, t));
         } else if line == "." && !done {
             done = true;
-            if bug != Bug::NoBlockEnd {
+            if bug != Bug::NoBlockEnd && bug != Bug::ReusedIndex {
                 out.push(StreamChunk::block_end(0, ContentBlock::text(text.clone())));
             }
             out.push(StreamChunk::finish(FinishReason::Stop));
         }
     }
     if !done {
-        out.push(StreamChunk::finish(if bug == Bug::CutIsStop {
-            FinishReason::Stop
+        if bug == Bug::CutIsStop && !text.is_empty() {
+            // Closes what it has and calls it a success.
+            out.push(StreamChunk::block_end(0, ContentBlock::text(text)));
+            out.push(StreamChunk::finish(FinishReason::Stop));
         } else {
-            FinishReason::Error {
+            out.push(StreamChunk::finish(FinishReason::Error {
                 failure: LlmFailure::new("TRANSPORT", "the response broke off"),
-            }
-        }));
+            }));
+        }
     }
     Ok(out)
 }
@@ -133,12 +144,32 @@ fn a_panic_on_a_cut_input_is_caught() {
 #[test]
 fn a_cut_input_that_ends_in_stop_is_caught() {
     let err = check_translator(INPUT, |p: &[&[u8]]| toy(p, Bug::CutIsStop)).unwrap_err();
-    assert!(
-        matches!(&err, KitError::CutNotFailure { feed: Feed::CutAt(_), finish } if finish == "stop")
-            // A cut before any text: stop with no block is AC-9.
-            || matches!(&err, KitError::Invalid { feed: Feed::CutAt(0), violations } if violations[0].rule == Rule::AC9),
-        "{err}"
+    // The first cut with a whole line (`t:Hello\n`) loses `world`.
+    assert_eq!(
+        err,
+        KitError::CutNotFailure {
+            feed: Feed::CutAt(8),
+            finish: "stop".to_string()
+        }
     );
+}
+
+/// G-4 lets an index be reopened after its `block-end`, but the assembler
+/// ignores the reopened block (BA-3): the harness reports the disagreement.
+#[test]
+fn a_reused_index_is_caught_by_assembler_agreement() {
+    let err = check_translator(INPUT, |p: &[&[u8]]| toy(p, Bug::ReusedIndex)).unwrap_err();
+    match &err {
+        KitError::AssemblerDisagrees {
+            feed: Feed::Whole,
+            ended,
+            assembled,
+        } => {
+            assert!(ended.contains("world"), "{err}");
+            assert!(!assembled.contains("world"), "{err}");
+        }
+        other => panic!("expected AssemblerDisagrees, got {other}"),
+    }
 }
 
 #[test]
