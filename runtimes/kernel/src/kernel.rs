@@ -643,7 +643,15 @@ impl Kernel {
             return self.model_error(now, attempt, error);
         }
         if let Some(validator) = &mut self.validator {
-            if let Err(violation) = validator.push(&chunk) {
+            // The reference's library adapter ends a `max-tokens` stream
+            // with the cut tool call still open (the recording
+            // `max-tokens-continue` breaks G-7 so); the assembler drops
+            // that call (BB-3), so this one rule is let through there.
+            let truncated = |v: &dsh_core::Violation| {
+                v.rule == dsh_core::Rule::G7
+                    && matches!(&chunk, StreamChunk::Finish { reason, .. } if reason.kind() == "max-tokens")
+            };
+            if let Some(violation) = validator.push(&chunk).err().filter(|v| !truncated(v)) {
                 // The reference's development invariant checker: a stream
                 // that breaks the grammar ends the step (INVARIANT).
                 self.effects.push_back(Effect::CancelModel { attempt });

@@ -71,7 +71,9 @@ pub struct AgentConfig {
     /// (warnings are allowed) the stream is stopped and the step ends in
     /// error `INVARIANT`, whose message names the rule (for example
     /// `G-3: text-delta for index 0, which is not open`). A stream that
-    /// ends without a `finish` (G-8) is left as AC-8 says. Default: on in debug
+    /// ends without a `finish` (G-8) is left as AC-8 says, and a
+    /// `max-tokens` finish may leave blocks open (G-7), as the reference's
+    /// recordings do (the assembler drops a cut tool call, BB-3). Default: on in debug
     /// builds (and so in tests), off in release builds.
     pub validate_streams: bool,
 }

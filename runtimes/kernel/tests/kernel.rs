@@ -965,3 +965,29 @@ fn tc_warnings_do_not_end_the_step() {
     assert_ne!(v["error"]["code"], "INVARIANT", "{v}");
     assert!(k.is_idle());
 }
+
+/// G-7 under `max-tokens`: the reference's recording
+/// `max-tokens-continue` ends with the cut tool call still open; the
+/// kernel lets it through (BB-3 drops the call) and the turn ends as the
+/// loop says, not in `INVARIANT`.
+#[test]
+fn g7_a_max_tokens_finish_may_leave_a_cut_tool_call_open() {
+    let mut k = kernel_with(|_| {});
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for c in [
+        StreamChunk::block_start(0, "text"),
+        StreamChunk::text_delta(0, "Starting the write now."),
+        StreamChunk::block_end(0, ContentBlock::text("Starting the write now.")),
+        StreamChunk::block_start(1, "tool-call"),
+        StreamChunk::tool_call_delta(1, "call-cut", Some("bash"), "{\"command\":\"echo demo > "),
+        StreamChunk::finish(FinishReason::MaxTokens),
+    ] {
+        k.model_chunk(NOW, attempt, c).unwrap();
+    }
+    k.model_end(NOW, attempt).unwrap();
+    drain(&mut k, NOW);
+    let v = serde_json::to_value(k.summary().reason.unwrap()).unwrap();
+    assert_ne!(v["error"]["code"], "INVARIANT", "{v}");
+    assert!(k.is_idle());
+}
