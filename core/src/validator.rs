@@ -531,14 +531,18 @@ mod tests {
     use super::*;
     use alloc::vec::Vec;
 
-    fn rules(lines: &str) -> Vec<(u64, &'static str)> {
-        let chunks: Vec<StreamChunk> = lines
+    /// One JSON chunk a line.
+    fn parse(lines: &str) -> Vec<StreamChunk> {
+        lines
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        validate_stream(&chunks)
+            .collect()
+    }
+
+    fn rules(lines: &str) -> Vec<(u64, &'static str)> {
+        validate_stream(&parse(lines))
             .into_iter()
             .map(|v| (v.position, v.rule.id()))
             .collect()
@@ -714,13 +718,7 @@ mod tests {
     }
 
     fn lint(lines: &str) -> Vec<(u64, &'static str, Severity)> {
-        let chunks: Vec<StreamChunk> = lines
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        lint_stream(&chunks)
+        lint_stream(&parse(lines))
             .into_iter()
             .map(|v| (v.position, v.rule.id(), v.rule.severity()))
             .collect()

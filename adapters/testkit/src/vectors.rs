@@ -31,54 +31,50 @@ impl Vector {
     }
 }
 
+/// A [`Vector`] from `vectors/openai/NAME.sse` and `NAME.jsonl`.
+macro_rules! vector {
+    ($name:literal, $covers:literal) => {
+        Vector {
+            name: $name,
+            covers: $covers,
+            body: include_bytes!(concat!("../vectors/openai/", $name, ".sse")),
+            expected: include_str!(concat!("../vectors/openai/", $name, ".jsonl")),
+        }
+    };
+}
+
 /// The OpenAI-compatible vectors.
 pub const OPENAI: &[Vector] = &[
-    Vector {
-        name: "empty_completion",
-        covers: "a `stop` with no content: `EMPTY_RESPONSE` (AC-9)",
-        body: include_bytes!("../vectors/openai/empty_completion.sse"),
-        expected: include_str!("../vectors/openai/empty_completion.jsonl"),
-    },
-    Vector {
-        name: "inband_error",
-        covers: "an in-band `{\"error\":…}` event after some text",
-        body: include_bytes!("../vectors/openai/inband_error.sse"),
-        expected: include_str!("../vectors/openai/inband_error.jsonl"),
-    },
-    Vector {
-        name: "length_finish",
-        covers: "`length`: the output hit the token cap (`max-tokens`)",
-        body: include_bytes!("../vectors/openai/length_finish.sse"),
-        expected: include_str!("../vectors/openai/length_finish.jsonl"),
-    },
-    Vector {
-        name: "parallel_tool_calls",
-        covers: "two tool calls by `index`, `tool_calls`",
-        body: include_bytes!("../vectors/openai/parallel_tool_calls.sse"),
-        expected: include_str!("../vectors/openai/parallel_tool_calls.jsonl"),
-    },
-    Vector {
-        name: "reasoning_then_text",
-        covers: "`reasoning_content` then `content`, usage with reasoning tokens",
-        body: include_bytes!("../vectors/openai/reasoning_then_text.sse"),
-        expected: include_str!("../vectors/openai/reasoning_then_text.jsonl"),
-    },
-    Vector {
-        name: "text_stop",
-        covers: "text in two deltas, a role-only first delta, `stop`",
-        body: include_bytes!("../vectors/openai/text_stop.sse"),
-        expected: include_str!("../vectors/openai/text_stop.jsonl"),
-    },
-    Vector {
-        name: "tool_call_fragments",
-        covers: "one tool call whose arguments arrive in fragments, `tool_calls`",
-        body: include_bytes!("../vectors/openai/tool_call_fragments.sse"),
-        expected: include_str!("../vectors/openai/tool_call_fragments.jsonl"),
-    },
-    Vector {
-        name: "usage_trailing_chunk",
-        covers: "usage in a trailing chunk with empty `choices` (`stream_options.include_usage`)",
-        body: include_bytes!("../vectors/openai/usage_trailing_chunk.sse"),
-        expected: include_str!("../vectors/openai/usage_trailing_chunk.jsonl"),
-    },
+    vector!(
+        "empty_completion",
+        "a `stop` with no content: `EMPTY_RESPONSE` (AC-9)"
+    ),
+    vector!(
+        "inband_error",
+        "an in-band `{\"error\":…}` event after some text"
+    ),
+    vector!(
+        "length_finish",
+        "`length`: the output hit the token cap (`max-tokens`)"
+    ),
+    vector!(
+        "parallel_tool_calls",
+        "two tool calls by `index`, `tool_calls`"
+    ),
+    vector!(
+        "reasoning_then_text",
+        "`reasoning_content` then `content`, usage with reasoning tokens"
+    ),
+    vector!(
+        "text_stop",
+        "text in two deltas, a role-only first delta, `stop`"
+    ),
+    vector!(
+        "tool_call_fragments",
+        "one tool call whose arguments arrive in fragments, `tool_calls`"
+    ),
+    vector!(
+        "usage_trailing_chunk",
+        "usage in a trailing chunk with empty `choices` (`stream_options.include_usage`)"
+    ),
 ];

@@ -947,23 +947,29 @@ fn ac9_an_empty_successful_stream_ends_the_step_with_invariant() {
 /// runs), completes.
 #[test]
 fn tc_warnings_do_not_end_the_step() {
-    let mut k = kernel_with(|_| {});
-    let fx = drain(&mut k, NOW);
-    let attempt = started_model(&fx).expect("a model call");
-    for c in [
+    let v = one_response([
         StreamChunk::block_start(0, "text"),
         StreamChunk::block_end(0, ContentBlock::text("cut")),
         StreamChunk::block_start(1, "tool-call"),
         StreamChunk::block_end(1, ContentBlock::tool_call("", "", "{\"a\":")),
         StreamChunk::finish(FinishReason::MaxTokens),
-    ] {
+    ]);
+    assert_ne!(v["error"]["code"], "INVARIANT", "{v}");
+}
+
+/// Streams `chunks` as the first model response of a fresh kernel; the
+/// turn's end reason, as JSON, once the kernel is idle.
+fn one_response<const N: usize>(chunks: [StreamChunk; N]) -> serde_json::Value {
+    let mut k = kernel_with(|_| {});
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for c in chunks {
         k.model_chunk(NOW, attempt, c).unwrap();
     }
     k.model_end(NOW, attempt).unwrap();
     drain(&mut k, NOW);
-    let v = serde_json::to_value(k.summary().reason.unwrap()).unwrap();
-    assert_ne!(v["error"]["code"], "INVARIANT", "{v}");
     assert!(k.is_idle());
+    serde_json::to_value(k.summary().reason.unwrap()).unwrap()
 }
 
 /// G-7 under `max-tokens`: the reference's recording
@@ -972,22 +978,13 @@ fn tc_warnings_do_not_end_the_step() {
 /// loop says, not in `INVARIANT`.
 #[test]
 fn g7_a_max_tokens_finish_may_leave_a_cut_tool_call_open() {
-    let mut k = kernel_with(|_| {});
-    let fx = drain(&mut k, NOW);
-    let attempt = started_model(&fx).expect("a model call");
-    for c in [
+    let v = one_response([
         StreamChunk::block_start(0, "text"),
         StreamChunk::text_delta(0, "Starting the write now."),
         StreamChunk::block_end(0, ContentBlock::text("Starting the write now.")),
         StreamChunk::block_start(1, "tool-call"),
         StreamChunk::tool_call_delta(1, "call-cut", Some("bash"), "{\"command\":\"echo demo > "),
         StreamChunk::finish(FinishReason::MaxTokens),
-    ] {
-        k.model_chunk(NOW, attempt, c).unwrap();
-    }
-    k.model_end(NOW, attempt).unwrap();
-    drain(&mut k, NOW);
-    let v = serde_json::to_value(k.summary().reason.unwrap()).unwrap();
+    ]);
     assert_ne!(v["error"]["code"], "INVARIANT", "{v}");
-    assert!(k.is_idle());
 }
