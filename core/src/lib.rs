@@ -89,4 +89,4 @@ pub use session::{
     AppendError, EventData, Session, SessionEvent, SessionHeader, SurfaceIntent, SurfaceOp,
 };
 pub use text::{ChunkText, ToolCallHead};
-pub use validator::{Rule, StreamValidator, Violation, validate_stream};
+pub use validator::{Rule, Severity, StreamValidator, Violation, lint_stream, validate_stream};

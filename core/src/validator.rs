@@ -7,6 +7,24 @@
 //! [`BlockAssembler`](crate::BlockAssembler) is lenient and accepts what this
 //! rejects; the two are meant to be used together (Q-14).
 //!
+//! # Errors and warnings
+//!
+//! Every rule has a [`Severity`]. Errors are the grammar and contract rules
+//! the spec requires. Warnings are streams the spec allows but that are
+//! almost always an adapter bug. streaming.md C-4 lets a tool call carry an
+//! empty `id`, an empty `name` and `arguments` that are not JSON (for
+//! example when a `length` finish truncated them), so these three checks are
+//! dsh's own rules, not the spec's, and are warnings:
+//!
+//! - **TC-1** a tool call closed by `block-end` has an empty `id`;
+//! - **TC-2** a tool call closed by `block-end` has an empty `name`;
+//! - **TC-3** a tool call closed by `block-end` has `arguments` that are not
+//!   one valid JSON value.
+//!
+//! [`StreamValidator::push`] returns errors only and keeps warnings in
+//! [`StreamValidator::warnings`]; [`validate_stream`] returns errors only;
+//! [`lint_stream`] returns both, in stream order.
+//!
 //! ```
 //! use dsh_core::{StreamValidator, StreamChunk, Rule};
 //! let mut v = StreamValidator::new();
@@ -58,6 +76,24 @@ pub enum Rule {
     /// LF-1: a failure has a non-empty message and code, a status in
     /// 100..=599, a positive finite retry-after and a non-empty request id.
     LF1,
+    /// TC-1 (dsh, warning): a closed tool call has an empty `id`.
+    TC1,
+    /// TC-2 (dsh, warning): a closed tool call has an empty `name`.
+    TC2,
+    /// TC-3 (dsh, warning): a closed tool call's `arguments` are not one
+    /// valid JSON value.
+    TC3,
+}
+
+/// How much a broken [`Rule`] weighs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Severity {
+    /// The spec forbids the stream.
+    Error,
+    /// The spec allows the stream, but it is most likely an adapter bug.
+    Warning,
 }
 
 impl Rule {
@@ -78,6 +114,17 @@ impl Rule {
             Rule::AC9 => "AC-9",
             Rule::FR1 => "FR-1",
             Rule::LF1 => "LF-1",
+            Rule::TC1 => "TC-1",
+            Rule::TC2 => "TC-2",
+            Rule::TC3 => "TC-3",
+        }
+    }
+
+    /// Whether breaking this rule is an error or a warning (module docs).
+    pub fn severity(self) -> Severity {
+        match self {
+            Rule::TC1 | Rule::TC2 | Rule::TC3 => Severity::Warning,
+            _ => Severity::Error,
         }
     }
 }
@@ -133,6 +180,7 @@ pub struct StreamValidator {
     blocks_opened: u64,
     saw_usage: bool,
     finished: bool,
+    warnings: alloc::vec::Vec<Violation>,
 }
 
 impl StreamValidator {
@@ -144,6 +192,16 @@ impl StreamValidator {
     /// Whether a `finish` has been seen.
     pub fn is_finished(&self) -> bool {
         self.finished
+    }
+
+    /// The warnings (rules of [`Severity::Warning`]) seen so far, in order.
+    pub fn warnings(&self) -> &[Violation] {
+        &self.warnings
+    }
+
+    /// Takes the warnings seen so far, leaving none.
+    pub fn take_warnings(&mut self) -> alloc::vec::Vec<Violation> {
+        core::mem::take(&mut self.warnings)
     }
 
     /// Indexes of blocks that are open now, in no particular order.
@@ -272,6 +330,14 @@ impl StreamValidator {
                         _ => {}
                     }
                 }
+                if let ContentBlock::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } = &**block
+                {
+                    self.tool_call_warnings(position, *index, id.as_str(), name, arguments);
+                }
                 Ok(())
             }
             StreamChunk::Usage { .. } => {
@@ -343,6 +409,44 @@ impl StreamValidator {
         }
     }
 
+    /// TC-1..TC-3 for the tool call closed at `index`.
+    fn tool_call_warnings(
+        &mut self,
+        position: u64,
+        index: u64,
+        id: &str,
+        name: &str,
+        arguments: &str,
+    ) {
+        let mut warn = |rule: Rule, message: String| {
+            self.warnings.push(Violation {
+                position,
+                rule,
+                message,
+            });
+        };
+        if id.is_empty() {
+            warn(
+                Rule::TC1,
+                alloc::format!("tool call at index {index} has an empty id"),
+            );
+        }
+        if name.is_empty() {
+            warn(
+                Rule::TC2,
+                alloc::format!("tool call at index {index} has an empty name"),
+            );
+        }
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(arguments) {
+            warn(
+                Rule::TC3,
+                alloc::format!(
+                    "tool call at index {index} has arguments that are not valid JSON: {e}"
+                ),
+            );
+        }
+    }
+
     fn delta(
         &mut self,
         position: u64,
@@ -387,7 +491,8 @@ impl StreamValidator {
     }
 }
 
-/// Checks a whole stream, returning every violation in order.
+/// Checks a whole stream, returning every error in order (warnings are left
+/// out; see [`lint_stream`]).
 pub fn validate_stream<'a>(
     chunks: impl IntoIterator<Item = &'a StreamChunk>,
 ) -> alloc::vec::Vec<Violation> {
@@ -402,19 +507,42 @@ pub fn validate_stream<'a>(
     out
 }
 
+/// Checks a whole stream, returning every error and warning, ordered by
+/// position (an error before the warnings of the same chunk).
+pub fn lint_stream<'a>(
+    chunks: impl IntoIterator<Item = &'a StreamChunk>,
+) -> alloc::vec::Vec<Violation> {
+    let mut validator = StreamValidator::new();
+    let mut out = alloc::vec::Vec::new();
+    for chunk in chunks {
+        if let Err(v) = validator.push(chunk) {
+            out.push(v);
+        }
+        out.append(&mut validator.warnings);
+    }
+    if let Err(v) = validator.end() {
+        out.push(v);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use alloc::vec::Vec;
 
-    fn rules(lines: &str) -> Vec<(u64, &'static str)> {
-        let chunks: Vec<StreamChunk> = lines
+    /// One JSON chunk a line.
+    fn parse(lines: &str) -> Vec<StreamChunk> {
+        lines
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        validate_stream(&chunks)
+            .collect()
+    }
+
+    fn rules(lines: &str) -> Vec<(u64, &'static str)> {
+        validate_stream(&parse(lines))
             .into_iter()
             .map(|v| (v.position, v.rule.id()))
             .collect()
@@ -587,5 +715,76 @@ mod tests {
             ),
             []
         );
+    }
+
+    fn lint(lines: &str) -> Vec<(u64, &'static str, Severity)> {
+        lint_stream(&parse(lines))
+            .into_iter()
+            .map(|v| (v.position, v.rule.id(), v.rule.severity()))
+            .collect()
+    }
+
+    #[test]
+    fn tc1_tc2_tc3_tool_call_warnings() {
+        // C-4 allows all three, so they are warnings: validate_stream (errors
+        // only) accepts the stream, lint_stream reports each rule.
+        let stream = r#"{"type":"block-start","index":0,"blockType":"tool-call"}
+            {"type":"block-end","index":0,"block":{"type":"tool-call","id":"","name":"f","arguments":"{}"}}
+            {"type":"block-start","index":1,"blockType":"tool-call"}
+            {"type":"block-end","index":1,"block":{"type":"tool-call","id":"c","name":"","arguments":"{}"}}
+            {"type":"block-start","index":2,"blockType":"tool-call"}
+            {"type":"tool-call-delta","index":2,"id":"d","name":"g","argumentsDelta":"{\"a\":"}
+            {"type":"block-end","index":2,"block":{"type":"tool-call","id":"d","name":"g","arguments":"{\"a\":"}}
+            {"type":"block-start","index":3,"blockType":"tool-call"}
+            {"type":"block-end","index":3,"block":{"type":"tool-call","id":"","name":"","arguments":""}}
+            {"type":"finish","reason":{"kind":"length"}}"#;
+        assert_eq!(rules(stream), []);
+        let w = Severity::Warning;
+        assert_eq!(
+            lint(stream),
+            [
+                (1, "TC-1", w),
+                (3, "TC-2", w),
+                (6, "TC-3", w),
+                (8, "TC-1", w),
+                (8, "TC-2", w),
+                (8, "TC-3", w)
+            ]
+        );
+        // Valid JSON of any shape passes TC-3; errors sort before warnings.
+        assert_eq!(
+            lint(
+                r#"{"type":"block-start","index":0,"blockType":"tool-call"}
+                {"type":"block-end","index":0,"block":{"type":"tool-call","id":"c","name":"f","arguments":" [1, \"x\"] "}}
+                {"type":"finish","reason":{"kind":"tool-calls"}}"#
+            ),
+            []
+        );
+        assert_eq!(
+            lint(
+                r#"{"type":"block-start","index":0,"blockType":"tool-call"}
+                {"type":"tool-call-delta","index":0,"id":"c","argumentsDelta":"{"}
+                {"type":"block-end","index":0,"block":{"type":"tool-call","id":"c","name":"f","arguments":"{}x"}}"#
+            ),
+            [(2, "AC-3", Severity::Error), (3, "G-8", Severity::Error)]
+        );
+    }
+
+    #[test]
+    fn warnings_are_kept_and_taken() {
+        let mut v = StreamValidator::new();
+        v.push(&StreamChunk::BlockStart {
+            index: 0,
+            block_type: "tool-call".into(),
+        })
+        .unwrap();
+        let end: StreamChunk = serde_json::from_str(
+            r#"{"type":"block-end","index":0,"block":{"type":"tool-call","id":"","name":"f","arguments":"{}"}}"#,
+        )
+        .unwrap();
+        assert_eq!(v.push(&end), Ok(()));
+        assert_eq!(v.warnings().len(), 1);
+        assert_eq!(v.take_warnings()[0].rule, Rule::TC1);
+        assert!(v.warnings().is_empty());
     }
 }

@@ -50,6 +50,9 @@ fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
                 calls += 1;
                 let chunks = if calls == 1 {
                     vec![
+                        StreamChunk::block_start(0, "tool-call"),
+                        StreamChunk::block_start(1, "tool-call"),
+                        StreamChunk::block_start(2, "tool-call"),
                         StreamChunk::block_end(
                             0,
                             ContentBlock::tool_call(
@@ -78,10 +81,12 @@ fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
                     ]
                 } else {
                     vec![
+                        StreamChunk::block_start(0, "text"),
                         StreamChunk::TextDelta {
                             index: 0,
                             text: "done".into(),
                         },
+                        StreamChunk::block_end(0, ContentBlock::text("done")),
                         StreamChunk::finish(FinishReason::Stop),
                     ]
                 };

@@ -56,10 +56,12 @@ fn long(text: &str) -> String {
 
 fn reply(text: &str, input: i64, output: i64) -> Vec<StreamChunk> {
     vec![
+        StreamChunk::block_start(0, "text"),
         StreamChunk::TextDelta {
             index: 0,
             text: long(text).into(),
         },
+        StreamChunk::block_end(0, ContentBlock::text(long(text))),
         StreamChunk::usage(TokenUsage {
             input_tokens: input,
             output_tokens: output,
@@ -411,6 +413,7 @@ fn pressure_prunes_old_tool_results_first() {
     let mut k = Kernel::new(cfg, session, 0, vec![Box::new(plugin)]).unwrap();
     let call = |id: &str, input: i64| {
         vec![
+            StreamChunk::block_start(0, "tool-call"),
             StreamChunk::block_end(0, ContentBlock::tool_call(id, "cat", "{}")),
             StreamChunk::usage(TokenUsage {
                 input_tokens: input,

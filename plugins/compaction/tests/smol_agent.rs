@@ -7,16 +7,18 @@ use std::time::Duration;
 
 use dsh_compaction::{Compaction, CompactionConfig};
 use dsh_core::agent::replay::{ReplayOptions, replay};
-use dsh_core::{FinishReason, LlmCallConfig, SessionId, StreamChunk, TokenUsage};
+use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, SessionId, StreamChunk, TokenUsage};
 use dsh_runtime::host::{ScriptedProvider, ScriptedReply};
 use dsh_smol::{Agent, AgentConfig};
 
 fn answer(text: &str, input: i64) -> ScriptedReply {
     ScriptedReply::Chunks(vec![
+        StreamChunk::block_start(0, "text"),
         StreamChunk::TextDelta {
             index: 0,
             text: text.into(),
         },
+        StreamChunk::block_end(0, ContentBlock::text(text)),
         StreamChunk::usage(TokenUsage {
             input_tokens: input,
             output_tokens: 10,

@@ -56,6 +56,7 @@ fn run(k: &mut Kernel, mut replies: Vec<Vec<StreamChunk>>) -> Vec<Value> {
 fn call(name: &str) -> Vec<StreamChunk> {
     let args = json!({"description": "d", "prompt": "p"}).to_string();
     vec![
+        StreamChunk::block_start(0, "tool-call"),
         StreamChunk::block_end(0, ContentBlock::tool_call("c1", name, &args)),
         StreamChunk::finish(FinishReason::ToolCalls),
     ]
@@ -63,10 +64,12 @@ fn call(name: &str) -> Vec<StreamChunk> {
 
 fn text(t: &str) -> Vec<StreamChunk> {
     vec![
+        StreamChunk::block_start(0, "text"),
         StreamChunk::TextDelta {
             index: 0,
             text: t.into(),
         },
+        StreamChunk::block_end(0, ContentBlock::text(t)),
         StreamChunk::finish(FinishReason::Stop),
     ]
 }

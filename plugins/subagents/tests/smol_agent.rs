@@ -7,29 +7,29 @@ use std::time::Duration;
 
 use dsh_core::agent::replay::{ReplayOptions, replay};
 use dsh_core::session::EventData;
-use dsh_core::{FinishReason, LlmCallConfig, SessionId, StreamChunk};
+use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, SessionId, StreamChunk};
 use dsh_runtime::host::{ScriptedProvider, ScriptedReply};
 use dsh_store::{Cancel, SessionStore};
 use dsh_subagents::std_runner::Delegation;
 
 fn answer(text: &str) -> ScriptedReply {
     ScriptedReply::Chunks(vec![
+        StreamChunk::block_start(0, "text"),
         StreamChunk::TextDelta {
             index: 0,
             text: text.into(),
         },
+        StreamChunk::block_end(0, ContentBlock::text(text)),
         StreamChunk::finish(FinishReason::Stop),
     ])
 }
 
 fn call_subagent() -> ScriptedReply {
+    let args = r#"{"description":"Say hi","prompt":"Reply with HI."}"#;
     ScriptedReply::Chunks(vec![
-        StreamChunk::tool_call_delta(
-            0,
-            "call_1",
-            Some("subagent"),
-            r#"{"description":"Say hi","prompt":"Reply with HI."}"#,
-        ),
+        StreamChunk::block_start(0, "tool-call"),
+        StreamChunk::tool_call_delta(0, "call_1", Some("subagent"), args),
+        StreamChunk::block_end(0, ContentBlock::tool_call("call_1", "subagent", args)),
         StreamChunk::finish(FinishReason::ToolCalls),
     ])
 }

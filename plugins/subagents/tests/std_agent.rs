@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dsh_core::LlmCallConfig;
 use dsh_core::agent::replay::{ReplayOptions, replay};
 use dsh_core::session::{EventData, InvariantChecker, SessionEvent, SessionHeader};
+use dsh_core::{ContentBlock, LlmCallConfig};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{ClientOptions, DeepSeekClient, DeepSeekConfig};
 use dsh_std::{Agent, AgentConfig, CancelCause};
@@ -416,8 +416,13 @@ fn scripted_call(calls: &[(&str, Value)]) -> dsh_std::ScriptedReply {
     let mut chunks: Vec<StreamChunk> = calls
         .iter()
         .enumerate()
-        .map(|(i, (id, args))| {
-            StreamChunk::tool_call_delta(i as u64, id, Some("subagent"), &args.to_string())
+        .flat_map(|(i, (id, args))| {
+            let (i, args) = (i as u64, args.to_string());
+            [
+                StreamChunk::block_start(i, "tool-call"),
+                StreamChunk::tool_call_delta(i, id, Some("subagent"), &args),
+                StreamChunk::block_end(i, ContentBlock::tool_call(*id, "subagent", args)),
+            ]
         })
         .collect();
     chunks.push(StreamChunk::finish(FinishReason::ToolCalls));
@@ -427,10 +432,12 @@ fn scripted_call(calls: &[(&str, Value)]) -> dsh_std::ScriptedReply {
 fn scripted_text(text: &str) -> dsh_std::ScriptedReply {
     use dsh_core::{FinishReason, StreamChunk};
     dsh_std::ScriptedReply::Chunks(vec![
+        StreamChunk::block_start(0, "text"),
         StreamChunk::TextDelta {
             index: 0,
             text: text.into(),
         },
+        StreamChunk::block_end(0, ContentBlock::text(text)),
         StreamChunk::finish(FinishReason::Stop),
     ])
 }

@@ -37,10 +37,12 @@ fn turn(kernel: &mut Kernel, n: u64, prompt: &str) -> GenerateOptions {
             Effect::StartModel(call) => {
                 request = Some(call.request.clone());
                 for chunk in [
+                    StreamChunk::block_start(0, "text"),
                     StreamChunk::TextDelta {
                         index: 0,
                         text: format!("answer {n}").into(),
                     },
+                    StreamChunk::block_end(0, ContentBlock::text(format!("answer {n}"))),
                     StreamChunk::finish(FinishReason::Stop),
                 ] {
                     kernel.model_chunk(now, call.attempt, chunk).unwrap();

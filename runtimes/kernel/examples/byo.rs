@@ -21,6 +21,7 @@ use serde_json::json;
 fn script() -> VecDeque<Vec<StreamChunk>> {
     VecDeque::from([
         vec![
+            StreamChunk::block_start(0, "tool-call"),
             StreamChunk::block_end(
                 0,
                 ContentBlock::tool_call("call_1", "add", r#"{"a":2,"b":3}"#),
@@ -28,10 +29,12 @@ fn script() -> VecDeque<Vec<StreamChunk>> {
             StreamChunk::finish(FinishReason::ToolCalls),
         ],
         vec![
+            StreamChunk::block_start(0, "text"),
             StreamChunk::TextDelta {
                 index: 0,
                 text: "2 + 3 = 5".into(),
             },
+            StreamChunk::block_end(0, ContentBlock::text("2 + 3 = 5")),
             StreamChunk::finish(FinishReason::Stop),
         ],
     ])

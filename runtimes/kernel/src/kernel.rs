@@ -18,7 +18,7 @@ use dsh_core::agent::{
     ToolExecution,
 };
 use dsh_core::session::{EventData, Session, SurfaceIntent};
-use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
+use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk, StreamValidator};
 
 use crate::ids::{Ids, Jitter};
 use crate::plugin::{Action, Ask, Cx, Flow, Plugin, Reply, Seams, ToolDispatch};
@@ -106,6 +106,10 @@ pub struct Kernel {
     /// each of its blocks (a `block-end` counts only what its deltas did
     /// not bring).
     response: ResponseSize,
+    /// The checker of the attempt in flight
+    /// ([`AgentConfig::validate_streams`]); `None` when off.
+    validator: Option<StreamValidator>,
+    validate_streams: bool,
     tools: BTreeMap<u64, Running>,
     asks: BTreeMap<u64, Pending>,
     next_ask: u64,
@@ -439,6 +443,8 @@ impl Kernel {
             max_response_bytes: config.max_response_bytes,
             max_steps: config.max_steps_per_turn,
             response: ResponseSize::default(),
+            validator: None,
+            validate_streams: config.validate_streams,
             tools: BTreeMap::new(),
             asks: BTreeMap::new(),
             next_ask: 0,
@@ -635,6 +641,26 @@ impl Kernel {
                 format!("the model response exceeded {max} bytes"),
             );
             return self.model_error(now, attempt, error);
+        }
+        if let Some(validator) = &mut self.validator {
+            // The reference's library adapter ends a `max-tokens` stream
+            // with the cut tool call still open (the recording
+            // `max-tokens-continue` breaks G-7 so); the assembler drops
+            // that call (BB-3), so this one rule is let through there.
+            let truncated = |v: &dsh_core::Violation| {
+                v.rule == dsh_core::Rule::G7
+                    && matches!(&chunk, StreamChunk::Finish { reason, .. } if reason.kind() == "max-tokens")
+            };
+            if let Some(violation) = validator.push(&chunk).err().filter(|v| !truncated(v)) {
+                // The reference's development invariant checker: a stream
+                // that breaks the grammar ends the step (INVARIANT).
+                self.effects.push_back(Effect::CancelModel { attempt });
+                let error = HookError::llm(
+                    "INVARIANT",
+                    format!("provider stream broke rule {violation}"),
+                );
+                return self.model_error(now, attempt, error);
+            }
         }
         Ok(self.core.handle_chunk(now, attempt, chunk)?)
     }
@@ -951,6 +977,7 @@ impl Kernel {
                 None => {
                     self.model = Some(call.attempt);
                     self.response = ResponseSize::default();
+                    self.validator = self.validate_streams.then(StreamValidator::new);
                     self.effects.push_back(Effect::StartModel(call));
                 }
             },

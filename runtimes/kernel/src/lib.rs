@@ -19,6 +19,7 @@
 //! | failed write before a tool body | the body does not run; the call gets an error result with the store's message |
 //! | failed write while a response streams (issue 25) | the stream is stopped; the turn ends in error `FLUSH_FAILED`; what streamed stays in the log |
 //! | failed write of the turn's end (issue 25) | published before idle; [`TurnSummary::store_error`] and [`Kernel::store_error`] carry it until a write succeeds |
+//! | stream validation (issue 27) | with [`AgentConfig::validate_streams`] (default: on in debug builds, off in release) every chunk goes through a [`StreamValidator`](dsh_core::StreamValidator); on the first error (not a warning) the stream is stopped and the turn ends in error `INVARIANT` naming the rule |
 //! | response size (issue 25) | past [`AgentConfig::max_response_bytes`] (text, reasoning, tool calls, plus [`CHUNK_OVERHEAD_BYTES`] a chunk; default 32 MiB) the stream is stopped, the chunk refused, and the turn ends in error `RESPONSE_TOO_LARGE` |
 //! | steps per turn (issue 25) | at the pre-step of step [`AgentConfig::max_steps_per_turn`]` + 1` (default 200) the turn is cancelled with cause `{"kind":"hook","reason":"max steps per turn (N) reached"}` (SM-10 d) |
 //! | tool deadline (TL-14) | the definition's `timeoutMs` (rounded up), else [`AgentConfig::tool_timeout_ms`] (default none); at the deadline the body is told to stop, and the result is `tool call timed out after <ms>ms` (`ToolTimeoutError` / `TOOL_TIMEOUT`) whether the body returns within the grace or not |
@@ -45,7 +46,9 @@
 //!     match effect {
 //!         Effect::StartModel(call) => {
 //!             let reply = [
+//!                 StreamChunk::block_start(0, "text"),
 //!                 StreamChunk::TextDelta { index: 0, text: "hello".into() },
+//!                 StreamChunk::block_end(0, ContentBlock::text("hello")),
 //!                 StreamChunk::finish(FinishReason::Stop),
 //!             ];
 //!             for chunk in reply {

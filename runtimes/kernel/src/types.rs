@@ -65,6 +65,17 @@ pub struct AgentConfig {
     /// `{"kind":"hook","reason":"max steps per turn (N) reached"}`
     /// (loop.md SM-10 d).
     pub max_steps_per_turn: Option<u64>,
+    /// Check every provider stream with
+    /// [`StreamValidator`](dsh_core::StreamValidator) (streaming.md 2.5,
+    /// the reference's development invariant checker). On the first error
+    /// (warnings are allowed) the stream is stopped and the step ends in
+    /// error `INVARIANT`, whose message names the rule (for example
+    /// `G-3: text-delta for index 0, which is not open`). A stream that
+    /// ends without a `finish` (G-8) is left as AC-8 says, and a
+    /// `max-tokens` finish may leave blocks open (G-7), as the reference's
+    /// recordings do (the assembler drops a cut tool call, BB-3). Default: on in debug
+    /// builds (and so in tests), off in release builds.
+    pub validate_streams: bool,
 }
 
 /// The default of [`AgentConfig::max_response_bytes`]: 32 MiB, far above
@@ -89,8 +100,8 @@ impl AgentConfig {
     /// A config for `call`: no system prompt, no tools, no default tool
     /// deadline, a 2 s grace, default retries with the executor on, both
     /// HEAD deltas on, UUID ids from seed 0 (set [`seed`](Self::seed)), a
-    /// 200 ms write-behind window, a 32 MiB response cap and at most 200
-    /// steps per turn.
+    /// 200 ms write-behind window, a 32 MiB response cap, at most 200
+    /// steps per turn, and stream validation in debug builds only.
     pub fn new(call: LlmCallConfig) -> Self {
         AgentConfig {
             call,
@@ -107,6 +118,7 @@ impl AgentConfig {
             write_batch_max_delay_ms: Some(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_steps_per_turn: Some(DEFAULT_MAX_STEPS_PER_TURN),
+            validate_streams: cfg!(debug_assertions),
         }
     }
 

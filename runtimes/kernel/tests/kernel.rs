@@ -42,6 +42,7 @@ fn config_with_tool_t(mode: IdMode) -> AgentConfig {
 
 fn tool_call() -> Vec<StreamChunk> {
     vec![
+        StreamChunk::block_start(0, "tool-call"),
         StreamChunk::block_end(0, ContentBlock::tool_call("c1", "slow", "{}")),
         StreamChunk::finish(FinishReason::ToolCalls),
     ]
@@ -430,6 +431,8 @@ fn a_failed_write_while_a_response_streams_ends_the_turn_with_flush_failed() {
     let mut k = kernel(Vec::new());
     let fx = drain(&mut k, NOW);
     let attempt = started_model(&fx).expect("a model call");
+    k.model_chunk(NOW, attempt, StreamChunk::block_start(0, "text"))
+        .unwrap();
     for text in ["kept ", "text"] {
         let chunk = StreamChunk::TextDelta {
             index: 0,
@@ -490,10 +493,12 @@ fn a_failed_turn_end_write_is_reported_before_idle_and_in_the_summary() {
     let fx = drain(&mut k, NOW);
     let attempt = started_model(&fx).expect("a model call");
     for c in [
+        StreamChunk::block_start(0, "text"),
         StreamChunk::TextDelta {
             index: 0,
             text: "answer".into(),
         },
+        StreamChunk::block_end(0, ContentBlock::text("answer")),
         StreamChunk::finish(FinishReason::Stop),
     ] {
         k.model_chunk(NOW, attempt, c).unwrap();
@@ -569,6 +574,11 @@ fn a_response_past_the_byte_cap_ends_the_turn_with_response_too_large() {
     let fx = drain(&mut k, NOW);
     let attempt = started_model(&fx).expect("a model call");
     let mut sent = 0;
+    for (index, block_type) in [(0, "reasoning"), (1, "text"), (2, "tool-call")] {
+        k.model_chunk(NOW, attempt, StreamChunk::block_start(index, block_type))
+            .unwrap();
+        sent += 1;
+    }
     let mut refused = None;
     // An endless stream: reasoning, text and tool arguments, 100 bytes a
     // chunk, until the kernel stops the attempt.
@@ -600,7 +610,7 @@ fn a_response_past_the_byte_cap_ends_the_turn_with_response_too_large() {
     }
     let refused = refused.expect("the stream is cut off");
     assert!(refused.is_stale(), "{refused}");
-    assert!(sent < 1_000, "bounded: {sent} chunks accepted");
+    assert!(sent < 1_003, "bounded: {sent} chunks accepted");
     assert_turn_error(&k, "RESPONSE_TOO_LARGE", "exceeded 1000 bytes");
     // What was accepted is in the log, and it stayed within the cap.
     let mut logged = 0;
@@ -618,11 +628,14 @@ fn a_response_past_the_byte_cap_ends_the_turn_with_response_too_large() {
 /// for each model call.
 #[test]
 fn responses_within_the_byte_cap_complete() {
-    let mut k = kernel_with(|c| c.max_response_bytes = 1_000);
+    let mut k = kernel_with(|c| c.max_response_bytes = 1_100);
     for turn in 0..3 {
         let fx = drain(&mut k, NOW);
         let attempt = started_model(&fx).expect("a model call");
-        // 5 x (100 + 64) + 64 for `finish`: 884 of the 1000 each time.
+        // 5 x (100 + 64) + 64 each for block-start, block-end and
+        // `finish`: 1012 of the 1100 each time.
+        k.model_chunk(NOW, attempt, StreamChunk::block_start(0, "text"))
+            .unwrap();
         for _ in 0..5 {
             let chunk = StreamChunk::TextDelta {
                 index: 0,
@@ -630,6 +643,13 @@ fn responses_within_the_byte_cap_complete() {
             };
             k.model_chunk(NOW, attempt, chunk).unwrap();
         }
+        let text = "0123456789".repeat(50);
+        k.model_chunk(
+            NOW,
+            attempt,
+            StreamChunk::block_end(0, ContentBlock::text(text)),
+        )
+        .unwrap();
         k.model_chunk(NOW, attempt, StreamChunk::finish(FinishReason::Stop))
             .unwrap();
         k.model_end(NOW, attempt).unwrap();
@@ -656,6 +676,7 @@ fn a_turn_stops_after_max_steps_with_a_hook_abort() {
             assert!(models <= 3, "no request past the cap");
             let call = ContentBlock::tool_call(format!("c{models}"), "slow", "{}");
             for c in [
+                StreamChunk::block_start(0, "tool-call"),
                 StreamChunk::block_end(0, call),
                 StreamChunk::finish(FinishReason::ToolCalls),
             ] {
@@ -744,10 +765,12 @@ fn turn(k: &mut Kernel, users: &mut Ids, now: &mut i64) {
                     failure: LlmFailure::new("SERVER", "busy"),
                 })],
                 2 => vec![
+                    StreamChunk::block_start(0, "tool-call"),
                     StreamChunk::block_end(0, ContentBlock::tool_call("c", "t", "{}")),
                     StreamChunk::finish(FinishReason::ToolCalls),
                 ],
                 _ => vec![
+                    StreamChunk::block_start(0, "text"),
                     StreamChunk::block_end(0, ContentBlock::text("done")),
                     StreamChunk::finish(FinishReason::Stop),
                 ],
@@ -849,4 +872,119 @@ fn sequential_ids_continue_after_resume_and_fork() {
 #[test]
 fn uuid_ids_from_the_default_seed_continue_after_resume_and_fork() {
     continues_after_resume_and_fork(IdMode::Uuid);
+}
+
+/// Issue 27 item 3: in debug builds (and so in tests) every provider stream
+/// is checked (streaming.md 2.5); a G-3 violation stops the stream and the
+/// step ends in error `INVARIANT` naming the rule.
+#[test]
+fn g3_a_broken_provider_stream_ends_the_step_with_invariant() {
+    let mut k = kernel_with(|c| assert!(c.validate_streams, "on in debug builds"));
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    let bare = StreamChunk::TextDelta {
+        index: 0,
+        text: "x".into(),
+    };
+    k.model_chunk(NOW, attempt, bare).unwrap();
+    let fx = drain(&mut k, NOW);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::CancelModel { attempt: a } if *a == attempt)),
+        "{fx:?}"
+    );
+    assert_turn_error(
+        &k,
+        "INVARIANT",
+        "G-3: text-delta for index 0, which is not open",
+    );
+    let late = StreamChunk::finish(FinishReason::Stop);
+    assert!(k.model_chunk(NOW, attempt, late).unwrap_err().is_stale());
+    assert!(k.is_idle());
+}
+
+/// With the option off the same stream is taken as the reference's
+/// runtime takes it (the assembler is lenient).
+#[test]
+fn g3_with_validation_off_a_broken_stream_completes() {
+    let mut k = kernel_with(|c| c.validate_streams = false);
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for c in [
+        StreamChunk::TextDelta {
+            index: 0,
+            text: "x".into(),
+        },
+        StreamChunk::finish(FinishReason::Stop),
+    ] {
+        k.model_chunk(NOW, attempt, c).unwrap();
+    }
+    k.model_end(NOW, attempt).unwrap();
+    drain(&mut k, NOW);
+    let v = serde_json::to_value(k.summary().reason.unwrap()).unwrap();
+    assert_eq!(v["kind"], "completed", "{v}");
+}
+
+/// AC-9: a successful finish with no block is an adapter bug (the adapter
+/// must send `EMPTY_RESPONSE`); the step ends in `INVARIANT`.
+#[test]
+fn ac9_an_empty_successful_stream_ends_the_step_with_invariant() {
+    let mut k = kernel_with(|_| {});
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    k.model_chunk(NOW, attempt, StreamChunk::finish(FinishReason::Stop))
+        .unwrap();
+    drain(&mut k, NOW);
+    assert_turn_error(
+        &k,
+        "INVARIANT",
+        "AC-9: successful finish with no content block",
+    );
+}
+
+/// Warnings (TC-1..TC-3) do not end the step: a tool call with an empty
+/// name and truncated arguments, ended by `max-tokens` (Q-26: no tool
+/// runs), completes.
+#[test]
+fn tc_warnings_do_not_end_the_step() {
+    let v = one_response([
+        StreamChunk::block_start(0, "text"),
+        StreamChunk::block_end(0, ContentBlock::text("cut")),
+        StreamChunk::block_start(1, "tool-call"),
+        StreamChunk::block_end(1, ContentBlock::tool_call("", "", "{\"a\":")),
+        StreamChunk::finish(FinishReason::MaxTokens),
+    ]);
+    assert_ne!(v["error"]["code"], "INVARIANT", "{v}");
+}
+
+/// Streams `chunks` as the first model response of a fresh kernel; the
+/// turn's end reason, as JSON, once the kernel is idle.
+fn one_response<const N: usize>(chunks: [StreamChunk; N]) -> serde_json::Value {
+    let mut k = kernel_with(|_| {});
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for c in chunks {
+        k.model_chunk(NOW, attempt, c).unwrap();
+    }
+    k.model_end(NOW, attempt).unwrap();
+    drain(&mut k, NOW);
+    assert!(k.is_idle());
+    serde_json::to_value(k.summary().reason.unwrap()).unwrap()
+}
+
+/// G-7 under `max-tokens`: the reference's recording
+/// `max-tokens-continue` ends with the cut tool call still open; the
+/// kernel lets it through (BB-3 drops the call) and the turn ends as the
+/// loop says, not in `INVARIANT`.
+#[test]
+fn g7_a_max_tokens_finish_may_leave_a_cut_tool_call_open() {
+    let v = one_response([
+        StreamChunk::block_start(0, "text"),
+        StreamChunk::text_delta(0, "Starting the write now."),
+        StreamChunk::block_end(0, ContentBlock::text("Starting the write now.")),
+        StreamChunk::block_start(1, "tool-call"),
+        StreamChunk::tool_call_delta(1, "call-cut", Some("bash"), "{\"command\":\"echo demo > "),
+        StreamChunk::finish(FinishReason::MaxTokens),
+    ]);
+    assert_ne!(v["error"]["code"], "INVARIANT", "{v}");
 }

@@ -857,6 +857,7 @@ fn ids_continue_after_two_resumes_with_sequential_ids() {
     // core's (`A<n>`) continue from the stored log, so no id repeats.
     let answer = || {
         ScriptedReply::Chunks(vec![
+            StreamChunk::block_start(0, "text"),
             StreamChunk::block_end(0, ContentBlock::text("ok")),
             StreamChunk::finish(dsh_core::FinishReason::Stop),
         ])
