@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
+
+use crate::sanitize::eprintln_safe;
 use dsh_otel::export::{ExportConfig, Exporter};
 use dsh_otel::{OtelConfig, OtelPlugin};
 use dsh_std::AgentConfig;
@@ -94,7 +96,7 @@ pub fn shutdown() {
         } else {
             "; the collector did not answer in time"
         };
-        eprintln!(
+        eprintln_safe!(
             "dsh: traces: {} span(s) not exported ({why}){pending}",
             r.dropped
         );

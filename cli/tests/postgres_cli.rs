@@ -291,6 +291,13 @@ fn normalized(log: &str, id: &str, cwd: &str) -> Vec<serde_json::Value> {
             serde_json::Value::Array(a) => a.iter_mut().for_each(|x| walk(x, id, cwd)),
             serde_json::Value::String(s) => {
                 *s = s.replace(id, "<id>").replace(cwd, "<cwd>");
+                // Each run has its own mock server, so its own port in the
+                // provider route (`openai-compatible:127.0.0.1:PORT`).
+                if let Some(rest) = s.strip_prefix("openai-compatible:127.0.0.1:")
+                    && rest.bytes().all(|b| b.is_ascii_digit())
+                {
+                    *s = "openai-compatible:127.0.0.1:<port>".into();
+                }
             }
             _ => {}
         }

@@ -572,11 +572,14 @@ fn an_abort_during_the_summary_call_cancels_it() {
 /// A reply of about `tokens` tokens (bytes / 4) and no usage, as a server
 /// that reports none sends it.
 fn reply_without_usage(text: &str, tokens: usize) -> Vec<StreamChunk> {
+    let body = format!("{text}: {}", "word ".repeat(tokens * 4 / 5));
     vec![
+        StreamChunk::block_start(0, "text"),
         StreamChunk::TextDelta {
             index: 0,
-            text: format!("{text}: {}", "word ".repeat(tokens * 4 / 5)).into(),
+            text: body.clone().into(),
         },
+        StreamChunk::block_end(0, ContentBlock::text(body)),
         StreamChunk::finish(FinishReason::Stop),
     ]
 }
@@ -656,7 +659,7 @@ fn issue_32_reported_usage_wins_over_the_estimate() {
         .map(|t| {
             let mut r = reply_without_usage(t, 1_500);
             r.insert(
-                1,
+                r.len() - 1,
                 StreamChunk::usage(TokenUsage {
                     input_tokens: 100,
                     output_tokens: 10,

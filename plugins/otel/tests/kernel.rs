@@ -29,10 +29,12 @@ fn run(plugins: Vec<Box<dyn Plugin>>) -> Vec<String> {
                     reasoning_tokens: None,
                 };
                 let reply = [
+                    StreamChunk::block_start(0, "text"),
                     StreamChunk::TextDelta {
                         index: 0,
                         text: "a private answer".into(),
                     },
+                    StreamChunk::block_end(0, ContentBlock::text("a private answer")),
                     StreamChunk::Usage {
                         usage: Box::new(usage),
                     },

@@ -69,6 +69,7 @@ fn plugins() -> Vec<Box<dyn Plugin>> {
 fn model() -> VecDeque<Vec<StreamChunk>> {
     VecDeque::from([
         vec![
+            StreamChunk::block_start(0, "tool-call"),
             StreamChunk::tool_call_delta(0, "call-1", Some("shout"), r#"{"text":"#),
             StreamChunk::tool_call_delta(0, "call-1", None, r#""hello"}"#),
             StreamChunk::block_end(
@@ -78,8 +79,10 @@ fn model() -> VecDeque<Vec<StreamChunk>> {
             StreamChunk::finish(FinishReason::ToolCalls),
         ],
         vec![
+            StreamChunk::block_start(0, "text"),
             StreamChunk::text_delta(0, "It says "),
             StreamChunk::text_delta(0, "HELLO."),
+            StreamChunk::block_end(0, ContentBlock::text("It says HELLO.")),
             StreamChunk::usage(TokenUsage {
                 input_tokens: 120,
                 output_tokens: 7,
@@ -88,7 +91,9 @@ fn model() -> VecDeque<Vec<StreamChunk>> {
             StreamChunk::finish(FinishReason::Stop),
         ],
         vec![
+            StreamChunk::block_start(0, "text"),
             StreamChunk::text_delta(0, "Goodbye."),
+            StreamChunk::block_end(0, ContentBlock::text("Goodbye.")),
             StreamChunk::finish(FinishReason::Stop),
         ],
     ])
@@ -200,7 +205,7 @@ fn a_changed_tool_fails_the_replay_and_says_where() {
 fn an_edit_of_the_first_turn_fails_the_replay() {
     // Issue 27: the first instance of a resumed log is replayed too.
     let log = String::from_utf8(record()).unwrap();
-    let changed = log.replacen("It says HELLO.", "It says HI.", 1);
+    let changed = edit(&log, "assistant/message", "It says HELLO.", "It says HI.");
     assert_ne!(changed, log);
     let mut tool = shout;
     let report = replay_jsonl_with(
