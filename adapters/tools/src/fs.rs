@@ -13,9 +13,10 @@
 //! editor's buffers over ACP `fs/*`), with the same path confinement,
 //! windowing, edit rules and results.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Cursor, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use serde_json::{Map, Value, json};
 
-use crate::path::{Resolved, Workspace, is_symlink_refusal, open_nofollow};
+use crate::path::{Resolved, Workspace, cstr, is_symlink_refusal, split};
 use crate::{CancelToken, Tool, ToolCallRequest, ToolContext, fs_error, prop, text};
 
 /// Where `read`, `write` and `edit` get and put file text instead of the
@@ -381,64 +382,93 @@ fn read_line_bounded(
     Ok(Some(valid && check.complete()))
 }
 
-fn moved(verb: &str, r: &Resolved) -> ToolOutcome {
-    fs_error(
-        format!(
-            "cannot {verb} \"{}\": the path changed to leave the workspace while it was used",
-            r.display
-        ),
-        "FS_SANDBOX_DENIED",
-    )
-}
-
-/// Opens `r` for reading (no final symlink) and checks where it landed.
+/// Opens `r` for reading beneath the opened workspace (no symlink followed
+/// on the way; `O_NONBLOCK` keeps a FIFO from blocking the open, and
+/// callers refuse anything that is not a regular file afterwards).
 fn open_checked(ws: &Workspace, verb: &str, r: &Resolved) -> Result<fs::File, ToolOutcome> {
-    let file = open_nofollow(&r.path).map_err(|e| io_outcome(&e, verb, r))?;
-    if !ws.check_opened(&file) {
-        return Err(moved(verb, r));
-    }
-    Ok(file)
+    ws.open_beneath(&r.relative, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+        .map_err(|e| io_outcome(&e, verb, r))
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Replaces (or creates) `path` atomically: a fresh temp file beside it
-/// (`O_EXCL`, so never a pre-planted symlink), then `rename`, which replaces
-/// a symlink rather than following it. Existing permissions are kept.
-fn atomic_write(ws: &Workspace, path: &Path, content: &str) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let perms = fs::symlink_metadata(path)
+/// Replaces (or creates) `r` atomically, in its parent directory `dir` (a
+/// handle opened beneath the workspace): a fresh temp file beside it
+/// (`O_EXCL`, so never a pre-planted symlink), then `renameat`, which
+/// replaces a symlink rather than following it. Existing permissions are
+/// kept.
+fn atomic_write(ws: &Workspace, dir: &OwnedFd, r: &Resolved, content: &str) -> io::Result<()> {
+    let Some(name) = split(&r.relative).1 else {
+        return Err(io::Error::from(io::ErrorKind::IsADirectory));
+    };
+    let perms = ws
+        .open_beneath(&r.relative, libc::O_PATH, 0)
+        .and_then(|f| f.metadata())
         .ok()
         .filter(|m| m.is_file())
         .map(|m| m.permissions());
     let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.dsh-{}-{n}.tmp", std::process::id()));
+    let tmp = format!(
+        ".{}.dsh-{}-{n}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    );
+    let tmp = cstr(OsStr::new(&tmp))?;
+    let target = cstr(name)?;
     let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
-        if !ws.check_opened(&f) {
-            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        // SAFETY: a valid directory fd and a NUL-terminated name; the new
+        // fd is owned by the `File` made from it.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                tmp.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o644 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
         }
+        // SAFETY: `fd` was just returned by openat and is owned by no one.
+        let mut f = unsafe { fs::File::from_raw_fd(fd) };
         f.write_all(content.as_bytes())?;
         if let Some(p) = perms {
             f.set_permissions(p)?;
         }
         f.sync_all()?;
         drop(f);
-        fs::rename(&tmp, path)
+        // SAFETY: valid fds and NUL-terminated names.
+        let rc = unsafe {
+            libc::renameat(
+                dir.as_raw_fd(),
+                tmp.as_ptr(),
+                dir.as_raw_fd(),
+                target.as_ptr(),
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     })();
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        // SAFETY: a valid fd and a NUL-terminated name.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
     }
     result
+}
+
+/// The parent directory of `r`, opened beneath the workspace (made when
+/// missing, with `create`).
+fn parent_dir(
+    ws: &Workspace,
+    verb: &str,
+    r: &Resolved,
+    create: bool,
+) -> Result<OwnedFd, ToolOutcome> {
+    ws.open_dir_beneath(split(&r.relative).0, create)
+        .map_err(|e| io_outcome(&e, verb, r))
 }
 
 fn relative_str(r: &Resolved) -> String {
@@ -657,7 +687,11 @@ fn write_run(
                 .map_err(|e| backend_error(&e, "write", &r))?;
             check_size("write", &r, text, config.max_file_bytes)?
         }
-        None => match fs::symlink_metadata(&r.path) {
+        None => match ctx
+            .workspace
+            .open_beneath(&r.relative, libc::O_PATH, 0)
+            .and_then(|f| f.metadata())
+        {
             Ok(m) if m.is_file() => Some(read_text(
                 &ctx.workspace,
                 "write",
@@ -672,17 +706,12 @@ fn write_run(
     if ctx.cancel.is_cancelled() {
         return Err(ToolOutcome::aborted());
     }
-    if let Some(parent) = r.path.parent() {
-        fs::create_dir_all(parent).map_err(|e| io_outcome(&e, "write", &r))?;
-        if !ctx.workspace.check_dir(parent) {
-            return Err(moved("write", &r));
-        }
-    }
+    let dir = parent_dir(&ctx.workspace, "write", &r, true)?;
     match files {
         Some(f) => f
             .write(&r.path, content, &ctx.cancel)
             .map_err(|e| backend_error(&e, "write", &r))?,
-        None => atomic_write(&ctx.workspace, &r.path, content)
+        None => atomic_write(&ctx.workspace, &dir, &r, content)
             .map_err(|e| io_outcome(&e, "write", &r))?,
     }
     let verb = if before.is_some() {
@@ -817,7 +846,9 @@ fn edit_run(
             .write(&r.path, &after, &ctx.cancel)
             .map_err(|e| backend_error(&e, "edit", &r))?,
         None => {
-            atomic_write(&ctx.workspace, &r.path, &after).map_err(|e| io_outcome(&e, "edit", &r))?
+            let dir = parent_dir(&ctx.workspace, "edit", &r, false)?;
+            atomic_write(&ctx.workspace, &dir, &r, &after)
+                .map_err(|e| io_outcome(&e, "edit", &r))?
         }
     }
     let message = if replace_all {

@@ -5,13 +5,31 @@
 //! not-yet-existing rest is appended component by component, and the result
 //! must lie under the canonical workspace root. A final component that is a
 //! symlink is only accepted when it resolves inside (a dangling one is
-//! refused). Files are then opened with `O_NOFOLLOW` so a symlink swapped in
-//! after resolution fails instead of being followed, and writes replace the
-//! target by `rename`, which never follows a symlink.
+//! refused).
+//!
+//! The workspace directory is opened once ([`Workspace::new`]). Every
+//! resolution first checks that the root path still leads to that directory
+//! (same device and inode, [`Workspace::check_handle`]) and refuses with
+//! [`PathError::Swapped`] otherwise, so a workspace moved away and replaced
+//! (by a symlink or by another directory) is neither read nor written. The
+//! file tools then do the operation itself relative to the opened handle
+//! ([`Workspace::open_beneath`], [`Workspace::open_dir_beneath`]): the
+//! resolved relative path is walked one component at a time with
+//! `openat(…, O_NOFOLLOW)` from the handle, so no symlink is followed after
+//! resolution and a swap racing between the check and the operation lands
+//! in the directory dsh opened (wherever it now is), never in the
+//! replacement. Writes replace the target by `renameat` in the opened
+//! parent, which never follows a symlink. What remains: a directory inside
+//! the workspace that a concurrent process renames to outside it while a
+//! tool holds it open is still used (as with any open directory); the
+//! paths given to a [`TextFiles`](crate::fs::TextFiles) backend are checked
+//! but then opened by the backend, by path.
 
+use std::ffi::{CString, OsStr};
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -53,6 +71,13 @@ pub enum PathError {
     /// The final component is a symlink whose target does not exist, so it
     /// cannot be shown to stay inside.
     DanglingSymlink,
+    /// The workspace root path no longer leads to the directory dsh opened
+    /// (moved, removed, or replaced by a symlink or another directory); the
+    /// message is [`Workspace::check_handle`]'s.
+    Swapped {
+        /// Why, for the model.
+        message: String,
+    },
 }
 
 /// A path inside the workspace.
@@ -131,11 +156,15 @@ impl Workspace {
 
     /// Resolves `raw` (absolute, or relative to the root) to a path inside
     /// the workspace. Symlinks along the way are resolved by the OS; the
-    /// result never leaves the canonical root.
+    /// result never leaves the canonical root. Refused with
+    /// [`PathError::Swapped`] when the root no longer leads to the opened
+    /// directory.
     pub fn resolve(&self, raw: &str) -> Result<Resolved, PathError> {
         if raw.contains('\0') {
             return Err(PathError::Nul);
         }
+        self.check_handle()
+            .map_err(|message| PathError::Swapped { message })?;
         let mut joined = if Path::new(raw).is_absolute() {
             PathBuf::from(raw)
         } else {
@@ -210,6 +239,7 @@ impl Workspace {
                     "the path is a symbolic link whose target cannot be confirmed inside the workspace"
                         .to_string()
                 }
+                PathError::Swapped { message } => message,
             };
             crate::fs_error(
                 format!("cannot {verb} \"{shown}\": {why}"),
@@ -225,7 +255,6 @@ impl Workspace {
     /// the resolved path is swapped for a symlink. Where `/proc` is not
     /// available the check passes.
     pub fn check_opened(&self, file: &File) -> bool {
-        use std::os::fd::AsRawFd;
         match fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
             Ok(p) => p.starts_with(&self.canonical),
             Err(_) => true,
@@ -236,6 +265,104 @@ impl Workspace {
     /// inside the workspace.
     pub fn check_dir(&self, dir: &Path) -> bool {
         fs::canonicalize(dir).is_ok_and(|c| c == dir && c.starts_with(&self.canonical))
+    }
+}
+
+impl Workspace {
+    /// Opens the directory `relative` (a [`Resolved::relative`]: plain
+    /// names only) beneath the opened workspace handle, one component at a
+    /// time without following symlinks; with `create`, missing directories
+    /// are made (mode `0o777` less the umask). The result is an `O_PATH`
+    /// handle for the `*at` calls. Any component that is not a plain name
+    /// is refused (`InvalidInput`); a symlink fails (`ENOTDIR`/`ELOOP`).
+    pub fn open_dir_beneath(&self, relative: &Path, create: bool) -> io::Result<OwnedFd> {
+        let mut cur = self.dir.try_clone()?;
+        for name in names(relative)? {
+            let c = cstr(name)?;
+            let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+            let next = match openat(cur.as_fd(), &c, flags, 0) {
+                Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
+                    // SAFETY: a valid directory fd and a NUL-terminated name.
+                    let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o777) };
+                    if rc != 0 {
+                        let e = io::Error::last_os_error();
+                        if e.kind() != io::ErrorKind::AlreadyExists {
+                            return Err(e);
+                        }
+                    }
+                    openat(cur.as_fd(), &c, flags, 0)?
+                }
+                other => other?,
+            };
+            cur = next;
+        }
+        Ok(cur)
+    }
+
+    /// Opens `relative` (a [`Resolved::relative`]; `""` is the root)
+    /// beneath the opened workspace handle with the `open(2)` `flags` and
+    /// `mode`: every directory on the way is opened without following a
+    /// symlink ([`open_dir_beneath`](Self::open_dir_beneath)) and the final
+    /// component with `O_NOFOLLOW` (a symlink fails with `ELOOP`, or is
+    /// opened itself with `O_PATH`). `O_CLOEXEC` is added.
+    pub fn open_beneath(&self, relative: &Path, flags: i32, mode: u32) -> io::Result<File> {
+        let (parent, name) = split(relative);
+        let dir = self.open_dir_beneath(parent, false)?;
+        let name = match name {
+            Some(n) => cstr(n)?,
+            None => CString::from(c"."),
+        };
+        openat(
+            dir.as_fd(),
+            &name,
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode,
+        )
+        .map(File::from)
+    }
+}
+
+/// `relative` split into its parent and its final name (`None` for `""`).
+pub fn split(relative: &Path) -> (&Path, Option<&OsStr>) {
+    (
+        relative.parent().unwrap_or(Path::new("")),
+        relative.file_name(),
+    )
+}
+
+/// The plain names of `relative`; anything else is `InvalidInput`.
+fn names(relative: &Path) -> io::Result<Vec<&OsStr>> {
+    relative
+        .components()
+        .map(|c| match c {
+            Component::Normal(n) => Ok(n),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a plain path beneath the workspace",
+            )),
+        })
+        .collect()
+}
+
+/// `name` as a C string (`InvalidInput` for a NUL byte).
+pub fn cstr(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// `openat(2)`, retried on `EINTR`.
+fn openat(dir: BorrowedFd<'_>, name: &CString, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    loop {
+        // SAFETY: a valid fd and a NUL-terminated name; the result is a new
+        // fd owned by the caller.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) };
+        if fd >= 0 {
+            // SAFETY: `fd` was just returned by openat and is owned by no one.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
@@ -330,6 +457,39 @@ mod tests {
             Err(PathError::Outside { .. })
         ));
         assert_eq!(ws.resolve("dangling"), Err(PathError::DanglingSymlink));
+    }
+
+    /// The operations themselves go through the opened handle: with the
+    /// root moved away and another directory put at its path after the
+    /// check (the race the check cannot close), a file opened or a
+    /// directory made beneath the workspace lands in the moved original,
+    /// and a symlink on the way is not followed.
+    #[test]
+    fn operations_beneath_the_handle_follow_the_opened_directory() {
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().join("ws");
+        fs::create_dir(&root).unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        fs::rename(&root, base.path().join("ws.old")).unwrap();
+        fs::create_dir(&root).unwrap();
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        let dir = ws.open_dir_beneath(Path::new("a/b"), true).unwrap();
+        drop(dir);
+        ws.open_beneath(Path::new("a/b/f.txt"), flags, 0o644)
+            .unwrap();
+        assert!(base.path().join("ws.old/a/b/f.txt").is_file());
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
+
+        let outside = tempfile::tempdir().unwrap();
+        symlink(outside.path(), base.path().join("ws.old/out")).unwrap();
+        let e = ws
+            .open_beneath(Path::new("out/f.txt"), flags, 0o644)
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+        assert!(ws.open_dir_beneath(Path::new("out/x"), true).is_err());
+        assert!(ws.open_beneath(Path::new("../x"), flags, 0o644).is_err());
+        assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 0);
+        assert!(matches!(ws.resolve("f"), Err(PathError::Swapped { .. })));
     }
 
     #[test]

@@ -9,6 +9,13 @@
 //! search. The regex engine runs in time linear in the input, so no pattern
 //! can take exponential time; a pattern whose compiled form is over
 //! [`SearchConfig::regex_size_limit`] is refused.
+//!
+//! A workspace moved or replaced since dsh opened it is refused before the
+//! walk (the check of [`Workspace::resolve`](crate::Workspace::resolve)).
+//! Unlike `read`, `write` and `edit`, the walk itself still goes by path
+//! (the `ignore` crate walks paths), so a swap that races between that
+//! check and the walk can make one search read the replacement directory;
+//! searches only read, and the next call is refused.
 
 use std::path::{Path, PathBuf};
 

@@ -36,7 +36,7 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::session::EventData;
 use dsh_std::{Agent, AgentConfig, InboxTarget, Mailbox, ShellError};
 use dsh_store::SessionStore;
-use dsh_tools::{Tool, ToolCallRequest, ToolContext};
+use dsh_tools::{Tool, ToolCallRequest, ToolContext, Workspace};
 use serde_json::json;
 
 use crate::{
@@ -223,9 +223,9 @@ impl Delegation {
             Err(e) => return Ok(e.outcome()),
         };
         if request.run_in_background {
-            return self.run_in_background(mode, &request, &link, depth);
+            return self.run_in_background(mode, &request, &link, depth, &ctx.workspace);
         }
-        let (child, seed) = self.start(mode, &request, &link, depth)?;
+        let (child, seed) = self.start(mode, &request, &link, depth, &ctx.workspace)?;
         let summary = loop {
             match child.wait_idle(Some(self.settings.poll)) {
                 Ok(summary) => break summary,
@@ -262,6 +262,7 @@ impl Delegation {
         request: &crate::Request,
         link: &ParentLink,
         depth: u64,
+        workspace: &Workspace,
     ) -> Result<ToolOutcome, String> {
         let error = |message: String, code: &str| {
             Ok(ToolOutcome::coded_error(message, "SubagentError", code))
@@ -296,7 +297,7 @@ impl Delegation {
             );
         }
         let release = Release(self.clone());
-        let (child, seed) = self.start(mode, request, link, depth)?;
+        let (child, seed) = self.start(mode, request, link, depth, workspace)?;
         let id = child.session_id().clone();
         let description = request.description.clone();
         let this = self.clone();
@@ -378,14 +379,27 @@ impl Delegation {
     /// (approvals never asked, the child plugin, the tools), its session
     /// (fresh or forked), its one `followup`. Returns it with its seed
     /// length.
+    ///
+    /// A child whose configured workspace is the parent's (same path) gets
+    /// the parent's opened `workspace` (its handle shared), not a new one
+    /// opened by path: a directory swapped in at that path since the parent
+    /// opened it is refused by the child's tools as by the parent's.
     fn start(
         self: &Arc<Self>,
         mode: Mode,
         request: &crate::Request,
         link: &ParentLink,
         depth: u64,
+        workspace: &Workspace,
     ) -> Result<(Agent, usize), String> {
         let mut config = (self.factory)().map_err(|e| format!("child configuration: {e}"))?;
+        if config.opened_workspace.is_none() {
+            let root = config.workspace.as_ref().unwrap_or(&config.cwd);
+            let root = std::env::current_dir().map_or_else(|_| root.clone(), |d| d.join(root));
+            if root == workspace.root() || root == workspace.canonical_root() {
+                config.opened_workspace = Some(workspace.clone());
+            }
+        }
         config.approval = config.approval.delegated();
         config.plugins.push(Box::new(
             Subagents::child(self.settings.max_depth, mode, &request.description)

@@ -627,3 +627,52 @@ fn shutdown_cancels_background_children_with_cause_parent() {
     );
     assert_log_ok(&child, &events);
 }
+
+/// Issue 25, "Workspace swap", for subagents: a child started after the
+/// parent's workspace was moved away and another directory put at its path
+/// uses the parent's opened workspace, so its `write` is refused and lands
+/// in neither directory (opened by path, the child would follow the
+/// replacement and write into it).
+#[test]
+fn a_child_started_after_a_workspace_swap_does_not_follow_it() {
+    let args = json!({"description": "Write a file", "prompt": "Write child.txt.", "run_in_background": false});
+    let write = json!({"file_path": "child.txt", "content": "from the child"});
+    let rig = rig(
+        json!({"responses": [
+            call("subagent", args),
+            call("write", write),
+            turn("CHILD_DONE"),
+            turn("PARENT_DONE")
+        ]}),
+        3,
+    );
+    let parent = rig.parent();
+    let ws = rig.work.path().to_path_buf();
+    let moved = ws.with_extension("moved");
+    let other = tempfile::tempdir().unwrap();
+    let other_dir = other.path().join("elsewhere");
+    std::fs::create_dir(&other_dir).unwrap();
+    std::fs::rename(&ws, &moved).unwrap();
+    std::fs::rename(&other_dir, &ws).unwrap();
+    parent.send("Delegate it.").unwrap();
+    parent.wait_idle(WAIT).unwrap();
+    let pid = parent.session_id().clone();
+    drop(parent);
+    let in_other: Vec<_> = std::fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let in_moved = moved.join("child.txt").exists();
+    // Put the workspace back so the rig's temp dir removes it.
+    std::fs::remove_dir_all(&ws).unwrap();
+    std::fs::rename(&moved, &ws).unwrap();
+    assert!(
+        in_other.is_empty(),
+        "the child wrote {in_other:?} into the directory swapped in"
+    );
+    assert!(!in_moved, "the refused write still reached the workspace");
+    let child = rig.headers().into_iter().find(|h| h.id != pid).unwrap();
+    let (text, is_error) = tool_result(&rig.events(&child));
+    assert!(is_error, "{text}");
+    assert!(text.contains("was moved or replaced"), "{text}");
+}

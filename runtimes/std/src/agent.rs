@@ -60,6 +60,11 @@ pub struct AgentConfig {
     pub tools: ToolSet,
     /// The workspace the file tools are confined to (`None`: `cwd`).
     pub workspace: Option<PathBuf>,
+    /// A workspace already opened (e.g. the parent's, for a subagent): the
+    /// agent's tools use this handle instead of opening `workspace` (or
+    /// `cwd`) by path, so a directory moved in at that path since it was
+    /// opened is not followed. `None` (the default): opened at start.
+    pub opened_workspace: Option<Workspace>,
     /// `ask | auto | deny` per tool.
     pub approval: ApprovalPolicy,
     /// Deadline of a tool body whose definition names none (TL-14);
@@ -112,6 +117,7 @@ impl AgentConfig {
             system_prompt: None,
             tools: ToolSet::builtin(),
             workspace: None,
+            opened_workspace: None,
             approval: ApprovalPolicy::default(),
             tool_timeout: Duration::ZERO,
             cwd: cwd.into(),
@@ -154,8 +160,13 @@ impl AgentConfig {
             .map_err(|e| ShellError::Config(e.to_string()))
     }
 
-    /// The tools' workspace.
+    /// The tools' workspace: [`opened_workspace`](Self::opened_workspace)
+    /// when set (a clone sharing its handle), else opened now from
+    /// `workspace` or `cwd`.
     pub fn workspace(&self) -> Result<Workspace, ShellError> {
+        if let Some(opened) = &self.opened_workspace {
+            return Ok(opened.clone());
+        }
         let root = self.workspace.as_ref().unwrap_or(&self.cwd);
         Workspace::new(root)
             .map_err(|e| ShellError::Config(format!("workspace {}: {e}", root.display())))
