@@ -363,7 +363,10 @@ fn tl9_pre_execute_failure_skips_post_execute() {
 
 #[test]
 fn tl9_guard_denial_after_allow() {
-    let mut t = T::with_tools(vec![echo()]);
+    // The guard is claimed only here: it takes a hook id when deferred.
+    let mut config = f0_config(vec![echo()]);
+    config.seams = dsh_core::agent::Seams::TOOL_GUARD;
+    let mut t = T::with(config);
     t.script().guard = Some("guarded".into());
     t.followup(&m1());
     t.model(&call("c1", "echo", "{}"));
@@ -384,9 +387,9 @@ fn tl9_deferred_approval() {
     t.followup(&m1());
     t.model(&call("c1", "echo", "{}"));
     assert_eq!(t.pending.len(), 1);
-    t.answer(HookAnswer::ToolApproval(
+    t.answer(HookAnswer::ToolApproval(Ok(
         dsh_core::agent::ApprovalOutcome::NoService,
-    ));
+    )));
     assert!(
         t.log()[14].contains(r#""text":"Error: risky""#),
         "the ask's reason"

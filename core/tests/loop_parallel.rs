@@ -473,9 +473,9 @@ fn lc24_a_pending_approval_holds_the_next_start_but_not_running_bodies() {
     assert_eq!(tool_events(&t, from), ["call a", "call b"]);
     result(&mut t, "a", echo_result("A"));
     assert_eq!(tool_events(&t, from), ["call a", "call b", "result a ok"]);
-    t.answer(HookAnswer::ToolApproval(
+    t.answer(HookAnswer::ToolApproval(Ok(
         dsh_core::agent::ApprovalOutcome::AllowedOnce,
-    ));
+    )));
     assert_eq!(executed(&t), ["a", "b", "c"]);
     result(&mut t, "c", echo_result("C"));
     result(&mut t, "b", echo_result("B"));

@@ -176,21 +176,21 @@ fn harness(s: &Setup) -> T {
 fn default_answer(call: &HookCall, fail: bool) -> HookAnswer {
     let err = || HookError::msg("listener failed");
     match call {
-        HookCall::Assemble { default, .. } => HookAnswer::Assemble(if fail {
+        HookCall::Assemble { value, .. } => HookAnswer::Assemble(if fail {
             Err(err())
         } else {
-            Ok(default.clone())
+            Ok(value.clone())
         }),
-        HookCall::PreStep { default, .. } => HookAnswer::PreStep(if fail {
+        HookCall::PreStep { value, .. } => HookAnswer::PreStep(if fail {
             Err(err())
         } else {
-            Ok(default.clone())
+            Ok(value.clone())
         }),
-        HookCall::Request { seed, .. } => {
-            HookAnswer::Request(if fail { Err(err()) } else { Ok(seed.clone()) })
+        HookCall::Request { value, .. } => {
+            HookAnswer::Request(if fail { Err(err()) } else { Ok(value.clone()) })
         }
-        HookCall::Prepare { config } => {
-            HookAnswer::Prepare(Ok(PreparedCall::plain(config.clone())))
+        HookCall::Prepare { value } => {
+            HookAnswer::Prepare(Ok(PreparedCall::plain(value.config.clone())))
         }
         HookCall::RequestError { .. } => HookAnswer::RequestError(if fail {
             Err(err())
@@ -205,11 +205,11 @@ fn default_answer(call: &HookCall, fail: bool) -> HookAnswer {
         } else {
             Ok(PreToolDecision::Allow)
         }),
-        HookCall::ToolApproval { .. } => HookAnswer::ToolApproval(if fail {
+        HookCall::ToolApproval { .. } => HookAnswer::ToolApproval(Ok(if fail {
             ApprovalOutcome::Cancelled
         } else {
             ApprovalOutcome::AllowedOnce
-        }),
+        })),
         HookCall::ToolPostExecute { .. } => HookAnswer::ToolPostExecute(if fail {
             Err(err())
         } else {

@@ -1,19 +1,15 @@
-//! The interception seams (loop.md §4) as one trait, plus the injected
+//! The seams' value and payload types (loop.md §4), plus the injected
 //! sources of ids and jitter.
 //!
-//! Every seam is a method of [`Hooks`] with a default that reproduces the
-//! reference when no listener is installed. A method answers synchronously
-//! with [`Hook::Ready`], or returns [`Hook::Defer`] when the answer needs I/O
-//! (asking a human, a network round trip): the agent then emits
+//! The seams themselves are declared once in the
+//! [seam table](super::seams): the core raises a seam the embedder claimed
+//! ([`AgentConfig::seams`](super::AgentConfig::seams)) as
 //! [`Output::Hook`](super::Output::Hook) and waits for
-//! [`Agent::complete_hook`](super::Agent::complete_hook).
-//!
-//! Hooks see the session and may act on the agent through [`HookCx`]:
-//! append plugin events (immediately, so they land at this point of the
-//! log) and queue `send`/`cancel` calls, which the agent applies right after
-//! the hook returns (loop.md Q3: reentrant inputs are queued, not rejected).
+//! [`Agent::complete_hook`](super::Agent::complete_hook); any other seam
+//! takes its spec default at once. While a seam is pending the embedder
+//! may act on the agent (append events, `send`, `cancel`) before it
+//! answers; those calls land at this point of the log (loop.md Q3).
 
-use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -22,24 +18,20 @@ use serde_json::Value;
 
 use crate::chunk::LlmFailure;
 use crate::content::ContentBlock;
-use crate::ids::{CallId, MessageId, RetryId, SessionId};
+use crate::ids::{CallId, MessageId, RetryId};
 use crate::message::Message;
 use crate::options::{AdapterDefaults, LlmCallConfig};
-use crate::session::{EventData, Session, SurfaceIntent};
 
-use super::inbox::InboxTarget;
-use super::prompt::Assembly;
 use super::retry::RetryPolicy;
 use super::tools::{ErrorInfo, ToolOutcome};
 
-/// A seam's answer: now, or later through an input.
+/// A seam's answer inside the machine: now (the default), or later
+/// through [`Agent::complete_hook`](super::Agent::complete_hook).
 #[derive(Clone, Debug, PartialEq)]
-#[must_use = "a seam's answer must be returned to the machine"]
-pub enum Hook<T> {
-    /// The answer.
+pub(crate) enum Hook<T> {
+    /// The default answer.
     Ready(T),
-    /// Ask the shell: the agent emits [`Output::Hook`](super::Output::Hook)
-    /// and waits for [`Agent::complete_hook`](super::Agent::complete_hook).
+    /// Emitted as [`Output::Hook`](super::Output::Hook).
     Defer,
 }
 
@@ -205,7 +197,7 @@ pub enum PreToolDecision {
         /// Shown to the model.
         reason: String,
     },
-    /// Ask for approval ([`Hooks::tool_approval`]).
+    /// Ask for approval (the `tool_approval` seam).
     Ask {
         /// Why, shown to the approver.
         reason: Option<String>,
@@ -306,108 +298,6 @@ pub struct RequestErrorPayload {
     pub retry_policy: Option<RetryPolicy>,
 }
 
-/// An action a hook asked for; applied right after the hook returns.
-#[derive(Clone, Debug, PartialEq)]
-#[allow(clippy::large_enum_variant)] // rare; boxing would only add noise
-pub(crate) enum HookAction {
-    Send {
-        message: Message,
-        target: InboxTarget,
-        wakeup: bool,
-    },
-    Cancel {
-        cause: CancelCause,
-        keep_inbox: bool,
-    },
-}
-
-/// What a hook can reach: the clock, the session (read, and plugin appends)
-/// and queued agent calls.
-pub struct HookCx<'a> {
-    pub(crate) now: i64,
-    pub(crate) agent: &'a SessionId,
-    pub(crate) session: &'a mut Session,
-    pub(crate) actions: &'a mut Vec<HookAction>,
-}
-
-impl HookCx<'_> {
-    /// The input's `now` (epoch ms).
-    pub fn now(&self) -> i64 {
-        self.now
-    }
-
-    /// The agent id (the session id).
-    pub fn agent_id(&self) -> &SessionId {
-        self.agent
-    }
-
-    /// The session, read-only.
-    pub fn session(&self) -> &Session {
-        self.session
-    }
-
-    /// Appends an event now, at this point of the log: a plugin event, a
-    /// tool-owned event such as `todo/write`, or a surface replacement
-    /// (compaction). Loop-owned types are refused (see
-    /// [`is_loop_owned`](super::is_loop_owned)). Returns the seq.
-    pub fn append(
-        &mut self,
-        data: EventData,
-        intent: Option<SurfaceIntent>,
-    ) -> Result<u64, super::InputError> {
-        super::append_foreign(self.session, self.now, data, intent)
-    }
-
-    /// [`append`](Self::append), keeping a recorded event's
-    /// `"ignorable": true` (E7) when `ignorable` is set (replay).
-    pub(crate) fn append_marked(
-        &mut self,
-        data: EventData,
-        intent: Option<SurfaceIntent>,
-        ignorable: bool,
-    ) -> Result<u64, super::InputError> {
-        super::append_foreign_marked(self.session, self.now, data, intent, ignorable)
-    }
-
-    /// Appends a plugin event with JSON data (see [`append`](Self::append)).
-    pub fn append_plugin(
-        &mut self,
-        event_type: &str,
-        data: &Value,
-    ) -> Result<u64, super::InputError> {
-        self.append(EventData::plugin(event_type, data), None)
-    }
-
-    /// Queues `send(message, target, wakeup)` (IB-6).
-    pub fn send(&mut self, message: Message, target: InboxTarget, wakeup: bool) {
-        self.actions.push(HookAction::Send {
-            message,
-            target,
-            wakeup,
-        });
-    }
-
-    /// Queues `steer(message)`.
-    pub fn steer(&mut self, message: Message) {
-        self.send(message, InboxTarget::NextStep, true);
-    }
-
-    /// Queues `inject(message)`.
-    pub fn inject(&mut self, message: Message) {
-        self.send(message, InboxTarget::NextStep, false);
-    }
-
-    /// Queues `followup(message)`.
-    pub fn followup(&mut self, message: Message) {
-        self.send(message, InboxTarget::NextTurn, true);
-    }
-
-    /// Queues `cancel(cause, keep_inbox)`.
-    pub fn cancel(&mut self, cause: CancelCause, keep_inbox: bool) {
-        self.actions.push(HookAction::Cancel { cause, keep_inbox });
-    }
-}
-
 /// Why a turn was cancelled (loop.md 1.5).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CancelCause {
@@ -436,198 +326,6 @@ impl CancelCause {
             },
             CancelCause::Disposed => AbortCause::Disposed,
         }
-    }
-}
-
-/// The seams (loop.md §4.1). Every method has the reference's default.
-///
-/// ```
-/// use dsh_core::agent::{Hook, HookCx, Hooks, PreStepDecision, PreStepPayload, HookError};
-/// struct NoBash;
-/// impl Hooks for NoBash {
-///     fn pre_step(&mut self, _cx: &mut HookCx<'_>, p: &PreStepPayload, default: PreStepDecision)
-///         -> Hook<Result<PreStepDecision, HookError>> {
-///         if p.messages.iter().any(|m| m.content.is_empty()) {
-///             return Hook::Ready(Ok(PreStepDecision::Reject));
-///         }
-///         Hook::Ready(Ok(default))
-///     }
-/// }
-/// ```
-#[allow(unused_variables)]
-pub trait Hooks {
-    /// `system-prompt/assemble`, once per proposed step. Default: the
-    /// agent's configured assembly. A failure ends the turn before a step
-    /// opens.
-    fn assemble(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        turn: u64,
-        step: u64,
-        default: Assembly,
-    ) -> Hook<Result<Assembly, HookError>> {
-        Hook::Ready(Ok(default))
-    }
-
-    /// `agent/pre-step` (SM-3). Default: `default` (the claimed batch plus
-    /// the runtime-context message, if any).
-    fn pre_step(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        payload: &PreStepPayload,
-        default: PreStepDecision,
-    ) -> Hook<Result<PreStepDecision, HookError>> {
-        Hook::Ready(Ok(default))
-    }
-
-    /// `agent/request`, before every model attempt (LC-13). Default: the seed.
-    fn request(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        turn: u64,
-        step: u64,
-        seed: LlmCallConfig,
-    ) -> Hook<Result<LlmCallConfig, HookError>> {
-        Hook::Ready(Ok(seed))
-    }
-
-    /// `llm.prepareCall` (LC-15): resolve the config against the serving
-    /// adapter. An error with code `NO_ADAPTER` falls back to the proposed
-    /// config. Default: [`PreparedCall::plain`].
-    fn prepare(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        config: LlmCallConfig,
-    ) -> Hook<Result<PreparedCall, HookError>> {
-        Hook::Ready(Ok(PreparedCall::plain(config)))
-    }
-
-    /// `agent/request-error` (SM-4). Default: terminal. With the retry
-    /// executor enabled this runs after (normal mode) or before (always
-    /// mode) the executor's own decision (streaming.md R-8, R-9).
-    fn request_error(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        payload: &RequestErrorPayload,
-    ) -> Hook<Result<Recovery, HookError>> {
-        Hook::Ready(Ok(Recovery::GiveUp))
-    }
-
-    /// `agent/turn-stopping` (SM-5): acts only through `steer`/`inject`.
-    fn turn_stopping(&mut self, cx: &mut HookCx<'_>, turn: u64) -> Hook<Result<(), HookError>> {
-        Hook::Ready(Ok(()))
-    }
-
-    /// `tools/pre-execute` (TL-9 step 4). Default: allow.
-    fn tool_pre_execute(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-    ) -> Hook<Result<PreToolDecision, HookError>> {
-        Hook::Ready(Ok(PreToolDecision::Allow))
-    }
-
-    /// Tool guards (TL-9 step 7): the first denial reason wins.
-    fn tool_guard(&mut self, cx: &mut HookCx<'_>, exec: &ToolExecution) -> Option<String> {
-        None
-    }
-
-    /// The approval service for an `ask` (TL-10). Default: no service.
-    fn tool_approval(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-        reason: Option<&str>,
-    ) -> Hook<ApprovalOutcome> {
-        Hook::Ready(ApprovalOutcome::NoService)
-    }
-
-    /// `tools/post-execute` (TL-11). Default: accept.
-    fn tool_post_execute(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-        outcome: &ToolOutcome,
-    ) -> Hook<Result<PostToolDecision, HookError>> {
-        Hook::Ready(Ok(PostToolDecision::accept()))
-    }
-}
-
-/// Hooks with every default: the reference with no listener installed.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct DefaultHooks;
-
-impl Hooks for DefaultHooks {}
-
-impl<H: Hooks + ?Sized> Hooks for Box<H> {
-    fn assemble(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        turn: u64,
-        step: u64,
-        default: Assembly,
-    ) -> Hook<Result<Assembly, HookError>> {
-        (**self).assemble(cx, turn, step, default)
-    }
-    fn pre_step(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        payload: &PreStepPayload,
-        default: PreStepDecision,
-    ) -> Hook<Result<PreStepDecision, HookError>> {
-        (**self).pre_step(cx, payload, default)
-    }
-    fn request(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        turn: u64,
-        step: u64,
-        seed: LlmCallConfig,
-    ) -> Hook<Result<LlmCallConfig, HookError>> {
-        (**self).request(cx, turn, step, seed)
-    }
-    fn prepare(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        config: LlmCallConfig,
-    ) -> Hook<Result<PreparedCall, HookError>> {
-        (**self).prepare(cx, config)
-    }
-    fn request_error(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        payload: &RequestErrorPayload,
-    ) -> Hook<Result<Recovery, HookError>> {
-        (**self).request_error(cx, payload)
-    }
-    fn turn_stopping(&mut self, cx: &mut HookCx<'_>, turn: u64) -> Hook<Result<(), HookError>> {
-        (**self).turn_stopping(cx, turn)
-    }
-    fn tool_pre_execute(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-    ) -> Hook<Result<PreToolDecision, HookError>> {
-        (**self).tool_pre_execute(cx, exec)
-    }
-    fn tool_guard(&mut self, cx: &mut HookCx<'_>, exec: &ToolExecution) -> Option<String> {
-        (**self).tool_guard(cx, exec)
-    }
-    fn tool_approval(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-        reason: Option<&str>,
-    ) -> Hook<ApprovalOutcome> {
-        (**self).tool_approval(cx, exec, reason)
-    }
-    fn tool_post_execute(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-        outcome: &ToolOutcome,
-    ) -> Hook<Result<PostToolDecision, HookError>> {
-        (**self).tool_post_execute(cx, exec, outcome)
     }
 }
 

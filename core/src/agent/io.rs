@@ -7,16 +7,12 @@ use core::ops::Range;
 
 use crate::ids::MessageId;
 use crate::message::Message;
-use crate::options::{GenerateOptions, LlmCallConfig};
+use crate::options::GenerateOptions;
 use crate::session::AppendError;
 
-use super::hooks::{
-    ApprovalOutcome, CancelCause, HookError, PostToolDecision, PreStepDecision, PreStepPayload,
-    PreToolDecision, PreparedCall, Recovery, RequestErrorPayload, ToolExecution,
-};
+use super::hooks::{CancelCause, HookError, ToolExecution};
 use super::inbox::InboxError;
-use super::prompt::Assembly;
-use super::tools::ToolOutcome;
+pub use super::seams::{HookAnswer, HookCall};
 
 /// Public activity status (SM-6, LC-3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,112 +82,6 @@ pub struct ModelCall {
     pub step: u64,
     /// The frozen request.
     pub request: GenerateOptions,
-}
-
-/// A seam the shell answers with [`Agent::complete_hook`](super::Agent::complete_hook).
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-#[allow(clippy::large_enum_variant)] // answered once per seam, never stored in bulk
-pub enum HookCall {
-    /// [`Hooks::assemble`](super::Hooks::assemble).
-    Assemble {
-        /// The turn.
-        turn: u64,
-        /// The proposed step.
-        step: u64,
-        /// The configured assembly.
-        default: Assembly,
-    },
-    /// [`Hooks::pre_step`](super::Hooks::pre_step).
-    PreStep {
-        /// The payload.
-        payload: PreStepPayload,
-        /// The default decision.
-        default: PreStepDecision,
-    },
-    /// [`Hooks::request`](super::Hooks::request).
-    Request {
-        /// The turn.
-        turn: u64,
-        /// The step.
-        step: u64,
-        /// The frozen seed.
-        seed: LlmCallConfig,
-    },
-    /// [`Hooks::prepare`](super::Hooks::prepare).
-    Prepare {
-        /// The config to prepare.
-        config: LlmCallConfig,
-    },
-    /// [`Hooks::request_error`](super::Hooks::request_error).
-    RequestError {
-        /// The payload.
-        payload: RequestErrorPayload,
-    },
-    /// [`Hooks::turn_stopping`](super::Hooks::turn_stopping).
-    TurnStopping {
-        /// The turn.
-        turn: u64,
-    },
-    /// [`Hooks::tool_pre_execute`](super::Hooks::tool_pre_execute).
-    ToolPreExecute {
-        /// The call.
-        exec: ToolExecution,
-    },
-    /// [`Hooks::tool_approval`](super::Hooks::tool_approval).
-    ToolApproval {
-        /// The call.
-        exec: ToolExecution,
-        /// The ask's reason.
-        reason: Option<String>,
-    },
-    /// [`Hooks::tool_post_execute`](super::Hooks::tool_post_execute).
-    ToolPostExecute {
-        /// The call.
-        exec: ToolExecution,
-        /// The result so far.
-        outcome: ToolOutcome,
-    },
-}
-
-/// The answer to a [`HookCall`], variant for variant.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum HookAnswer {
-    /// Answers [`HookCall::Assemble`].
-    Assemble(Result<Assembly, HookError>),
-    /// Answers [`HookCall::PreStep`].
-    PreStep(Result<PreStepDecision, HookError>),
-    /// Answers [`HookCall::Request`].
-    Request(Result<LlmCallConfig, HookError>),
-    /// Answers [`HookCall::Prepare`].
-    Prepare(Result<PreparedCall, HookError>),
-    /// Answers [`HookCall::RequestError`].
-    RequestError(Result<Recovery, HookError>),
-    /// Answers [`HookCall::TurnStopping`].
-    TurnStopping(Result<(), HookError>),
-    /// Answers [`HookCall::ToolPreExecute`].
-    ToolPreExecute(Result<PreToolDecision, HookError>),
-    /// Answers [`HookCall::ToolApproval`].
-    ToolApproval(ApprovalOutcome),
-    /// Answers [`HookCall::ToolPostExecute`].
-    ToolPostExecute(Result<PostToolDecision, HookError>),
-}
-
-impl HookAnswer {
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            HookAnswer::Assemble(_) => "assemble",
-            HookAnswer::PreStep(_) => "pre-step",
-            HookAnswer::Request(_) => "request",
-            HookAnswer::Prepare(_) => "prepare",
-            HookAnswer::RequestError(_) => "request-error",
-            HookAnswer::TurnStopping(_) => "turn-stopping",
-            HookAnswer::ToolPreExecute(_) => "tool pre-execute",
-            HookAnswer::ToolApproval(_) => "tool approval",
-            HookAnswer::ToolPostExecute(_) => "tool post-execute",
-        }
-    }
 }
 
 /// Something for the shell to do or know. Drain with

@@ -15,10 +15,8 @@ use crate::message::{Message, Role};
 use crate::options::{LlmCallConfig, ToolSchema};
 use crate::session::{EventData, Session, SessionEvent, SurfaceIntent};
 
-use super::hooks::{
-    CancelCause, DefaultHooks, FixedJitter, HookAction, HookCx, Hooks, IdSource, JitterSource,
-    SequentialIds,
-};
+use super::hooks::{CancelCause, FixedJitter, Hook, IdSource, JitterSource, SequentialIds};
+use super::seams::Seams;
 use super::inbox::{Inbox, InboxTarget};
 use super::io::{AgentStatus, InputError, Output};
 use super::prompt::{Assembly, PromptSection};
@@ -43,6 +41,45 @@ pub struct AgentOptions {
     pub model: Option<String>,
     /// Output cap of the first request (a positive safe integer).
     pub max_tokens: Option<u64>,
+}
+
+/// Request fields that fill every request seed lacking them (the
+/// `request` seam's default value, LC-13).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct RequestFill {
+    /// Reasoning effort id.
+    pub reasoning_effort: Option<crate::ids::ReasoningEffortId>,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Stop sequences.
+    pub stop: Option<Vec<String>>,
+}
+
+impl RequestFill {
+    /// The fields of `call` that fill a seed (`reasoning_effort`,
+    /// `temperature`, `stop`).
+    pub fn from_call(call: &LlmCallConfig) -> Self {
+        RequestFill {
+            reasoning_effort: call.reasoning_effort.clone(),
+            temperature: call.temperature,
+            stop: call.stop.clone(),
+        }
+    }
+
+    /// `seed` with every field it lacks taken from this fill.
+    pub fn fill(&self, mut seed: LlmCallConfig) -> LlmCallConfig {
+        if seed.reasoning_effort.is_none() {
+            seed.reasoning_effort = self.reasoning_effort.clone();
+        }
+        if seed.temperature.is_none() {
+            seed.temperature = self.temperature;
+        }
+        if seed.stop.is_none() {
+            seed.stop = self.stop.clone();
+        }
+        seed
+    }
 }
 
 /// Everything an [`Agent`] is configured with.
@@ -75,6 +112,19 @@ pub struct AgentConfig {
     /// [`concurrency_safe`](super::tools::ToolDefinition::concurrency_safe)
     /// always run alone (LC-23).
     pub max_parallel_tool_calls: usize,
+    /// The seams the embedder answers: each is raised as
+    /// [`Output::Hook`] and waits for [`Agent::complete_hook`]; every other
+    /// seam takes its spec default at once (the [seam table](super::seams)).
+    pub seams: Seams,
+    /// Fills every request seed (the `request` seam's default value).
+    pub request_fill: RequestFill,
+    /// The retry policy of the `prepare` seam's default value.
+    pub retry_policy: RetryPolicy,
+    /// The most steps one turn may take; `None`: no limit. At the
+    /// pre-step of the next step the turn is cancelled with cause
+    /// `{"kind":"hook","reason":"max steps per turn (N) reached"}`
+    /// (loop.md SM-10 d), before any `pre_step` seam runs.
+    pub max_steps_per_turn: Option<u64>,
 }
 
 /// The default `maxParallelToolCalls` (LC-24).
@@ -93,6 +143,10 @@ impl Default for AgentConfig {
             interrupted_prefix: false,
             wake_latch: false,
             max_parallel_tool_calls: DEFAULT_MAX_PARALLEL_TOOL_CALLS,
+            seams: Seams::NONE,
+            request_fill: RequestFill::default(),
+            retry_policy: RetryPolicy::default(),
+            max_steps_per_turn: None,
         }
     }
 }
@@ -253,7 +307,9 @@ enum Stage {
 /// ([`append_event`](Self::append_event),
 /// [`begin_maintenance`](Self::begin_maintenance),
 /// [`end_maintenance`](Self::end_maintenance)). Each runs to completion
-/// synchronously; the installed [`Hooks`] run inside it.
+/// synchronously. A seam in [`AgentConfig::seams`] is raised as
+/// [`Output::Hook`]; while it is pending the shell may feed other inputs
+/// (append events, `send`, `cancel`), which land before its answer.
 ///
 /// **Outputs** are queued in the order they arise and taken with
 /// [`poll`](Self::poll). [`Output::Appended`] for new events always comes
@@ -293,7 +349,6 @@ pub struct Agent {
     id: SessionId,
     config: AgentConfig,
     session: Session,
-    hooks: Box<dyn Hooks + Send>,
     ids: Box<dyn IdSource + Send>,
     jitter: Box<dyn JitterSource + Send>,
     inbox: Inbox,
@@ -306,7 +361,6 @@ pub struct Agent {
     /// far the log has been scanned for one (LC-12).
     newest_context: Option<(u64, String)>,
     scanned: u64,
-    actions: Vec<HookAction>,
     faults: Vec<String>,
 }
 
@@ -404,7 +458,7 @@ fn message_text(m: &Message) -> String {
 }
 
 impl Agent {
-    /// An agent over `session` with default hooks, [`SequentialIds`] and
+    /// An agent over `session` with [`SequentialIds`] and
     /// [`FixedJitter`]. A session with history is resumed (V30): turn
     /// numbering continues, the inbox is rebuilt from the
     /// `agent/inbox/spliced` events after `seedLength` (IB-8), and the
@@ -447,7 +501,6 @@ impl Agent {
             id,
             config,
             session,
-            hooks: Box::new(DefaultHooks),
             ids: Box::new(SequentialIds::default()),
             jitter: Box::new(FixedJitter::default()),
             inbox,
@@ -458,17 +511,9 @@ impl Agent {
             header_logged: false,
             newest_context: None,
             scanned: 0,
-            actions: Vec::new(),
             faults: Vec::new(),
         };
         Ok(agent)
-    }
-
-    /// Installs the seams.
-    #[must_use = "the agent is returned, not changed in place"]
-    pub fn with_hooks(mut self, hooks: impl Hooks + Send + 'static) -> Self {
-        self.hooks = Box::new(hooks);
-        self
     }
 
     /// Installs the id source.
@@ -732,24 +777,14 @@ impl Agent {
         if hook == id { Ok(name) } else { unknown }
     }
 
-    /// Runs one seam with a [`HookCx`].
-    fn call_hook<R>(
-        &mut self,
-        now: i64,
-        f: impl FnOnce(&mut dyn Hooks, &mut HookCx<'_>) -> R,
-    ) -> R {
-        let mut actions = core::mem::take(&mut self.actions);
-        let r = {
-            let mut cx = HookCx {
-                now,
-                agent: &self.id,
-                session: &mut self.session,
-                actions: &mut actions,
-            };
-            f(&mut *self.hooks, &mut cx)
-        };
-        self.actions = actions;
-        r
+    /// Raises `seam`: deferred when the embedder claimed it, else its
+    /// default at once.
+    fn seam<T>(&self, seam: Seams, default: impl FnOnce() -> T) -> Hook<T> {
+        if self.config.seams.contains(seam) {
+            Hook::Defer
+        } else {
+            Hook::Ready(default())
+        }
     }
 }
 

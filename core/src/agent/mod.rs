@@ -22,15 +22,25 @@
 //! | [`Output::CancelModelCall`] | stops that stream |
 //! | [`Output::ExecuteTool`] | runs the tool body (several at once for a parallel group, LC-24) |
 //! | [`Output::AbortTurn`] | aborts in-flight hooks and tools |
-//! | [`Output::Hook`] | answers a deferred seam |
+//! | [`Output::Hook`] | answers a seam it claimed in [`AgentConfig::seams`] |
 //! | [`Output::Flush`] | may flush the store (durability barrier) |
 //! | [`Output::Status`], [`Output::Notify`] | tells observers |
 //!
-//! Seams are methods of [`Hooks`] (defaults reproduce the reference with no
-//! listener); one that needs I/O returns [`Hook::Defer`] and is answered
-//! through [`Agent::complete_hook`]. Ids come from an [`IdSource`], retry
-//! jitter from a [`JitterSource`], time from `now`: the same inputs give a
-//! byte-identical log, which is what replay relies on.
+//! Seams (loop.md §4) are declared once in the [seam table](seams). The
+//! machine raises each seam the embedder claimed in [`AgentConfig::seams`]
+//! as [`Output::Hook`] (a [`HookCall`] carrying the spec default) and waits
+//! for [`Agent::complete_hook`]; every other seam takes its default inline.
+//! Ids come from an [`IdSource`], retry jitter from a [`JitterSource`],
+//! time from `now`: the same inputs give a byte-identical log, which is
+//! what replay relies on.
+//!
+//! # Which layer to drive
+//!
+//! Most embedders drive the kernel (`dsh-runtime`'s `Kernel`) instead: it
+//! wraps this machine with persistence batching, tool deadlines, the
+//! plugin chain (`Plugin`, the one extension API) and live events. Drive
+//! [`Agent`] directly only for a minimal loop with no plugins, or to
+//! replay and test loop behaviour ([`replay`]).
 //!
 //! An input that is impossible in the current state (a chunk when no stream
 //! is open, a result for an unknown tool call, a stale attempt) returns an
@@ -98,20 +108,20 @@ pub mod prompt;
 pub mod replay;
 pub mod retry;
 pub mod schema;
+pub mod seams;
 pub mod tools;
 
 pub use hooks::{
-    ApprovalOutcome, CancelCause, DefaultHooks, FixedJitter, Hook, HookCx, HookError, Hooks,
-    IdPurpose, IdSource, JitterSource, PostToolDecision, PreStepDecision, PreStepPayload,
-    PreToolDecision, PreparedCall, Recovery, RequestErrorPayload, SeededJitter, SequentialIds,
-    ToolExecution,
+    ApprovalOutcome, CancelCause, FixedJitter, HookError, IdPurpose, IdSource, JitterSource,
+    PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery,
+    RequestErrorPayload, SeededJitter, SequentialIds, ToolExecution,
 };
 pub use inbox::{Inbox, InboxTarget};
 pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
 };
 pub use machine::{
-    Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, InboxEdit, ResumeError,
-    is_loop_owned,
+    Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, InboxEdit, RequestFill,
+    ResumeError, is_loop_owned,
 };
-pub(crate) use machine::{append_foreign, append_foreign_marked};
+pub use seams::Seams;

@@ -28,18 +28,18 @@ use serde_json::Value;
 
 use crate::chunk::LlmFailure;
 use crate::ids::{MessageId, RetryId};
-use crate::options::{AdapterDefaults, LlmCallConfig};
+use crate::options::AdapterDefaults;
 use crate::session::{
     AbortCause, EpochHeader, EventData, HeaderReason, InboxSpliced, Session, SessionEvent,
     SessionHeader, SurfaceIntent, SurfaceOp, TurnEndReason,
 };
 
 use super::hooks::{
-    CancelCause, Hook, HookCx, HookError, Hooks, IdPurpose, IdSource, PreStepDecision,
-    PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload, ToolExecution,
+    CancelCause, HookError, IdPurpose, IdSource, PreStepDecision, PreparedCall, Recovery,
 };
 use super::inbox::InboxTarget;
-use super::io::Output;
+use super::io::{HookAnswer, HookCall, Output};
+use super::seams::Seams;
 use super::machine::{Agent, AgentConfig, AgentOptions, is_loop_owned};
 use super::prompt::{Assembly, PromptSection};
 use super::tools::{ErrorInfo, ToolDefinition, ToolError, ToolOutcome, ToolRegistry};
@@ -446,16 +446,16 @@ fn hook_error(f: &LlmFailure) -> HookError {
 
 /// Appends the recorded foreign events at the current position; returns
 /// how many.
-fn flush_foreign(rec: &Recording, cx: &mut HookCx<'_>) -> usize {
+fn flush_foreign(rec: &Recording, agent: &mut Agent, now: i64) -> usize {
     let mut n = 0;
     loop {
-        let pos = cx.session().len();
+        let pos = agent.session().len();
         let Some(e) = rec.get(pos) else { return n };
         if is_core_event(e) {
             return n;
         }
-        if cx
-            .append_marked(e.data().clone(), intent_of(e), e.ignorable())
+        if agent
+            .append_event_marked(now, e.data().clone(), intent_of(e), e.ignorable())
             .is_err()
         {
             return n;
@@ -471,32 +471,11 @@ fn intent_of(e: &SessionEvent) -> Option<SurfaceIntent> {
     })
 }
 
-/// Seam answers read from the recording.
-struct ReplayHooks {
-    rec: Arc<Recording>,
-}
-
-impl ReplayHooks {
-    /// Common prologue of every seam: foreign events, an insertion queued as
-    /// a send, a cancellation that lands here.
-    fn sync(&self, cx: &mut HookCx<'_>) {
-        flush_foreign(&self.rec, cx);
-        let pos = cx.session().len();
-        if let Some(e) = self.rec.get(pos) {
-            if let EventData::InboxSpliced(s) = e.data() {
-                if s.outcome.is_none() && s.removed_count.is_none() {
-                    for m in &s.inserted {
-                        let target = target_of(s);
-                        cx.send((**m).clone(), target, target == InboxTarget::NextStep);
-                    }
-                    return;
-                }
-            }
-        }
-        if let Some((cause, keep)) = self.rec.cancels_at(pos) {
-            cx.cancel(cause, keep);
-        }
-    }
+/// A call a seam answer queues: applied after the answer is computed and
+/// before it is given (loop.md Q3).
+enum Queued {
+    Send(crate::message::Message, InboxTarget, bool),
+    Cancel(CancelCause, bool),
 }
 
 fn target_of(s: &InboxSpliced) -> InboxTarget {
@@ -523,148 +502,166 @@ fn literal_assembly(system: &str, header: Option<&EpochHeader>) -> Assembly {
     a
 }
 
-impl Hooks for ReplayHooks {
-    fn assemble(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        _turn: u64,
-        _step: u64,
-        _default: Assembly,
-    ) -> Hook<Result<Assembly, HookError>> {
-        self.sync(cx);
-        let pos = cx.session().len();
-        // The step's request header: the one logged after its messages.
-        let after_messages = self
-            .rec
-            .cores_from(pos)
-            .find(|e| {
-                !matches!(
-                    e.data(),
-                    EventData::StepStart(_)
-                        | EventData::UserMessage(_)
-                        | EventData::InboxSpliced(_)
-                )
-            })
-            .map_or(pos, SessionEvent::seq);
-        let header = self.rec.header_for(after_messages);
-        let system = header
-            .as_ref()
-            .and_then(|h| h.system.clone())
-            .unwrap_or_default();
-        Hook::Ready(Ok(literal_assembly(&system, header.as_ref())))
+impl Driver {
+    /// Common prologue of most seams: foreign events, an insertion queued
+    /// as a send, a cancellation that lands here.
+    fn sync(&mut self, now: i64) -> Vec<Queued> {
+        flush_foreign(&self.rec, &mut self.agent, now);
+        let pos = self.pos();
+        let mut queued = Vec::new();
+        if let Some(e) = self.rec.get(pos) {
+            if let EventData::InboxSpliced(s) = e.data() {
+                if s.outcome.is_none() && s.removed_count.is_none() {
+                    for m in &s.inserted {
+                        let target = target_of(s);
+                        let wake = target == InboxTarget::NextStep;
+                        queued.push(Queued::Send((**m).clone(), target, wake));
+                    }
+                    return queued;
+                }
+            }
+        }
+        if let Some((cause, keep)) = self.rec.cancels_at(pos) {
+            queued.push(Queued::Cancel(cause, keep));
+        }
+        queued
     }
 
-    fn pre_step(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        _payload: &PreStepPayload,
-        default: PreStepDecision,
-    ) -> Hook<Result<PreStepDecision, HookError>> {
-        self.sync(cx);
-        let pos = cx.session().len();
-        let mut cores = self.rec.cores_from(pos);
-        let decision = match cores.next().map(SessionEvent::data) {
-            Some(EventData::StepStart(_)) => {
-                let entered = cores
-                    .map_while(|e| match e.data() {
-                        EventData::UserMessage(m) => Some((**m).clone()),
-                        _ => None,
+    /// Answers a seam from the recording: the agent claims every seam.
+    fn answer_hook(&mut self, id: u64, call: HookCall) {
+        let now = self.now();
+        let mut queued = Vec::new();
+        let answer = match call {
+            HookCall::Assemble { .. } => {
+                queued = self.sync(now);
+                let pos = self.pos();
+                // The step's request header: the one logged after its messages.
+                let after_messages = self
+                    .rec
+                    .cores_from(pos)
+                    .find(|e| {
+                        !matches!(
+                            e.data(),
+                            EventData::StepStart(_)
+                                | EventData::UserMessage(_)
+                                | EventData::InboxSpliced(_)
+                        )
                     })
-                    .collect();
-                Ok(PreStepDecision::Enter(entered))
+                    .map_or(pos, SessionEvent::seq);
+                let header = self.rec.header_for(after_messages);
+                let system = header
+                    .as_ref()
+                    .and_then(|h| h.system.clone())
+                    .unwrap_or_default();
+                HookAnswer::Assemble(Ok(literal_assembly(&system, header.as_ref())))
             }
-            Some(EventData::TurnEnd(t)) => match &t.reason {
-                TurnEndReason::Blocked => Ok(PreStepDecision::Reject),
-                TurnEndReason::Error { error } => Err(hook_error(error)),
-                _ => Ok(PreStepDecision::Enter(Vec::new())),
-            },
-            _ => Ok(default),
+            HookCall::PreStep { value, .. } => {
+                queued = self.sync(now);
+                let pos = self.pos();
+                let mut cores = self.rec.cores_from(pos);
+                let decision = match cores.next().map(SessionEvent::data) {
+                    Some(EventData::StepStart(_)) => {
+                        let entered = cores
+                            .map_while(|e| match e.data() {
+                                EventData::UserMessage(m) => Some((**m).clone()),
+                                _ => None,
+                            })
+                            .collect();
+                        Ok(PreStepDecision::Enter(entered))
+                    }
+                    Some(EventData::TurnEnd(t)) => match &t.reason {
+                        TurnEndReason::Blocked => Ok(PreStepDecision::Reject),
+                        TurnEndReason::Error { error } => Err(hook_error(error)),
+                        _ => Ok(PreStepDecision::Enter(Vec::new())),
+                    },
+                    _ => Ok(value),
+                };
+                HookAnswer::PreStep(decision)
+            }
+            HookCall::Request { value, .. } => {
+                queued = self.sync(now);
+                let pos = self.pos();
+                HookAnswer::Request(match self.rec.error_at(pos) {
+                    Some(e) => Err(e),
+                    None => match self.rec.header_for(pos) {
+                        None => Ok(value),
+                        Some(header) => {
+                            let mut config = header.config.clone();
+                            if let Some(d) = header.adapter_defaults {
+                                if d.reasoning_effort == Some(true) {
+                                    config.reasoning_effort = None;
+                                }
+                                if d.max_tokens == Some(true) {
+                                    config.max_tokens = None;
+                                }
+                            }
+                            Ok(config)
+                        }
+                    },
+                })
+            }
+            HookCall::Prepare { value, .. } => {
+                let pos = self.pos();
+                let config = value.config;
+                let header = self.rec.header_for(pos);
+                let (config, adapter_defaults) = match header {
+                    Some(h)
+                        if h.config.provider == config.provider
+                            && h.config.model == config.model =>
+                    {
+                        (h.config.clone(), h.adapter_defaults.unwrap_or_default())
+                    }
+                    _ => (config, AdapterDefaults::default()),
+                };
+                HookAnswer::Prepare(Ok(PreparedCall {
+                    config,
+                    adapter_defaults,
+                    retry_policy: None,
+                    context_window: self.rec.context_window_for(pos),
+                }))
+            }
+            HookCall::RequestError { .. } => {
+                queued = self.sync(now);
+                let pos = self.pos();
+                let retried = !matches!(
+                    self.rec.next_core(pos).map(SessionEvent::data),
+                    Some(EventData::StepEnd(_) | EventData::TurnEnd(_)) | None
+                );
+                HookAnswer::RequestError(Ok(if retried {
+                    Recovery::Retry
+                } else {
+                    Recovery::GiveUp
+                }))
+            }
+            HookCall::TurnStopping { .. } => {
+                queued = self.sync(now);
+                let pos = self.pos();
+                HookAnswer::TurnStopping(match self.rec.error_at(pos) {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                })
+            }
+            HookCall::ToolPreExecute { value, .. } => {
+                flush_foreign(&self.rec, &mut self.agent, now);
+                HookAnswer::ToolPreExecute(Ok(value))
+            }
+            other => other.answer(),
         };
-        Hook::Ready(decision)
-    }
-
-    fn request(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        _turn: u64,
-        _step: u64,
-        seed: LlmCallConfig,
-    ) -> Hook<Result<LlmCallConfig, HookError>> {
-        self.sync(cx);
-        let pos = cx.session().len();
-        if let Some(e) = self.rec.error_at(pos) {
-            return Hook::Ready(Err(e));
-        }
-        let Some(header) = self.rec.header_for(pos) else {
-            return Hook::Ready(Ok(seed));
-        };
-        let mut config = header.config.clone();
-        if let Some(d) = header.adapter_defaults {
-            if d.reasoning_effort == Some(true) {
-                config.reasoning_effort = None;
-            }
-            if d.max_tokens == Some(true) {
-                config.max_tokens = None;
+        for q in queued {
+            match q {
+                Queued::Send(message, target, wake) => {
+                    if let Err(e) = self.agent.send(now, message, target, wake) {
+                        let reason = format!("the agent refused a recorded insertion: {e}");
+                        self.differ(self.pos(), None, reason);
+                    }
+                }
+                Queued::Cancel(cause, keep) => self.cancel(now, cause, keep),
             }
         }
-        Hook::Ready(Ok(config))
-    }
-
-    fn prepare(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        config: LlmCallConfig,
-    ) -> Hook<Result<PreparedCall, HookError>> {
-        let pos = cx.session().len();
-        let header = self.rec.header_for(pos);
-        let (config, adapter_defaults) = match header {
-            Some(h) if h.config.provider == config.provider && h.config.model == config.model => {
-                (h.config.clone(), h.adapter_defaults.unwrap_or_default())
-            }
-            _ => (config, AdapterDefaults::default()),
-        };
-        Hook::Ready(Ok(PreparedCall {
-            config,
-            adapter_defaults,
-            retry_policy: None,
-            context_window: self.rec.context_window_for(pos),
-        }))
-    }
-
-    fn request_error(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        _payload: &RequestErrorPayload,
-    ) -> Hook<Result<Recovery, HookError>> {
-        self.sync(cx);
-        let pos = cx.session().len();
-        let retried = !matches!(
-            self.rec.next_core(pos).map(SessionEvent::data),
-            Some(EventData::StepEnd(_) | EventData::TurnEnd(_)) | None
-        );
-        Hook::Ready(Ok(if retried {
-            Recovery::Retry
-        } else {
-            Recovery::GiveUp
-        }))
-    }
-
-    fn turn_stopping(&mut self, cx: &mut HookCx<'_>, _turn: u64) -> Hook<Result<(), HookError>> {
-        self.sync(cx);
-        let pos = cx.session().len();
-        match self.rec.error_at(pos) {
-            Some(e) => Hook::Ready(Err(e)),
-            None => Hook::Ready(Ok(())),
+        if let Err(e) = self.agent.complete_hook(now, id, answer) {
+            let reason = format!("the agent refused a seam answer: {e}");
+            self.differ(self.pos(), None, reason);
         }
-    }
-
-    fn tool_pre_execute(
-        &mut self,
-        cx: &mut HookCx<'_>,
-        _exec: &ToolExecution,
-    ) -> Hook<Result<PreToolDecision, HookError>> {
-        flush_foreign(&self.rec, cx);
-        Hook::Ready(Ok(PreToolDecision::Allow))
     }
 }
 
@@ -965,6 +962,8 @@ fn replay_from(
         interrupted_prefix: options.interrupted_prefix,
         wake_latch: options.wake_latch,
         max_parallel_tool_calls: widest.max(super::DEFAULT_MAX_PARALLEL_TOOL_CALLS),
+        // The replay answers every seam from the recording.
+        seams: Seams::ALL,
         ..AgentConfig::default()
     };
     let rec = Arc::new(Recording { events });
@@ -980,9 +979,7 @@ fn replay_from(
             return report;
         }
     };
-    agent = agent
-        .with_hooks(ReplayHooks { rec: rec.clone() })
-        .with_ids(ReplayIds {
+    agent = agent.with_ids(ReplayIds {
             assistant,
             tool,
             next_assistant: 0,
@@ -1084,6 +1081,7 @@ impl Driver {
                 }
                 Output::ExecuteTool(exec) => self.bodies.push((exec.token, exec.call_id.0)),
                 Output::CancelModelCall { .. } => self.waiting = Waiting::Nothing,
+                Output::Hook { id, call } => self.answer_hook(id, call),
                 _ => {}
             }
         }

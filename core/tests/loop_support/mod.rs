@@ -1,19 +1,21 @@
 //! Shared harness for the agent-loop tests: fixture F0 of loop.md §8, a
-//! scriptable `Hooks`, chunk macros and renderers for events and effects.
+//! scripted embedder that claims every seam and answers each
+//! `Output::Hook` as it drains (or leaves it pending), chunk macros and
+//! renderers for events and effects.
 
 #![allow(dead_code, clippy::too_many_arguments)]
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use dsh_core::agent::prompt::{Assembly, PromptSection};
+use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::agent::{
-    Agent, AgentConfig, AgentOptions, AgentStatus, ApprovalOutcome, CancelCause, Hook, HookAnswer,
-    HookCall, HookCx, HookError, Hooks, InboxTarget, ModelCall, Notification, Output,
-    PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery,
-    RequestErrorPayload, ToolExecution,
+    Agent, AgentConfig, AgentOptions, AgentStatus, ApprovalOutcome, CancelCause, HookAnswer,
+    HookCall, HookError, InboxTarget, ModelCall, Notification, Output, PostToolDecision,
+    PreStepDecision, PreStepPayload, PreToolDecision, Recovery, RequestErrorPayload, Seams,
+    ToolExecution,
 };
 use dsh_core::session::{InvariantChecker, Session, SessionHeader};
 use dsh_core::{
@@ -31,7 +33,34 @@ type RequestErrorFn = Box<dyn FnMut(&RequestErrorPayload) -> Result<Recovery, Ho
 type PreExecFn = Box<dyn FnMut(&ToolExecution) -> Result<PreToolDecision, HookError> + Send>;
 type PostExecFn =
     Box<dyn FnMut(&ToolExecution, &ToolOutcome) -> Result<PostToolDecision, HookError> + Send>;
-type StopFn = Box<dyn FnMut(&mut HookCx<'_>, u64) -> Result<(), HookError> + Send>;
+type StopFn = Box<dyn FnMut(&mut HookCx, u64) -> Result<(), HookError> + Send>;
+
+/// What a scripted seam may do to the agent besides answering: calls
+/// applied before the answer is given (loop.md Q3).
+#[derive(Default)]
+pub struct HookCx {
+    cancels: Vec<(CancelCause, bool)>,
+}
+
+impl HookCx {
+    /// Queues `cancel(cause, keep_inbox)`.
+    pub fn cancel(&mut self, cause: CancelCause, keep_inbox: bool) {
+        self.cancels.push((cause, keep_inbox));
+    }
+}
+
+/// Every seam but the tool guard (which takes an id only when claimed).
+pub fn scripted_seams() -> Seams {
+    Seams::ASSEMBLE
+        | Seams::PRE_STEP
+        | Seams::REQUEST
+        | Seams::PREPARE
+        | Seams::REQUEST_ERROR
+        | Seams::TURN_STOPPING
+        | Seams::TOOL_PRE_EXECUTE
+        | Seams::TOOL_APPROVAL
+        | Seams::TOOL_POST_EXECUTE
+}
 
 /// What the scripted hooks do. Every seam defaults to the reference default.
 #[derive(Default)]
@@ -59,159 +88,88 @@ fn ids<M: std::borrow::Borrow<Message>>(messages: &[M]) -> String {
     format!("[{}]", ids.join(","))
 }
 
-impl Hooks for ScriptHooks {
-    fn assemble(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        turn: u64,
-        step: u64,
-        default: Assembly,
-    ) -> Hook<Result<Assembly, HookError>> {
+impl ScriptHooks {
+    /// The scripted answer to `call`, or `None` when the script defers it
+    /// to the test (`t.answer`).
+    fn answer(&self, cx: &mut HookCx, call: &HookCall) -> Option<HookAnswer> {
         let mut s = self.0.lock().unwrap();
-        s.seen.push(format!("assemble {turn}/{step}"));
-        if s.defer.contains("assemble") {
-            return Hook::Defer;
+        let name = hook_name(call);
+        match call {
+            HookCall::Assemble { turn, step, .. } => s.seen.push(format!("assemble {turn}/{step}")),
+            HookCall::PreStep { payload: p, .. } => s.seen.push(format!(
+                "pre-step {}/{} {}",
+                p.turn,
+                p.step,
+                ids(&p.messages)
+            )),
+            HookCall::Request { turn, step, value } => s.seen.push(format!(
+                "request {turn}/{step} {}",
+                serde_json::to_string(value).unwrap()
+            )),
+            HookCall::RequestError { payload: p, .. } => s.seen.push(format!(
+                "request-error {}/{} {}",
+                p.turn, p.step, p.failure.code
+            )),
+            HookCall::TurnStopping { turn, .. } => s.seen.push(format!("turn-stopping {turn}")),
+            HookCall::ToolPreExecute { exec, .. } => {
+                s.seen.push(format!("pre-execute {}", exec.call_id))
+            }
+            HookCall::ToolApproval { exec, .. } => s.seen.push(format!("approval {}", exec.call_id)),
+            HookCall::ToolPostExecute { exec, .. } => {
+                s.seen.push(format!("post-execute {}", exec.call_id))
+            }
+            _ => {}
         }
-        Hook::Ready(Ok(default))
-    }
-
-    fn pre_step(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        p: &PreStepPayload,
-        default: PreStepDecision,
-    ) -> Hook<Result<PreStepDecision, HookError>> {
-        let mut s = self.0.lock().unwrap();
-        s.seen.push(format!(
-            "pre-step {}/{} {}",
-            p.turn,
-            p.step,
-            ids(&p.messages)
-        ));
-        if s.defer.contains("pre-step") {
-            return Hook::Defer;
+        if s.defer.contains(name) {
+            return None;
         }
-        match s.pre_step.as_mut() {
-            Some(f) => Hook::Ready(f(p, default)),
-            None => Hook::Ready(Ok(default)),
-        }
-    }
-
-    fn request(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        turn: u64,
-        step: u64,
-        seed: LlmCallConfig,
-    ) -> Hook<Result<LlmCallConfig, HookError>> {
-        let mut s = self.0.lock().unwrap();
-        s.seen.push(format!(
-            "request {turn}/{step} {}",
-            serde_json::to_string(&seed).unwrap()
-        ));
-        if s.defer.contains("request") {
-            return Hook::Defer;
-        }
-        match s.request.as_mut() {
-            Some(f) => Hook::Ready(f(turn, step, seed)),
-            None => Hook::Ready(Ok(seed)),
-        }
-    }
-
-    fn prepare(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        config: LlmCallConfig,
-    ) -> Hook<Result<PreparedCall, HookError>> {
-        let s = self.0.lock().unwrap();
-        if s.defer.contains("prepare") {
-            return Hook::Defer;
-        }
-        let mut p = PreparedCall::plain(config);
-        p.retry_policy = Some(s.policy.clone().unwrap_or_else(f0_policy));
-        Hook::Ready(Ok(p))
-    }
-
-    fn request_error(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        p: &RequestErrorPayload,
-    ) -> Hook<Result<Recovery, HookError>> {
-        let mut s = self.0.lock().unwrap();
-        s.seen.push(format!(
-            "request-error {}/{} {}",
-            p.turn, p.step, p.failure.code
-        ));
-        if s.defer.contains("request-error") {
-            return Hook::Defer;
-        }
-        match s.request_error.as_mut() {
-            Some(f) => Hook::Ready(f(p)),
-            None => Hook::Ready(Ok(Recovery::GiveUp)),
-        }
-    }
-
-    fn turn_stopping(&mut self, cx: &mut HookCx<'_>, turn: u64) -> Hook<Result<(), HookError>> {
-        let mut s = self.0.lock().unwrap();
-        s.seen.push(format!("turn-stopping {turn}"));
-        if s.defer.contains("turn-stopping") {
-            return Hook::Defer;
-        }
-        match s.turn_stopping.as_mut() {
-            Some(f) => Hook::Ready(f(cx, turn)),
-            None => Hook::Ready(Ok(())),
-        }
-    }
-
-    fn tool_pre_execute(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-    ) -> Hook<Result<PreToolDecision, HookError>> {
-        let mut s = self.0.lock().unwrap();
-        s.seen.push(format!("pre-execute {}", exec.call_id));
-        if s.defer.contains("pre-execute") {
-            return Hook::Defer;
-        }
-        match s.pre_execute.as_mut() {
-            Some(f) => Hook::Ready(f(exec)),
-            None => Hook::Ready(Ok(PreToolDecision::Allow)),
-        }
-    }
-
-    fn tool_guard(&mut self, _cx: &mut HookCx<'_>, _exec: &ToolExecution) -> Option<String> {
-        self.0.lock().unwrap().guard.clone()
-    }
-
-    fn tool_approval(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-        _reason: Option<&str>,
-    ) -> Hook<ApprovalOutcome> {
-        let mut s = self.0.lock().unwrap();
-        s.seen.push(format!("approval {}", exec.call_id));
-        if s.defer.contains("approval") {
-            return Hook::Defer;
-        }
-        Hook::Ready(s.approval.unwrap_or(ApprovalOutcome::NoService))
-    }
-
-    fn tool_post_execute(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        exec: &ToolExecution,
-        outcome: &ToolOutcome,
-    ) -> Hook<Result<PostToolDecision, HookError>> {
-        let mut s = self.0.lock().unwrap();
-        s.seen.push(format!("post-execute {}", exec.call_id));
-        if s.defer.contains("post-execute") {
-            return Hook::Defer;
-        }
-        match s.post_execute.as_mut() {
-            Some(f) => Hook::Ready(f(exec, outcome)),
-            None => Hook::Ready(Ok(PostToolDecision::accept())),
-        }
+        Some(match call.clone() {
+            HookCall::PreStep { payload, value } => HookAnswer::PreStep(match s.pre_step.as_mut() {
+                Some(f) => f(&payload, value),
+                None => Ok(value),
+            }),
+            HookCall::Request { turn, step, value } => {
+                HookAnswer::Request(match s.request.as_mut() {
+                    Some(f) => f(turn, step, value),
+                    None => Ok(value),
+                })
+            }
+            HookCall::Prepare { mut value } => {
+                value.retry_policy = Some(s.policy.clone().unwrap_or_else(f0_policy));
+                HookAnswer::Prepare(Ok(value))
+            }
+            HookCall::RequestError { payload, value } => {
+                HookAnswer::RequestError(match s.request_error.as_mut() {
+                    Some(f) => f(&payload),
+                    None => Ok(value),
+                })
+            }
+            HookCall::TurnStopping { turn, .. } => {
+                HookAnswer::TurnStopping(match s.turn_stopping.as_mut() {
+                    Some(f) => f(cx, turn),
+                    None => Ok(()),
+                })
+            }
+            HookCall::ToolPreExecute { exec, value } => {
+                HookAnswer::ToolPreExecute(match s.pre_execute.as_mut() {
+                    Some(f) => f(&exec),
+                    None => Ok(value),
+                })
+            }
+            HookCall::ToolGuard { .. } => HookAnswer::ToolGuard(Ok(s.guard.clone())),
+            HookCall::ToolApproval { value, .. } => {
+                HookAnswer::ToolApproval(Ok(s.approval.unwrap_or(value)))
+            }
+            HookCall::ToolPostExecute {
+                exec,
+                outcome,
+                value,
+            } => HookAnswer::ToolPostExecute(match s.post_execute.as_mut() {
+                Some(f) => f(&exec, &outcome),
+                None => Ok(value),
+            }),
+            other => other.answer(),
+        })
     }
 }
 
@@ -290,9 +248,9 @@ impl T {
             checker.push(e).expect("seed passes the invariants");
         }
         let checked = session.len();
-        let agent = Agent::new(config, session)
-            .unwrap()
-            .with_hooks(ScriptHooks(script.clone()));
+        let mut config = config;
+        config.seams = config.seams | scripted_seams();
+        let agent = Agent::new(config, session).unwrap();
         T {
             agent,
             script,
@@ -372,8 +330,19 @@ impl T {
                 }
                 Output::AbortTurn { cause } => self.trace.push(format!("abort {cause:?}")),
                 Output::Hook { id, call } => {
-                    self.trace.push(format!("hook {}", hook_name(&call)));
-                    self.pending.push((id, call));
+                    let mut cx = HookCx::default();
+                    match ScriptHooks(self.script.clone()).answer(&mut cx, &call) {
+                        Some(answer) => {
+                            for (cause, keep) in cx.cancels {
+                                self.agent.cancel(self.now, cause, keep);
+                            }
+                            self.agent.complete_hook(self.now, id, answer).unwrap();
+                        }
+                        None => {
+                            self.trace.push(format!("hook {}", hook_name(&call)));
+                            self.pending.push((id, call));
+                        }
+                    }
                 }
                 other => self.trace.push(format!("{other:?}")),
             }
@@ -502,6 +471,7 @@ pub fn hook_name(call: &HookCall) -> &'static str {
         HookCall::ToolPreExecute { .. } => "pre-execute",
         HookCall::ToolApproval { .. } => "approval",
         HookCall::ToolPostExecute { .. } => "post-execute",
+        HookCall::ToolGuard { .. } => "guard",
         _ => "other",
     }
 }

@@ -1,38 +1,16 @@
 //! Inbox plumbing: hook-queued actions, sends and splices (IB-4, IB-6).
 
 use super::{Agent, message_text};
-use crate::agent::hooks::HookAction;
 use crate::agent::inbox::{InboxTarget, Splice};
 use crate::agent::io::{InputError, Notification, Output};
 use crate::agent::prompt::{RetainedContext, is_runtime_context_source};
 use crate::message::Message;
 use crate::session::{EventData, InboxSpliced};
-use alloc::format;
+
 use alloc::string::String;
 use alloc::sync::Arc;
 
 impl Agent {
-    /// Applies the calls hooks queued (loop.md Q3).
-    pub(super) fn apply_actions(&mut self, now: i64) {
-        while !self.actions.is_empty() {
-            let action = self.actions.remove(0);
-            match action {
-                HookAction::Send {
-                    message,
-                    target,
-                    wakeup,
-                } => {
-                    if let Err(e) = self.send_queued(now, message, target, wakeup) {
-                        self.faults.push(format!("a hook's send was refused: {e}"));
-                    }
-                }
-                HookAction::Cancel { cause, keep_inbox } => {
-                    self.cancel_inner(now, cause, keep_inbox)
-                }
-            }
-        }
-    }
-
     pub(super) fn send_queued(
         &mut self,
         now: i64,

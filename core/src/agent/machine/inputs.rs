@@ -311,9 +311,8 @@ impl Agent {
                 self.take_stage();
                 self.turn_stopping_done(now, r);
             }
-            answer @ (HookAnswer::ToolPreExecute(_)
-            | HookAnswer::ToolApproval(_)
-            | HookAnswer::ToolPostExecute(_)) => {
+            // The tool seams (pre-execute, approval, guard, post-execute).
+            answer => {
                 if let Some((i, _)) = self.tools_ref().and_then(|t| t.hook(id)) {
                     self.tool_hook_done(now, i, answer);
                 }

@@ -3,6 +3,7 @@
 use super::{Agent, ErrorPhase, Failed, Stage, ceil_ms};
 use crate::agent::hooks::{Hook, HookError, Recovery, RequestErrorPayload};
 use crate::agent::io::{HookCall, Output};
+use crate::agent::seams::Seams;
 use crate::agent::retry::{RetryPolicy, RetryRecord, RetrySchedule};
 use crate::session::{EventData, LlmRetry};
 use alloc::boxed::Box;
@@ -42,10 +43,9 @@ impl Agent {
             retry_policy: failed.policy.clone(),
         };
         let hook = self.next_id();
-        let answer = self.call_hook(now, |h, cx| h.request_error(cx, &payload));
+        let answer = self.seam(Seams::REQUEST_ERROR, || Ok(Recovery::GiveUp));
         match answer {
             Hook::Ready(r) => {
-                self.apply_actions(now);
                 self.request_error_done(now, failed, phase, r);
             }
             Hook::Defer => {
@@ -56,9 +56,11 @@ impl Agent {
                 });
                 self.emit(Output::Hook {
                     id: hook,
-                    call: HookCall::RequestError { payload },
+                    call: HookCall::RequestError {
+                        payload,
+                        value: Recovery::GiveUp,
+                    },
                 });
-                self.apply_actions(now);
             }
         }
     }

@@ -3,8 +3,9 @@
 
 use super::{Agent, Failed, PlannedCall, Stage, StepEnd, Stream};
 use crate::agent::hooks::{
-    Hook, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
+    CancelCause, Hook, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
 };
+use crate::agent::seams::Seams;
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{Checkpoint, HookCall, ModelCall, Notification, Output};
 use crate::agent::prompt::{Assembly, runtime_context_candidate};
@@ -61,10 +62,9 @@ impl Agent {
             }
         };
         let hook = self.next_id();
-        let answer = self.call_hook(now, |h, cx| h.assemble(cx, turn, proposed, default.clone()));
+        let answer = self.seam(Seams::ASSEMBLE, || Ok(default.clone()));
         match answer {
             Hook::Ready(r) => {
-                self.apply_actions(now);
                 self.assembly_done(now, proposed, claimed, r);
             }
             Hook::Defer => {
@@ -78,10 +78,9 @@ impl Agent {
                     call: HookCall::Assemble {
                         turn,
                         step: proposed,
-                        default,
+                        value: default,
                     },
                 });
-                self.apply_actions(now);
             }
         }
     }
@@ -148,11 +147,20 @@ impl Agent {
             messages: claimed,
         };
         let default = PreStepDecision::Enter(default);
+        if let Some(max) = self.config.max_steps_per_turn
+            && proposed > max
+        {
+            // A runaway turn is stopped the way loop.md SM-10 d says a
+            // plugin stops one, before the step opens.
+            let reason = format!("max steps per turn ({max}) reached");
+            self.cancel_inner(now, CancelCause::Hook { reason }, true);
+            self.pre_step_done(now, proposed, assembly, Ok(default));
+            return;
+        }
         let hook = self.next_id();
-        let answer = self.call_hook(now, |h, cx| h.pre_step(cx, &payload, default.clone()));
+        let answer = self.seam(Seams::PRE_STEP, || Ok(default.clone()));
         match answer {
             Hook::Ready(r) => {
-                self.apply_actions(now);
                 self.pre_step_done(now, proposed, assembly, r);
             }
             Hook::Defer => {
@@ -163,9 +171,11 @@ impl Agent {
                 });
                 self.emit(Output::Hook {
                     id: hook,
-                    call: HookCall::PreStep { payload, default },
+                    call: HookCall::PreStep {
+                        payload,
+                        value: default,
+                    },
                 });
-                self.apply_actions(now);
             }
         }
     }
@@ -247,22 +257,24 @@ impl Agent {
     /// LC-13.
     pub(super) fn request(&mut self, now: i64) {
         let messages: Vec<Arc<Message>> = self.session.derive_messages().to_vec();
-        let seed = self.seed();
+        let seed = self.config.request_fill.fill(self.seed());
         let (turn, step) = self.coords();
         let hook = self.next_id();
-        let answer = self.call_hook(now, |h, cx| h.request(cx, turn, step, seed.clone()));
+        let answer = self.seam(Seams::REQUEST, || Ok(seed.clone()));
         match answer {
             Hook::Ready(r) => {
-                self.apply_actions(now);
                 self.request_config_done(now, messages, r);
             }
             Hook::Defer => {
                 self.set_stage(Stage::RequestConfig { hook, messages });
                 self.emit(Output::Hook {
                     id: hook,
-                    call: HookCall::Request { turn, step, seed },
+                    call: HookCall::Request {
+                        turn,
+                        step,
+                        value: seed,
+                    },
                 });
-                self.apply_actions(now);
             }
         }
     }
@@ -330,10 +342,11 @@ impl Agent {
             return;
         }
         let hook = self.next_id();
-        let answer = self.call_hook(now, |h, cx| h.prepare(cx, config.clone()));
+        let mut plain = PreparedCall::plain(config.clone());
+        plain.retry_policy = Some(self.config.retry_policy.clone());
+        let answer = self.seam(Seams::PREPARE, || Ok(plain.clone()));
         match answer {
             Hook::Ready(r) => {
-                self.apply_actions(now);
                 self.prepare_done(now, config, messages, r);
             }
             Hook::Defer => {
@@ -344,9 +357,8 @@ impl Agent {
                 });
                 self.emit(Output::Hook {
                     id: hook,
-                    call: HookCall::Prepare { config },
+                    call: HookCall::Prepare { value: plain },
                 });
-                self.apply_actions(now);
             }
         }
     }

@@ -15,6 +15,7 @@ use crate::agent::hooks::{
 };
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{Checkpoint, HookAnswer, HookCall, Output};
+use crate::agent::seams::Seams;
 use crate::agent::schema::validate_value;
 use crate::agent::tools::{ExecutionMode, ToolOutcome, feedback_text, parse_arguments};
 use crate::ids::CallId;
@@ -77,6 +78,7 @@ impl ToolPhase {
                 CallStage::PreExecute { hook } if hook == id => Some((i, "tool pre-execute")),
                 CallStage::Approval { hook } if hook == id => Some((i, "tool approval")),
                 CallStage::PostExecute { hook } if hook == id => Some((i, "tool post-execute")),
+                CallStage::Guard { hook } if hook == id => Some((i, "tool guard")),
                 _ => None,
             })
     }
@@ -87,6 +89,9 @@ enum CallStage {
         hook: u64,
     },
     Approval {
+        hook: u64,
+    },
+    Guard {
         hook: u64,
     },
     Body,
@@ -173,7 +178,11 @@ impl Agent {
     pub(super) fn tool_hook_done(&mut self, now: i64, i: usize, answer: HookAnswer) {
         let next = match answer {
             HookAnswer::ToolPreExecute(r) => self.pre_execute_done(now, i, r),
-            HookAnswer::ToolApproval(outcome) => self.approval_done(now, i, outcome),
+            // A failing approver means no approval channel (TL-10).
+            HookAnswer::ToolApproval(r) => {
+                self.approval_done(now, i, r.unwrap_or(ApprovalOutcome::Unavailable))
+            }
+            HookAnswer::ToolGuard(r) => self.guard_done(now, i, r),
             HookAnswer::ToolPostExecute(r) => self.post_execute_done(i, r),
             _ => Next::Wait,
         };
@@ -239,15 +248,20 @@ impl Agent {
                 continue;
             }
             // Joining the running group: only while every running call is
-            // parallel and past its pre-execute policy, below the limit,
-            // and when this call is parallel too (reclassified now).
+            // parallel, past its pre-execute policy and not in post-execute
+            // (a seam answered later must order the log as one answered at
+            // once), below the limit, and when this call is parallel too
+            // (reclassified now).
             let joinable = !aborted
                 && phase.running.len() < phase.limit
                 && phase.running.iter().all(|c| {
                     c.parallel
                         && !matches!(
                             c.stage,
-                            CallStage::PreExecute { .. } | CallStage::Approval { .. }
+                            CallStage::PreExecute { .. }
+                                | CallStage::Approval { .. }
+                                | CallStage::Guard { .. }
+                                | CallStage::PostExecute { .. }
                         )
                 });
             if !joinable {
@@ -329,18 +343,19 @@ impl Agent {
             outcome: None,
         });
         let i = phase.running.len() - 1;
-        let answer = self.call_hook(now, |h, cx| h.tool_pre_execute(cx, &exec));
+        let answer = self.seam(Seams::TOOL_PRE_EXECUTE, || Ok(PreToolDecision::Allow));
         let next = match answer {
             Hook::Ready(r) => {
-                self.apply_actions(now);
                 self.pre_execute_done(now, i, r)
             }
             Hook::Defer => {
                 self.emit(Output::Hook {
                     id: hook,
-                    call: HookCall::ToolPreExecute { exec },
+                    call: HookCall::ToolPreExecute {
+                        exec,
+                        value: PreToolDecision::Allow,
+                    },
                 });
-                self.apply_actions(now);
                 Next::Wait
             }
         };
@@ -367,10 +382,9 @@ impl Agent {
             Next::Post(outcome) => {
                 let Some(exec) = self.exec_of(0) else { return };
                 let hook = self.next_id();
-                let answer = self.call_hook(now, |h, cx| h.tool_post_execute(cx, &exec, &outcome));
+                let answer = self.seam(Seams::TOOL_POST_EXECUTE, || Ok(PostToolDecision::accept()));
                 match answer {
                     Hook::Ready(r) => {
-                        self.apply_actions(now);
                         if let Some(c) = self.call_mut(0) {
                             c.outcome = Some(outcome);
                         }
@@ -384,9 +398,12 @@ impl Agent {
                         }
                         self.emit(Output::Hook {
                             id: hook,
-                            call: HookCall::ToolPostExecute { exec, outcome },
+                            call: HookCall::ToolPostExecute {
+                                exec,
+                                outcome,
+                                value: PostToolDecision::accept(),
+                            },
                         });
-                        self.apply_actions(now);
                     }
                 }
             }
@@ -409,11 +426,9 @@ impl Agent {
                     return Next::Wait;
                 };
                 let hook = self.next_id();
-                let answer =
-                    self.call_hook(now, |h, cx| h.tool_approval(cx, &exec, reason.as_deref()));
+                let answer = self.seam(Seams::TOOL_APPROVAL, || ApprovalOutcome::NoService);
                 match answer {
                     Hook::Ready(outcome) => {
-                        self.apply_actions(now);
                         self.approval_outcome(now, i, outcome, reason)
                     }
                     Hook::Defer => {
@@ -425,9 +440,12 @@ impl Agent {
                         }
                         self.emit(Output::Hook {
                             id: hook,
-                            call: HookCall::ToolApproval { exec, reason },
+                            call: HookCall::ToolApproval {
+                                exec,
+                                reason,
+                                value: ApprovalOutcome::NoService,
+                            },
                         });
-                        self.apply_actions(now);
                         Next::Wait
                     }
                 }
@@ -472,17 +490,41 @@ impl Agent {
         Next::Post(ToolOutcome::error(denial))
     }
 
-    /// TL-9 steps 7..9 after an allow: guards, abort, lookup, validation,
-    /// then the body.
+    /// TL-9 step 7 after an allow: the guards.
     fn after_allow(&mut self, now: i64, i: usize) -> Next {
         let Some(exec) = self.exec_of(i) else {
             return Next::Wait;
         };
-        if let Some(reason) = self.call_hook(now, |h, cx| h.tool_guard(cx, &exec)) {
-            self.apply_actions(now);
-            return Next::Post(ToolOutcome::error(reason));
+        match self.seam(Seams::TOOL_GUARD, || Ok(None)) {
+            Hook::Ready(r) => self.guard_done(now, i, r),
+            Hook::Defer => {
+                // Only a claimed guard takes an id, so attempt and token
+                // numbers stay as they were without one.
+                let hook = self.next_id();
+                if let Some(c) = self.call_mut(i) {
+                    c.stage = CallStage::Guard { hook };
+                }
+                self.emit(Output::Hook {
+                    id: hook,
+                    call: HookCall::ToolGuard { exec, value: None },
+                });
+                Next::Wait
+            }
         }
-        self.apply_actions(now);
+    }
+
+    /// TL-9 steps 7..9 after the guards: a denial, abort, lookup,
+    /// validation, then the body. A failing guard fails the call like a
+    /// failing pre-execute (TL-12).
+    fn guard_done(&mut self, _now: i64, i: usize, result: Result<Option<String>, HookError>) -> Next {
+        match result {
+            Err(e) => return Next::Commit(e.tool_outcome()),
+            Ok(Some(reason)) => return Next::Post(ToolOutcome::error(reason)),
+            Ok(None) => {}
+        }
+        let Some(exec) = self.exec_of(i) else {
+            return Next::Wait;
+        };
         if self.aborted() {
             return Next::Post(ToolOutcome::aborted_before_dispatch());
         }

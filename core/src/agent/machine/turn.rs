@@ -5,6 +5,7 @@ use super::{Agent, Phase, Run, Stage, StepEnd, Stream};
 use crate::agent::hooks::{CancelCause, Hook, HookError, IdPurpose};
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{AgentStatus, Checkpoint, HookCall, Notification, Output};
+use crate::agent::seams::Seams;
 use crate::message::{Message, MessageSource};
 use crate::session::{
     AssistantMessage, EventData, Step, SurfaceIntent, TurnEnd, TurnEndReason, TurnStart,
@@ -263,19 +264,17 @@ impl Agent {
         }
         let turn = r.turn;
         let hook = self.next_id();
-        let answer = self.call_hook(now, |h, cx| h.turn_stopping(cx, turn));
+        let answer = self.seam(Seams::TURN_STOPPING, || Ok(()));
         match answer {
             Hook::Ready(r) => {
-                self.apply_actions(now);
                 self.turn_stopping_done(now, r);
             }
             Hook::Defer => {
                 self.set_stage(Stage::TurnStopping { hook });
                 self.emit(Output::Hook {
                     id: hook,
-                    call: HookCall::TurnStopping { turn },
+                    call: HookCall::TurnStopping { turn, value: () },
                 });
-                self.apply_actions(now);
             }
         }
     }
