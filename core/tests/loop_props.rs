@@ -176,16 +176,12 @@ fn harness(s: &Setup) -> T {
 fn default_answer(call: &HookCall, fail: bool) -> HookAnswer {
     let err = || HookError::msg("listener failed");
     match call {
-        HookCall::Assemble { value, .. } => HookAnswer::Assemble(if fail {
-            Err(err())
-        } else {
-            Ok(value.clone())
-        }),
-        HookCall::PreStep { value, .. } => HookAnswer::PreStep(if fail {
-            Err(err())
-        } else {
-            Ok(value.clone())
-        }),
+        HookCall::Assemble { value, .. } => {
+            HookAnswer::Assemble(if fail { Err(err()) } else { Ok(value.clone()) })
+        }
+        HookCall::PreStep { value, .. } => {
+            HookAnswer::PreStep(if fail { Err(err()) } else { Ok(value.clone()) })
+        }
         HookCall::Request { value, .. } => {
             HookAnswer::Request(if fail { Err(err()) } else { Ok(value.clone()) })
         }

@@ -16,11 +16,11 @@ use crate::options::{LlmCallConfig, ToolSchema};
 use crate::session::{EventData, Session, SessionEvent, SurfaceIntent};
 
 use super::hooks::{CancelCause, FixedJitter, Hook, IdSource, JitterSource, SequentialIds};
-use super::seams::Seams;
 use super::inbox::{Inbox, InboxTarget};
 use super::io::{AgentStatus, InputError, Output};
 use super::prompt::{Assembly, PromptSection};
 use super::retry::{RetryPolicy, RetryRecord};
+use super::seams::Seams;
 use super::tools::ToolRegistry;
 
 mod inbox;

@@ -39,9 +39,9 @@ use super::hooks::{
 };
 use super::inbox::InboxTarget;
 use super::io::{HookAnswer, HookCall, Output};
-use super::seams::Seams;
 use super::machine::{Agent, AgentConfig, AgentOptions, is_loop_owned};
 use super::prompt::{Assembly, PromptSection};
+use super::seams::Seams;
 use super::tools::{ErrorInfo, ToolDefinition, ToolError, ToolOutcome, ToolRegistry};
 
 /// How to replay.
@@ -980,12 +980,12 @@ fn replay_from(
         }
     };
     agent = agent.with_ids(ReplayIds {
-            assistant,
-            tool,
-            next_assistant: 0,
-            next_tool: 0,
-            fallback: 0,
-        });
+        assistant,
+        tool,
+        next_assistant: 0,
+        next_tool: 0,
+        fallback: 0,
+    });
     let mut driver = Driver {
         fixture_tokens: options.fixture_tokens,
         agent,

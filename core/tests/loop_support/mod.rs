@@ -114,7 +114,9 @@ impl ScriptHooks {
             HookCall::ToolPreExecute { exec, .. } => {
                 s.seen.push(format!("pre-execute {}", exec.call_id))
             }
-            HookCall::ToolApproval { exec, .. } => s.seen.push(format!("approval {}", exec.call_id)),
+            HookCall::ToolApproval { exec, .. } => {
+                s.seen.push(format!("approval {}", exec.call_id))
+            }
             HookCall::ToolPostExecute { exec, .. } => {
                 s.seen.push(format!("post-execute {}", exec.call_id))
             }
@@ -124,10 +126,12 @@ impl ScriptHooks {
             return None;
         }
         Some(match call.clone() {
-            HookCall::PreStep { payload, value } => HookAnswer::PreStep(match s.pre_step.as_mut() {
-                Some(f) => f(&payload, value),
-                None => Ok(value),
-            }),
+            HookCall::PreStep { payload, value } => {
+                HookAnswer::PreStep(match s.pre_step.as_mut() {
+                    Some(f) => f(&payload, value),
+                    None => Ok(value),
+                })
+            }
             HookCall::Request { turn, step, value } => {
                 HookAnswer::Request(match s.request.as_mut() {
                     Some(f) => f(turn, step, value),

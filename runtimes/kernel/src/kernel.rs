@@ -8,20 +8,18 @@ use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use dsh_core::agent::prompt::Assembly;
-use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
-    Agent as Core, AgentStatus, ApprovalOutcome, CancelCause, Checkpoint, Hook, HookAnswer,
-    HookCall, HookCx, HookError, Hooks, InboxTarget, Notification, Output, PostToolDecision,
-    PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload,
-    ToolExecution,
+    Agent as Core, AgentStatus, CancelCause, Checkpoint, HookCall, HookError, InboxTarget,
+    Notification, Output, ToolExecution,
 };
 use dsh_core::session::{EventData, Session, SurfaceIntent};
-use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk, StreamValidator};
+use dsh_core::{ContentBlock, Message, SessionId, StreamChunk, StreamValidator};
 
 use crate::ids::{Ids, Jitter};
-use crate::plugin::{Action, Ask, Cx, Flow, Plugin, Reply, Seams, ToolDispatch};
+use crate::plugin::{
+    Action, Ask, Cx, KernelCall, Plugin, Reply, Seams, Step, ToolDispatch, run_hook, run_kernel,
+};
 use crate::types::{
     AgentConfig, AgentEvent, ApprovalRequestId, CHUNK_OVERHEAD_BYTES, Effect, KernelError,
     TurnSummary,
@@ -68,8 +66,6 @@ pub struct Kernel {
     core: Core,
     plugins: Vec<Box<dyn Plugin>>,
     seams: Seams,
-    call: LlmCallConfig,
-    retry_policy: RetryPolicy,
     tool_timeout_ms: Option<u64>,
     grace_ms: u64,
     now: i64,
@@ -100,8 +96,6 @@ pub struct Kernel {
     model: Option<u64>,
     /// The response cap ([`AgentConfig::max_response_bytes`]).
     max_response_bytes: u64,
-    /// The step cap ([`AgentConfig::max_steps_per_turn`]).
-    max_steps: Option<u64>,
     /// What the attempt in flight counted so far, and the delta bytes of
     /// each of its blocks (a `block-end` counts only what its deltas did
     /// not bring).
@@ -203,167 +197,35 @@ impl ResponseSize {
     }
 }
 
-/// The value a seam's chain carries.
-#[allow(clippy::large_enum_variant)]
-enum Value {
-    Assemble(Assembly),
-    PreStep(PreStepDecision),
-    Request(LlmCallConfig),
-    Prepare(PreparedCall),
-    RequestError(Recovery),
-    TurnStopping,
-    PreExecute(PreToolDecision),
-    Approval(ApprovalOutcome),
-    Execute(ToolDispatch),
-    PostExecute(PostToolDecision),
-    Command(serde_json::Value),
-}
-
-/// Which seam a chain runs for, with its payload.
+/// A seam's chain: which seam, with its payload and the value so far.
 #[allow(clippy::large_enum_variant)] // one per pending seam
 enum Seat {
+    /// A deferred core seam.
     Hook { id: u64, call: HookCall },
-    Execute { exec: ToolExecution },
-    Command { name: String },
+    /// A kernel seam; `token` is the tool call's for `tools/execute`.
+    Kernel { token: u64, call: KernelCall },
+}
+
+impl Seat {
+    fn seam(&self) -> Seams {
+        match self {
+            Seat::Hook { call, .. } => call.seam(),
+            Seat::Kernel { call, .. } => call.seam(),
+        }
+    }
 }
 
 /// A chain stopped at a plugin's ask.
 struct Pending {
     seat: Seat,
-    value: Value,
     plugin: usize,
     /// A side model call is in flight for it.
     side: bool,
 }
 
 enum ChainEnd {
-    Final(Result<Value, HookError>),
-    Asked {
-        plugin: usize,
-        value: Value,
-        ask: Ask,
-    },
-}
-
-/// The core's seams: each one a plugin handles is deferred to the kernel,
-/// the others answer the kernel's defaults at once.
-struct Bridge {
-    seams: Seams,
-    call: LlmCallConfig,
-    retry_policy: RetryPolicy,
-    /// A pre-step past this step is deferred to the kernel, which stops
-    /// the turn (issue 25).
-    max_steps: Option<u64>,
-}
-
-/// `reasoning_effort`, `temperature` and `stop` of the config fill a seed
-/// that lacks them.
-fn fill_seed(call: &LlmCallConfig, mut seed: LlmCallConfig) -> LlmCallConfig {
-    if seed.reasoning_effort.is_none() {
-        seed.reasoning_effort = call.reasoning_effort.clone();
-    }
-    if seed.temperature.is_none() {
-        seed.temperature = call.temperature;
-    }
-    if seed.stop.is_none() {
-        seed.stop = call.stop.clone();
-    }
-    seed
-}
-
-fn plain(config: LlmCallConfig, policy: &RetryPolicy) -> PreparedCall {
-    let mut p = PreparedCall::plain(config);
-    p.retry_policy = Some(policy.clone());
-    p
-}
-
-impl Bridge {
-    fn defer<T>(&self, seam: Seams, default: impl FnOnce() -> T) -> Hook<T> {
-        if self.seams.contains(seam) {
-            Hook::Defer
-        } else {
-            Hook::Ready(default())
-        }
-    }
-}
-
-impl Hooks for Bridge {
-    fn assemble(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        _turn: u64,
-        _step: u64,
-        default: Assembly,
-    ) -> Hook<Result<Assembly, HookError>> {
-        self.defer(Seams::ASSEMBLE, || Ok(default))
-    }
-    fn pre_step(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        payload: &PreStepPayload,
-        default: PreStepDecision,
-    ) -> Hook<Result<PreStepDecision, HookError>> {
-        if past_max_steps(self.max_steps, payload) {
-            return Hook::Defer;
-        }
-        self.defer(Seams::PRE_STEP, || Ok(default))
-    }
-    fn request(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        _turn: u64,
-        _step: u64,
-        seed: LlmCallConfig,
-    ) -> Hook<Result<LlmCallConfig, HookError>> {
-        let call = &self.call;
-        self.defer(Seams::REQUEST, || Ok(fill_seed(call, seed)))
-    }
-    fn prepare(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        config: LlmCallConfig,
-    ) -> Hook<Result<PreparedCall, HookError>> {
-        let policy = &self.retry_policy;
-        self.defer(Seams::PREPARE, || Ok(plain(config, policy)))
-    }
-    fn request_error(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        _payload: &RequestErrorPayload,
-    ) -> Hook<Result<Recovery, HookError>> {
-        self.defer(Seams::REQUEST_ERROR, || Ok(Recovery::GiveUp))
-    }
-    fn turn_stopping(&mut self, _cx: &mut HookCx<'_>, _turn: u64) -> Hook<Result<(), HookError>> {
-        self.defer(Seams::TURN_STOPPING, || Ok(()))
-    }
-    fn tool_pre_execute(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        _exec: &ToolExecution,
-    ) -> Hook<Result<PreToolDecision, HookError>> {
-        self.defer(Seams::TOOL_PRE_EXECUTE, || Ok(PreToolDecision::Allow))
-    }
-    fn tool_approval(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        _exec: &ToolExecution,
-        _reason: Option<&str>,
-    ) -> Hook<ApprovalOutcome> {
-        self.defer(Seams::TOOL_APPROVAL, || ApprovalOutcome::NoService)
-    }
-    fn tool_post_execute(
-        &mut self,
-        _cx: &mut HookCx<'_>,
-        _exec: &ToolExecution,
-        _outcome: &ToolOutcome,
-    ) -> Hook<Result<PostToolDecision, HookError>> {
-        self.defer(Seams::TOOL_POST_EXECUTE, || Ok(PostToolDecision::accept()))
-    }
-}
-
-/// Whether `payload` proposes a step past `max` (issue 25).
-fn past_max_steps(max: Option<u64>, payload: &PreStepPayload) -> bool {
-    max.is_some_and(|max| payload.step > max)
+    Final(Result<(), HookError>),
+    Asked { plugin: usize, ask: Ask },
 }
 
 /// A positive finite `timeoutMs` rounded up to whole milliseconds.
@@ -404,19 +266,14 @@ impl Kernel {
             tools.extend(p.tools());
             seams = seams | p.seams();
         }
-        let core_config = config.core_config_with(sections, tools)?;
-        let retry_policy = config.retry_policy.clone().unwrap_or_default();
+        let mut core_config = config.core_config_with(sections, tools)?;
+        // The core defers exactly the seams a plugin handles.
+        core_config.seams = seams;
         // Ids continue after the ones a resumed or forked log holds.
         let mut ids = Ids::new(config.ids, config.seed);
         ids.continue_after(&session);
         let core = Core::new(core_config, session)
             .map_err(KernelError::Resume)?
-            .with_hooks(Bridge {
-                seams,
-                call: config.call.clone(),
-                retry_policy: retry_policy.clone(),
-                max_steps: config.max_steps_per_turn,
-            })
             .with_ids(ids)
             .with_jitter(Jitter::new(config.ids, config.seed));
         let persisted = persisted.min(core.session().len());
@@ -424,8 +281,6 @@ impl Kernel {
             core,
             plugins,
             seams,
-            call: config.call,
-            retry_policy,
             tool_timeout_ms: config.tool_timeout_ms,
             grace_ms: config.tool_grace_ms,
             now: i64::MIN,
@@ -441,7 +296,6 @@ impl Kernel {
             failed_at: None,
             model: None,
             max_response_bytes: config.max_response_bytes,
-            max_steps: config.max_steps_per_turn,
             response: ResponseSize::default(),
             validator: None,
             validate_streams: config.validate_streams,
@@ -786,11 +640,14 @@ impl Kernel {
             return Err(KernelError::Disposed);
         }
         self.core.begin_maintenance(self.now)?;
-        let seat = Seat::Command {
-            name: String::from(name),
+        let seat = Seat::Kernel {
+            token: 0,
+            call: KernelCall::Command {
+                name: String::from(name),
+                value: args,
+            },
         };
-        let end = self.run_chain(&seat, Value::Command(args), 0, None);
-        self.chain_end(seat, end);
+        self.run_and_end(seat, 0, None);
         Ok(())
     }
 
@@ -1088,10 +945,13 @@ impl Kernel {
             self.start_tool(exec);
             return;
         }
-        let value = Value::Execute(ToolDispatch::Run(exec.clone()));
-        let seat = Seat::Execute { exec };
-        let end = self.run_chain(&seat, value, 0, None);
-        self.chain_end(seat, end);
+        let seat = Seat::Kernel {
+            token: exec.token,
+            call: KernelCall::ToolExecute {
+                value: ToolDispatch::Run(exec),
+            },
+        };
+        self.run_and_end(seat, 0, None);
     }
 
     fn start_tool(&mut self, exec: ToolExecution) {
@@ -1121,71 +981,30 @@ impl Kernel {
     // Seams
 
     fn hook(&mut self, id: u64, call: HookCall) {
-        if let HookCall::PreStep { payload, default } = &call
-            && past_max_steps(self.max_steps, payload)
-        {
-            // Issue 25: a runaway turn is stopped the way loop.md SM-10 d
-            // says a plugin stops one, before the step opens.
-            let reason = format!(
-                "max steps per turn ({}) reached",
-                self.max_steps.unwrap_or_default()
-            );
-            let now = self.now;
-            self.core.cancel(now, CancelCause::Hook { reason }, true);
-            let answer = HookAnswer::PreStep(Ok(default.clone()));
-            if let Err(e) = self.core.complete_hook(now, id, answer) {
-                self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
-            }
-            return;
-        }
-        let value = match &call {
-            HookCall::Assemble { default, .. } => Value::Assemble(default.clone()),
-            HookCall::PreStep { default, .. } => Value::PreStep(default.clone()),
-            HookCall::Request { seed, .. } => Value::Request(fill_seed(&self.call, seed.clone())),
-            HookCall::Prepare { config } => {
-                Value::Prepare(plain(config.clone(), &self.retry_policy))
-            }
-            HookCall::RequestError { .. } => Value::RequestError(Recovery::GiveUp),
-            HookCall::TurnStopping { .. } => Value::TurnStopping,
-            HookCall::ToolPreExecute { .. } => Value::PreExecute(PreToolDecision::Allow),
-            HookCall::ToolApproval { .. } => Value::Approval(ApprovalOutcome::NoService),
-            HookCall::ToolPostExecute { .. } => Value::PostExecute(PostToolDecision::accept()),
-            _ => {
-                self.publish(AgentEvent::Error(format!(
-                    "unsupported deferred seam {call:?}"
-                )));
-                return;
-            }
-        };
-        let seat = Seat::Hook { id, call };
-        let end = self.run_chain(&seat, value, 0, None);
-        self.chain_end(seat, end);
+        self.run_and_end(Seat::Hook { id, call }, 0, None);
     }
 
     fn resume_chain(&mut self, pending: Pending, reply: Reply) {
-        let Pending {
-            seat,
-            value,
-            plugin,
-            ..
-        } = pending;
-        let end = self.run_chain(&seat, value, plugin, Some(reply));
-        self.chain_end(seat, end);
+        let Pending { seat, plugin, .. } = pending;
+        self.run_and_end(seat, plugin, Some(reply));
+    }
+
+    fn run_and_end(&mut self, seat: Seat, start: usize, reply: Option<Reply>) {
+        let (seat, end, actions) = self.run_chain(seat, start, reply);
+        self.chain_end(seat, end, actions);
     }
 
     /// Runs the plugins from `start` on; `reply` goes to the first one.
     fn run_chain(
         &mut self,
-        seat: &Seat,
-        value: Value,
+        mut seat: Seat,
         start: usize,
         mut reply: Option<Reply>,
-    ) -> (ChainEnd, Vec<Action>) {
+    ) -> (Seat, ChainEnd, Vec<Action>) {
         let mut appends = Vec::new();
         let mut actions = Vec::new();
-        let wanted = seam_of(seat);
+        let wanted = seat.seam();
         let mut end = None;
-        let mut value = Some(value);
         for i in start..self.plugins.len() {
             let plugin = &mut self.plugins[i];
             if !plugin.seams().contains(wanted) {
@@ -1198,57 +1017,55 @@ impl Kernel {
                 appends: &mut appends,
                 actions: &mut actions,
             };
-            let Some(v) = value.take() else { break };
-            match call_plugin(plugin.as_mut(), &mut cx, seat, v) {
-                Step::Next(v) => value = Some(v),
-                Step::Done(v) => {
-                    end = Some(ChainEnd::Final(Ok(v)));
+            let step;
+            (seat, step) = match seat {
+                Seat::Hook { id, call } => {
+                    let (call, step) = run_hook(plugin.as_mut(), &mut cx, call);
+                    (Seat::Hook { id, call }, step)
+                }
+                Seat::Kernel { token, call } => {
+                    let (call, step) = run_kernel(plugin.as_mut(), &mut cx, call);
+                    (Seat::Kernel { token, call }, step)
+                }
+            };
+            match step {
+                Step::Next => {}
+                Step::Done => {
+                    end = Some(ChainEnd::Final(Ok(())));
                     break;
                 }
                 Step::Fail(e) => {
                     end = Some(ChainEnd::Final(Err(e)));
                     break;
                 }
-                Step::Ask(v, ask) => {
-                    end = Some(ChainEnd::Asked {
-                        plugin: i,
-                        value: v,
-                        ask,
-                    });
+                Step::Ask(ask) => {
+                    end = Some(ChainEnd::Asked { plugin: i, ask });
                     break;
                 }
             }
         }
         // Plugin appends land here, before the seam's result takes effect.
         self.apply(appends, Vec::new());
-        let end = match (end, value) {
-            (Some(end), _) => end,
-            (None, Some(v)) => ChainEnd::Final(Ok(v)),
-            // Unreachable: the value is only taken by a step that ends.
-            (None, None) => ChainEnd::Final(Err(HookError::msg("plugin chain lost its value"))),
-        };
-        (end, actions)
+        (seat, end.unwrap_or(ChainEnd::Final(Ok(()))), actions)
     }
 
     /// Completes a chain; queued calls apply after the seam completes
     /// (loop.md Q3).
-    fn chain_end(&mut self, seat: Seat, (end, actions): (ChainEnd, Vec<Action>)) {
+    fn chain_end(&mut self, seat: Seat, end: ChainEnd, actions: Vec<Action>) {
         match end {
-            ChainEnd::Asked { plugin, value, ask } => {
-                let index = plugin;
+            ChainEnd::Asked { plugin, ask } => {
                 if self.disposing {
                     // Nobody will answer: the plugin sees the withdrawal at
                     // once; asking again then fails the seam.
                     self.apply(Vec::new(), actions);
-                    let (end, actions) =
-                        self.run_chain(&seat, value, plugin, Some(Reply::Cancelled));
+                    let (seat, end, actions) = self.run_chain(seat, plugin, Some(Reply::Cancelled));
                     let end = match end {
                         ChainEnd::Asked { .. } => ChainEnd::Final(Err(HookError::msg(
                             "a plugin asked while the agent is being disposed",
                         ))),
                         done => done,
                     };
-                    self.chain_end(seat, (end, actions));
+                    self.chain_end(seat, end, actions);
                     return;
                 }
                 self.next_ask += 1;
@@ -1271,19 +1088,21 @@ impl Kernel {
                         plugin,
                         request,
                     },
-                    Ask::Model { plugin, request } => {
+                    Ask::Model {
+                        plugin: name,
+                        request,
+                    } => {
                         self.asks.insert(
                             id,
                             Pending {
                                 seat,
-                                value,
-                                plugin: index,
+                                plugin,
                                 side: true,
                             },
                         );
                         self.effects.push_back(Effect::SideModel {
                             id,
-                            plugin,
+                            plugin: name,
                             request: *request,
                         });
                         self.apply(Vec::new(), actions);
@@ -1294,7 +1113,6 @@ impl Kernel {
                     id,
                     Pending {
                         seat,
-                        value,
                         plugin,
                         side: false,
                     },
@@ -1306,17 +1124,19 @@ impl Kernel {
                 let now = self.now;
                 match seat {
                     Seat::Hook { id, call } => {
-                        let answer = to_answer(&call, result);
+                        let answer = match result {
+                            Ok(()) => call.answer(),
+                            Err(e) => call.fail(e),
+                        };
                         if let Err(e) = self.core.complete_hook(now, id, answer) {
                             self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
                         }
                     }
-                    Seat::Command { name } => {
-                        let result = match result {
-                            Ok(Value::Command(v)) => Ok(v),
-                            Ok(_) => Err(String::from("the command chain lost its value")),
-                            Err(e) => Err(e.to_string()),
-                        };
+                    Seat::Kernel {
+                        call: KernelCall::Command { name, value },
+                        ..
+                    } => {
+                        let result = result.map(|()| value).map_err(|e| e.to_string());
                         if let Err(e) = self.core.end_maintenance(now) {
                             self.publish(AgentEvent::Error(format!(
                                 "maintenance end refused: {e}"
@@ -1324,15 +1144,18 @@ impl Kernel {
                         }
                         self.publish(AgentEvent::CommandDone { name, result });
                     }
-                    Seat::Execute { exec } => {
-                        let token = exec.token;
+                    Seat::Kernel {
+                        token,
+                        call: KernelCall::ToolExecute { value },
+                    } => {
                         let answered = match result {
-                            Ok(Value::Execute(ToolDispatch::Run(e))) => {
-                                self.start_tool(e);
-                                None
-                            }
-                            Ok(Value::Execute(ToolDispatch::Answer(o))) => Some(o),
-                            Ok(_) => Some(ToolOutcome::error("tools/execute: wrong value")),
+                            Ok(()) => match value {
+                                ToolDispatch::Run(e) => {
+                                    self.start_tool(e);
+                                    None
+                                }
+                                ToolDispatch::Answer(o) => Some(o),
+                            },
                             Err(e) => Some(e.tool_outcome()),
                         };
                         if let Some(outcome) = answered
@@ -1344,156 +1167,6 @@ impl Kernel {
                 }
                 self.apply(Vec::new(), actions);
             }
-        }
-    }
-}
-
-fn seam_of(seat: &Seat) -> Seams {
-    match seat {
-        Seat::Execute { .. } => Seams::TOOL_EXECUTE,
-        Seat::Command { .. } => Seams::COMMAND,
-        Seat::Hook { call, .. } => match call {
-            HookCall::Assemble { .. } => Seams::ASSEMBLE,
-            HookCall::PreStep { .. } => Seams::PRE_STEP,
-            HookCall::Request { .. } => Seams::REQUEST,
-            HookCall::Prepare { .. } => Seams::PREPARE,
-            HookCall::RequestError { .. } => Seams::REQUEST_ERROR,
-            HookCall::TurnStopping { .. } => Seams::TURN_STOPPING,
-            HookCall::ToolPreExecute { .. } => Seams::TOOL_PRE_EXECUTE,
-            HookCall::ToolApproval { .. } => Seams::TOOL_APPROVAL,
-            HookCall::ToolPostExecute { .. } => Seams::TOOL_POST_EXECUTE,
-            _ => Seams::NONE,
-        },
-    }
-}
-
-enum Step {
-    Next(Value),
-    Done(Value),
-    Fail(HookError),
-    Ask(Value, Ask),
-}
-
-/// One plugin's handler for the seam, with the value wrapped back.
-fn call_plugin(p: &mut dyn Plugin, cx: &mut Cx<'_>, seat: &Seat, value: Value) -> Step {
-    fn wrap<T>(flow: Flow<T>, keep: impl FnOnce() -> Value, f: impl Fn(T) -> Value) -> Step {
-        match flow {
-            Flow::Next(v) => Step::Next(f(v)),
-            Flow::Done(v) => Step::Done(f(v)),
-            Flow::Fail(e) => Step::Fail(e),
-            Flow::Ask(a) => Step::Ask(keep(), a),
-        }
-    }
-    match (seat, value) {
-        (Seat::Hook { call, .. }, value) => match (call, value) {
-            (HookCall::Assemble { turn, step, .. }, Value::Assemble(v)) => {
-                let keep = v.clone();
-                wrap(
-                    p.assemble(cx, *turn, *step, v),
-                    || Value::Assemble(keep),
-                    Value::Assemble,
-                )
-            }
-            (HookCall::PreStep { payload, .. }, Value::PreStep(v)) => {
-                let keep = v.clone();
-                wrap(
-                    p.pre_step(cx, payload, v),
-                    || Value::PreStep(keep),
-                    Value::PreStep,
-                )
-            }
-            (HookCall::Request { turn, step, .. }, Value::Request(v)) => {
-                let keep = v.clone();
-                wrap(
-                    p.request(cx, *turn, *step, v),
-                    || Value::Request(keep),
-                    Value::Request,
-                )
-            }
-            (HookCall::Prepare { .. }, Value::Prepare(v)) => {
-                let keep = v.clone();
-                wrap(p.prepare(cx, v), || Value::Prepare(keep), Value::Prepare)
-            }
-            (HookCall::RequestError { payload }, Value::RequestError(v)) => wrap(
-                p.request_error(cx, payload, v),
-                || Value::RequestError(v),
-                Value::RequestError,
-            ),
-            (HookCall::TurnStopping { turn }, Value::TurnStopping) => wrap(
-                p.turn_stopping(cx, *turn),
-                || Value::TurnStopping,
-                |()| Value::TurnStopping,
-            ),
-            (HookCall::ToolPreExecute { exec }, Value::PreExecute(v)) => {
-                let keep = v.clone();
-                wrap(
-                    p.tool_pre_execute(cx, exec, v),
-                    || Value::PreExecute(keep),
-                    Value::PreExecute,
-                )
-            }
-            (HookCall::ToolApproval { exec, reason }, Value::Approval(v)) => wrap(
-                p.tool_approval(cx, exec, reason.as_deref(), v),
-                || Value::Approval(v),
-                Value::Approval,
-            ),
-            (HookCall::ToolPostExecute { exec, outcome }, Value::PostExecute(v)) => {
-                let keep = v.clone();
-                wrap(
-                    p.tool_post_execute(cx, exec, outcome, v),
-                    || Value::PostExecute(keep),
-                    Value::PostExecute,
-                )
-            }
-            (_, v) => Step::Next(v),
-        },
-        (Seat::Execute { .. }, Value::Execute(v)) => {
-            let keep = v.clone();
-            wrap(
-                p.tool_execute(cx, v),
-                || Value::Execute(keep),
-                Value::Execute,
-            )
-        }
-        (Seat::Command { name }, Value::Command(v)) => {
-            let keep = v.clone();
-            wrap(
-                p.command(cx, name, v),
-                || Value::Command(keep),
-                Value::Command,
-            )
-        }
-        (_, v) => Step::Next(v),
-    }
-}
-
-/// The core's answer for a finished chain.
-fn to_answer(call: &HookCall, result: Result<Value, HookError>) -> HookAnswer {
-    match (call, result) {
-        (_, Ok(Value::Assemble(v))) => HookAnswer::Assemble(Ok(v)),
-        (_, Ok(Value::PreStep(v))) => HookAnswer::PreStep(Ok(v)),
-        (_, Ok(Value::Request(v))) => HookAnswer::Request(Ok(v)),
-        (_, Ok(Value::Prepare(v))) => HookAnswer::Prepare(Ok(v)),
-        (_, Ok(Value::RequestError(v))) => HookAnswer::RequestError(Ok(v)),
-        (_, Ok(Value::TurnStopping)) => HookAnswer::TurnStopping(Ok(())),
-        (_, Ok(Value::PreExecute(v))) => HookAnswer::ToolPreExecute(Ok(v)),
-        (_, Ok(Value::Approval(v))) => HookAnswer::ToolApproval(v),
-        (_, Ok(Value::PostExecute(v))) => HookAnswer::ToolPostExecute(Ok(v)),
-        (HookCall::Assemble { .. }, Err(e)) => HookAnswer::Assemble(Err(e)),
-        (HookCall::PreStep { .. }, Err(e)) => HookAnswer::PreStep(Err(e)),
-        (HookCall::Request { .. }, Err(e)) => HookAnswer::Request(Err(e)),
-        (HookCall::Prepare { .. }, Err(e)) => HookAnswer::Prepare(Err(e)),
-        (HookCall::RequestError { .. }, Err(e)) => HookAnswer::RequestError(Err(e)),
-        (HookCall::TurnStopping { .. }, Err(e)) => HookAnswer::TurnStopping(Err(e)),
-        (HookCall::ToolPreExecute { .. }, Err(e)) => HookAnswer::ToolPreExecute(Err(e)),
-        // The approval service has no error channel: a failing approver
-        // means no approval channel (TL-10 `unavailable`).
-        (HookCall::ToolApproval { .. }, Err(_)) => {
-            HookAnswer::ToolApproval(ApprovalOutcome::Unavailable)
-        }
-        (_, Err(e)) => HookAnswer::ToolPostExecute(Err(e)),
-        (_, Ok(Value::Execute(_) | Value::Command(_))) => {
-            HookAnswer::ToolPostExecute(Ok(PostToolDecision::accept()))
         }
     }
 }

@@ -25,17 +25,11 @@
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::ops::BitOr;
 
-use dsh_core::LlmCallConfig;
 use dsh_core::Message;
-use dsh_core::agent::prompt::{Assembly, PromptSection};
+use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
-use dsh_core::agent::{
-    ApprovalOutcome, CancelCause, Checkpoint, HookError, InboxTarget, PostToolDecision,
-    PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload,
-    ToolExecution,
-};
+use dsh_core::agent::{CancelCause, Checkpoint, HookCall, HookError, InboxTarget, ToolExecution};
 use dsh_core::session::{EventData, Session, SessionEvent, SurfaceIntent};
 use dsh_core::{GenerateOptions, StreamChunk, TokenUsage};
 use serde_json::Value;
@@ -184,52 +178,7 @@ impl SideCollector {
     }
 }
 
-/// A set of seams (a bit set), as [`Plugin::seams`] declares them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Seams(u16);
-
-impl Seams {
-    /// No seam.
-    pub const NONE: Seams = Seams(0);
-    /// `system-prompt/assemble`.
-    pub const ASSEMBLE: Seams = Seams(1);
-    /// `agent/pre-step` (and prompt submit: the first step, SM-8).
-    pub const PRE_STEP: Seams = Seams(1 << 1);
-    /// `agent/request`.
-    pub const REQUEST: Seams = Seams(1 << 2);
-    /// `llm.prepareCall`.
-    pub const PREPARE: Seams = Seams(1 << 3);
-    /// `agent/request-error`.
-    pub const REQUEST_ERROR: Seams = Seams(1 << 4);
-    /// `agent/turn-stopping`.
-    pub const TURN_STOPPING: Seams = Seams(1 << 5);
-    /// `tools/pre-execute`.
-    pub const TOOL_PRE_EXECUTE: Seams = Seams(1 << 6);
-    /// The approval service (TL-10).
-    pub const TOOL_APPROVAL: Seams = Seams(1 << 7);
-    /// `tools/execute` (around the body: rewrite the call or answer it).
-    pub const TOOL_EXECUTE: Seams = Seams(1 << 8);
-    /// `tools/post-execute`.
-    pub const TOOL_POST_EXECUTE: Seams = Seams(1 << 9);
-    /// Session-event listeners.
-    pub const EVENTS: Seams = Seams(1 << 10);
-    /// `session/flush` listeners.
-    pub const FLUSH: Seams = Seams(1 << 11);
-    /// Plugin commands ([`Kernel::command`](crate::Kernel::command)).
-    pub const COMMAND: Seams = Seams(1 << 12);
-
-    /// Whether every seam of `other` is in `self`.
-    pub const fn contains(self, other: Seams) -> bool {
-        self.0 & other.0 == other.0 && other.0 != 0
-    }
-}
-
-impl BitOr for Seams {
-    type Output = Seams;
-    fn bitor(self, rhs: Seams) -> Seams {
-        Seams(self.0 | rhs.0)
-    }
-}
+pub use dsh_core::agent::Seams;
 
 /// What `tools/execute` passes around the body.
 #[derive(Clone, Debug, PartialEq)]
@@ -338,226 +287,215 @@ impl Cx<'_> {
     }
 }
 
-/// A plugin: seam handlers plus contributions. Every method has a default
-/// that passes the value on unchanged; a handler runs only for the seams
-/// in [`seams`](Plugin::seams).
-#[allow(unused_variables)]
-pub trait Plugin: Send {
-    /// A short name (diagnostics, [`Ask::Plugin`]).
-    fn name(&self) -> &str;
-
-    /// The seams this plugin handles.
-    fn seams(&self) -> Seams;
-
-    /// System-prompt sections added to the default assembly (SP-2), taken
-    /// once when the kernel is built.
-    fn sections(&mut self) -> Vec<PromptSection> {
-        Vec::new()
-    }
-
-    /// Tool definitions added to the agent's registry, taken once when the
-    /// kernel is built (the runtime provides the bodies).
-    fn tools(&mut self) -> Vec<ToolDefinition> {
-        Vec::new()
-    }
-
-    /// `system-prompt/assemble`.
-    fn assemble(
-        &mut self,
-        cx: &mut Cx<'_>,
-        turn: u64,
-        step: u64,
-        value: Assembly,
-    ) -> Flow<Assembly> {
-        Flow::Next(value)
-    }
-
-    /// `agent/pre-step`; on step 1 this is prompt submit (SM-8):
-    /// [`PreStepDecision::Reject`] blocks the turn.
-    fn pre_step(
-        &mut self,
-        cx: &mut Cx<'_>,
-        payload: &PreStepPayload,
-        value: PreStepDecision,
-    ) -> Flow<PreStepDecision> {
-        Flow::Next(value)
-    }
-
-    /// `agent/request`, before every model attempt.
-    fn request(
-        &mut self,
-        cx: &mut Cx<'_>,
-        turn: u64,
-        step: u64,
-        value: LlmCallConfig,
-    ) -> Flow<LlmCallConfig> {
-        Flow::Next(value)
-    }
-
-    /// `llm.prepareCall` (LC-15).
-    fn prepare(&mut self, cx: &mut Cx<'_>, value: PreparedCall) -> Flow<PreparedCall> {
-        Flow::Next(value)
-    }
-
-    /// `agent/request-error` (SM-4).
-    fn request_error(
-        &mut self,
-        cx: &mut Cx<'_>,
-        payload: &RequestErrorPayload,
-        value: Recovery,
-    ) -> Flow<Recovery> {
-        Flow::Next(value)
-    }
-
-    /// `agent/turn-stopping` (SM-5): acts through `cx.steer` / `cx.inject`.
-    fn turn_stopping(&mut self, cx: &mut Cx<'_>, turn: u64) -> Flow<()> {
-        Flow::Next(())
-    }
-
-    /// `tools/pre-execute` (TL-9 step 4).
-    fn tool_pre_execute(
-        &mut self,
-        cx: &mut Cx<'_>,
-        exec: &ToolExecution,
-        value: PreToolDecision,
-    ) -> Flow<PreToolDecision> {
-        Flow::Next(value)
-    }
-
-    /// The approval service for an `ask` (TL-10); the value starts as
-    /// [`ApprovalOutcome::NoService`].
-    fn tool_approval(
-        &mut self,
-        cx: &mut Cx<'_>,
-        exec: &ToolExecution,
-        reason: Option<&str>,
-        value: ApprovalOutcome,
-    ) -> Flow<ApprovalOutcome> {
-        Flow::Next(value)
-    }
-
-    /// `tools/execute`, around the body (TL-9 step 9): rewrite the call the
-    /// body receives, or answer it without running the body.
-    fn tool_execute(&mut self, cx: &mut Cx<'_>, value: ToolDispatch) -> Flow<ToolDispatch> {
-        Flow::Next(value)
-    }
-
-    /// `tools/post-execute` (TL-11).
-    fn tool_post_execute(
-        &mut self,
-        cx: &mut Cx<'_>,
-        exec: &ToolExecution,
-        outcome: &ToolOutcome,
-        value: PostToolDecision,
-    ) -> Flow<PostToolDecision> {
-        Flow::Next(value)
-    }
-
-    /// A plugin command ([`Kernel::command`](crate::Kernel::command)), run
-    /// as maintenance while the agent is idle: `value` starts as the
-    /// command's arguments; the final value is its result. A plugin that
-    /// does not know `name` passes the value on.
-    fn command(&mut self, cx: &mut Cx<'_>, name: &str, value: Value) -> Flow<Value> {
-        Flow::Next(value)
-    }
-
-    /// A session event was appended (every event, in seq order).
-    fn on_event(&mut self, cx: &mut Cx<'_>, event: &SessionEvent) {}
-
-    /// A durability checkpoint was reached (SM-13); called before the
-    /// kernel asks the runtime to persist.
-    fn on_flush(&mut self, checkpoint: Checkpoint) {}
+/// Lends a stored payload field to a plugin method the way its signature
+/// takes it (by copy, by reference, as `&str`).
+trait Lend<'a, T> {
+    fn lend(&'a self) -> T;
 }
 
-impl<P: Plugin + ?Sized> Plugin for Box<P> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn seams(&self) -> Seams {
-        (**self).seams()
-    }
-    fn sections(&mut self) -> Vec<PromptSection> {
-        (**self).sections()
-    }
-    fn tools(&mut self) -> Vec<ToolDefinition> {
-        (**self).tools()
-    }
-    fn assemble(
-        &mut self,
-        cx: &mut Cx<'_>,
-        turn: u64,
-        step: u64,
-        value: Assembly,
-    ) -> Flow<Assembly> {
-        (**self).assemble(cx, turn, step, value)
-    }
-    fn pre_step(
-        &mut self,
-        cx: &mut Cx<'_>,
-        payload: &PreStepPayload,
-        value: PreStepDecision,
-    ) -> Flow<PreStepDecision> {
-        (**self).pre_step(cx, payload, value)
-    }
-    fn request(
-        &mut self,
-        cx: &mut Cx<'_>,
-        turn: u64,
-        step: u64,
-        value: LlmCallConfig,
-    ) -> Flow<LlmCallConfig> {
-        (**self).request(cx, turn, step, value)
-    }
-    fn prepare(&mut self, cx: &mut Cx<'_>, value: PreparedCall) -> Flow<PreparedCall> {
-        (**self).prepare(cx, value)
-    }
-    fn request_error(
-        &mut self,
-        cx: &mut Cx<'_>,
-        payload: &RequestErrorPayload,
-        value: Recovery,
-    ) -> Flow<Recovery> {
-        (**self).request_error(cx, payload, value)
-    }
-    fn turn_stopping(&mut self, cx: &mut Cx<'_>, turn: u64) -> Flow<()> {
-        (**self).turn_stopping(cx, turn)
-    }
-    fn tool_pre_execute(
-        &mut self,
-        cx: &mut Cx<'_>,
-        exec: &ToolExecution,
-        value: PreToolDecision,
-    ) -> Flow<PreToolDecision> {
-        (**self).tool_pre_execute(cx, exec, value)
-    }
-    fn tool_approval(
-        &mut self,
-        cx: &mut Cx<'_>,
-        exec: &ToolExecution,
-        reason: Option<&str>,
-        value: ApprovalOutcome,
-    ) -> Flow<ApprovalOutcome> {
-        (**self).tool_approval(cx, exec, reason, value)
-    }
-    fn tool_execute(&mut self, cx: &mut Cx<'_>, value: ToolDispatch) -> Flow<ToolDispatch> {
-        (**self).tool_execute(cx, value)
-    }
-    fn tool_post_execute(
-        &mut self,
-        cx: &mut Cx<'_>,
-        exec: &ToolExecution,
-        outcome: &ToolOutcome,
-        value: PostToolDecision,
-    ) -> Flow<PostToolDecision> {
-        (**self).tool_post_execute(cx, exec, outcome, value)
-    }
-    fn command(&mut self, cx: &mut Cx<'_>, name: &str, value: Value) -> Flow<Value> {
-        (**self).command(cx, name, value)
-    }
-    fn on_event(&mut self, cx: &mut Cx<'_>, event: &SessionEvent) {
-        (**self).on_event(cx, event)
-    }
-    fn on_flush(&mut self, checkpoint: Checkpoint) {
-        (**self).on_flush(checkpoint)
+impl Lend<'_, u64> for u64 {
+    fn lend(&self) -> u64 {
+        *self
     }
 }
+
+impl<'a, T> Lend<'a, &'a T> for T {
+    fn lend(&'a self) -> &'a T {
+        self
+    }
+}
+
+impl<'a> Lend<'a, Option<&'a str>> for Option<String> {
+    fn lend(&'a self) -> Option<&'a str> {
+        self.as_deref()
+    }
+}
+
+impl<'a> Lend<'a, &'a str> for String {
+    fn lend(&'a self) -> &'a str {
+        self.as_str()
+    }
+}
+
+/// One plugin's step in a seam's chain; the value stays in the call.
+pub(crate) enum Step {
+    Next,
+    Done,
+    Fail(HookError),
+    Ask(Ask),
+}
+
+/// Puts a plugin's value back: a failure or an ask keeps the value the
+/// plugin was given.
+fn settle<T>(flow: Flow<T>, given: T) -> (T, Step) {
+    match flow {
+        Flow::Next(v) => (v, Step::Next),
+        Flow::Done(v) => (v, Step::Done),
+        Flow::Fail(e) => (given, Step::Fail(e)),
+        Flow::Ask(a) => (given, Step::Ask(a)),
+    }
+}
+
+/// A seam method of [`Plugin`], from a row of the seam table.
+macro_rules! plugin_method {
+    (value $(#[$m:meta])* $name:ident ($($arg:ident : $aty:ty),*) $vty:ty) => {
+        $(#[$m])*
+        fn $name(&mut self, cx: &mut Cx<'_>, $($arg: $aty,)* value: $vty) -> Flow<$vty> {
+            Flow::Next(value)
+        }
+    };
+    (unit $(#[$m:meta])* $name:ident ($($arg:ident : $aty:ty),*) $vty:ty) => {
+        $(#[$m])*
+        fn $name(&mut self, cx: &mut Cx<'_>, $($arg: $aty),*) -> Flow<$vty> {
+            Flow::Next(())
+        }
+    };
+}
+
+/// The `Box` forwarding of a seam method.
+macro_rules! plugin_forward {
+    (value $name:ident ($($arg:ident : $aty:ty),*) $vty:ty) => {
+        fn $name(&mut self, cx: &mut Cx<'_>, $($arg: $aty,)* value: $vty) -> Flow<$vty> {
+            (**self).$name(cx, $($arg,)* value)
+        }
+    };
+    (unit $name:ident ($($arg:ident : $aty:ty),*) $vty:ty) => {
+        fn $name(&mut self, cx: &mut Cx<'_>, $($arg: $aty),*) -> Flow<$vty> {
+            (**self).$name(cx $(, $arg)*)
+        }
+    };
+}
+
+/// A call of a seam method with the chain's value.
+macro_rules! plugin_call {
+    (value $p:ident . $name:ident ($cx:ident $(, $a:expr)*) $v:ident) => {
+        $p.$name($cx, $($a,)* $v)
+    };
+    (unit $p:ident . $name:ident ($cx:ident $(, $a:expr)*) $v:ident) => {{
+        let () = $v;
+        $p.$name($cx $(, $a)*)
+    }};
+}
+
+/// The plugin API from the seam table: the [`Plugin`] trait, its `Box`
+/// forwarding, the kernel's own seam calls ([`KernelCall`]) and the
+/// dispatch of one plugin over a deferred core seam or a kernel seam.
+macro_rules! plugin_api {
+    (
+        deferred { $(
+            $(#[$m:meta])*
+            $name:ident $var:ident $flag:ident $bit:literal $label:literal (
+                $( $(#[$fm:meta])* $field:ident : $stored:ty => $lent:ty ),* $(,)?
+            ) $mode:ident $value:ty;
+        )* }
+        kernel { $(
+            $(#[$km:meta])*
+            $kname:ident $kvar:ident $kflag:ident $kbit:literal $klabel:literal (
+                $( $(#[$kfm:meta])* $kfield:ident : $kstored:ty => $klent:ty ),* $(,)?
+            ) $kmode:ident $kvalue:ty;
+        )* }
+        listeners { $( $(#[$lm:meta])* $lflag:ident $lbit:literal; )* }
+    ) => {
+        /// A plugin: seam handlers plus contributions. Every seam method has
+        /// a default that passes the value on unchanged; a handler runs only
+        /// for the seams in [`seams`](Plugin::seams). The seam methods come
+        /// from the seam table (`dsh_core::agent::seams`).
+        #[allow(unused_variables)]
+        pub trait Plugin: Send {
+            /// A short name (diagnostics, [`Ask::Plugin`]).
+            fn name(&self) -> &str;
+
+            /// The seams this plugin handles.
+            fn seams(&self) -> Seams;
+
+            /// System-prompt sections added to the default assembly (SP-2),
+            /// taken once when the kernel is built.
+            fn sections(&mut self) -> Vec<PromptSection> {
+                Vec::new()
+            }
+
+            /// Tool definitions added to the agent's registry, taken once
+            /// when the kernel is built (the runtime provides the bodies).
+            fn tools(&mut self) -> Vec<ToolDefinition> {
+                Vec::new()
+            }
+
+            $( plugin_method!($mode $(#[$m])* $name ($($field: $lent),*) $value); )*
+            $( plugin_method!($kmode $(#[$km])* $kname ($($kfield: $klent),*) $kvalue); )*
+
+            /// A session event was appended (every event, in seq order).
+            fn on_event(&mut self, cx: &mut Cx<'_>, event: &SessionEvent) {}
+
+            /// A durability checkpoint was reached (SM-13); called before the
+            /// kernel asks the runtime to persist.
+            fn on_flush(&mut self, checkpoint: Checkpoint) {}
+        }
+
+        impl<P: Plugin + ?Sized> Plugin for Box<P> {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn seams(&self) -> Seams {
+                (**self).seams()
+            }
+            fn sections(&mut self) -> Vec<PromptSection> {
+                (**self).sections()
+            }
+            fn tools(&mut self) -> Vec<ToolDefinition> {
+                (**self).tools()
+            }
+            $( plugin_forward!($mode $name ($($field: $lent),*) $value); )*
+            $( plugin_forward!($kmode $kname ($($kfield: $klent),*) $kvalue); )*
+            fn on_event(&mut self, cx: &mut Cx<'_>, event: &SessionEvent) {
+                (**self).on_event(cx, event)
+            }
+            fn on_flush(&mut self, checkpoint: Checkpoint) {
+                (**self).on_flush(checkpoint)
+            }
+        }
+
+        /// A seam the kernel raises itself, with its value.
+        #[allow(clippy::large_enum_variant)] // one per pending seam
+        pub(crate) enum KernelCall {
+            $( $kvar { $( $kfield: $kstored, )* value: $kvalue }, )*
+        }
+
+        impl KernelCall {
+            /// The seam's flag.
+            pub(crate) fn seam(&self) -> Seams {
+                match self { $( KernelCall::$kvar { .. } => Seams::$kflag, )* }
+            }
+        }
+
+        /// Runs plugin `p` over deferred core seam `call`.
+        pub(crate) fn run_hook(p: &mut dyn Plugin, cx: &mut Cx<'_>, call: HookCall) -> (HookCall, Step) {
+            match call {
+                $(
+                    HookCall::$var { $($field,)* value } => {
+                        let given = value.clone();
+                        let flow = plugin_call!($mode p.$name(cx $(, Lend::lend(&$field))*) value);
+                        let (value, step) = settle(flow, given);
+                        (HookCall::$var { $($field,)* value }, step)
+                    }
+                )*
+                other => (other, Step::Next),
+            }
+        }
+
+        /// Runs plugin `p` over kernel seam `call`.
+        pub(crate) fn run_kernel(p: &mut dyn Plugin, cx: &mut Cx<'_>, call: KernelCall) -> (KernelCall, Step) {
+            match call {
+                $(
+                    KernelCall::$kvar { $($kfield,)* value } => {
+                        let given = value.clone();
+                        let flow = plugin_call!($kmode p.$kname(cx $(, Lend::lend(&$kfield))*) value);
+                        let (value, step) = settle(flow, given);
+                        (KernelCall::$kvar { $($kfield,)* value }, step)
+                    }
+                )*
+            }
+        }
+    };
+}
+
+dsh_core::seam_table!(plugin_api);

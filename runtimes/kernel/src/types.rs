@@ -10,7 +10,8 @@ use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::{ToolRegistry, ToolRegistryError};
 use dsh_core::agent::{
-    AgentOptions, AgentStatus, Checkpoint, InputError, ModelCall, ResumeError, ToolExecution,
+    AgentOptions, AgentStatus, Checkpoint, InputError, ModelCall, RequestFill, ResumeError,
+    ToolExecution,
 };
 use dsh_core::session::{
     AppendError, ForkError, HeaderError, SeedError, SessionEvent, TurnEndReason,
@@ -154,6 +155,9 @@ impl AgentConfig {
             retry_executor: self.retry_executor,
             interrupted_prefix: self.interrupted_prefix,
             wake_latch: self.wake_latch,
+            request_fill: RequestFill::from_call(&self.call),
+            retry_policy: self.retry_policy.clone().unwrap_or_default(),
+            max_steps_per_turn: self.max_steps_per_turn,
             ..dsh_core::agent::AgentConfig::default()
         })
     }

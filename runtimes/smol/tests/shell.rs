@@ -17,7 +17,7 @@ use dsh_core::agent::{
 use dsh_core::session::{
     AbortCause, EventData, Session, SessionEvent, SessionHeader, TurnEndReason,
 };
-use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
+use dsh_core::{ContentBlock, Message, SessionId, StreamChunk};
 use dsh_deepseek::{CancelToken, DeepSeekClient};
 use dsh_smol::{Agent, AgentEvent};
 use dsh_tools::{Tool, ToolCallRequest, ToolContext, Workspace};
@@ -93,15 +93,26 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
         },
         tools,
         retry_executor: true,
+        // The shell answers `prepare` with the provider's (LC-15, the
+        // context window from the client's catalog); every other seam
+        // keeps the default.
+        seams: dsh_core::agent::Seams::PREPARE,
         ..CoreConfig::default()
     };
-    let mut core = Core::new(config, Session::new(SessionHeader::new("core-run", 0)))
-        .unwrap()
-        .with_hooks(Prepare(client.clone()));
+    let mut core = Core::new(config, Session::new(SessionHeader::new("core-run", 0))).unwrap();
     core.followup(1, Message::user("m1", vec![ContentBlock::text("hi")]))
         .unwrap();
     while let Some(out) = core.poll() {
         match out {
+            Output::Hook {
+                id,
+                call: dsh_core::agent::HookCall::Prepare { value },
+            } => {
+                use dsh_smol::ModelProvider;
+                let prepared = client.prepare(value.config).unwrap();
+                let answer = dsh_core::agent::HookAnswer::Prepare(Ok(prepared));
+                core.complete_hook(1, id, answer).unwrap();
+            }
             Output::CallModel(call) => {
                 for chunk in client.stream_chunks(&call.request, &CancelToken::new()) {
                     core.handle_chunk(2, call.attempt, chunk).unwrap();
@@ -117,23 +128,6 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
         }
     }
     core.session().events().to_vec()
-}
-
-/// The provider's `prepare` (LC-15), as the shell installs it (the
-/// context window from the client's catalog); every other seam keeps the
-/// default.
-struct Prepare(DeepSeekClient);
-
-impl dsh_core::agent::Hooks for Prepare {
-    fn prepare(
-        &mut self,
-        _cx: &mut dsh_core::agent::HookCx<'_>,
-        config: LlmCallConfig,
-    ) -> dsh_core::agent::Hook<Result<dsh_core::agent::PreparedCall, dsh_core::agent::HookError>>
-    {
-        use dsh_smol::ModelProvider;
-        dsh_core::agent::Hook::Ready(Ok(self.0.prepare(config).unwrap()))
-    }
 }
 
 /// V02 (one tool call, then a text answer) without the chunk events.

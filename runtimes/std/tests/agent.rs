@@ -57,9 +57,11 @@ fn drive_core(
     let mut header = SessionHeader::new(id, NOW as u64);
     header.cwd = Some(cfg.cwd.to_str().unwrap().to_string());
     let provider = cfg.provider.clone();
-    let mut agent = core_agent::Agent::new(cfg.core_config().unwrap(), Session::new(header))
-        .unwrap()
-        .with_hooks(Prepare(provider));
+    // The shell answers `prepare` with the provider's (LC-15); every other
+    // seam keeps the default (policy `auto`).
+    let mut core_config = cfg.core_config().unwrap();
+    core_config.seams = core_agent::Seams::PREPARE;
+    let mut agent = core_agent::Agent::new(core_config, Session::new(header)).unwrap();
     let mut replies = replies.into_iter();
     agent.followup(NOW, prompt).unwrap();
     let mut pending: Vec<Output> = Vec::new();
@@ -78,6 +80,14 @@ fn drive_core(
                     }
                     agent.handle_stream_end(NOW, call.attempt).unwrap();
                 }
+                Output::Hook {
+                    id,
+                    call: core_agent::HookCall::Prepare { value },
+                } => {
+                    let prepared = provider.prepare(value.config).unwrap();
+                    let answer = core_agent::HookAnswer::Prepare(Ok(prepared));
+                    agent.complete_hook(NOW, id, answer).unwrap();
+                }
                 Output::ExecuteTool(exec) => {
                     let cx = ToolContext::new(cfg.workspace().unwrap());
                     let outcome = cfg.tools.execute(&exec, &cx);
@@ -89,20 +99,6 @@ fn drive_core(
     }
     assert!(agent.is_quiescent());
     agent.session().events().to_vec()
-}
-
-/// Core-level hooks with the provider's `prepare` (LC-15), as the shell
-/// installs it; every other seam keeps the default (policy `auto`).
-struct Prepare(Arc<dyn ModelProvider>);
-
-impl core_agent::Hooks for Prepare {
-    fn prepare(
-        &mut self,
-        _cx: &mut core_agent::HookCx<'_>,
-        config: dsh_core::LlmCallConfig,
-    ) -> core_agent::Hook<Result<core_agent::PreparedCall, core_agent::HookError>> {
-        core_agent::Hook::Ready(Ok(self.0.prepare(config).unwrap()))
-    }
 }
 
 fn deterministic(cfg: &mut dsh_std::AgentConfig) {

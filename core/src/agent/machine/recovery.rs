@@ -3,8 +3,8 @@
 use super::{Agent, ErrorPhase, Failed, Stage, ceil_ms};
 use crate::agent::hooks::{Hook, HookError, Recovery, RequestErrorPayload};
 use crate::agent::io::{HookCall, Output};
-use crate::agent::seams::Seams;
 use crate::agent::retry::{RetryPolicy, RetryRecord, RetrySchedule};
+use crate::agent::seams::Seams;
 use crate::session::{EventData, LlmRetry};
 use alloc::boxed::Box;
 use alloc::string::String;

@@ -5,10 +5,10 @@ use super::{Agent, Failed, PlannedCall, Stage, StepEnd, Stream};
 use crate::agent::hooks::{
     CancelCause, Hook, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
 };
-use crate::agent::seams::Seams;
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{Checkpoint, HookCall, ModelCall, Notification, Output};
 use crate::agent::prompt::{Assembly, runtime_context_candidate};
+use crate::agent::seams::Seams;
 use crate::assembler::BlockAssembler;
 use crate::chunk::FinishReason;
 use crate::content::ContentBlock;

@@ -15,8 +15,8 @@ use crate::agent::hooks::{
 };
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{Checkpoint, HookAnswer, HookCall, Output};
-use crate::agent::seams::Seams;
 use crate::agent::schema::validate_value;
+use crate::agent::seams::Seams;
 use crate::agent::tools::{ExecutionMode, ToolOutcome, feedback_text, parse_arguments};
 use crate::ids::CallId;
 use crate::message::Message;
@@ -345,9 +345,7 @@ impl Agent {
         let i = phase.running.len() - 1;
         let answer = self.seam(Seams::TOOL_PRE_EXECUTE, || Ok(PreToolDecision::Allow));
         let next = match answer {
-            Hook::Ready(r) => {
-                self.pre_execute_done(now, i, r)
-            }
+            Hook::Ready(r) => self.pre_execute_done(now, i, r),
             Hook::Defer => {
                 self.emit(Output::Hook {
                     id: hook,
@@ -428,9 +426,7 @@ impl Agent {
                 let hook = self.next_id();
                 let answer = self.seam(Seams::TOOL_APPROVAL, || ApprovalOutcome::NoService);
                 match answer {
-                    Hook::Ready(outcome) => {
-                        self.approval_outcome(now, i, outcome, reason)
-                    }
+                    Hook::Ready(outcome) => self.approval_outcome(now, i, outcome, reason),
                     Hook::Defer => {
                         if let Some(c) = self.call_mut(i) {
                             c.stage = CallStage::Approval { hook };
@@ -516,7 +512,12 @@ impl Agent {
     /// TL-9 steps 7..9 after the guards: a denial, abort, lookup,
     /// validation, then the body. A failing guard fails the call like a
     /// failing pre-execute (TL-12).
-    fn guard_done(&mut self, _now: i64, i: usize, result: Result<Option<String>, HookError>) -> Next {
+    fn guard_done(
+        &mut self,
+        _now: i64,
+        i: usize,
+        result: Result<Option<String>, HookError>,
+    ) -> Next {
         match result {
             Err(e) => return Next::Commit(e.tool_outcome()),
             Ok(Some(reason)) => return Next::Post(ToolOutcome::error(reason)),
