@@ -9,58 +9,36 @@
 use arbitrary::Arbitrary;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::agent::{
-    Agent, AgentConfig, AgentOptions, ApprovalOutcome, CancelCause, Hook, HookAnswer, HookCall,
-    HookCx, HookError, Hooks, InboxEdit, InboxTarget, Output, PostToolDecision, PreStepDecision,
-    PreStepPayload, PreToolDecision, PreparedCall, Recovery, RequestErrorPayload, ToolExecution,
+    Agent, AgentConfig, AgentOptions, ApprovalOutcome, CancelCause, HookAnswer, HookCall,
+    HookError, InboxEdit, InboxTarget, Output, PostToolDecision, PreStepDecision, PreToolDecision,
+    PreparedCall, Recovery, Seams,
 };
-use dsh_core::agent::prompt::Assembly;
 use dsh_core::session::{EventData, InvariantChecker, Session, SessionHeader};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, LlmFailure, Message, StreamChunk, TokenUsage};
 use libfuzzer_sys::fuzz_target;
 
-/// Which seams defer (bit i = seam i).
-struct FuzzHooks(u16);
-
-impl FuzzHooks {
-    fn defers(&self, bit: u16) -> bool {
-        self.0 & (1 << bit) != 0
-    }
-}
-
-impl Hooks for FuzzHooks {
-    fn assemble(&mut self, _: &mut HookCx<'_>, _: u64, _: u64, d: Assembly) -> Hook<Result<Assembly, HookError>> {
-        if self.defers(0) { Hook::Defer } else { Hook::Ready(Ok(d)) }
-    }
-    fn pre_step(&mut self, _: &mut HookCx<'_>, _: &PreStepPayload, d: PreStepDecision) -> Hook<Result<PreStepDecision, HookError>> {
-        if self.defers(1) { Hook::Defer } else { Hook::Ready(Ok(d)) }
-    }
-    fn request(&mut self, _: &mut HookCx<'_>, _: u64, _: u64, s: LlmCallConfig) -> Hook<Result<LlmCallConfig, HookError>> {
-        if self.defers(2) { Hook::Defer } else { Hook::Ready(Ok(s)) }
-    }
-    fn prepare(&mut self, _: &mut HookCx<'_>, c: LlmCallConfig) -> Hook<Result<PreparedCall, HookError>> {
-        if self.defers(3) { Hook::Defer } else { Hook::Ready(Ok(PreparedCall::plain(c))) }
-    }
-    fn request_error(&mut self, _: &mut HookCx<'_>, _: &RequestErrorPayload) -> Hook<Result<Recovery, HookError>> {
-        if self.defers(4) { Hook::Defer } else { Hook::Ready(Ok(Recovery::GiveUp)) }
-    }
-    fn turn_stopping(&mut self, cx: &mut HookCx<'_>, _: u64) -> Hook<Result<(), HookError>> {
-        if self.defers(10) {
-            cx.inject(Message::user(format!("stop-{}", cx.session().len()), vec![ContentBlock::text("more")]));
+/// Which seams the fuzzer answers itself (bit i = seam i); the others
+/// take their spec defaults inside the machine.
+fn claimed(bits: u16) -> Seams {
+    let table = [
+        Seams::ASSEMBLE,
+        Seams::PRE_STEP,
+        Seams::REQUEST,
+        Seams::PREPARE,
+        Seams::REQUEST_ERROR,
+        Seams::TURN_STOPPING,
+        Seams::TOOL_PRE_EXECUTE,
+        Seams::TOOL_APPROVAL,
+        Seams::TOOL_POST_EXECUTE,
+        Seams::TOOL_GUARD,
+    ];
+    let mut seams = Seams::NONE;
+    for (i, seam) in table.into_iter().enumerate() {
+        if bits & (1 << i) != 0 {
+            seams = seams | seam;
         }
-        if self.defers(5) { Hook::Defer } else { Hook::Ready(Ok(())) }
     }
-    fn tool_pre_execute(&mut self, cx: &mut HookCx<'_>, _: &ToolExecution) -> Hook<Result<PreToolDecision, HookError>> {
-        if self.defers(11) {
-            cx.cancel(CancelCause::Hook { reason: "fuzz".into() }, self.defers(12));
-        }
-        if self.defers(6) { Hook::Defer } else if self.defers(9) { Hook::Ready(Ok(PreToolDecision::Ask { reason: None })) } else { Hook::Ready(Ok(PreToolDecision::Allow)) }
-    }
-    fn tool_approval(&mut self, _: &mut HookCx<'_>, _: &ToolExecution, _: Option<&str>) -> Hook<ApprovalOutcome> {
-        if self.defers(7) { Hook::Defer } else { Hook::Ready(ApprovalOutcome::AllowedOnce) }
-    }
-    fn tool_post_execute(&mut self, _: &mut HookCx<'_>, _: &ToolExecution, _: &ToolOutcome) -> Hook<Result<PostToolDecision, HookError>> {
-        if self.defers(8) { Hook::Defer } else { Hook::Ready(Ok(PostToolDecision::accept())) }
-    }
+    seams
 }
 
 #[derive(Arbitrary, Debug)]
@@ -141,18 +119,18 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
 fn answer(call: &HookCall, a: FuzzAnswer) -> HookAnswer {
     let fail = || HookError::msg("fuzz");
     match (call, a) {
-        (HookCall::Assemble { default, .. }, FuzzAnswer::Fail) => { let _ = default; HookAnswer::Assemble(Err(fail())) }
-        (HookCall::Assemble { default, .. }, _) => HookAnswer::Assemble(Ok(default.clone())),
+        (HookCall::Assemble { .. }, FuzzAnswer::Fail) => HookAnswer::Assemble(Err(fail())),
+        (HookCall::Assemble { value, .. }, _) => HookAnswer::Assemble(Ok(value.clone())),
         (HookCall::PreStep { .. }, FuzzAnswer::Fail) => HookAnswer::PreStep(Err(fail())),
         (HookCall::PreStep { .. }, FuzzAnswer::Reject) => HookAnswer::PreStep(Ok(PreStepDecision::Reject)),
         (HookCall::PreStep { .. }, FuzzAnswer::EnterNothing) => HookAnswer::PreStep(Ok(PreStepDecision::Enter(vec![]))),
-        (HookCall::PreStep { default, .. }, _) => HookAnswer::PreStep(Ok(default.clone())),
+        (HookCall::PreStep { value, .. }, _) => HookAnswer::PreStep(Ok(value.clone())),
         (HookCall::Request { .. }, FuzzAnswer::Fail) => HookAnswer::Request(Err(fail())),
         (HookCall::Request { .. }, FuzzAnswer::Reject) => HookAnswer::Request(Ok(LlmCallConfig::new("", ""))),
-        (HookCall::Request { seed, .. }, _) => HookAnswer::Request(Ok(seed.clone())),
+        (HookCall::Request { value, .. }, _) => HookAnswer::Request(Ok(value.clone())),
         (HookCall::Prepare { .. }, FuzzAnswer::NoAdapter) => HookAnswer::Prepare(Err(HookError::llm("NO_ADAPTER", "none"))),
         (HookCall::Prepare { .. }, FuzzAnswer::Fail) => HookAnswer::Prepare(Err(fail())),
-        (HookCall::Prepare { config }, _) => HookAnswer::Prepare(Ok(PreparedCall::plain(config.clone()))),
+        (HookCall::Prepare { value }, _) => HookAnswer::Prepare(Ok(PreparedCall::plain(value.config.clone()))),
         (HookCall::RequestError { .. }, FuzzAnswer::Retry) => HookAnswer::RequestError(Ok(Recovery::Retry)),
         (HookCall::RequestError { .. }, FuzzAnswer::Fail) => HookAnswer::RequestError(Err(fail())),
         (HookCall::RequestError { .. }, _) => HookAnswer::RequestError(Ok(Recovery::GiveUp)),
@@ -162,10 +140,14 @@ fn answer(call: &HookCall, a: FuzzAnswer) -> HookAnswer {
         (HookCall::ToolPreExecute { .. }, FuzzAnswer::Deny(r)) => HookAnswer::ToolPreExecute(Ok(PreToolDecision::Deny { reason: r })),
         (HookCall::ToolPreExecute { .. }, FuzzAnswer::Approval(_)) => HookAnswer::ToolPreExecute(Ok(PreToolDecision::Ask { reason: Some("why".into()) })),
         (HookCall::ToolPreExecute { .. }, _) => HookAnswer::ToolPreExecute(Ok(PreToolDecision::Allow)),
-        (HookCall::ToolApproval { .. }, FuzzAnswer::Approval(k)) => HookAnswer::ToolApproval(
+        (HookCall::ToolApproval { .. }, FuzzAnswer::Approval(k)) => HookAnswer::ToolApproval(Ok(
             [ApprovalOutcome::AllowedOnce, ApprovalOutcome::Rejected, ApprovalOutcome::Cancelled, ApprovalOutcome::Unavailable, ApprovalOutcome::NoService][usize::from(k) % 5],
-        ),
-        (HookCall::ToolApproval { .. }, _) => HookAnswer::ToolApproval(ApprovalOutcome::AllowedOnce),
+        )),
+        (HookCall::ToolApproval { .. }, FuzzAnswer::Fail) => HookAnswer::ToolApproval(Err(fail())),
+        (HookCall::ToolApproval { .. }, _) => HookAnswer::ToolApproval(Ok(ApprovalOutcome::AllowedOnce)),
+        (HookCall::ToolGuard { .. }, FuzzAnswer::Deny(r)) => HookAnswer::ToolGuard(Ok(Some(r))),
+        (HookCall::ToolGuard { .. }, FuzzAnswer::Fail) => HookAnswer::ToolGuard(Err(fail())),
+        (HookCall::ToolGuard { .. }, _) => HookAnswer::ToolGuard(Ok(None)),
         (HookCall::ToolPostExecute { .. }, FuzzAnswer::Fail) => HookAnswer::ToolPostExecute(Err(fail())),
         (HookCall::ToolPostExecute { .. }, FuzzAnswer::Block) => HookAnswer::ToolPostExecute(Ok(PostToolDecision::Block { feedback: vec![], additional_contexts: vec![] })),
         (HookCall::ToolPostExecute { .. }, _) => HookAnswer::ToolPostExecute(Ok(PostToolDecision::accept())),
@@ -198,10 +180,11 @@ fuzz_target!(|case: Case| {
         interrupted_prefix: case.interrupted_prefix,
         wake_latch: case.wake_latch,
         max_parallel_tool_calls: usize::from(case.defer % 4),
+        seams: claimed(case.defer),
+        max_steps_per_turn: (case.defer & (1 << 15) != 0).then_some(3),
         ..AgentConfig::default()
     };
-    let Ok(agent) = Agent::new(config, Session::new(SessionHeader::new("fuzz", 0))) else { return };
-    let mut agent = agent.with_hooks(FuzzHooks(case.defer));
+    let Ok(mut agent) = Agent::new(config, Session::new(SessionHeader::new("fuzz", 0))) else { return };
     let mut checker = InvariantChecker::new();
     let mut checked = 0u64;
     let mut attempts: Vec<u64> = vec![];

@@ -4,7 +4,6 @@ use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
 use alloc::string::{String, ToString};
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::assembler::BlockAssembler;
@@ -17,8 +16,8 @@ use crate::session::{EventData, Session, SessionEvent, SurfaceIntent};
 
 use super::hooks::{CancelCause, FixedJitter, Hook, IdSource, JitterSource, SequentialIds};
 use super::inbox::{Inbox, InboxTarget};
-use super::io::{AgentStatus, InputError, Output};
-use super::prompt::{Assembly, PromptSection};
+use super::io::{AgentStatus, HookAnswer, HookCall, InputError, Output};
+use super::prompt::PromptSection;
 use super::retry::{RetryPolicy, RetryRecord};
 use super::seams::Seams;
 use super::tools::ToolRegistry;
@@ -253,40 +252,23 @@ struct Failed {
 enum Stage {
     /// Transient, while an input is being processed.
     Busy,
-    Assembly {
+    /// A claimed seam is pending (`Output::Hook`); `resume` takes its
+    /// answer.
+    Seam {
         hook: u64,
-        proposed: u64,
-        claimed: Vec<Message>,
-    },
-    PreStep {
-        hook: u64,
-        proposed: u64,
-        assembly: Assembly,
-    },
-    RequestConfig {
-        hook: u64,
-        messages: Vec<Arc<Message>>,
-    },
-    Prepare {
-        hook: u64,
-        proposed: LlmCallConfig,
-        messages: Vec<Arc<Message>>,
+        name: &'static str,
+        resume: Resume,
     },
     Streaming(Box<Stream>),
-    RequestError {
-        hook: u64,
-        failed: Box<Failed>,
-        phase: ErrorPhase,
-    },
     RetryWait {
         deadline: i64,
         record: Box<RetryRecord>,
     },
     Tools(Box<ToolPhase>),
-    TurnStopping {
-        hook: u64,
-    },
 }
+
+/// What the machine does with a seam's answer (the rest of its step).
+type Resume = Box<dyn FnOnce(&mut Agent, i64, HookAnswer) + Send>;
 
 /// The agent loop (loop.md) as a sans-IO state machine. See the [module
 /// docs](super) for a driving loop.
@@ -762,12 +744,7 @@ impl Agent {
             return unknown;
         };
         let (hook, name) = match &run.stage {
-            Stage::Assembly { hook, .. } => (*hook, "assemble"),
-            Stage::PreStep { hook, .. } => (*hook, "pre-step"),
-            Stage::RequestConfig { hook, .. } => (*hook, "request"),
-            Stage::Prepare { hook, .. } => (*hook, "prepare"),
-            Stage::RequestError { hook, .. } => (*hook, "request-error"),
-            Stage::TurnStopping { hook } => (*hook, "turn-stopping"),
+            Stage::Seam { hook, name, .. } => (*hook, *name),
             Stage::Tools(t) => match t.hook(id) {
                 Some((_, name)) => (id, name),
                 None => return unknown,
@@ -777,8 +754,33 @@ impl Agent {
         if hook == id { Ok(name) } else { unknown }
     }
 
-    /// Raises `seam`: deferred when the embedder claimed it, else its
-    /// default at once.
+    /// Raises `call`: when the embedder claimed its seam, emits
+    /// [`Output::Hook`] and waits in [`Stage::Seam`] for
+    /// [`complete_hook`](Self::complete_hook); otherwise answers it at
+    /// once with its default value. Either way `resume` gets the answer.
+    fn raise(
+        &mut self,
+        now: i64,
+        call: HookCall,
+        resume: impl FnOnce(&mut Agent, i64, HookAnswer) + Send + 'static,
+    ) {
+        // Every raised seam takes an id, claimed or not, so attempt and
+        // token numbers do not depend on which seams are claimed.
+        let hook = self.next_id();
+        if !self.config.seams.contains(call.seam()) {
+            resume(self, now, call.answer());
+            return;
+        }
+        self.set_stage(Stage::Seam {
+            hook,
+            name: call.name(),
+            resume: Box::new(resume),
+        });
+        self.emit(Output::Hook { id: hook, call });
+    }
+
+    /// Whether the embedder claimed `seam`: deferred, else its default at
+    /// once (the seams of a tool call, which wait per call).
     fn seam<T>(&self, seam: Seams, default: impl FnOnce() -> T) -> Hook<T> {
         if self.config.seams.contains(seam) {
             Hook::Defer

@@ -272,51 +272,12 @@ impl Agent {
         if expected != got {
             return Err(InputError::HookMismatch { expected, got });
         }
-        match answer {
-            HookAnswer::Assemble(r) => {
-                if let Some(Stage::Assembly {
-                    proposed, claimed, ..
-                }) = self.take_stage()
-                {
-                    self.assembly_done(now, proposed, claimed, r);
-                }
-            }
-            HookAnswer::PreStep(r) => {
-                if let Some(Stage::PreStep {
-                    proposed, assembly, ..
-                }) = self.take_stage()
-                {
-                    self.pre_step_done(now, proposed, assembly, r);
-                }
-            }
-            HookAnswer::Request(r) => {
-                if let Some(Stage::RequestConfig { messages, .. }) = self.take_stage() {
-                    self.request_config_done(now, messages, r);
-                }
-            }
-            HookAnswer::Prepare(r) => {
-                if let Some(Stage::Prepare {
-                    proposed, messages, ..
-                }) = self.take_stage()
-                {
-                    self.prepare_done(now, proposed, messages, r);
-                }
-            }
-            HookAnswer::RequestError(r) => {
-                if let Some(Stage::RequestError { failed, phase, .. }) = self.take_stage() {
-                    self.request_error_done(now, *failed, phase, r);
-                }
-            }
-            HookAnswer::TurnStopping(r) => {
-                self.take_stage();
-                self.turn_stopping_done(now, r);
-            }
-            // The tool seams (pre-execute, approval, guard, post-execute).
-            answer => {
-                if let Some((i, _)) = self.tools_ref().and_then(|t| t.hook(id)) {
-                    self.tool_hook_done(now, i, answer);
-                }
-            }
+        if let Some((i, _)) = self.tools_ref().and_then(|t| t.hook(id)) {
+            // The seams of a tool call (pre-execute, approval, guard,
+            // post-execute).
+            self.tool_hook_done(now, i, answer);
+        } else if let Some(Stage::Seam { resume, .. }) = self.take_stage() {
+            resume(self, now, answer);
         }
         self.after_input();
         Ok(())

@@ -1,10 +1,9 @@
 //! Request errors and the retry executor (LC-26, streaming.md 6).
 
 use super::{Agent, ErrorPhase, Failed, Stage, ceil_ms};
-use crate::agent::hooks::{Hook, HookError, Recovery, RequestErrorPayload};
-use crate::agent::io::{HookCall, Output};
+use crate::agent::hooks::{HookError, Recovery, RequestErrorPayload};
+use crate::agent::io::{HookAnswer, HookCall};
 use crate::agent::retry::{RetryPolicy, RetryRecord, RetrySchedule};
-use crate::agent::seams::Seams;
 use crate::session::{EventData, LlmRetry};
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -42,27 +41,15 @@ impl Agent {
             failure: failed.failure.clone(),
             retry_policy: failed.policy.clone(),
         };
-        let hook = self.next_id();
-        let answer = self.seam(Seams::REQUEST_ERROR, || Ok(Recovery::GiveUp));
-        match answer {
-            Hook::Ready(r) => {
-                self.request_error_done(now, failed, phase, r);
+        let call = HookCall::RequestError {
+            payload,
+            value: Recovery::GiveUp,
+        };
+        self.raise(now, call, move |a, now, answer| {
+            if let HookAnswer::RequestError(r) = answer {
+                a.request_error_done(now, failed, phase, r);
             }
-            Hook::Defer => {
-                self.set_stage(Stage::RequestError {
-                    hook,
-                    failed: Box::new(failed),
-                    phase,
-                });
-                self.emit(Output::Hook {
-                    id: hook,
-                    call: HookCall::RequestError {
-                        payload,
-                        value: Recovery::GiveUp,
-                    },
-                });
-            }
-        }
+        });
     }
 
     /// LC-26.

@@ -3,12 +3,11 @@
 
 use super::{Agent, Failed, PlannedCall, Stage, StepEnd, Stream};
 use crate::agent::hooks::{
-    CancelCause, Hook, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
+    CancelCause, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
 };
 use crate::agent::inbox::InboxTarget;
-use crate::agent::io::{Checkpoint, HookCall, ModelCall, Notification, Output};
+use crate::agent::io::{Checkpoint, HookAnswer, HookCall, ModelCall, Notification, Output};
 use crate::agent::prompt::{Assembly, runtime_context_candidate};
-use crate::agent::seams::Seams;
 use crate::assembler::BlockAssembler;
 use crate::chunk::FinishReason;
 use crate::content::ContentBlock;
@@ -61,28 +60,16 @@ impl Agent {
                 return;
             }
         };
-        let hook = self.next_id();
-        let answer = self.seam(Seams::ASSEMBLE, || Ok(default.clone()));
-        match answer {
-            Hook::Ready(r) => {
-                self.assembly_done(now, proposed, claimed, r);
+        let call = HookCall::Assemble {
+            turn,
+            step: proposed,
+            value: default,
+        };
+        self.raise(now, call, move |a, now, answer| {
+            if let HookAnswer::Assemble(r) = answer {
+                a.assembly_done(now, proposed, claimed, r);
             }
-            Hook::Defer => {
-                self.set_stage(Stage::Assembly {
-                    hook,
-                    proposed,
-                    claimed,
-                });
-                self.emit(Output::Hook {
-                    id: hook,
-                    call: HookCall::Assemble {
-                        turn,
-                        step: proposed,
-                        value: default,
-                    },
-                });
-            }
-        }
+        });
     }
 
     pub(super) fn default_assembly(&self) -> Result<Assembly, String> {
@@ -157,27 +144,15 @@ impl Agent {
             self.pre_step_done(now, proposed, assembly, Ok(default));
             return;
         }
-        let hook = self.next_id();
-        let answer = self.seam(Seams::PRE_STEP, || Ok(default.clone()));
-        match answer {
-            Hook::Ready(r) => {
-                self.pre_step_done(now, proposed, assembly, r);
+        let call = HookCall::PreStep {
+            payload,
+            value: default,
+        };
+        self.raise(now, call, move |a, now, answer| {
+            if let HookAnswer::PreStep(r) = answer {
+                a.pre_step_done(now, proposed, assembly, r);
             }
-            Hook::Defer => {
-                self.set_stage(Stage::PreStep {
-                    hook,
-                    proposed,
-                    assembly,
-                });
-                self.emit(Output::Hook {
-                    id: hook,
-                    call: HookCall::PreStep {
-                        payload,
-                        value: default,
-                    },
-                });
-            }
-        }
+        });
     }
 
     /// LC-11.
@@ -259,24 +234,16 @@ impl Agent {
         let messages: Vec<Arc<Message>> = self.session.derive_messages().to_vec();
         let seed = self.config.request_fill.fill(self.seed());
         let (turn, step) = self.coords();
-        let hook = self.next_id();
-        let answer = self.seam(Seams::REQUEST, || Ok(seed.clone()));
-        match answer {
-            Hook::Ready(r) => {
-                self.request_config_done(now, messages, r);
+        let call = HookCall::Request {
+            turn,
+            step,
+            value: seed,
+        };
+        self.raise(now, call, move |a, now, answer| {
+            if let HookAnswer::Request(r) = answer {
+                a.request_config_done(now, messages, r);
             }
-            Hook::Defer => {
-                self.set_stage(Stage::RequestConfig { hook, messages });
-                self.emit(Output::Hook {
-                    id: hook,
-                    call: HookCall::Request {
-                        turn,
-                        step,
-                        value: seed,
-                    },
-                });
-            }
-        }
+        });
     }
 
     pub(super) fn seed(&self) -> LlmCallConfig {
@@ -341,26 +308,14 @@ impl Agent {
             self.turn_error(now, HookError::msg(msg));
             return;
         }
-        let hook = self.next_id();
         let mut plain = PreparedCall::plain(config.clone());
         plain.retry_policy = Some(self.config.retry_policy.clone());
-        let answer = self.seam(Seams::PREPARE, || Ok(plain.clone()));
-        match answer {
-            Hook::Ready(r) => {
-                self.prepare_done(now, config, messages, r);
+        let call = HookCall::Prepare { value: plain };
+        self.raise(now, call, move |a, now, answer| {
+            if let HookAnswer::Prepare(r) = answer {
+                a.prepare_done(now, config, messages, r);
             }
-            Hook::Defer => {
-                self.set_stage(Stage::Prepare {
-                    hook,
-                    proposed: config.clone(),
-                    messages,
-                });
-                self.emit(Output::Hook {
-                    id: hook,
-                    call: HookCall::Prepare { value: plain },
-                });
-            }
-        }
+        });
     }
 
     /// LC-15..LC-18: header, context, checkpoint, `CallModel`.

@@ -2,10 +2,9 @@
 //! LC-28..LC-38).
 
 use super::{Agent, Phase, Run, Stage, StepEnd, Stream};
-use crate::agent::hooks::{CancelCause, Hook, HookError, IdPurpose};
+use crate::agent::hooks::{CancelCause, HookError, IdPurpose};
 use crate::agent::inbox::InboxTarget;
-use crate::agent::io::{AgentStatus, Checkpoint, HookCall, Notification, Output};
-use crate::agent::seams::Seams;
+use crate::agent::io::{AgentStatus, Checkpoint, HookAnswer, HookCall, Notification, Output};
 use crate::message::{Message, MessageSource};
 use crate::session::{
     AssistantMessage, EventData, Step, SurfaceIntent, TurnEnd, TurnEndReason, TurnStart,
@@ -263,20 +262,12 @@ impl Agent {
             return;
         }
         let turn = r.turn;
-        let hook = self.next_id();
-        let answer = self.seam(Seams::TURN_STOPPING, || Ok(()));
-        match answer {
-            Hook::Ready(r) => {
-                self.turn_stopping_done(now, r);
+        let call = HookCall::TurnStopping { turn, value: () };
+        self.raise(now, call, |a, now, answer| {
+            if let HookAnswer::TurnStopping(r) = answer {
+                a.turn_stopping_done(now, r);
             }
-            Hook::Defer => {
-                self.set_stage(Stage::TurnStopping { hook });
-                self.emit(Output::Hook {
-                    id: hook,
-                    call: HookCall::TurnStopping { turn, value: () },
-                });
-            }
-        }
+        });
     }
 
     pub(super) fn turn_stopping_done(&mut self, now: i64, result: Result<(), HookError>) {
