@@ -16,6 +16,23 @@
 //!   invariants).
 //! - [`jsonl`]: the JSONL logical format as pure functions over bytes (header
 //!   and event lines, packed chunk rows, the line scanner, crash repair).
+//! - [`agent`]: the agent loop of `spec/loop.md` as a sans-IO state machine
+//!   ([`agent::Agent`], one config [`agent::AgentConfig`]), the seam table
+//!   ([`agent::seams`]) and recorded-session [`agent::replay`].
+//!
+//! # Which layer to drive
+//!
+//! - **The kernel** (`dsh-runtime`'s `Kernel`): what most embedders drive
+//!   with their own loop. It wraps [`agent::Agent`] with what every runtime
+//!   needs (the flush gate and write batching, tool deadlines and grace,
+//!   approvals and plugin asks, live events) and the plugin chain:
+//!   `Plugin` is the one extension API. `dsh-std` and `dsh-smol` are ready
+//!   loops over it.
+//! - **The core machine** ([`agent::Agent`]): for a minimal loop without
+//!   plugins, for replay, and for tests of loop behaviour. It has no
+//!   extension trait: it raises the seams you claim in
+//!   [`agent::AgentConfig::seams`] as [`agent::Output::Hook`] and answers
+//!   every other one with the spec default.
 //!
 //! # Features
 //!

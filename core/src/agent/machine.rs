@@ -81,7 +81,17 @@ impl RequestFill {
     }
 }
 
-/// Everything an [`Agent`] is configured with.
+/// Everything an [`Agent`] is configured with: the one config of the core
+/// layer.
+///
+/// [`Default`] is the one default set, which the kernel's config starts
+/// from too: no options, sections, contexts, variables or tools; the
+/// retry executor on; both HEAD deltas on (the reference's newest
+/// behaviour, H-1 and H-2); at most
+/// [`DEFAULT_MAX_PARALLEL_TOOL_CALLS`] calls in flight; no seam claimed;
+/// no request fill; the R-3 retry policy; at most
+/// [`DEFAULT_MAX_STEPS_PER_TURN`] steps per turn. The loop.md test
+/// vectors (fixture F0) turn the executor and both deltas off explicitly.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
     /// Request options.
@@ -129,6 +139,9 @@ pub struct AgentConfig {
 /// The default `maxParallelToolCalls` (LC-24).
 pub const DEFAULT_MAX_PARALLEL_TOOL_CALLS: usize = 10;
 
+/// The default of [`AgentConfig::max_steps_per_turn`].
+pub const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
+
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
@@ -138,14 +151,14 @@ impl Default for AgentConfig {
             variables: BTreeMap::new(),
             tools: ToolRegistry::default(),
             tool_order: None,
-            retry_executor: false,
-            interrupted_prefix: false,
-            wake_latch: false,
+            retry_executor: true,
+            interrupted_prefix: true,
+            wake_latch: true,
             max_parallel_tool_calls: DEFAULT_MAX_PARALLEL_TOOL_CALLS,
             seams: Seams::NONE,
             request_fill: RequestFill::default(),
             retry_policy: RetryPolicy::default(),
-            max_steps_per_turn: None,
+            max_steps_per_turn: Some(DEFAULT_MAX_STEPS_PER_TURN),
         }
     }
 }

@@ -121,7 +121,7 @@ pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
 };
 pub use machine::{
-    Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, InboxEdit, RequestFill,
-    ResumeError, is_loop_owned,
+    Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, DEFAULT_MAX_STEPS_PER_TURN,
+    InboxEdit, RequestFill, ResumeError, is_loop_owned,
 };
 pub use seams::Seams;

@@ -962,8 +962,11 @@ fn replay_from(
         interrupted_prefix: options.interrupted_prefix,
         wake_latch: options.wake_latch,
         max_parallel_tool_calls: widest.max(super::DEFAULT_MAX_PARALLEL_TOOL_CALLS),
-        // The replay answers every seam from the recording.
+        // The replay answers every seam from the recording, retries
+        // included (no executor), and follows the recording's step count.
         seams: Seams::ALL,
+        retry_executor: false,
+        max_steps_per_turn: None,
         ..AgentConfig::default()
     };
     let rec = Arc::new(Recording { events });

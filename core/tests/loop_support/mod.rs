@@ -216,6 +216,11 @@ pub fn f0_config(tools: Vec<ToolDefinition>) -> AgentConfig {
         },
         sections: vec![PromptSection::new("harness:identity", -100, SYS)],
         tools: registry,
+        // F0 is the base loop: no retry executor, no HEAD deltas, no cap.
+        retry_executor: false,
+        interrupted_prefix: false,
+        wake_latch: false,
+        max_steps_per_turn: None,
         ..AgentConfig::default()
     }
 }

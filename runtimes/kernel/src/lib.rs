@@ -1,5 +1,16 @@
-//! `dsh-runtime`: the runtime kernel of dsh (design.md "The runtime kernel
-//! and plugins").
+//! `dsh-runtime`: the runtime kernel of dsh.
+//!
+//! # Which layer to drive
+//!
+//! This is the layer an embedder drives: a sans-IO loop with the decisions
+//! every runtime shares (below) and the plugin chain ([`Plugin`], the one
+//! extension API; its seam methods come from the seam table in
+//! `dsh_core::agent::seams`). It has one config, [`AgentConfig`], whose
+//! defaults for the loop itself are the core's one default set. Below it,
+//! `dsh_core::agent::Agent` is the bare loop (no plugins, no persistence
+//! batching, no tool deadlines): drive it only for replay or loop tests.
+//! Above it, `dsh-std` (threads) and `dsh-smol` (async tasks) are
+//! ready-made runtimes over this kernel.
 //!
 //! A [`Kernel`] owns one agent's sans-IO core machine plus every decision a
 //! runtime used to make for itself: the flush gate and checkpoint batching

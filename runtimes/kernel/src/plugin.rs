@@ -1,5 +1,5 @@
-//! The plugin API: ordered, composable handlers for the seams of loop.md §4
-//! (design.md "The runtime kernel and plugins").
+//! The plugin API: ordered, composable handlers for the seams of loop.md §4,
+//! declared once in the seam table (`dsh_core::agent::seams`).
 //!
 //! A [`Plugin`] is registered when a [`Kernel`](crate::Kernel) is built and
 //! runs unchanged in every runtime. For each seam the kernel runs the

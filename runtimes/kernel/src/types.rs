@@ -88,8 +88,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 32 * 1024 * 1024;
 /// logged chunk event costs.
 pub const CHUNK_OVERHEAD_BYTES: u64 = 64;
 
-/// The default of [`AgentConfig::max_steps_per_turn`].
-pub const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
+pub use dsh_core::agent::DEFAULT_MAX_STEPS_PER_TURN;
 
 /// The default write-behind window (ms), persistence.md section 8.
 pub const DEFAULT_WRITE_BATCH_MAX_DELAY_MS: u64 = 200;
@@ -99,11 +98,15 @@ pub const DEFAULT_TOOL_GRACE_MS: u64 = 2_000;
 
 impl AgentConfig {
     /// A config for `call`: no system prompt, no tools, no default tool
-    /// deadline, a 2 s grace, default retries with the executor on, both
-    /// HEAD deltas on, UUID ids from seed 0 (set [`seed`](Self::seed)), a
-    /// 200 ms write-behind window, a 32 MiB response cap, at most 200
-    /// steps per turn, and stream validation in debug builds only.
+    /// deadline, a 2 s grace, default retries, UUID ids from seed 0 (set
+    /// [`seed`](Self::seed)), a 200 ms write-behind window, a 32 MiB
+    /// response cap, and stream validation in debug builds only. The
+    /// fields the core has too (the retry executor, both HEAD deltas, the
+    /// step cap) take the core's one default set
+    /// (`dsh_core::agent::AgentConfig::default()`: executor on, both deltas
+    /// on, at most 200 steps per turn).
     pub fn new(call: LlmCallConfig) -> Self {
+        let core = dsh_core::agent::AgentConfig::default();
         AgentConfig {
             call,
             system_prompt: None,
@@ -111,14 +114,14 @@ impl AgentConfig {
             tool_timeout_ms: None,
             tool_grace_ms: DEFAULT_TOOL_GRACE_MS,
             retry_policy: None,
-            retry_executor: true,
-            interrupted_prefix: true,
-            wake_latch: true,
+            retry_executor: core.retry_executor,
+            interrupted_prefix: core.interrupted_prefix,
+            wake_latch: core.wake_latch,
             ids: IdMode::Uuid,
             seed: 0,
             write_batch_max_delay_ms: Some(DEFAULT_WRITE_BATCH_MAX_DELAY_MS),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            max_steps_per_turn: Some(DEFAULT_MAX_STEPS_PER_TURN),
+            max_steps_per_turn: core.max_steps_per_turn,
             validate_streams: cfg!(debug_assertions),
         }
     }
