@@ -89,6 +89,7 @@ pub struct ModelCall {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 #[must_use = "an output is work the shell must carry out or note"]
+#[allow(clippy::large_enum_variant)] // drained one at a time, never stored in bulk
 pub enum Output {
     /// Session events `range` (seqs) were appended; read them with
     /// `agent.session().events()`. Consecutive appends are coalesced.

@@ -473,6 +473,7 @@ fn intent_of(e: &SessionEvent) -> Option<SurfaceIntent> {
 
 /// A call a seam answer queues: applied after the answer is computed and
 /// before it is given (loop.md Q3).
+#[allow(clippy::large_enum_variant)] // a few per seam, applied at once
 enum Queued {
     Send(crate::message::Message, InboxTarget, bool),
     Cancel(CancelCause, bool),
