@@ -30,41 +30,74 @@
 //! | persistence | one batch per checkpoint, plus the rest when the agent goes quiet or is disposed |
 //! | header `cwd` | the absolute working directory |
 //!
+//! The drain rule: drain [`Kernel::poll`] until `None`, carry out the
+//! effects, and only then feed the kernel what they gave back; then drain
+//! again. A minimal loop over a scripted model that stores the
+//! log as JSONL (header line first), then reloads it and resumes
+//! (`examples/byo.rs` is the complete version, with a tool and timers):
+//!
 //! ```
-//! use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
-//! use dsh_runtime::{create_session, AgentConfig, Effect, IdMode, Kernel};
 //! use dsh_core::agent::InboxTarget;
+//! use dsh_core::jsonl::{encode_batch, encode_header_line, load_log};
+//! use dsh_core::session::TurnEndReason;
+//! use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+//! use dsh_runtime::{create_session, resume_session, AgentConfig, Effect, IdMode, Kernel};
+//!
+//! /// One turn: drain, carry out, feed what came back, until idle.
+//! fn turn(kernel: &mut Kernel, file: &mut Vec<u8>, prompt: Message) {
+//!     kernel.send(1_000, prompt, InboxTarget::NextTurn, true).unwrap();
+//!     loop {
+//!         let mut effects = Vec::new();
+//!         while let Some(effect) = kernel.poll() {
+//!             effects.push(effect); // no input while draining
+//!         }
+//!         if effects.is_empty() {
+//!             assert!(kernel.is_idle());
+//!             return;
+//!         }
+//!         for effect in effects {
+//!             match effect {
+//!                 Effect::StartModel(call) => {
+//!                     let stream = [
+//!                         StreamChunk::block_start(0, "text"),
+//!                         StreamChunk::TextDelta { index: 0, text: "hello".into() },
+//!                         StreamChunk::block_end(0, ContentBlock::text("hello")),
+//!                         StreamChunk::finish(FinishReason::Stop),
+//!                     ];
+//!                     for chunk in stream {
+//!                         kernel.model_chunk(1_000, call.attempt, chunk).unwrap();
+//!                     }
+//!                     kernel.model_end(1_000, call.attempt).unwrap();
+//!                 }
+//!                 Effect::Persist { range, .. } => {
+//!                     let events = &kernel.session().events()[range.start as usize..range.end as usize];
+//!                     encode_batch(events, false, file);
+//!                     kernel.persisted(1_000, Ok(())).unwrap();
+//!                 }
+//!                 _ => {}
+//!             }
+//!         }
+//!     }
+//! }
 //!
 //! let mut config = AgentConfig::new(LlmCallConfig::new("mock", "mock"));
 //! config.ids = IdMode::Sequential;
 //! let session = create_session("s1".into(), 1_000, None).unwrap();
-//! let mut kernel = Kernel::new(config, session, 0, Vec::new()).unwrap();
-//! let hi = Message::user("m1", vec![ContentBlock::text("hi")]);
-//! kernel.send(1_000, hi, InboxTarget::NextTurn, true).unwrap();
-//! let mut stored = 0;
-//! while let Some(effect) = kernel.poll() {
-//!     match effect {
-//!         Effect::StartModel(call) => {
-//!             let reply = [
-//!                 StreamChunk::block_start(0, "text"),
-//!                 StreamChunk::TextDelta { index: 0, text: "hello".into() },
-//!                 StreamChunk::block_end(0, ContentBlock::text("hello")),
-//!                 StreamChunk::finish(FinishReason::Stop),
-//!             ];
-//!             for chunk in reply {
-//!                 kernel.model_chunk(1_000, call.attempt, chunk).unwrap();
-//!             }
-//!             kernel.model_end(1_000, call.attempt).unwrap();
-//!         }
-//!         Effect::Persist { range, .. } => {
-//!             stored = range.end; // write session().events()[range]
-//!             kernel.persisted(1_000, Ok(())).unwrap();
-//!         }
-//!         _ => {}
-//!     }
-//! }
-//! assert!(kernel.is_idle());
-//! assert_eq!(stored, kernel.session().len());
+//! let mut file = Vec::new(); // the store: a JSONL file
+//! encode_header_line(session.header(), &mut file);
+//! let mut kernel = Kernel::new(config.clone(), session, 0, Vec::new()).unwrap();
+//! turn(&mut kernel, &mut file, Message::user("m1", vec![ContentBlock::text("hi")]));
+//! assert_eq!(kernel.summary().reason, Some(TurnEndReason::Completed));
+//!
+//! // Later: reload the file and resume in a new kernel.
+//! let log = load_log(&file, &[]).unwrap();
+//! let stored = log.session.len();
+//! let header = log.session.header().clone();
+//! let session = resume_session(header, log.session.events().to_vec(), 2_000).unwrap();
+//! let mut kernel = Kernel::new(config, session, stored, Vec::new()).unwrap();
+//! turn(&mut kernel, &mut file, Message::user("m2", vec![ContentBlock::text("again")]));
+//! assert_eq!(kernel.summary().turn, 2);
+//! assert_eq!(load_log(&file, &[]).unwrap().session.len(), kernel.session().len());
 //! ```
 //!
 //! # Features
