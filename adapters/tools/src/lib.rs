@@ -1,7 +1,8 @@
 //! The built-in tools of dsh (loop.md §5.4): `bash`, `read`, `write`, `edit`
 //! and `todo_write`, plus the search tools `grep` and `glob`, with std
-//! implementations, workspace confinement for the file tools, and the
-//! `ask | auto | deny` approval policy (TL-9 steps 4-5).
+//! implementations and workspace confinement for the file tools. The
+//! `ask | auto | deny` approval policy (TL-9 steps 4-5) is a plugin of its
+//! own, `dsh-approval`.
 //!
 //! The core ([`dsh_core::agent`]) runs the pipeline and emits
 //! [`Output::ExecuteTool`](dsh_core::agent::Output::ExecuteTool); a shell
@@ -31,7 +32,6 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry, ToolRegi
 use dsh_core::session::EventData;
 use serde_json::Value;
 
-pub mod approval;
 pub mod background;
 pub mod bash;
 pub mod env;
@@ -42,7 +42,6 @@ pub mod sandbox;
 pub mod search;
 pub mod todo;
 
-pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPlugin, ApprovalPolicy};
 pub use background::{BackgroundConfig, BashOutputTool, BashStartTool, BashStopTool, Jobs};
 pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
 pub use env::{EnvPolicy, Inherit};

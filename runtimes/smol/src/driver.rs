@@ -17,7 +17,8 @@ use dsh_runtime::{AgentEvent, Effect, Ids, Kernel, KernelError, Plugin, Reply, T
 use dsh_store::{Cancel, SessionStore, StoreError};
 
 use crate::{Agent, AgentConfig, ShellError};
-use dsh_tools::{ApprovalPlugin, CancelToken as ToolCancel, ToolSet, Workspace};
+use dsh_approval::ApprovalPlugin;
+use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
 /// Everything that reaches an agent task.
 pub(crate) enum Msg {

@@ -60,7 +60,8 @@ use dsh_store::SessionStore;
 pub use dsh_runtime::host::{Clock, ModelProvider, ShellError};
 pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, Reply, TurnSummary};
 pub use dsh_tools;
-pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, Tool, ToolSet};
+pub use dsh_approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy};
+pub use dsh_tools::{Tool, ToolSet};
 
 use driver::Msg;
 

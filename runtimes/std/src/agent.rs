@@ -20,9 +20,8 @@ use dsh_runtime::{
     TurnSummary,
 };
 use dsh_store::SessionStore;
-use dsh_tools::{
-    ApprovalDecision, ApprovalPlugin, ApprovalPolicy, CancelToken as ToolCancel, ToolSet, Workspace,
-};
+use dsh_approval::{ApprovalDecision, ApprovalPlugin, ApprovalPolicy};
+use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
 /// Loop options of the core (HEAD deltas and the retry executor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

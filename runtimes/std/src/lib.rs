@@ -53,6 +53,7 @@ pub use dsh_runtime::{
     AgentEvent, ApprovalRequestId, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_STEPS_PER_TURN, IdMode,
     Plugin, Reply, Rng, TurnSummary,
 };
-pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, ToolSet};
+pub use dsh_approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy};
+pub use dsh_tools::ToolSet;
 
 pub use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget};
