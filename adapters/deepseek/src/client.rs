@@ -52,13 +52,13 @@ use ureq::config::AutoHeaderValue;
 use ureq::http::Response;
 use ureq::{Agent, Body};
 
-use crate::cancel::{CancelToken, HookGuard};
 use crate::classify::{HttpErrorResponse, classify_http_error};
 use crate::codes;
 use crate::config::{BASE_URL_ENV, ConfigError, DEFAULT_BASE_URL, DeepSeekConfig, PROVIDER_ROUTE};
 use crate::request::{build_request_body, precheck_images};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 use crate::translate::{DecodeOptions, Profile, StreamDecoder, error_finish};
+use dsh_host::{CancelGuard as HookGuard, CancelToken};
 
 /// The default attribution header value (AC-12).
 pub fn user_agent() -> String {

@@ -412,7 +412,7 @@ impl Delegation {
             Mode::Spawn => spawn_session(
                 id,
                 u64::try_from(now).unwrap_or(0),
-                dsh_runtime::host::absolute_cwd(&config.cwd),
+                dsh_host::absolute_cwd(&config.cwd),
                 &link.session,
                 depth,
             )

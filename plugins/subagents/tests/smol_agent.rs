@@ -8,7 +8,7 @@ use std::time::Duration;
 use dsh_core::agent::replay::{ReplayOptions, replay};
 use dsh_core::session::EventData;
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, SessionId, StreamChunk};
-use dsh_runtime::host::{ScriptedProvider, ScriptedReply};
+use dsh_host::{ScriptedProvider, ScriptedReply};
 use dsh_store::{Cancel, SessionStore};
 use dsh_subagents::std_runner::Delegation;
 

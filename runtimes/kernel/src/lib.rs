@@ -102,10 +102,9 @@
 //!
 //! # Features
 //!
-//! - `std`: the module `host`, shared by the std runtimes: the clock, model
-//!   providers and their stream pump, the provider's `prepare` as a plugin,
-//!   and the hosted runtimes' error type (pulls in `dsh-deepseek/std` and
-//!   `dsh-store`).
+//! - `std`: links `std` (serde_json's `std` feature). The host glue of the
+//!   std runtimes (clock, model providers, the cancel token, their error
+//!   type) is the crate `dsh-host`, one floor up.
 //!
 //! No feature is on by default.
 
@@ -125,8 +124,6 @@ pub mod replay;
 mod session;
 mod types;
 
-#[cfg(feature = "std")]
-pub mod host;
 pub use ids::{IdMode, Ids, Rng};
 pub use kernel::{Kernel, timeout_outcome};
 pub use plugin::{
