@@ -201,7 +201,7 @@ pub struct Setup {
     pub titles: bool,
     /// The agent's subagents: attach the agent so that its background
     /// children can report back (a REPL; `run` ends after one turn).
-    pub delegation: Arc<dsh_subagents::std_runner::Delegation>,
+    pub delegation: Arc<dsh_std::subagents::Delegation>,
 }
 
 fn env_lookup(name: &str) -> Option<String> {

@@ -251,17 +251,17 @@ pub fn context_window(provider: &Provider, client: &DeepSeekClient) -> Window {
 /// from the configuration to let its background children
 /// (`run_in_background`) report back to it.
 ///
-/// [`Delegation::attach`]: dsh_subagents::std_runner::Delegation::attach
+/// [`Delegation::attach`]: dsh_std::subagents::Delegation::attach
 pub fn delegating(
     store: Arc<dyn dsh_store::SessionStore>,
     build: impl Fn() -> Result<AgentConfig, String> + Send + Sync + 'static,
-) -> Result<(AgentConfig, Arc<dsh_subagents::std_runner::Delegation>), String> {
-    let build: dsh_subagents::std_runner::ConfigFactory = Arc::new(build);
+) -> Result<(AgentConfig, Arc<dsh_std::subagents::Delegation>), String> {
+    let build: dsh_std::subagents::ConfigFactory = Arc::new(build);
     let mut config = build()?;
-    let delegation = dsh_subagents::std_runner::Delegation::with_ids(
+    let delegation = dsh_std::subagents::Delegation::with_ids(
         store,
         build,
-        dsh_subagents::std_runner::Settings::default(),
+        dsh_std::subagents::Settings::default(),
         Arc::new(|| crate::store::new_session_id(crate::store::now_ms())),
     );
     delegation.install(&mut config);

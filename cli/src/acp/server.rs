@@ -349,7 +349,7 @@ impl Server {
         (
             dsh_std::AgentConfig,
             PathBuf,
-            Arc<dsh_subagents::std_runner::Delegation>,
+            Arc<dsh_std::subagents::Delegation>,
         ),
         acp::Error,
     > {

@@ -9,8 +9,8 @@ use dsh_core::agent::replay::{ReplayOptions, replay};
 use dsh_core::session::EventData;
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, SessionId, StreamChunk};
 use dsh_host::{ScriptedProvider, ScriptedReply};
+use dsh_std::subagents::Delegation;
 use dsh_store::{Cancel, SessionStore};
-use dsh_subagents::std_runner::Delegation;
 
 fn answer(text: &str) -> ScriptedReply {
     ScriptedReply::Chunks(vec![
