@@ -740,7 +740,7 @@ fn repl(
         for line in crate::render::recap(&events, 4, render.width) {
             let _ = r.notice(&mut out, &line);
         }
-        // The surface so far, for the token estimate (issue 32).
+        // The surface so far, for the token estimate.
         for e in &events {
             r.observe(e);
         }

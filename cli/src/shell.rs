@@ -95,7 +95,7 @@ pub fn agent_config(
     };
     let anthropic = provider.api == crate::provider::Api::Anthropic;
     if anthropic {
-        // The Messages API over the same transport (issue 32); no DeepSeek
+        // The Messages API over the same transport; no DeepSeek
         // session header.
         options.wire = Some(Arc::new(dsh_anthropic::AnthropicWire::default()));
         options.session_header = SessionHeader::Never;
@@ -126,7 +126,7 @@ pub fn agent_config(
         client = DeepSeekClient::with_options(config, options)
             .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
     }
-    // The route names the endpoint (issue 32): `deepseek-official` for
+    // The route names the endpoint: `deepseek-official` for
     // DeepSeek's API, `openai-compatible:<host[:port]>` for any other.
     let route = if anthropic {
         dsh_anthropic::provider_route(&client.base_url())
@@ -176,7 +176,7 @@ pub struct Window {
     pub source: String,
 }
 
-/// The context window of `provider`'s model (issue 32): the user's
+/// The context window of `provider`'s model: the user's
 /// setting (`--context-window`, the config file), else what the server
 /// tells (tried once per process and endpoint), else DeepSeek's known
 /// window for a catalog model, else [`DEFAULT_CONTEXT_WINDOW`], said once

@@ -255,7 +255,7 @@ pub enum ShellError {
     /// plugin answered it): the message.
     Command(String),
     /// The agent stopped with part of its log unwritten: the last failed
-    /// store write's message (issue 25; nothing may claim it was saved).
+    /// store write's message (nothing may claim it was saved).
     NotSaved(String),
 }
 

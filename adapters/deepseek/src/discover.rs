@@ -1,4 +1,4 @@
-//! Context-window discovery (issue 32): where a server tells the context
+//! Context-window discovery: where a server tells the context
 //! window of the model it serves, and the parsers of those answers. Sans
 //! I/O; the std client's `DeepSeekClient::discover_context_window` sends
 //! the [`PROBES`] in order and keeps the first answer.

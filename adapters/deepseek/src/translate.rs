@@ -426,7 +426,7 @@ impl Translator {
     }
 
     /// The delta a choice carries: its `delta`, or with the interop profile
-    /// its `message` when it has no `delta` object (issue 32).
+    /// its `message` when it has no `delta` object.
     fn delta_of<'c, 'a>(&self, choice: &'c wire::Choice<'a>) -> &'c wire::Delta<'a> {
         match &choice.message {
             Some(message) if self.interop() && !choice.has_delta => message,

@@ -1,4 +1,4 @@
-//! The subagents plugin in the smol runtime (issue 14 item 3): the same
+//! The subagents plugin in the smol runtime: the same
 //! kernel plugin and tool bodies; the smol parent's spawned child is linked
 //! to it, logs its descriptor, and its answer is the tool's result.
 

@@ -7,7 +7,7 @@
 //! `dsh-embedded` too, on the host over an in-memory loopback link that
 //! serves the same model replies as HTTP/SSE bodies: its log, its batches
 //! and its requests must match. Each of the behaviours the runtimes used to
-//! decide apart (issue 12) has a scenario asserting the one behaviour the
+//! decide apart has a scenario asserting the one behaviour the
 //! spec asks for.
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! `dsh-runtime`: the runtime kernel of dsh (design.md "The runtime kernel
-//! and plugins").
+//! `dsh-runtime`: the runtime kernel of dsh (docs/architecture.md, "The
+//! kernel and its seams").
 //!
 //! A [`Kernel`] owns one agent's sans-IO core machine plus every decision a
 //! runtime used to make for itself: the flush gate and checkpoint batching
@@ -17,11 +17,11 @@
 //! |---|---|
 //! | failed write before a model request (SM-14) | the request is not sent; the turn ends in error `FLUSH_FAILED` with the store's message |
 //! | failed write before a tool body | the body does not run; the call gets an error result with the store's message |
-//! | failed write while a response streams (issue 25) | the stream is stopped; the turn ends in error `FLUSH_FAILED`; what streamed stays in the log |
-//! | failed write of the turn's end (issue 25) | published before idle; [`TurnSummary::store_error`] and [`Kernel::store_error`] carry it until a write succeeds |
-//! | stream validation (issue 27) | with [`AgentConfig::validate_streams`] (default: on in debug builds, off in release) every chunk goes through a [`StreamValidator`](dsh_core::StreamValidator); on the first error (not a warning) the stream is stopped and the turn ends in error `INVARIANT` naming the rule |
-//! | response size (issue 25) | past [`AgentConfig::max_response_bytes`] (text, reasoning, tool calls, plus [`CHUNK_OVERHEAD_BYTES`] a chunk; default 32 MiB) the stream is stopped, the chunk refused, and the turn ends in error `RESPONSE_TOO_LARGE` |
-//! | steps per turn (issue 25) | at the pre-step of step [`AgentConfig::max_steps_per_turn`]` + 1` (default 200) the turn is cancelled with cause `{"kind":"hook","reason":"max steps per turn (N) reached"}` (SM-10 d) |
+//! | failed write while a response streams | the stream is stopped; the turn ends in error `FLUSH_FAILED`; what streamed stays in the log |
+//! | failed write of the turn's end | published before idle; [`TurnSummary::store_error`] and [`Kernel::store_error`] carry it until a write succeeds |
+//! | stream validation | with [`AgentConfig::validate_streams`] (default: on in debug builds, off in release) every chunk goes through a [`StreamValidator`](dsh_core::StreamValidator); on the first error (not a warning) the stream is stopped and the turn ends in error `INVARIANT` naming the rule |
+//! | response size | past [`AgentConfig::max_response_bytes`] (text, reasoning, tool calls, plus [`CHUNK_OVERHEAD_BYTES`] a chunk; default 32 MiB) the stream is stopped, the chunk refused, and the turn ends in error `RESPONSE_TOO_LARGE` |
+//! | steps per turn | at the pre-step of step [`AgentConfig::max_steps_per_turn`]` + 1` (default 200) the turn is cancelled with cause `{"kind":"hook","reason":"max steps per turn (N) reached"}` (SM-10 d) |
 //! | tool deadline (TL-14) | the definition's `timeoutMs` (rounded up), else [`AgentConfig::tool_timeout_ms`] (default none); at the deadline the body is told to stop, and the result is `tool call timed out after <ms>ms` (`ToolTimeoutError` / `TOOL_TIMEOUT`) whether the body returns within the grace or not |
 //! | abort during a body (LC-25, TL-13) | the body is told to stop and its result is awaited for the grace period (a success becomes `ABORTED` in the core); after it, the kernel answers `ABORTED` |
 //! | deferred seams | every seam a plugin handles is answered by the plugin chain; asks are withdrawn (`Reply::Cancelled`) on abort and disposal |
