@@ -14,6 +14,7 @@ use crate::cancel::CancelToken;
 
 /// Where a std runtime reads `now` (epoch milliseconds).
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub enum Clock {
     /// `SystemTime::now()`.
     #[default]
@@ -151,6 +152,7 @@ impl Plugin for ProviderPrepare {
 
 /// One scripted reply of a [`ScriptedProvider`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum ScriptedReply {
     /// These chunks, in order.
     Chunks(Vec<StreamChunk>),

@@ -20,6 +20,7 @@ use dsh_runtime::{Ask, Cx, Flow, Plugin, Reply, Seams};
 
 /// What the policy does with a call before it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ApprovalMode {
     /// Ask the user through the shell's approval channel.
     Ask,
