@@ -481,11 +481,14 @@ impl Harness {
             Input::Append => self.kernel.append_event(now, EventData::plugin(PLUGIN_EVENT, &json!({}))).is_err(),
             Input::Chunk(p, c) => {
                 let attempt = Self::pick(&self.attempts, p);
-                let mut refused = false;
+                // Several chunks: each refused one must change nothing.
                 for chunk in self.chunk(c) {
-                    refused |= self.kernel.model_chunk(now, attempt, chunk).is_err();
+                    let before = self.kernel.session().len();
+                    if self.kernel.model_chunk(now, attempt, chunk).is_err() {
+                        assert_eq!(self.kernel.session().len(), before, "a refused chunk changed the log");
+                    }
                 }
-                refused
+                false
             }
             Input::ModelEnd(p) => {
                 let attempt = Self::pick(&self.attempts, p);
@@ -722,6 +725,11 @@ impl Harness {
     }
 }
 
+thread_local! {
+    /// `KERNEL_FUZZ_TRACE` set: print every input (to read a crash).
+    static TRACE: bool = std::env::var_os("KERNEL_FUZZ_TRACE").is_some();
+}
+
 /// Runs a case; returns the final log's JSONL text.
 fn run(case: &Case) -> Vec<u8> {
     let Some(mut h) = Harness::new(case) else { return vec![] };
@@ -729,7 +737,14 @@ fn run(case: &Case) -> Vec<u8> {
     for input in case.inputs.iter().take(160).cloned() {
         let before = h.kernel.session().len();
         let resume = matches!(input, Input::Resume);
+        let trace = TRACE.with(|t| *t);
+        if trace {
+            eprintln!("input {input:?}");
+        }
         let refused = h.feed(input);
+        if trace {
+            eprintln!("  refused={refused} len {} -> {}", before, h.kernel.session().len());
+        }
         if refused && !resume {
             assert_eq!(h.kernel.session().len(), before, "a refused input changed the log");
         }

@@ -91,7 +91,7 @@ fn config() -> Result<AgentConfig, Box<dyn Error>> {
 enum Arrival {
     Chunk(u64, StreamChunk),
     End(u64),
-    ToolDone(u64, ToolOutcome),
+    ToolDone(u64, Box<ToolOutcome>),
     Written,
 }
 
@@ -129,7 +129,7 @@ impl Host {
                     Arrival::Chunk(attempt, chunk) => kernel.model_chunk(self.now, attempt, chunk),
                     Arrival::End(attempt) => kernel.model_end(self.now, attempt),
                     Arrival::ToolDone(token, outcome) => {
-                        kernel.tool_done(self.now, token, outcome, Vec::new())
+                        kernel.tool_done(self.now, token, *outcome, Vec::new())
                     }
                     Arrival::Written => kernel.persisted(self.now, Ok(())),
                 };
@@ -164,7 +164,10 @@ impl Host {
                 arrivals.push_back(Arrival::End(call.attempt));
             }
             Effect::StartTool { exec, .. } => {
-                arrivals.push_back(Arrival::ToolDone(exec.token, add(&exec.arguments)));
+                arrivals.push_back(Arrival::ToolDone(
+                    exec.token,
+                    Box::new(add(&exec.arguments)),
+                ));
             }
             Effect::Persist { range, checkpoint } => {
                 // Append the range as JSONL lines, then acknowledge.
