@@ -51,6 +51,7 @@ impl WindowSource {
 
 /// Where a probe's path is joined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProbeBase {
     /// The base URL as configured (`http://host:8000/v1`).
     Base,
