@@ -201,7 +201,7 @@ pub struct Setup {
     pub titles: bool,
     /// The agent's subagents: attach the agent so that its background
     /// children can report back (a REPL; `run` ends after one turn).
-    pub delegation: Arc<dsh_subagents::std_runner::Delegation>,
+    pub delegation: Arc<dsh_std::subagents::Delegation>,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -740,7 +740,7 @@ fn repl(
         for line in crate::render::recap(&events, 4, render.width) {
             let _ = r.notice(&mut out, &line);
         }
-        // The surface so far, for the token estimate (issue 32).
+        // The surface so far, for the token estimate.
         for e in &events {
             r.observe(e);
         }

@@ -1,4 +1,4 @@
-//! Trace export (issue 33): the `--otlp-endpoint` and `--otel-content`
+//! Trace export: the `--otlp-endpoint` and `--otel-content`
 //! flags, and the process's one exporter, shared by the agent and every
 //! subagent (`dsh run`, `dsh chat`, `dsh fork`, `dsh acp`).
 //!

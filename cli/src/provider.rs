@@ -95,9 +95,9 @@ pub struct ClientSettings {
     pub max_retry_wait: f64,
     /// Largest SSE line, event or JSON body, in bytes.
     pub max_event_bytes: usize,
-    /// Largest model response, in bytes (issue 25).
+    /// Largest model response, in bytes.
     pub max_response_bytes: u64,
-    /// Most steps in one turn, 0: no limit (issue 25).
+    /// Most steps in one turn, 0: no limit.
     pub max_steps: u64,
 }
 

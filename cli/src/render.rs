@@ -104,7 +104,7 @@ pub struct Renderer {
     in_escape: bool,
     /// A scheduled retry: when it starts.
     retry_at: Option<Instant>,
-    /// The token estimate for a server that reports no usage (issue 32).
+    /// The token estimate for a server that reports no usage.
     estimate: Estimate,
 }
 

@@ -95,7 +95,7 @@ pub fn agent_config(
     };
     let anthropic = provider.api == crate::provider::Api::Anthropic;
     if anthropic {
-        // The Messages API over the same transport (issue 32); no DeepSeek
+        // The Messages API over the same transport; no DeepSeek
         // session header.
         options.wire = Some(Arc::new(dsh_anthropic::AnthropicWire::default()));
         options.session_header = SessionHeader::Never;
@@ -126,7 +126,7 @@ pub fn agent_config(
         client = DeepSeekClient::with_options(config, options)
             .map_err(|e| format!("dsh: bad provider settings: {e}"))?;
     }
-    // The route names the endpoint (issue 32): `deepseek-official` for
+    // The route names the endpoint: `deepseek-official` for
     // DeepSeek's API, `openai-compatible:<host[:port]>` for any other.
     let route = if anthropic {
         dsh_anthropic::provider_route(&client.base_url())
@@ -176,7 +176,7 @@ pub struct Window {
     pub source: String,
 }
 
-/// The context window of `provider`'s model (issue 32): the user's
+/// The context window of `provider`'s model: the user's
 /// setting (`--context-window`, the config file), else what the server
 /// tells (tried once per process and endpoint), else DeepSeek's known
 /// window for a catalog model, else [`DEFAULT_CONTEXT_WINDOW`], said once
@@ -251,17 +251,17 @@ pub fn context_window(provider: &Provider, client: &DeepSeekClient) -> Window {
 /// from the configuration to let its background children
 /// (`run_in_background`) report back to it.
 ///
-/// [`Delegation::attach`]: dsh_subagents::std_runner::Delegation::attach
+/// [`Delegation::attach`]: dsh_std::subagents::Delegation::attach
 pub fn delegating(
     store: Arc<dyn dsh_store::SessionStore>,
     build: impl Fn() -> Result<AgentConfig, String> + Send + Sync + 'static,
-) -> Result<(AgentConfig, Arc<dsh_subagents::std_runner::Delegation>), String> {
-    let build: dsh_subagents::std_runner::ConfigFactory = Arc::new(build);
+) -> Result<(AgentConfig, Arc<dsh_std::subagents::Delegation>), String> {
+    let build: dsh_std::subagents::ConfigFactory = Arc::new(build);
     let mut config = build()?;
-    let delegation = dsh_subagents::std_runner::Delegation::with_ids(
+    let delegation = dsh_std::subagents::Delegation::with_ids(
         store,
         build,
-        dsh_subagents::std_runner::Settings::default(),
+        dsh_std::subagents::Settings::default(),
         Arc::new(|| crate::store::new_session_id(crate::store::now_ms())),
     );
     delegation.install(&mut config);

@@ -4,7 +4,7 @@
 //! own loop, which then ends the way a closed input does: the running turn
 //! closes, its tools' process groups and background jobs are stopped, the
 //! log is flushed. Left to the default disposition, these signals end the
-//! process at once and leave the tools' processes running (issue 19.8).
+//! process at once and leave the tools' processes running.
 
 /// Which signals [`forward`] listens for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -440,7 +440,7 @@ mod tests {
         assert_ne!(a, b);
     }
 
-    /// Security issue 19.9: one log whose header does not match its folder
+    /// One log whose header does not match its folder
     /// is skipped (and reported on stderr); the others are still listed.
     #[test]
     fn one_mismatched_log_does_not_hide_the_others() {

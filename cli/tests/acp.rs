@@ -690,7 +690,7 @@ fn disconnect_mid_prompt_exits_cleanly_with_a_closed_log() {
         }
     }
     // The client goes away mid-stream: the prompt it sent is still
-    // answered, `cancelled` (issue 25: every request read is answered).
+    // answered, `cancelled` (every request read is answered).
     let seen = c.finish();
     let answers: Vec<&Value> = seen
         .iter()
@@ -1087,7 +1087,7 @@ fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Security issue 19.8 for `dsh acp`: SIGTERM, SIGHUP or SIGINT from the
+/// SIGTERM, SIGHUP or SIGINT from the
 /// editor (or the terminal it runs in) ends the server the way a closed
 /// stdin does: the running turn closes as aborted, the process exits 0, and
 /// every process its tools started goes with it, the running `bash`

@@ -297,7 +297,7 @@ fn piped_chat(input: &'static [u8]) -> (std::process::Output, Vec<SessionEvent>)
     (o, events)
 }
 
-/// Security issue 19.5: piped input answers the approval question in order
+/// Piped input answers the approval question in order
 /// (the line was read before the question was asked), and shows the tool's
 /// output with its escape sequence made visible (19.2).
 #[test]
@@ -326,7 +326,7 @@ fn piped_chat_answers_approvals_in_order() {
     );
 }
 
-/// Security issue 19.5: stdin ends while an approval is pending: the call is
+/// Stdin ends while an approval is pending: the call is
 /// denied and the turn ends, instead of waiting forever.
 #[test]
 fn piped_chat_denies_when_input_ends_at_an_approval() {
@@ -338,7 +338,7 @@ fn piped_chat_denies_when_input_ends_at_an_approval() {
     assert_eq!(turn_end_kinds(&events), vec!["completed"]);
 }
 
-/// Security issue 19.7: the bash tool does not inherit the API key, so
+/// The bash tool does not inherit the API key, so
 /// `echo $DEEPSEEK_API_KEY` sends nothing to the model, the log or the
 /// screen; a custom `--api-key-env` variable is kept out the same way.
 #[test]
@@ -377,7 +377,7 @@ fn the_api_key_never_reaches_a_tool() {
     }
 }
 
-/// Security issue 19.6 / persistence.md W2: what streams in reaches the
+/// persistence.md W2: what streams in reaches the
 /// store within the write-behind window, so a kill -9 mid-stream keeps the
 /// chunks already received (before, nothing was stored until the turn
 /// ended).
@@ -437,7 +437,7 @@ fn ctrl_c_cancels_a_run_and_exits_one() {
         .unwrap();
     // Wait until the stream is running (its first text is sent at once,
     // then the server stalls), then interrupt (SIGINT, as Ctrl-C). Piped
-    // stdout holds an attempt's text until the attempt ends (issue 16: a
+    // stdout holds an attempt's text until the attempt ends (a
     // retried attempt must not stay in the output), so poll the server.
     let mut stdout = child.stdout.take().unwrap();
     let mut seen = Vec::new();
@@ -526,7 +526,7 @@ fn sigterm_ends_a_chat_and_saves_the_session() {
     InvariantChecker::check_log(&events).unwrap();
 }
 
-/// Security issue 19.8: a hang-up (SIGHUP) while a bash tool runs ends the
+/// A hang-up (SIGHUP) while a bash tool runs ends the
 /// chat cleanly and takes the tool's process group with it.
 #[test]
 fn sighup_during_a_tool_ends_its_process_group() {

@@ -1,5 +1,5 @@
-//! `dsh demo --scenario compaction` end to end (loop.md CP-1 to CP-3,
-//! issue 14): four scripted turns through the std runtime, the mock
+//! `dsh demo --scenario compaction` end to end (loop.md CP-1 to CP-3):
+//! four scripted turns through the std runtime, the mock
 //! DeepSeek server and the JSONL store cross a small context window;
 //! pressure compaction summarises the older history and the conversation
 //! continues; the stored log checks and replays.

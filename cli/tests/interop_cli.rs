@@ -1,8 +1,8 @@
 //! Issue 16 end to end: the wire-shape corpus through `dsh sse translate
 //! --interop` and through full `dsh run` turns against a local server that
 //! serves it; retries, timeouts and `Retry-After` as a user sees them; the
-//! retry display in a terminal; credentials kept out of output and logs
-//! (issue 19.7). Every session log passes `dsh log check` and
+//! retry display in a terminal; credentials kept out of output and logs.
+//! Every session log passes `dsh log check` and
 //! `dsh replay --check`.
 
 use std::path::{Path, PathBuf};

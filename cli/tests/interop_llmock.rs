@@ -1,6 +1,6 @@
-//! Interop suite (issue 16): `dsh run` against LLMock, a third-party
+//! Interop suite: `dsh run` against LLMock, a third-party
 //! OpenAI-compatible mock server from PyPI, with its fault injection; and
-//! (issue 32) against its Anthropic Messages route with `--provider
+//! against its Anthropic Messages route with `--provider
 //! anthropic`.
 //! The tests are `#[ignore]`d: `adapters/deepseek/interop/run.sh` installs
 //! and starts the server on 127.0.0.1 and runs them with `--ignored`,
@@ -126,8 +126,7 @@ fn run(extra: &[&str]) -> Output {
     )
 }
 
-/// [`run`] on LLMock's Anthropic Messages route (`/anthropic/v1/messages`,
-/// issue 32).
+/// [`run`] on LLMock's Anthropic Messages route (`/anthropic/v1/messages`).
 fn run_anthropic(extra: &[&str]) -> Output {
     run_on(
         &[

@@ -256,7 +256,7 @@ fn check_of_a_missing_file_is_bad_input() {
 
 #[test]
 fn repair_refuses_a_log_whose_turns_are_not_enclosed() {
-    // Security issue 19.9: repair exited 0 on a corrupt (not torn) log and
+    // Repair exited 0 on a corrupt (not torn) log and
     // printed a log that fails `log check`. A turn/end of another turn and
     // a step/start outside a turn are corruption (session.md 11), not a
     // torn tail: exit 1, nothing printed.

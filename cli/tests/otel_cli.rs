@@ -1,4 +1,4 @@
-//! Trace export end to end (issue 33 part 3): `dsh run` against the
+//! Trace export end to end: `dsh run` against the
 //! bundled mock server exports a scripted two-step tool turn to a local
 //! OTLP/HTTP receiver that decodes it with the official protobuf
 //! definitions (`cli/tests/otel/receiver.py`, the `opentelemetry-proto`

@@ -1,5 +1,5 @@
 //! Every print site of the CLI shows outside text through the sanitiser
-//! (issue 25, "Build" item 6; `cli/src/sanitize.rs`).
+//! (`cli/src/sanitize.rs`).
 //!
 //! A site is one of `println!`, `eprintln!`, `print!`, `eprint!`, `write!`
 //! and `writeln!` in `cli/src` (test modules excluded). It passes when its

@@ -1,4 +1,4 @@
-//! What the model is told (issue 13): the request body of a first turn in a
+//! What the model is told: the request body of a first turn in a
 //! git workspace, field by field; the system prompt and message prefix
 //! byte-identical across turns (loop.md SP-5); a new runtime-context
 //! message only when the git state or the working directory changes
@@ -597,7 +597,7 @@ fn titles_recorded_once_survive_resume_and_are_listed() {
     let events = log_events(data.path());
     let recorded = of_type(&events, "session/title");
     assert_eq!(recorded.len(), 1);
-    // The title model's route names the local server (issue 32).
+    // The title model's route names the local server.
     let route = format!(
         "openai-compatible:{}",
         server.url().trim_start_matches("http://")

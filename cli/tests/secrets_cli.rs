@@ -1,5 +1,5 @@
-//! Credentials stay out of what others can read (issue 25, item 3 of
-//! "Build"): the API key leaves dsh's own environment at start-up, so a
+//! Credentials stay out of what others can read: the API
+//! key leaves dsh's own environment at start-up, so a
 //! tool reading `/proc/<dsh pid>/environ` finds nothing; base-URL userinfo
 //! reaches neither a tool, the session log nor the screen.
 

@@ -529,7 +529,7 @@ fn the_shipped_example_assembles_as_the_readme_shows() {
     assert_output(&run(&["stream", "check", example], b""), 0, "ok\n", "");
 }
 
-/// Security issue 19.9: an `error` finish without a `failure` is refused
+/// An `error` finish without a `failure` is refused
 /// (FR-1), and so is one whose failure breaks LF-1.
 #[test]
 fn check_refuses_a_failure_finish_without_a_failure() {

@@ -1,5 +1,5 @@
 //! Text from a file, a log or a user argument reaches the terminal only
-//! through the sanitiser (issue 25, "Build" item 6 and the Low items):
+//! through the sanitiser:
 //! the cwd column of `dsh sessions`, header text quoted by `log check`,
 //! `log derive`, `log repair` and `replay --check`, and an id echoed by
 //! `chat --resume`. Each carries an OSC 52 clipboard write, a

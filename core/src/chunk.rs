@@ -427,6 +427,19 @@ impl StreamChunk {
         }
     }
 
+    /// AC-6: the terminal `finish` chunk for an error an adapter raised:
+    /// `aborted` when the caller cancelled or the code is `ABORTED`,
+    /// otherwise `error`.
+    pub fn error_finish(error: &crate::LlmError, caller_cancelled: bool) -> Self {
+        let failure = error.failure().clone();
+        let reason = if caller_cancelled || failure.code == "ABORTED" {
+            FinishReason::Aborted { failure }
+        } else {
+            FinishReason::Error { failure }
+        };
+        StreamChunk::finish(reason)
+    }
+
     /// A `finish` chunk with optional replay state.
     pub fn finish_with(reason: FinishReason, replay_state: Option<ReplayEnvelope>) -> Self {
         StreamChunk::Finish {

@@ -312,7 +312,7 @@ mod tests {
             }
         ));
         round_trip(r#"{"type":"tool-result","toolCallId":"c","content":[]}"#);
-        // The reference's key order (issue 17).
+        // The reference's key order.
         let i = round_trip(
             r#"{"type":"image","attachment":{"attachmentId":"sha256:aa","mediaType":"image/png","width":1,"height":2,"bytes":3}}"#,
         );

@@ -1,4 +1,4 @@
-//! Lenient, lossless loading of core payloads (issue 17; session.md Q1, E4):
+//! Lenient, lossless loading of core payloads (session.md Q1, E4):
 //! a log the reference wrote with an extra key, or an older/newer shape of a
 //! field dsh does not interpret, in any core event type, loads, checks,
 //! derives and replays, writes back byte for byte, and reports the deviation

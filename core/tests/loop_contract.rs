@@ -1,4 +1,4 @@
-//! The driving contract of `Agent` (design.md "The core contract"): a
+//! The driving contract of `Agent` (docs/architecture.md, "Time and ids"): a
 //! spurious timer wake-up is harmless, and refusals say whether they are a
 //! benign race (a late answer to something that ended) or misuse.
 

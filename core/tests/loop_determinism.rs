@@ -1,4 +1,4 @@
-//! Determinism (design.md, loop.md Q12): the same input script gives a
+//! Determinism (loop.md Q12): the same input script gives a
 //! byte-identical event log, `time` included, and the same outputs.
 
 mod loop_support;

@@ -227,7 +227,7 @@ fn a_log_repaired_after_a_crash_replays() {
         (64, 64),
         "the 3 closers are not counted"
     );
-    // Resumed after the repair (`session/end-seed` appended, issue 27): the
+    // Resumed after the repair (`session/end-seed` appended): the
     // crashed instance is still replayed, not taken as seed.
     let text = String::from_utf8(bytes).unwrap();
     let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
@@ -244,7 +244,7 @@ fn a_log_repaired_after_a_crash_replays() {
 
 #[test]
 fn a_torn_or_open_recording_does_not_pass_the_check() {
-    // Security issue 19.9: replay said "reproduced 1/1" on a torn log.
+    // Replay said "reproduced 1/1" on a torn log.
     let name = "examples-acp-agent__tool-call-turn__session.jsonl";
     let path = testdata_dir().join("conformance/sessions").join(name);
     let bytes = dsh_core::jsonl::fixture_tokens(&std::fs::read(path).unwrap());

@@ -37,7 +37,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use agent_client_protocol_schema::v1::{Error, ErrorCode, RequestId};
-use dsh_tools::CancelToken;
+use dsh_host::CancelToken;
 use serde::Serialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value, json};

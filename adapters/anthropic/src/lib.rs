@@ -1,4 +1,4 @@
-//! `dsh-anthropic`: the Anthropic Messages API adapter of dsh (issue 32).
+//! `dsh-anthropic`: the Anthropic Messages API adapter of dsh.
 //!
 //! `#![no_std]` + `alloc`, no I/O, like the DeepSeek codec whose SSE
 //! framer it reuses:

@@ -1,4 +1,4 @@
-//! The Messages request body (issue 32): system, merged roles, tool_use and
+//! The Messages request body: system, merged roles, tool_use and
 //! tool_result, signed thinking replayed, images, max_tokens, stop
 //! sequences, thinking budget and the cache_control markers.
 

@@ -1,4 +1,4 @@
-//! The Anthropic wire over the DeepSeek adapter's client (issue 32),
+//! The Anthropic wire over the DeepSeek adapter's client,
 //! against the mock server: the request it sends (endpoint, `x-api-key`,
 //! `anthropic-version`, body), a streamed reply, and the errors and retry
 //! facts of `overloaded_error` (529) and a 429 with `retry-after`; the key

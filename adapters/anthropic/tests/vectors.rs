@@ -1,5 +1,5 @@
 //! Anthropic Messages stream vectors (tests/vectors, written from the
-//! documented event shapes) through the codec (issue 32): the chunks do
+//! documented event shapes) through the codec: the chunks do
 //! not depend on how the body is split, every sequence passes the stream
 //! grammar (`validate_stream`) and the `BlockAssembler` agrees with the
 //! `block-end` chunks.

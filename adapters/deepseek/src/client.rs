@@ -7,7 +7,7 @@
 //! - Each call uses a `ureq::Agent` of its own while it runs, with
 //!   redirects off (a 3xx is classified like any other status, `HTTP_3xx`),
 //!   HTTP statuses returned as responses and no library retries (AC-4).
-//! - Connection reuse (issue 16): a call that ends cleanly reads the rest of
+//! - Connection reuse: a call that ends cleanly reads the rest of
 //!   its body after `[DONE]` (at most 64 KiB, at most 1 s; nothing in it is
 //!   translated, SSE-6) and hands its agent, with the idle connection in its
 //!   pool, back to the client; the next call takes it. A call that fails,
@@ -52,13 +52,13 @@ use ureq::config::AutoHeaderValue;
 use ureq::http::Response;
 use ureq::{Agent, Body};
 
-use crate::cancel::{CancelToken, HookGuard};
 use crate::classify::{HttpErrorResponse, classify_http_error};
 use crate::codes;
 use crate::config::{BASE_URL_ENV, ConfigError, DEFAULT_BASE_URL, DeepSeekConfig, PROVIDER_ROUTE};
 use crate::request::{build_request_body, precheck_images};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 use crate::translate::{DecodeOptions, Profile, StreamDecoder, error_finish};
+use dsh_host::{CancelGuard as HookGuard, CancelToken};
 
 /// The default attribution header value (AC-12).
 pub fn user_agent() -> String {
@@ -162,7 +162,7 @@ pub enum SessionHeader {
     Never,
 }
 
-/// Another API spoken over this client's transport (issue 32): its
+/// Another API spoken over this client's transport: its
 /// endpoint, headers, request body, response decoder and error classifier,
 /// with the same connection handling, idle watchdog, cancellation, size
 /// caps and secret redaction as the chat-completions wire.
@@ -283,8 +283,7 @@ pub fn url_authority(url: &str) -> String {
 
 /// The provider route a session records for an OpenAI-compatible endpoint
 /// at `base_url`: [`PROVIDER_ROUTE`] (`deepseek-official`, the reference's
-/// name) for DeepSeek's own API, else `openai-compatible:<host[:port]>`
-/// (issue 32).
+/// name) for DeepSeek's own API, else `openai-compatible:<host[:port]>`.
 pub fn provider_route(base_url: &str) -> String {
     if is_deepseek_url(base_url) {
         String::from(PROVIDER_ROUTE)
@@ -537,7 +536,7 @@ impl DeepSeekClient {
         Agent::new_with_config(agent_config)
     }
 
-    /// Asks the server for `model`'s context window (issue 32): the
+    /// Asks the server for `model`'s context window: the
     /// [`crate::discover::PROBES`] in order, each answer read up to
     /// [`crate::discover::MAX_DISCOVERY_BYTES`], every request within
     /// `per_request` and all within `budget`; the first answer that parses

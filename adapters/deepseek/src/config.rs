@@ -20,6 +20,7 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// Deployment thinking mode (D-2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Thinking {
     /// `"enabled"`.
     Enabled,
@@ -40,6 +41,7 @@ impl Thinking {
 /// A DeepSeek reasoning effort id (RE-2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Effort {
     /// `off`: thinking disabled on the wire.
     Off,
@@ -77,6 +79,7 @@ impl Effort {
 /// An input modality of a catalog model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Modality {
     /// Text input.
     Text,

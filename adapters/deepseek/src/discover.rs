@@ -1,4 +1,4 @@
-//! Context-window discovery (issue 32): where a server tells the context
+//! Context-window discovery: where a server tells the context
 //! window of the model it serves, and the parsers of those answers. Sans
 //! I/O; the std client's `DeepSeekClient::discover_context_window` sends
 //! the [`PROBES`] in order and keeps the first answer.
@@ -51,6 +51,7 @@ impl WindowSource {
 
 /// Where a probe's path is joined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProbeBase {
     /// The base URL as configured (`http://host:8000/v1`).
     Base,

@@ -107,11 +107,11 @@ mod translate;
 mod wire;
 
 #[cfg(feature = "std")]
-mod cancel;
-#[cfg(feature = "std")]
 mod client;
 #[cfg(feature = "mock")]
 pub mod mock;
+#[cfg(feature = "std")]
+mod provider;
 
 pub use classify::{
     HttpErrorResponse, ProviderError, classify_http_error, classify_inband_error, http_error_code,
@@ -133,13 +133,14 @@ pub use translate::{
 };
 
 #[cfg(feature = "std")]
-pub use cancel::CancelToken;
-#[cfg(feature = "std")]
 pub use client::{
     ApiKey, ClientOptions, Credentials, DeepSeekClient, DeepSeekStream, SessionHeader, Wire,
     WireDecoder, is_deepseek_url, is_loopback_url, provider_route, redact_url, url_authority,
     user_agent,
 };
+#[cfg(feature = "std")]
+/// The cancel token of [`DeepSeekClient::stream`]: the one of `dsh-host`.
+pub use dsh_host::CancelToken;
 
 pub use dsh_core::{LlmError, StreamChunk};
 

@@ -167,6 +167,7 @@ pub struct ToolCall {
 /// A scripted failure.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum Fault {
     /// A non-2xx response.
     #[serde(rename_all = "camelCase")]

@@ -426,7 +426,7 @@ impl Translator {
     }
 
     /// The delta a choice carries: its `delta`, or with the interop profile
-    /// its `message` when it has no `delta` object (issue 32).
+    /// its `message` when it has no `delta` object.
     fn delta_of<'c, 'a>(&self, choice: &'c wire::Choice<'a>) -> &'c wire::Delta<'a> {
         match &choice.message {
             Some(message) if self.interop() && !choice.has_delta => message,
@@ -741,14 +741,9 @@ impl StreamDecoder {
 /// AC-6: the terminal `finish` chunk for an error raised by the adapter:
 /// `aborted` when the caller's signal is aborted or the code is `ABORTED`,
 /// otherwise `error`.
+/// (The rule lives in [`StreamChunk::error_finish`].)
 pub fn error_finish(error: &LlmError, caller_cancelled: bool) -> StreamChunk {
-    let failure = error.failure().clone();
-    let reason = if caller_cancelled || failure.code == codes::ABORTED {
-        FinishReason::Aborted { failure }
-    } else {
-        FinishReason::Error { failure }
-    };
-    StreamChunk::finish(reason)
+    StreamChunk::error_finish(error, caller_cancelled)
 }
 
 /// Decodes a whole body given in `pieces` (any split) and applies AC-6: the

@@ -1295,7 +1295,7 @@ impl<'a> Fast<'a> {
                     c.has_delta = r.peek() == Some(b'{');
                     r.fill(depth + 1, &mut c.delta, |r, d| r.delta(depth + 1, d))?;
                 }
-                // Left to serde (issue 32).
+                // Left to serde.
                 "message" => return None,
                 "finish_reason" => c.finish_reason = r.str_field(depth + 1)?,
                 _ => return Some(false),

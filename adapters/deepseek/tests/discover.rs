@@ -1,4 +1,4 @@
-//! Context-window discovery over HTTP (issue 32) against the mock server
+//! Context-window discovery over HTTP against the mock server
 //! standing in for vLLM, llama.cpp, Ollama and LiteLLM: the probes' order,
 //! methods and key, the first answer winning, the size cap, and a server
 //! that tells nothing.

@@ -1,4 +1,4 @@
-//! The wire-shape corpus of issue 16 (`tests/interop/`) through the
+//! The interop wire-shape corpus (`tests/interop/`) through the
 //! decoder: the interop profile reads every shape; the reference profile
 //! keeps the spec's behaviour (E-1, SSE-7, T-5, 5.12).
 

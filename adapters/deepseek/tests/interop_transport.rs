@@ -1,8 +1,8 @@
 //! The interop profile of the ureq client against the mock server
-//! (127.0.0.1 only): connection reuse (issue 16 item 11), base URL forms and
+//! (127.0.0.1 only): connection reuse, base URL forms and
 //! the 404 message (item 10), provider-neutral errors with the URL and the
 //! cause (items 8, 10), the session-id header (item 10), credential
-//! redaction (issue 19.7) and a corpus shape over the wire (items 2, 7).
+//! redaction and a corpus shape over the wire.
 
 use std::sync::Arc;
 use std::time::Duration;

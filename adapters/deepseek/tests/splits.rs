@@ -93,7 +93,7 @@ proptest! {
     }
 }
 
-/// Pieces of the shapes other servers send (issue 16), for the interop
+/// Pieces of the shapes other servers send, for the interop
 /// profile: bodies are random sequences of them.
 const INTEROP_PIECES: [&str; 14] = [
     "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n",

@@ -1,5 +1,5 @@
 //! The kit's harness on dsh's own DeepSeek/OpenAI-compatible SSE
-//! translator (issue 27 item 2): every OpenAI-compatible vector gives its
+//! translator: every OpenAI-compatible vector gives its
 //! expected chunks and passes `check_translator`, and so do the DeepSeek
 //! adapter's own interop corpus bodies.
 

@@ -1,6 +1,6 @@
 //! The generators (features `proptest` and `arbitrary`): well-formed
 //! streams pass the validator and the assembler check; near-miss streams
-//! break exactly the rule they name (issue 27 item 2).
+//! break exactly the rule they name.
 
 use arbitrary::{Arbitrary, Unstructured};
 use dsh_core::{Severity, StreamValidator, lint_stream, validate_stream};

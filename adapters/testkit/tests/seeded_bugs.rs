@@ -1,4 +1,4 @@
-//! The harness catches seeded adapter bugs (issue 27 item 2): a toy line
+//! The harness catches seeded adapter bugs: a toy line
 //! translator (`t:` lines are text, `.` ends the response) written right,
 //! then with one bug each. Every buggy version is rejected with the
 //! expected error; the right one passes.

@@ -22,6 +22,7 @@ use std::ffi::{OsStr, OsString};
 
 /// Which part of the parent environment a tool process starts from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Inherit {
     /// Every variable of the parent.
     #[default]

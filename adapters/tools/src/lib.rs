@@ -1,7 +1,8 @@
 //! The built-in tools of dsh (loop.md §5.4): `bash`, `read`, `write`, `edit`
 //! and `todo_write`, plus the search tools `grep` and `glob`, with std
-//! implementations, workspace confinement for the file tools, and the
-//! `ask | auto | deny` approval policy (TL-9 steps 4-5).
+//! implementations and workspace confinement for the file tools. The
+//! `ask | auto | deny` approval policy (TL-9 steps 4-5) is a plugin of its
+//! own, `dsh-approval`.
 //!
 //! The core ([`dsh_core::agent`]) runs the pipeline and emits
 //! [`Output::ExecuteTool`](dsh_core::agent::Output::ExecuteTool); a shell
@@ -21,9 +22,8 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use dsh_core::agent::ToolExecution;
 use dsh_core::agent::schema::validate_value;
@@ -31,7 +31,6 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry, ToolRegi
 use dsh_core::session::EventData;
 use serde_json::Value;
 
-pub mod approval;
 pub mod background;
 pub mod bash;
 pub mod env;
@@ -42,7 +41,6 @@ pub mod sandbox;
 pub mod search;
 pub mod todo;
 
-pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPlugin, ApprovalPolicy};
 pub use background::{BackgroundConfig, BashOutputTool, BashStartTool, BashStopTool, Jobs};
 pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
 pub use env::{EnvPolicy, Inherit};
@@ -52,69 +50,9 @@ pub use sandbox::{SandboxMode, SandboxPolicy, SandboxRoots};
 pub use search::{GlobTool, GrepTool, SearchConfig};
 pub use todo::TodoWriteTool;
 
-/// A cancellation token shared between the shell and a running body:
-/// cheap to clone, checkable, and waitable with a timeout.
-#[derive(Clone, Debug, Default)]
-pub struct CancelToken {
-    inner: Arc<(Mutex<bool>, Condvar)>,
-}
-
-impl CancelToken {
-    /// A token that is not cancelled.
-    pub fn new() -> Self {
-        CancelToken::default()
-    }
-
-    /// Cancels: every waiter wakes up. Idempotent.
-    pub fn cancel(&self) {
-        let (lock, cv) = &*self.inner;
-        let mut flag = lock.lock().unwrap_or_else(|e| e.into_inner());
-        *flag = true;
-        cv.notify_all();
-    }
-
-    /// Whether [`cancel`](Self::cancel) was called.
-    pub fn is_cancelled(&self) -> bool {
-        *self.inner.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Waits until cancelled or `timeout` elapsed; returns whether cancelled.
-    pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        self.wait_until(Instant::now().checked_add(timeout), &AtomicBool::new(false))
-    }
-
-    /// Wakes every waiter without cancelling; each re-checks what it waits
-    /// for (e.g. [`wait_until`](Self::wait_until)'s `done`), so a set flag
-    /// followed by `wake` is never missed.
-    pub(crate) fn wake(&self) {
-        let (lock, cv) = &*self.inner;
-        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        cv.notify_all();
-    }
-
-    /// Waits until cancelled, `done` is set (then [`wake`](Self::wake) is
-    /// called), or `deadline` (`None`: no deadline); returns whether
-    /// cancelled.
-    pub(crate) fn wait_until(&self, deadline: Option<Instant>, done: &AtomicBool) -> bool {
-        let (lock, cv) = &*self.inner;
-        let mut flag = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while !*flag && !done.load(Ordering::SeqCst) {
-            flag = match deadline {
-                None => cv.wait(flag).unwrap_or_else(|e| e.into_inner()),
-                Some(deadline) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        break;
-                    }
-                    cv.wait_timeout(flag, deadline - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                }
-            };
-        }
-        *flag
-    }
-}
+/// The cancellation token a running body observes: the one of
+/// `dsh-host`, shared with model streams and editor requests.
+pub use dsh_host::CancelToken;
 
 /// Where tool bodies append their own log-only events (TL-24), e.g.
 /// `todo/write`. The shell forwards them to `Agent::append_event` while the
@@ -397,28 +335,4 @@ pub(crate) fn text(t: impl Into<String>) -> Vec<dsh_core::ContentBlock> {
 /// The reference's schema for a property: `{"type", "description"}`.
 pub(crate) fn prop(ty: &str, description: &str) -> Value {
     serde_json::json!({"type": ty, "description": description})
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wake_does_not_cancel_and_done_ends_the_wait() {
-        let t = CancelToken::new();
-        t.wake();
-        assert!(!t.is_cancelled());
-        let done = AtomicBool::new(true);
-        let far = Instant::now().checked_add(Duration::from_secs(3600));
-        assert!(!t.wait_until(far, &done));
-        t.cancel();
-        assert!(t.wait_until(far, &AtomicBool::new(false)));
-    }
-
-    #[test]
-    fn a_timeout_too_far_to_represent_waits_without_a_deadline() {
-        let t = CancelToken::new();
-        t.cancel();
-        assert!(t.wait_timeout(Duration::MAX));
-    }
 }

@@ -40,6 +40,7 @@ use landlock::{
 
 /// How tool processes are confined.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SandboxMode {
     /// Not confined.
     Off,

@@ -6,13 +6,12 @@
 use std::fs;
 use std::sync::{Arc, Mutex};
 
+use dsh_approval::{ApprovalDecision, ApprovalMode, ApprovalPlugin, ApprovalPolicy};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
 use dsh_runtime::{
     AgentConfig as KernelConfig, AgentEvent, Effect, IdMode, InboxTarget, Kernel, Plugin, Reply,
 };
-use dsh_tools::{
-    ApprovalDecision, ApprovalMode, ApprovalPlugin, ApprovalPolicy, CancelToken, ToolSet, Workspace,
-};
+use dsh_tools::{CancelToken, ToolSet, Workspace};
 use serde_json::Value;
 
 #[test]

@@ -1,4 +1,4 @@
-//! Background bash jobs (issue 13 item 4): start, read output, stop;
+//! Background bash jobs: start, read output, stop;
 //! bounded in count and output; killed with the tool set.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Nothing a tool starts outlives it (issue 25, Low: `set -m; sleep 300 &`
+//! Nothing a tool starts outlives it (`set -m; sleep 300 &` once
 //! escaped the process-group kill). A process that left the command's
 //! process group (`set -m`) or its session (`setsid`) is still found and
 //! killed when the call ends, when a job is stopped and when the tool set

@@ -1,4 +1,4 @@
-//! Sandbox escapes of issue 25 (Build item 2): a workspace swapped for a
+//! Sandbox escapes: a workspace swapped for a
 //! symlink after the tools opened it, and device nodes made beneath a
 //! writable root.
 

@@ -1,4 +1,4 @@
-//! Terminal access of tool processes (issue 25, High "Terminal access"):
+//! Terminal access of tool processes:
 //! run where dsh has a controlling terminal (a pty this test makes), a
 //! `bash` command cannot open `/dev/tty`, cannot read or write the
 //! terminal's `/dev/pts` node, and cannot inject input with `TIOCSTI`, not

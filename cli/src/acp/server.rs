@@ -142,7 +142,7 @@ struct Live {
     /// `session/cancel` arrived for the running prompt.
     cancel_requested: bool,
     /// The running prompt's answer, held from its `turn/end` until the
-    /// agent is idle (the turn's end is written by then, issue 25).
+    /// agent is idle (the turn's end is written by then).
     ended: Option<Result<PromptResponse, acp::Error>>,
     /// The session mode (not stored: a loaded session starts in `ask`).
     mode: SessionMode,
@@ -349,7 +349,7 @@ impl Server {
         (
             dsh_std::AgentConfig,
             PathBuf,
-            Arc<dsh_subagents::std_runner::Delegation>,
+            Arc<dsh_std::subagents::Delegation>,
         ),
         acp::Error,
     > {

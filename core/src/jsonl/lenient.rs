@@ -1,4 +1,4 @@
-//! Lenient reading of core payloads (session.md Q1, E4; issue 17).
+//! Lenient reading of core payloads (session.md Q1, E4).
 //!
 //! The reference validates only the message shapes (M1–M6) and the
 //! request-header config (V4) when it loads a log; dsh's typed payloads are

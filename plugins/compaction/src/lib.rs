@@ -97,7 +97,7 @@ pub struct CompactionConfig {
     pub prompt: String,
     /// When no assistant message of the session carries usage (a server
     /// that reports none), measure the pressure with [`estimated_usage`]
-    /// instead of skipping it (issue 32). The estimate is never logged.
+    /// instead of skipping it. The estimate is never logged.
     pub estimate_unreported: bool,
 }
 
@@ -498,7 +498,7 @@ fn any_usage(session: &Session) -> bool {
 
 /// The tokens the next request would send, estimated as a quarter of the
 /// bytes of its JSON: every message on the surface, the system prompt and
-/// the tool schemas of the latest request header, rounded up (issue 32).
+/// the tool schemas of the latest request header, rounded up.
 ///
 /// Four bytes per token is the usual rule of thumb for BPE tokenizers on
 /// English text and code; the JSON framing (keys, quotes, escapes) adds

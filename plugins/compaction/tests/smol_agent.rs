@@ -8,7 +8,7 @@ use std::time::Duration;
 use dsh_compaction::{Compaction, CompactionConfig};
 use dsh_core::agent::replay::{ReplayOptions, replay};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, SessionId, StreamChunk, TokenUsage};
-use dsh_runtime::host::{ScriptedProvider, ScriptedReply};
+use dsh_host::{ScriptedProvider, ScriptedReply};
 use dsh_smol::{Agent, AgentConfig};
 
 fn answer(text: &str, input: i64) -> ScriptedReply {

@@ -1,4 +1,4 @@
-//! `dsh-otel`: OpenTelemetry traces of dsh agents (issue 33).
+//! `dsh-otel`: OpenTelemetry traces of dsh agents.
 //!
 //! [`OtelPlugin`] is a kernel [`Plugin`](dsh_runtime::Plugin) that listens
 //! to session events ([`Seams::EVENTS`](dsh_runtime::Seams::EVENTS)) and

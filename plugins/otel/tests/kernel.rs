@@ -1,6 +1,6 @@
 //! The plugin in a real kernel: it sees every appended event through
 //! `on_event`, builds the turn's spans, and leaves the log byte-identical
-//! (issue 33: "no change to the core"; session.md PB2: telemetry is an
+//! ("no change to the core"; session.md PB2: telemetry is an
 //! observer notified after the append, which it cannot change).
 
 use std::sync::{Arc, Mutex};

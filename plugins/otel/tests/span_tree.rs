@@ -1,5 +1,5 @@
 //! The span tree built from recorded turns (testdata/conformance, recorded
-//! by the reference implementation): issue 33 part 3. Events are fed in
+//! by the reference implementation): part 3. Events are fed in
 //! seq order through `OtelPlugin::observe`, exactly what the kernel's
 //! `on_event` hands the plugin.
 

@@ -20,13 +20,12 @@
 //! runtime. In the parent it enforces the depth cap (a clear tool error,
 //! the body does not run) and hands the body the parent's link (session id,
 //! depth, fork boundary) through `tools/execute`; in a child it appends the
-//! descriptor. The tool bodies belong to a runtime: feature `std` has the
-//! one for `dsh_std` ([`std_runner`]), which runs a child `dsh_std::Agent`.
+//! descriptor. The tool bodies belong to a runtime (this crate depends on
+//! none): `dsh_std::subagents` runs a child `dsh_std::Agent` per call.
 //!
 //! # Features
 //!
-//! - `std`: the std bodies of the `subagent` and `subagent_fork` tools: a child
-//!   `dsh_std::Agent` per call.
+//! - `std`: links `std`.
 //!
 //! No feature is on by default.
 
@@ -38,9 +37,6 @@
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
-
-#[cfg(feature = "std")]
-pub mod std_runner;
 
 use alloc::format;
 use alloc::string::{String, ToString};

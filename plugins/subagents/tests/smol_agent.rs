@@ -1,4 +1,4 @@
-//! The subagents plugin in the smol runtime (issue 14 item 3): the same
+//! The subagents plugin in the smol runtime: the same
 //! kernel plugin and tool bodies; the smol parent's spawned child is linked
 //! to it, logs its descriptor, and its answer is the tool's result.
 
@@ -8,9 +8,9 @@ use std::time::Duration;
 use dsh_core::agent::replay::{ReplayOptions, replay};
 use dsh_core::session::EventData;
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, SessionId, StreamChunk};
-use dsh_runtime::host::{ScriptedProvider, ScriptedReply};
+use dsh_host::{ScriptedProvider, ScriptedReply};
+use dsh_std::subagents::Delegation;
 use dsh_store::{Cancel, SessionStore};
-use dsh_subagents::std_runner::Delegation;
 
 fn answer(text: &str) -> ScriptedReply {
     ScriptedReply::Chunks(vec![

@@ -12,9 +12,9 @@ use dsh_core::session::{EventData, InvariantChecker, SessionEvent, SessionHeader
 use dsh_core::{ContentBlock, LlmCallConfig};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{ClientOptions, DeepSeekClient, DeepSeekConfig};
+use dsh_std::subagents::{Delegation, Settings};
 use dsh_std::{Agent, AgentConfig, CancelCause};
 use dsh_store::{Cancel, SessionStore};
-use dsh_subagents::std_runner::{Delegation, Settings};
 use serde_json::{Value, json};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(20));

@@ -1,5 +1,5 @@
 //! A hostile repository cannot make the runtime-context git facts run its
-//! programs or see a secret (issue 25, critical item; loop.md LC-12 facts).
+//! programs or see a secret.
 //!
 //! The repository's `.git/config` sets `core.fsmonitor`, a
 //! `filter.evil.clean` (applied to every path by `.gitattributes`) and an

@@ -7,7 +7,7 @@
 //! `dsh-embedded` too, on the host over an in-memory loopback link that
 //! serves the same model replies as HTTP/SSE bodies: its log, its batches
 //! and its requests must match. Each of the behaviours the runtimes used to
-//! decide apart (issue 12) has a scenario asserting the one behaviour the
+//! decide apart has a scenario asserting the one behaviour the
 //! spec asks for.
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::agent::{CancelCause, PreStepDecision, PreStepPayload};
 use dsh_core::session::{SessionEvent, SessionHeader};
 use dsh_core::{ContentBlock, GenerateOptions, LlmCallConfig, ReasoningEffortId, SessionId};
-use dsh_runtime::host::{Clock, ScriptedProvider, ScriptedReply};
+use dsh_host::{Clock, ScriptedProvider, ScriptedReply};
 use dsh_runtime::{AgentEvent, Ask, Cx, Flow, IdMode, Plugin, Reply, Seams, ToolDispatch};
 use dsh_store::SessionStore;
 use dsh_tools::{Tool, ToolCallRequest, ToolContext, ToolSet};
@@ -743,7 +743,7 @@ fn a_failed_write_before_the_model_ends_the_turn_in_error_everywhere() {
 /// fails with [`ShellError::NotSaved`] instead of claiming a saved log.
 #[test]
 fn a_failed_write_of_the_turn_end_is_reported_everywhere() {
-    use dsh_runtime::host::ShellError;
+    use dsh_host::ShellError;
     let reply = || Arc::new(ScriptedProvider::new([text("an answer").reply()]));
     let unsaved = |name: &str, summary: &dsh_runtime::TurnSummary, errors: &[String]| {
         let e = summary

@@ -1,4 +1,4 @@
-//! The compaction plugin in the embedded shell (issue 14: "embedded:
+//! The compaction plugin in the embedded shell ("embedded:
 //! compaction at least"): the summary is a side call over the same link,
 //! the manual run is `Shell::command("compact")` (loop.md CP-3 c), and the
 //! JSONL log replays.

@@ -12,6 +12,8 @@
 //! Above it, `dsh-std` (threads) and `dsh-smol` (async tasks) are
 //! ready-made runtimes over this kernel.
 //!
+//! The floors, the seam model and the drain rule: docs/architecture.md.
+//!
 //! A [`Kernel`] owns one agent's sans-IO core machine plus every decision a
 //! runtime used to make for itself: the flush gate and checkpoint batching
 //! (SM-12 to SM-14), tool scheduling (deadlines, grace, cancel, abort,
@@ -28,11 +30,11 @@
 //! |---|---|
 //! | failed write before a model request (SM-14) | the request is not sent; the turn ends in error `FLUSH_FAILED` with the store's message |
 //! | failed write before a tool body | the body does not run; the call gets an error result with the store's message |
-//! | failed write while a response streams (issue 25) | the stream is stopped; the turn ends in error `FLUSH_FAILED`; what streamed stays in the log |
-//! | failed write of the turn's end (issue 25) | published before idle; [`TurnSummary::store_error`] and [`Kernel::store_error`] carry it until a write succeeds |
-//! | stream validation (issue 27) | with [`AgentConfig::validate_streams`] (default: on in debug builds, off in release) every chunk goes through a [`StreamValidator`](dsh_core::StreamValidator); on the first error (not a warning) the stream is stopped and the turn ends in error `INVARIANT` naming the rule |
-//! | response size (issue 25) | past [`AgentConfig::max_response_bytes`] (text, reasoning, tool calls, plus [`CHUNK_OVERHEAD_BYTES`] a chunk; default 32 MiB) the stream is stopped, the chunk refused, and the turn ends in error `RESPONSE_TOO_LARGE` |
-//! | steps per turn (issue 25) | at the pre-step of step [`AgentConfig::max_steps_per_turn`]` + 1` (default 200) the turn is cancelled with cause `{"kind":"hook","reason":"max steps per turn (N) reached"}` (SM-10 d) |
+//! | failed write while a response streams | the stream is stopped; the turn ends in error `FLUSH_FAILED`; what streamed stays in the log |
+//! | failed write of the turn's end | published before idle; [`TurnSummary::store_error`] and [`Kernel::store_error`] carry it until a write succeeds |
+//! | stream validation | with [`AgentConfig::validate_streams`] (default: on in debug builds, off in release) every chunk goes through a [`StreamValidator`](dsh_core::StreamValidator); on the first error (not a warning) the stream is stopped and the turn ends in error `INVARIANT` naming the rule |
+//! | response size | past [`AgentConfig::max_response_bytes`] (text, reasoning, tool calls, plus [`CHUNK_OVERHEAD_BYTES`] a chunk; default 32 MiB) the stream is stopped, the chunk refused, and the turn ends in error `RESPONSE_TOO_LARGE` |
+//! | steps per turn | at the pre-step of step [`AgentConfig::max_steps_per_turn`]` + 1` (default 200) the turn is cancelled with cause `{"kind":"hook","reason":"max steps per turn (N) reached"}` (SM-10 d) |
 //! | tool deadline (TL-14) | the definition's `timeoutMs` (rounded up), else [`AgentConfig::tool_timeout_ms`] (default none); at the deadline the body is told to stop, and the result is `tool call timed out after <ms>ms` (`ToolTimeoutError` / `TOOL_TIMEOUT`) whether the body returns within the grace or not |
 //! | abort during a body (LC-25, TL-13) | the body is told to stop and its result is awaited for the grace period (a success becomes `ABORTED` in the core); after it, the kernel answers `ABORTED` |
 //! | deferred seams | every seam a plugin handles is answered by the plugin chain; asks are withdrawn (`Reply::Cancelled`) on abort and disposal |
@@ -41,49 +43,81 @@
 //! | persistence | one batch per checkpoint, plus the rest when the agent goes quiet or is disposed |
 //! | header `cwd` | the absolute working directory |
 //!
+//! The drain rule: drain [`Kernel::poll`] until `None`, carry out the
+//! effects, and only then feed the kernel what they gave back; then drain
+//! again. A minimal loop over a scripted model that stores the
+//! log as JSONL (header line first), then reloads it and resumes
+//! (`examples/byo.rs` is the complete version, with a tool and timers):
+//!
 //! ```
-//! use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
-//! use dsh_runtime::{create_session, AgentConfig, Effect, IdMode, Kernel};
 //! use dsh_core::agent::InboxTarget;
+//! use dsh_core::jsonl::{encode_batch, encode_header_line, load_log};
+//! use dsh_core::session::TurnEndReason;
+//! use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+//! use dsh_runtime::{create_session, resume_session, AgentConfig, Effect, IdMode, Kernel};
+//!
+//! /// One turn: drain, carry out, feed what came back, until idle.
+//! fn turn(kernel: &mut Kernel, file: &mut Vec<u8>, prompt: Message) {
+//!     kernel.send(1_000, prompt, InboxTarget::NextTurn, true).unwrap();
+//!     loop {
+//!         let mut effects = Vec::new();
+//!         while let Some(effect) = kernel.poll() {
+//!             effects.push(effect); // no input while draining
+//!         }
+//!         if effects.is_empty() {
+//!             assert!(kernel.is_idle());
+//!             return;
+//!         }
+//!         for effect in effects {
+//!             match effect {
+//!                 Effect::StartModel(call) => {
+//!                     let stream = [
+//!                         StreamChunk::block_start(0, "text"),
+//!                         StreamChunk::TextDelta { index: 0, text: "hello".into() },
+//!                         StreamChunk::block_end(0, ContentBlock::text("hello")),
+//!                         StreamChunk::finish(FinishReason::Stop),
+//!                     ];
+//!                     for chunk in stream {
+//!                         kernel.model_chunk(1_000, call.attempt, chunk).unwrap();
+//!                     }
+//!                     kernel.model_end(1_000, call.attempt).unwrap();
+//!                 }
+//!                 Effect::Persist { range, .. } => {
+//!                     let events = &kernel.session().events()[range.start as usize..range.end as usize];
+//!                     encode_batch(events, false, file);
+//!                     kernel.persisted(1_000, Ok(())).unwrap();
+//!                 }
+//!                 _ => {}
+//!             }
+//!         }
+//!     }
+//! }
 //!
 //! let mut config = AgentConfig::new(LlmCallConfig::new("mock", "mock"));
 //! config.ids = IdMode::Sequential;
 //! let session = create_session("s1".into(), 1_000, None).unwrap();
-//! let mut kernel = Kernel::new(config, session, 0, Vec::new()).unwrap();
-//! let hi = Message::user("m1", vec![ContentBlock::text("hi")]);
-//! kernel.send(1_000, hi, InboxTarget::NextTurn, true).unwrap();
-//! let mut stored = 0;
-//! while let Some(effect) = kernel.poll() {
-//!     match effect {
-//!         Effect::StartModel(call) => {
-//!             let reply = [
-//!                 StreamChunk::block_start(0, "text"),
-//!                 StreamChunk::TextDelta { index: 0, text: "hello".into() },
-//!                 StreamChunk::block_end(0, ContentBlock::text("hello")),
-//!                 StreamChunk::finish(FinishReason::Stop),
-//!             ];
-//!             for chunk in reply {
-//!                 kernel.model_chunk(1_000, call.attempt, chunk).unwrap();
-//!             }
-//!             kernel.model_end(1_000, call.attempt).unwrap();
-//!         }
-//!         Effect::Persist { range, .. } => {
-//!             stored = range.end; // write session().events()[range]
-//!             kernel.persisted(1_000, Ok(())).unwrap();
-//!         }
-//!         _ => {}
-//!     }
-//! }
-//! assert!(kernel.is_idle());
-//! assert_eq!(stored, kernel.session().len());
+//! let mut file = Vec::new(); // the store: a JSONL file
+//! encode_header_line(session.header(), &mut file);
+//! let mut kernel = Kernel::new(config.clone(), session, 0, Vec::new()).unwrap();
+//! turn(&mut kernel, &mut file, Message::user("m1", vec![ContentBlock::text("hi")]));
+//! assert_eq!(kernel.summary().reason, Some(TurnEndReason::Completed));
+//!
+//! // Later: reload the file and resume in a new kernel.
+//! let log = load_log(&file, &[]).unwrap();
+//! let stored = log.session.len();
+//! let header = log.session.header().clone();
+//! let session = resume_session(header, log.session.events().to_vec(), 2_000).unwrap();
+//! let mut kernel = Kernel::new(config, session, stored, Vec::new()).unwrap();
+//! turn(&mut kernel, &mut file, Message::user("m2", vec![ContentBlock::text("again")]));
+//! assert_eq!(kernel.summary().turn, 2);
+//! assert_eq!(load_log(&file, &[]).unwrap().session.len(), kernel.session().len());
 //! ```
 //!
 //! # Features
 //!
-//! - `std`: the module `host`, shared by the std runtimes: the clock, model
-//!   providers and their stream pump, the provider's `prepare` as a plugin,
-//!   and the hosted runtimes' error type (pulls in `dsh-deepseek/std` and
-//!   `dsh-store`).
+//! - `std`: links `std` (serde_json's `std` feature). The host glue of the
+//!   std runtimes (clock, model providers, the cancel token, their error
+//!   type) is the crate `dsh-host`, one floor up.
 //!
 //! No feature is on by default.
 
@@ -103,8 +137,6 @@ pub mod replay;
 mod session;
 mod types;
 
-#[cfg(feature = "std")]
-pub mod host;
 pub use ids::{IdMode, Ids, Rng};
 pub use kernel::{Kernel, timeout_outcome};
 pub use plugin::{

@@ -1,5 +1,5 @@
 //! Replaying a recorded session through your own [`Kernel`]: your
-//! [`AgentConfig`], your [`Plugin`]s and your tools (issue 27).
+//! [`AgentConfig`], your [`Plugin`]s and your tools.
 //!
 //! The recording's model answers become a scripted model: the
 //! `assistant/chunk` events of each loop instance, one answer per attempt

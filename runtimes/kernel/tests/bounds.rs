@@ -1,4 +1,4 @@
-//! Property tests of the response cap (issue 25): whatever a server
+//! Property tests of the response cap: whatever a server
 //! streams, the kernel accepts no more than the cap, every chunk it
 //! accepted is in the log in order, and the turn ends either completed
 //! (the stream fit) or in error `RESPONSE_TOO_LARGE`.
@@ -62,7 +62,7 @@ proptest! {
         config.ids = IdMode::Sequential;
         config.max_response_bytes = cap;
         // These streams are bare deltas (no block-start); stream validation
-        // has its own tests (kernel.rs, issue 27).
+        // has its own tests (kernel.rs).
         config.validate_streams = false;
         let session = create_session("b1".into(), NOW, None).unwrap();
         let mut k = Kernel::new(config, session, 0, Vec::new()).unwrap();

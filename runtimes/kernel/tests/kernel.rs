@@ -278,7 +278,7 @@ fn plugins_compose_in_order_and_can_short_circuit() {
     assert_eq!(call.request.temperature, Some(0.75));
 }
 
-/// Persistence W2/W3 (security issue 19.6: a kill mid-stream keeps what was
+/// Persistence W2/W3 (a kill mid-stream keeps what was
 /// shown): events appended while a response streams in are written within
 /// the write-behind window, not only at the next checkpoint.
 #[test]

@@ -1,4 +1,4 @@
-//! "Testing your agent" (issue 27), with public API only: record a two-turn
+//! "Testing your agent", with public API only: record a two-turn
 //! session (the second turn in a resumed kernel) with a custom tool, as a
 //! runtime would store it, then replay the log with the same
 //! configuration and tool through `dsh_runtime::replay`.

@@ -12,12 +12,13 @@ use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExec
 use dsh_core::session::{EventData, Session, SessionEvent};
 use dsh_core::{Message, SessionId, StreamChunk};
 use dsh_deepseek::{CancelToken, DeepSeekClient};
-use dsh_runtime::host::{ModelProvider, ProviderPrepare, pump};
+use dsh_host::{ModelProvider, ProviderPrepare, pump};
 use dsh_runtime::{AgentEvent, Effect, Ids, Kernel, KernelError, Plugin, Reply, TurnSummary};
 use dsh_store::{Cancel, SessionStore, StoreError};
 
 use crate::{Agent, AgentConfig, ShellError};
-use dsh_tools::{ApprovalPlugin, CancelToken as ToolCancel, ToolSet, Workspace};
+use dsh_approval::ApprovalPlugin;
+use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
 /// Everything that reaches an agent task.
 pub(crate) enum Msg {
@@ -217,7 +218,7 @@ async fn next(rx: &Receiver<Msg>, timer: Option<(i64, i64)>) -> Wake {
 
 struct Driver {
     kernel: Kernel,
-    clock: dsh_runtime::host::Clock,
+    clock: dsh_host::Clock,
     store: Arc<dyn SessionStore>,
     provider: Arc<dyn ModelProvider>,
     tools: Arc<ToolSet>,
@@ -390,7 +391,7 @@ impl Driver {
         let cancel = CancelToken::new();
         self.sides.insert(id, cancel.clone());
         smol::unblock(move || {
-            let r = dsh_runtime::host::side_call(&*provider, &request, &cancel);
+            let r = dsh_host::side_call(&*provider, &request, &cancel);
             let _ = tx.send_blocking(Msg::Answer {
                 id,
                 reply: Reply::Model(r),

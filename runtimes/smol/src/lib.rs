@@ -57,10 +57,11 @@ use dsh_deepseek::{ClientOptions, DeepSeekConfig};
 use dsh_runtime::Ids;
 use dsh_store::SessionStore;
 
-pub use dsh_runtime::host::{Clock, ModelProvider, ShellError};
+pub use dsh_approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy};
+pub use dsh_host::{Clock, ModelProvider, ShellError};
 pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, Reply, TurnSummary};
 pub use dsh_tools;
-pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, Tool, ToolSet};
+pub use dsh_tools::{Tool, ToolSet};
 
 use driver::Msg;
 
@@ -203,7 +204,7 @@ impl Agent {
         session_id: SessionId,
     ) -> Result<Agent, ShellError> {
         let now = config.clock.now_ms();
-        let cwd = dsh_runtime::host::absolute_cwd(&config.cwd);
+        let cwd = dsh_host::absolute_cwd(&config.cwd);
         let session = driver::create_session(now, cwd, &store, session_id).await?;
         driver::spawn(config, store, session, 0)
     }

@@ -1,4 +1,4 @@
-//! Fault soak (issue 19): 200 agents in one process against one mock
+//! Fault soak: 200 agents in one process against one mock
 //! DeepSeek server that injects seeded random faults between the good
 //! answers: dropped connections (mid-body), 429s with `Retry-After`, 503s,
 //! stalls (the idle watchdog ends them) and malformed SSE frames. Every

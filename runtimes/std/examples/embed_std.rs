@@ -1,5 +1,6 @@
 //! Embedding the blocking std shell: one prompt, the live text printed as
-//! it streams, approvals answered, then idle and dispose.
+//! it streams, approvals answered, then idle and dispose; then the stored
+//! session (a JSONL file, header first) resumed by id for a second turn.
 //!
 //! ```text
 //! cargo run -p dsh-std --example embed_std [PROMPT]
@@ -20,7 +21,7 @@ use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{ClientOptions, DEFAULT_API_KEY_ENV, DeepSeekClient, DeepSeekConfig};
 use dsh_std::{
     Agent, AgentConfig, AgentEvent, AgentStatus, ApprovalDecision, ApprovalMode, ApprovalPolicy,
-    new_session_id,
+    ModelProvider, new_session_id,
 };
 
 /// The mock's one agent turn: a `write` call (which asks for approval),
@@ -28,42 +29,15 @@ use dsh_std::{
 const SCRIPT: &str = r#"{"responses":[
   {"turn":{"toolCalls":[{"id":"call_1","name":"write",
     "arguments":["{\"file_path\":\"hello.txt\",","\"content\":\"hello\\n\"}"]}]}},
-  {"turn":{"text":["Wrote ","hello.txt ","for ","you."]}}
+  {"turn":{"text":["Wrote ","hello.txt ","for ","you."]}},
+  {"turn":{"text":["I wrote ","hello.txt."]}}
 ]}"#;
 
-fn main() -> Result<(), Box<dyn Error>> {
-    let prompt = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| String::from("Write hello.txt."));
-    let dir = tempfile::tempdir()?; // sessions and the tools' workspace
-
-    // The model: DeepSeek with the key from the environment, or the mock.
-    let mut mock = None;
-    let client = if std::env::var_os(DEFAULT_API_KEY_ENV).is_some() {
-        DeepSeekClient::new(DeepSeekConfig::default())?
-    } else {
-        let server = MockServer::start(Script::from_json(SCRIPT)?)?;
-        let config = DeepSeekConfig {
-            base_url: Some(server.url()),
-            ..DeepSeekConfig::default()
-        };
-        let options = ClientOptions {
-            credentials: Some(Arc::new(|_: &str| Some(String::from("sk-mock")))),
-            proxy_from_env: false,
-            ..ClientOptions::default()
-        };
-        mock = Some(server);
-        DeepSeekClient::with_options(config, options)?
-    };
-
-    let store = Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir.path()))?);
-    let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
-    let mut config = AgentConfig::new(Arc::new(client), call, dir.path());
-    config.approval = ApprovalPolicy::new(ApprovalMode::Ask); // every tool call asks
-    let agent = Agent::create(config, store, new_session_id())?;
-
+/// One turn: send `prompt`, print the live text, answer approvals, wait
+/// until idle.
+fn turn(agent: &Agent, prompt: &str) -> Result<(), Box<dyn Error>> {
     let events = agent.subscribe(); // std::sync::mpsc::Receiver<AgentEvent>
-    agent.send(&prompt)?;
+    agent.send(prompt)?;
     for event in events.iter() {
         match event {
             AgentEvent::Event(e) => {
@@ -95,10 +69,54 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
     println!();
-
     let summary = agent.wait_idle(Some(Duration::from_secs(60)))?;
     println!("turn {} ended {:?}", summary.turn, summary.reason);
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let prompt = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| String::from("Write hello.txt."));
+    let dir = tempfile::tempdir()?; // sessions and the tools' workspace
+
+    // The model: DeepSeek with the key from the environment, or the mock.
+    let mut mock = None;
+    let client = if std::env::var_os(DEFAULT_API_KEY_ENV).is_some() {
+        DeepSeekClient::new(DeepSeekConfig::default())?
+    } else {
+        let server = MockServer::start(Script::from_json(SCRIPT)?)?;
+        let config = DeepSeekConfig {
+            base_url: Some(server.url()),
+            ..DeepSeekConfig::default()
+        };
+        let options = ClientOptions {
+            credentials: Some(Arc::new(|_: &str| Some(String::from("sk-mock")))),
+            proxy_from_env: false,
+            ..ClientOptions::default()
+        };
+        mock = Some(server);
+        DeepSeekClient::with_options(config, options)?
+    };
+
+    let store = Arc::new(dsh_jsonl::open(dsh_jsonl::JsonlConfig::new(dir.path()))?);
+    let client: Arc<dyn ModelProvider> = Arc::new(client);
+    let config = || {
+        let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
+        let mut config = AgentConfig::new(client.clone(), call, dir.path());
+        config.approval = ApprovalPolicy::new(ApprovalMode::Ask); // every tool call asks
+        config
+    };
+    let agent = Agent::create(config(), store.clone(), new_session_id())?;
+    let id = agent.session_id().clone();
+    turn(&agent, &prompt)?;
     agent.dispose(); // flushes the store, waits for the driver to stop
+
+    // Later (another process, after a crash): resume the stored session by
+    // id. Its ids, turn numbers and history continue.
+    let agent = Agent::resume(config(), store, &id)?;
+    turn(&agent, "What did you write?")?;
+    agent.dispose();
     if let Ok(text) = std::fs::read_to_string(dir.path().join("hello.txt")) {
         println!("hello.txt: {text:?}");
     }

@@ -8,21 +8,20 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use dsh_approval::{ApprovalDecision, ApprovalPlugin, ApprovalPolicy};
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{self as core_agent, AgentStatus, CancelCause, InboxTarget};
 use dsh_core::session::{EventData, SessionEvent};
 use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
 use dsh_deepseek::CancelToken;
-pub use dsh_runtime::host::ShellError;
-use dsh_runtime::host::{Clock, ModelProvider, ProviderPrepare, absolute_cwd, pump};
+pub use dsh_host::ShellError;
+use dsh_host::{Clock, ModelProvider, ProviderPrepare, absolute_cwd, pump};
 use dsh_runtime::{
     AgentEvent, ApprovalRequestId, Effect, IdMode, Ids, Kernel, KernelError, Plugin, Reply,
     TurnSummary,
 };
 use dsh_store::SessionStore;
-use dsh_tools::{
-    ApprovalDecision, ApprovalPlugin, ApprovalPolicy, CancelToken as ToolCancel, ToolSet, Workspace,
-};
+use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
 /// Loop options of the core (HEAD deltas and the retry executor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -921,7 +920,7 @@ impl Driver {
         let spawned = std::thread::Builder::new()
             .name(format!("dsh-side-{id}"))
             .spawn(move || {
-                let result = dsh_runtime::host::side_call(&*provider, &request, &cancel);
+                let result = dsh_host::side_call(&*provider, &request, &cancel);
                 let _ = tx.send(Msg::SideDone { id, result });
             });
         match spawned {

@@ -10,7 +10,7 @@ pub fn os_seed() -> u64 {
     match getrandom::fill(&mut buf) {
         Ok(()) => u64::from_le_bytes(buf),
         Err(_) => {
-            let t = dsh_runtime::host::Clock::System.now_ms() as u64;
+            let t = dsh_host::Clock::System.now_ms() as u64;
             let local = 0u8;
             t ^ ((&local as *const u8 as u64).rotate_left(32))
         }

@@ -45,14 +45,16 @@
 
 mod agent;
 mod clock;
+pub mod subagents;
 
 pub use agent::{Agent, AgentConfig, LoopOptions, Mailbox, ShellError};
 pub use clock::{new_session_id, os_seed};
-pub use dsh_runtime::host::{ChunkStream, Clock, ModelProvider, ScriptedProvider, ScriptedReply};
+pub use dsh_approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy};
+pub use dsh_host::{ChunkStream, Clock, ModelProvider, ScriptedProvider, ScriptedReply};
 pub use dsh_runtime::{
     AgentEvent, ApprovalRequestId, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_STEPS_PER_TURN, IdMode,
     Plugin, Reply, Rng, TurnSummary,
 };
-pub use dsh_tools::{ApprovalDecision, ApprovalMode, ApprovalPolicy, ToolSet};
+pub use dsh_tools::ToolSet;
 
 pub use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget};

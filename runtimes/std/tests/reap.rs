@@ -1,4 +1,4 @@
-//! Nothing a tool starts outlives the agent (issue 25, Low): a background
+//! Nothing a tool starts outlives the agent: a background
 //! job's processes that left its process group (`set -m`) or its session
 //! (`setsid`) are killed when the agent is dropped.
 //!

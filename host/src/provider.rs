@@ -1,23 +1,20 @@
-//! What every std runtime shares around the kernel (feature `std`): the
-//! clock, model providers and their stream pump, the provider's `prepare`
-//! as a plugin, and the one error type of the hosted runtimes' handles.
+//! The clock, model providers and their stream pump, the provider's
+//! `prepare` as a plugin, and the one error type of the hosted runtimes'
+//! handles.
 
-use std::boxed::Box;
 use std::collections::VecDeque;
-use std::string::{String, ToString};
 use std::sync::{Arc, Mutex};
-use std::vec::Vec;
 
 use dsh_core::agent::HookError;
 use dsh_core::agent::PreparedCall;
 use dsh_core::{GenerateOptions, LlmCallConfig, LlmError, StreamChunk};
-use dsh_deepseek::{CancelToken, DeepSeekClient, error_finish};
+use dsh_runtime::{Cx, Flow, KernelError, Plugin, Seams, SideCollector, SideReply};
 
-use crate::plugin::{Cx, Flow, Plugin, Seams, SideCollector, SideReply};
-use crate::types::KernelError;
+use crate::cancel::CancelToken;
 
 /// Where a std runtime reads `now` (epoch milliseconds).
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub enum Clock {
     /// `SystemTime::now()`.
     #[default]
@@ -86,30 +83,6 @@ pub trait ModelProvider: Send + Sync {
     }
 }
 
-impl ModelProvider for DeepSeekClient {
-    fn stream(
-        &self,
-        opts: &GenerateOptions,
-        cancel: &CancelToken,
-    ) -> Result<ChunkStream, LlmError> {
-        let s = DeepSeekClient::stream(self, opts, cancel)?;
-        Ok(Box::new(s))
-    }
-
-    /// The model's context window from the catalog (or the configured
-    /// default), logged on `request/context` (LC-18).
-    fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
-        let c = self.config();
-        let window = c
-            .model(&config.model)
-            .and_then(|m| m.context_window)
-            .unwrap_or(c.default_context_window);
-        let mut prepared = PreparedCall::plain(config);
-        prepared.context_window = Some(window);
-        Ok(prepared)
-    }
-}
-
 /// Reads one model attempt to its end, handing each chunk to `send`
 /// (which returns `false` when nobody listens any more). Adapter errors
 /// become the terminal `finish` chunk (AC-6); after a cancel the stream
@@ -125,7 +98,7 @@ pub fn pump(
             for item in stream {
                 let chunk = match item {
                     Ok(c) => c,
-                    Err(e) => error_finish(&e, cancel.is_cancelled()),
+                    Err(e) => StreamChunk::error_finish(&e, cancel.is_cancelled()),
                 };
                 let last = matches!(chunk, StreamChunk::Finish { .. });
                 if !send(chunk) || (last && cancel.is_cancelled()) {
@@ -134,12 +107,12 @@ pub fn pump(
             }
         }
         Err(e) => {
-            send(error_finish(&e, cancel.is_cancelled()));
+            send(StreamChunk::error_finish(&e, cancel.is_cancelled()));
         }
     }
 }
 
-/// Carries out a side model call ([`Effect::SideModel`](crate::Effect::SideModel))
+/// Carries out a side model call ([`Effect::SideModel`](dsh_runtime::Effect::SideModel))
 /// with `provider`: pumps the stream into a [`SideCollector`]. Blocks;
 /// runtimes call it on a thread or blocking pool and answer the kernel
 /// with `Reply::Model(result)`.
@@ -179,6 +152,7 @@ impl Plugin for ProviderPrepare {
 
 /// One scripted reply of a [`ScriptedProvider`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum ScriptedReply {
     /// These chunks, in order.
     Chunks(Vec<StreamChunk>),
@@ -283,7 +257,7 @@ pub enum ShellError {
     /// plugin answered it): the message.
     Command(String),
     /// The agent stopped with part of its log unwritten: the last failed
-    /// store write's message (issue 25; nothing may claim it was saved).
+    /// store write's message (nothing may claim it was saved).
     NotSaved(String),
 }
 

@@ -1,10 +1,16 @@
-//! Pre-execute approval policy (TL-9 steps 4-5, TL-10): per tool `ask`,
-//! `auto` or `deny`, with per-tool overrides and a default.
+//! `dsh-approval`: the pre-execute approval policy (TL-9 steps 4-5, TL-10)
+//! as a kernel plugin: per tool `ask`, `auto` or `deny`, with per-tool
+//! overrides and a default.
 //!
-//! [`ApprovalPolicy::pre_execute`] is the `tools/pre-execute` decision the
-//! shell's hooks return; an `ask` is answered by a front end with an
-//! [`ApprovalDecision`], which [`ApprovalPolicy::resolve`] turns into the
-//! core's [`ApprovalOutcome`] (and remembers `AllowAlways`).
+//! [`ApprovalPolicy::pre_execute`] is the `tools/pre-execute` decision;
+//! an `ask` is answered by a front end with an [`ApprovalDecision`], which
+//! [`ApprovalPolicy::resolve`] turns into the core's [`ApprovalOutcome`]
+//! (and remembers `AllowAlways`). [`ApprovalPlugin`] puts both on the
+//! kernel's seams; it is a plugin, not part of the tool bodies
+//! (`dsh-tools`), so a front end can use it with any set of tools.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +20,7 @@ use dsh_runtime::{Ask, Cx, Flow, Plugin, Reply, Seams};
 
 /// What the policy does with a call before it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ApprovalMode {
     /// Ask the user through the shell's approval channel.
     Ask,

@@ -1,5 +1,6 @@
-//! The tool bodies for the std runtime (feature `std`): each call runs a
-//! child [`dsh_std::Agent`] in the same store (so its log lies beside the
+//! The `subagent` and `subagent_fork` tool bodies of the std runtime (the
+//! plugin and the pure parts are `dsh-subagents`, a runtime-agnostic
+//! plugin): each call runs a child [`Agent`] in the same store (so its log lies beside the
 //! parent's), built from the same configuration factory as the parent.
 //!
 //! The body (SA-2, SA-3): build the child session ([`spawn_session`] or
@@ -30,16 +31,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::vec::Vec;
 
+use crate::{Agent, AgentConfig, InboxTarget, Mailbox, ShellError};
 use dsh_core::SessionId;
 use dsh_core::agent::CancelCause;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::session::EventData;
-use dsh_std::{Agent, AgentConfig, InboxTarget, Mailbox, ShellError};
 use dsh_store::SessionStore;
 use dsh_tools::{Tool, ToolCallRequest, ToolContext, Workspace};
 use serde_json::json;
 
-use crate::{
+use dsh_subagents::{
     DEFAULT_MAX_DEPTH, Mode, ParentLink, Subagents, child_depth, definition, final_output,
     fork_session, outcome, parse_request, settled_message, spawn_session, started_outcome,
 };
@@ -127,7 +128,7 @@ impl Delegation {
         factory: ConfigFactory,
         settings: Settings,
     ) -> Arc<Delegation> {
-        Delegation::with_ids(store, factory, settings, Arc::new(dsh_std::new_session_id))
+        Delegation::with_ids(store, factory, settings, Arc::new(crate::new_session_id))
     }
 
     /// As [`with_settings`](Self::with_settings), naming children with
@@ -143,7 +144,7 @@ impl Delegation {
             factory,
             settings,
             ids,
-            token: dsh_std::new_session_id().as_str().to_string(),
+            token: crate::new_session_id().as_str().to_string(),
             background: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             mailboxes: Mutex::new(BTreeMap::new()),
@@ -171,7 +172,7 @@ impl Delegation {
 
     /// The `subagent` and `subagent_fork` tool bodies, for any runtime
     /// that runs `dsh_tools` bodies (`dsh_std`, `dsh_smol`); the children
-    /// are `dsh_std` agents.
+    /// are std [`Agent`]s.
     pub fn tools(self: &Arc<Self>) -> Vec<Box<dyn Tool>> {
         [Mode::Spawn, Mode::Fork]
             .into_iter()
@@ -214,9 +215,9 @@ impl Delegation {
             Err(e) => return Ok(ToolOutcome::invalid_arguments(&[e.to_string()])),
         };
         let link = ParentLink::from_arguments(&call.arguments).map_err(|e| e.to_string())?;
-        let token = call.arguments[crate::LINK_KEY]["token"].as_str();
+        let token = call.arguments[dsh_subagents::LINK_KEY]["token"].as_str();
         if token != Some(self.token.as_str()) {
-            return Err(crate::ArgsError::NoLink.to_string());
+            return Err(dsh_subagents::ArgsError::NoLink.to_string());
         }
         let depth = match child_depth(link.depth, self.settings.max_depth) {
             Ok(d) => d,
@@ -259,7 +260,7 @@ impl Delegation {
     fn run_in_background(
         self: &Arc<Self>,
         mode: Mode,
-        request: &crate::Request,
+        request: &dsh_subagents::Request,
         link: &ParentLink,
         depth: u64,
         workspace: &Workspace,
@@ -387,7 +388,7 @@ impl Delegation {
     fn start(
         self: &Arc<Self>,
         mode: Mode,
-        request: &crate::Request,
+        request: &dsh_subagents::Request,
         link: &ParentLink,
         depth: u64,
         workspace: &Workspace,
@@ -412,7 +413,7 @@ impl Delegation {
             Mode::Spawn => spawn_session(
                 id,
                 u64::try_from(now).unwrap_or(0),
-                dsh_runtime::host::absolute_cwd(&config.cwd),
+                dsh_host::absolute_cwd(&config.cwd),
                 &link.session,
                 depth,
             )
