@@ -113,6 +113,8 @@ pub struct Kernel {
     tools: BTreeMap<u64, Running>,
     asks: BTreeMap<u64, Pending>,
     next_ask: u64,
+    /// The id of the last plugin command started.
+    next_command: u64,
     status: AgentStatus,
     publish_events: bool,
     disposing: bool,
@@ -224,7 +226,7 @@ enum Value {
 enum Seat {
     Hook { id: u64, call: HookCall },
     Execute { exec: ToolExecution },
-    Command { name: String },
+    Command { id: u64, name: String },
 }
 
 /// A chain stopped at a plugin's ask.
@@ -448,6 +450,7 @@ impl Kernel {
             tools: BTreeMap::new(),
             asks: BTreeMap::new(),
             next_ask: 0,
+            next_command: 0,
             status: AgentStatus::Idle,
             publish_events: false,
             disposing: false,
@@ -773,25 +776,28 @@ impl Kernel {
     /// Runs plugin command `name` with `args` as maintenance (LC-39): only
     /// while idle; every plugin with [`Seams::COMMAND`] sees it in order
     /// ([`Plugin::command`]); the value starts as `null`. The result is
-    /// published as [`AgentEvent::CommandDone`]; input sent meanwhile waits
-    /// for the end of the maintenance.
+    /// published as [`AgentEvent::CommandDone`] with the id returned here;
+    /// input sent meanwhile waits for the end of the maintenance.
     pub fn command(
         &mut self,
         now: i64,
         name: &str,
         args: serde_json::Value,
-    ) -> Result<(), KernelError> {
+    ) -> Result<u64, KernelError> {
         self.tick(now);
         if self.disposing {
             return Err(KernelError::Disposed);
         }
         self.core.begin_maintenance(self.now)?;
+        self.next_command += 1;
+        let id = self.next_command;
         let seat = Seat::Command {
+            id,
             name: String::from(name),
         };
         let end = self.run_chain(&seat, Value::Command(args), 0, None);
         self.chain_end(seat, end);
-        Ok(())
+        Ok(id)
     }
 
     /// Answers ask `id` ([`AgentEvent::ApprovalRequested`] or
@@ -1311,7 +1317,7 @@ impl Kernel {
                             self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
                         }
                     }
-                    Seat::Command { name } => {
+                    Seat::Command { id, name } => {
                         let result = match result {
                             Ok(Value::Command(v)) => Ok(v),
                             Ok(_) => Err(String::from("the command chain lost its value")),
@@ -1322,7 +1328,7 @@ impl Kernel {
                                 "maintenance end refused: {e}"
                             )));
                         }
-                        self.publish(AgentEvent::CommandDone { name, result });
+                        self.publish(AgentEvent::CommandDone { id, name, result });
                     }
                     Seat::Execute { exec } => {
                         let token = exec.token;
@@ -1455,7 +1461,7 @@ fn call_plugin(p: &mut dyn Plugin, cx: &mut Cx<'_>, seat: &Seat, value: Value) -
                 Value::Execute,
             )
         }
-        (Seat::Command { name }, Value::Command(v)) => {
+        (Seat::Command { name, .. }, Value::Command(v)) => {
             let keep = v.clone();
             wrap(
                 p.command(cx, name, v),

@@ -45,6 +45,7 @@
 
 mod agent;
 mod clock;
+mod workers;
 
 pub use agent::{Agent, AgentConfig, LoopOptions, Mailbox, ShellError};
 pub use clock::{new_session_id, os_seed};
