@@ -217,7 +217,11 @@ fn core_turn(steps: u64) -> (Duration, Duration) {
     let mut registry = ToolRegistry::new();
     for name in TOOLS {
         registry
-            .register(ToolDefinition::untyped(name, name, json!({"type":"object"})))
+            .register(ToolDefinition::untyped(
+                name,
+                name,
+                json!({"type":"object"}),
+            ))
             .unwrap();
     }
     let config = CoreConfig {

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use dsh_jsonl::frames::FrameWriter;
 use dsh_jsonl::layout::{encode_id, project_key};
 use dsh_jsonl::{Compression, JsonlConfig, JsonlStore, RAW_NAME, ZSTD_NAME};
-use dsh_store::{CoordinatorConfig, StoreError};
 use dsh_store::contract::Harness;
+use dsh_store::{CoordinatorConfig, StoreError};
 
 struct Jsonl {
     dir: tempfile::TempDir,

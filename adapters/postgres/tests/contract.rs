@@ -5,8 +5,8 @@ mod common;
 
 use common::Scratch;
 use dsh_postgres::{PgStore, raw};
-use dsh_store::{CoordinatorConfig, StoreError};
 use dsh_store::contract::Harness;
+use dsh_store::{CoordinatorConfig, StoreError};
 
 struct Pg(Scratch);
 

@@ -100,8 +100,10 @@ use dsh_deepseek::{
     DeepSeekConfig, HttpErrorResponse, PROVIDER_ROUTE, StreamDecoder, classify_http_error, codes,
     error_finish,
 };
-use dsh_runtime::exec::{self, Dispatch, Input, Job};
-use dsh_runtime::{AgentConfig as KernelConfig, IdMode, Kernel, KernelError, Plugin, Reply, SideCollector};
+use dsh_runtime::exec::{self, Dispatch, Job};
+use dsh_runtime::{
+    AgentConfig as KernelConfig, IdMode, Kernel, KernelError, Plugin, Reply, SideCollector,
+};
 use embedded_io::{Error as _, ErrorKind, ErrorType, Read, Write};
 use heapless::Vec as HVec;
 
@@ -466,7 +468,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                         wait(deadline);
                     }
                 }
-                self.feed(Input::Timeout { deadline });
+                let now = (self.clock)().max(deadline);
+                self.kernel.handle_timeout(now);
+                self.drain();
                 continue;
             }
             break;
@@ -501,12 +505,15 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         let _ = exec::carry(kernel, &mut io);
     }
 
-    /// Feeds `input` and carries what it released; false when the kernel
-    /// refused it.
-    fn feed(&mut self, input: Input) -> bool {
-        let (kernel, mut io) = self.split();
-        let accepted = exec::feed(kernel, &mut io, input).is_ok();
-        let _ = exec::carry(kernel, &mut io);
+    /// After an input: carries what the kernel released; false when it
+    /// refused the input. The shell calls the kernel's input methods
+    /// itself (each site feeds one kind, so a device build links only
+    /// those).
+    fn fed(&mut self, r: Result<(), KernelError>) -> bool {
+        let accepted = r.is_ok();
+        if accepted {
+            self.drain();
+        }
         accepted
     }
 
@@ -522,11 +529,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             }
             None => ToolOutcome::unknown_tool(&exec.name),
         };
-        self.feed(Input::ToolDone {
-            token: exec.token,
-            outcome,
-            events: Vec::new(),
-        });
+        let now = (self.clock)();
+        let r = self.kernel.tool_done(now, exec.token, outcome, Vec::new());
+        self.fed(r);
     }
 
     fn call_model(&mut self, call: ModelCall) {
@@ -538,7 +543,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 log_warn!("dsh: model call failed: {=str}", e.failure().code.as_str());
                 // AC-6: an adapter failure is the stream's terminal chunk.
                 let chunk = error_finish(&e, false);
-                if !self.feed(Input::Chunk { attempt, chunk }) {
+                let now = (self.clock)();
+                let r = self.kernel.model_chunk(now, attempt, chunk);
+                if !self.fed(r) {
                     return;
                 }
                 StreamEnd::Complete
@@ -548,7 +555,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             if self.cancelled == Some(attempt) {
                 return;
             }
-            self.feed(Input::ModelEnd { attempt });
+            let now = (self.clock)();
+            let r = self.kernel.model_end(now, attempt);
+            self.fed(r);
         }
     }
 
@@ -565,10 +574,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 Err(format!("{}: {}", f.code, f.message))
             }
         };
-        self.feed(Input::Answer {
-            id,
-            reply: Reply::Model(result),
-        });
+        let now = (self.clock)();
+        let r = self.kernel.answer(now, id, Reply::Model(result));
+        self.fed(r);
     }
 
     fn base_url(&self) -> String {
@@ -711,7 +719,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             if !wanted {
                 continue;
             }
-            if !self.feed(Input::Chunk { attempt, chunk }) {
+            let now = (self.clock)();
+            let r = self.kernel.model_chunk(now, attempt, chunk);
+            if !self.fed(r) {
                 wanted = false;
                 continue;
             }
@@ -845,6 +855,9 @@ impl<S: Write> Dispatch for Io<'_, S> {
 
     /// There is no front end to publish to.
     fn publish(&mut self, _event: dsh_runtime::AgentEvent) {}
+
+    /// Nobody to tell: the shell reads the outcome from the log.
+    fn refused(&mut self, _error: &KernelError) {}
 }
 
 /// Message ids from a plain function, retry-chain ids from a counter

@@ -12,8 +12,8 @@
 //!   [`written`];
 //! - [`feed`] gives the kernel one [`Input`] (a chunk, a stream end, a tool
 //!   result, an answer, a timer, a cancel, disposal), tells the runtime
-//!   which [`Job`] ended, and publishes every refusal that is not stale as
-//!   [`AgentEvent::Error`];
+//!   which [`Job`] ended, and hands every refusal that is not stale to
+//!   [`Dispatch::refused`] (default: published as [`AgentEvent::Error`]);
 //! - plugin commands are answered by id ([`Kernel::command`] returns it,
 //!   [`AgentEvent::CommandDone`] carries it), not by order;
 //! - [`Jobs`] is the table of stop handles of the work in flight, by job.
@@ -186,6 +186,13 @@ pub trait Dispatch {
     /// A live event for subscribers (status changes, errors, command
     /// results, ...).
     fn publish(&mut self, event: AgentEvent);
+
+    /// The kernel refused an input or a report, and not as stale (see
+    /// [`KernelError::is_stale`]). Default: published as
+    /// [`AgentEvent::Error`] with its message.
+    fn refused(&mut self, error: &KernelError) {
+        self.publish(AgentEvent::Error(error.to_string()));
+    }
 }
 
 /// How [`carry`] stopped.
@@ -257,6 +264,7 @@ pub fn carry<D: Dispatch + ?Sized>(kernel: &mut Kernel, d: &mut D) -> Carry {
 }
 
 /// Reports the write [`carry`] left running ([`Carry::Writing`]).
+#[inline]
 pub fn written<D: Dispatch + ?Sized>(kernel: &mut Kernel, d: &mut D, result: Result<(), String>) {
     let now = d.now();
     let r = kernel.persisted(now, result);
@@ -264,12 +272,12 @@ pub fn written<D: Dispatch + ?Sized>(kernel: &mut Kernel, d: &mut D, result: Res
     d.persisted(kernel.store_error());
 }
 
-/// Publishes a kernel refusal that is not stale as [`AgentEvent::Error`].
+/// Hands a kernel refusal that is not stale to [`Dispatch::refused`].
 pub fn report<D: Dispatch + ?Sized>(d: &mut D, r: &Result<(), KernelError>) {
     if let Err(e) = r
         && !e.is_stale()
     {
-        d.publish(AgentEvent::Error(e.to_string()));
+        d.refused(e);
     }
 }
 
@@ -324,7 +332,7 @@ pub enum Input {
 }
 
 /// Feeds one input to the kernel (see [`Input`]); a refusal that is not
-/// stale is published as [`AgentEvent::Error`] and returned.
+/// stale goes to [`Dispatch::refused`]; either is returned.
 pub fn feed<D: Dispatch + ?Sized>(
     kernel: &mut Kernel,
     d: &mut D,

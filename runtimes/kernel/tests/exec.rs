@@ -170,7 +170,10 @@ fn a_start_that_fails_is_answered_to_the_kernel() {
     hi(&mut k);
     assert_eq!(exec::carry(&mut k, &mut d), Carry::Drained);
     // The model call could not start: the turn ended in error, not stalled.
-    assert!(k.is_idle(), "the turn must not wait for a stream that never started");
+    assert!(
+        k.is_idle(),
+        "the turn must not wait for a stream that never started"
+    );
     let log: String = k.session().events().iter().map(|e| e.to_json()).collect();
     assert!(log.contains("no threads left"), "{log}");
 }
@@ -210,7 +213,10 @@ fn a_failed_write_is_kept_until_one_succeeds() {
     assert_eq!(d.store_error.as_deref(), Some(kept));
     d.slow_store = false;
     assert_eq!(exec::carry(&mut k, &mut d), Carry::Drained);
-    assert!(d.models.is_empty(), "SM-14: no request after a failed write");
+    assert!(
+        d.models.is_empty(),
+        "SM-14: no request after a failed write"
+    );
     assert!(k.is_idle());
     // The turn's end was written: the failure is cleared, and the runtime
     // was told so.

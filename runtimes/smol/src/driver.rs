@@ -357,19 +357,22 @@ impl Dispatch for Io {
     fn start_tool(&mut self, exec: ToolExecution, timeout_ms: Option<u64>) -> Result<(), String> {
         let cancel = ToolCancel::new();
         let stop = cancel.clone();
-        self.jobs.insert(Job::Tool(exec.token), move || stop.cancel());
+        self.jobs
+            .insert(Job::Tool(exec.token), move || stop.cancel());
         let tools = self.tools.clone();
         let workspace = self.workspace.clone();
         let tx = self.tx.clone();
         let token = exec.token;
         let timeout = timeout_ms.map(Duration::from_millis);
-        smol::unblock(move || {
-            let (outcome, events) = tools.run(&exec, workspace, cancel, timeout);
-            let _ = tx.send_blocking(Msg::Feed(Input::ToolDone {
+        smol::spawn(async move {
+            let (outcome, events) =
+                smol::unblock(move || tools.run(&exec, workspace, cancel, timeout)).await;
+            let input = Input::ToolDone {
                 token,
                 outcome,
                 events,
-            }));
+            };
+            let _ = tx.send(Msg::Feed(input)).await;
         })
         .detach();
         Ok(())

@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::workers::Workers;
 use dsh_core::agent::{
     self as core_agent, AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExecution,
 };
@@ -22,7 +23,6 @@ use dsh_runtime::{
     AgentEvent, ApprovalRequestId, IdMode, Ids, Kernel, KernelError, Plugin, Reply, TurnSummary,
 };
 use dsh_store::SessionStore;
-use crate::workers::Workers;
 use dsh_tools::{
     ApprovalDecision, ApprovalPlugin, ApprovalPolicy, CancelToken as ToolCancel, ToolSet, Workspace,
 };
@@ -857,7 +857,9 @@ impl Dispatch for Io {
         let provider = self.provider.clone();
         let tx = self.tx.clone();
         self.spawn(job, move || {
-            run_model(&*provider, &call, &cancel, |input| tx.send(feed(input)).is_ok());
+            run_model(&*provider, &call, &cancel, |input| {
+                tx.send(feed(input)).is_ok()
+            });
         })
     }
 
@@ -897,7 +899,11 @@ impl Dispatch for Io {
     }
 
     fn persist(&mut self, events: &[SessionEvent]) -> Option<Result<(), String>> {
-        Some(self.store.append(&self.id, events).map_err(|e| e.to_string()))
+        Some(
+            self.store
+                .append(&self.id, events)
+                .map_err(|e| e.to_string()),
+        )
     }
 
     fn persisted(&mut self, store_error: Option<&str>) {

@@ -80,3 +80,57 @@ impl Workers {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    #[test]
+    fn an_idle_worker_takes_the_next_job() {
+        let mut w = Workers::new();
+        let (tx, rx) = channel();
+        let t = tx.clone();
+        w.run("a".into(), move || {
+            t.send(std::thread::current().id()).unwrap()
+        })
+        .unwrap();
+        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        // Wait until the worker is idle again.
+        while w.idle.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        w.run("b".into(), move || {
+            tx.send(std::thread::current().id()).unwrap()
+        })
+        .unwrap();
+        let second = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(first, second, "the thread was reused");
+        assert_eq!(w.threads.len(), 1);
+        w.join();
+    }
+
+    #[test]
+    fn jobs_never_wait_for_each_other() {
+        // Three jobs that each wait for the others: they only finish if
+        // all three run at the same time.
+        let mut w = Workers::new();
+        let barrier = Arc::new(Barrier::new(3));
+        let (tx, rx) = channel();
+        for i in 0..3 {
+            let (b, tx) = (barrier.clone(), tx.clone());
+            w.run(format!("j{i}"), move || {
+                b.wait();
+                tx.send(i).unwrap();
+            })
+            .unwrap();
+        }
+        for _ in 0..3 {
+            rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        }
+        w.join();
+        assert!(w.threads.is_empty());
+    }
+}
