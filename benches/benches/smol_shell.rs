@@ -127,15 +127,6 @@ impl SessionStore for NullStore {
     fn append(&self, _id: &SessionId, _events: &[SessionEvent]) -> Result<(), StoreError> {
         Ok(())
     }
-    fn enqueue(&self, _id: &SessionId, _events: &[SessionEvent]) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn flush(&self, _id: &SessionId) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn flush_all(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
     fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, StoreError> {
         Err(not_found(id))
     }

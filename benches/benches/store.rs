@@ -1,6 +1,6 @@
-//! Session store benches (persistence.md): append throughput through the
-//! write-behind queue with a flush every 100 events and with a flush per
-//! event, and the load of the 100k-event workload log from disk, for the
+//! Session store benches (persistence.md): append throughput with events
+//! written in batches of 100 and one at a time (`flush_every_N`: a batch
+//! is appended every N events), and the load of the 100k-event workload log from disk, for the
 //! JSONL store (zstd and raw), the redb store, and the PostgreSQL store when
 //! `DSH_TEST_POSTGRES_URL` names a server (a fresh schema, dropped at the
 //! end; without the variable it is skipped with a message). Local storage
@@ -37,10 +37,7 @@ fn kinds() -> Vec<&'static str> {
 /// Opens `kind`; for postgres, `dir`'s last component names a fresh
 /// schema (dropped by [`drop_schema`]).
 fn open(kind: &str, dir: &Path) -> Box<dyn SessionStore> {
-    let coordinator = CoordinatorConfig {
-        max_pending: 1 << 20,
-        ..CoordinatorConfig::default()
-    };
+    let coordinator = CoordinatorConfig::default();
     match kind {
         "redb" => Box::new(dsh_redb::open(&dir.join("s.redb"), coordinator).expect("redb")),
         "postgres" => {
@@ -108,11 +105,14 @@ fn append(c: &mut Criterion, header: &SessionHeader, events: &[SessionEvent]) {
                     let mut session = 0u64;
                     let mut pos = events.len();
                     let mut id = SessionId::from("none");
+                    // Events wait here until a batch of `every` is written.
+                    let mut batch: Vec<SessionEvent> = Vec::new();
                     let start = Instant::now();
                     for i in 0..iters {
                         if pos == events.len() {
                             if session > 0 {
-                                store.flush(&id).expect("flush");
+                                store.append(&id, &batch).expect("append");
+                                batch.clear();
                             }
                             session += 1;
                             let mut h = header.clone();
@@ -121,15 +121,14 @@ fn append(c: &mut Criterion, header: &SessionHeader, events: &[SessionEvent]) {
                             store.create(h).expect("create");
                             pos = 0;
                         }
-                        store
-                            .enqueue(&id, std::slice::from_ref(&events[pos]))
-                            .expect("enqueue");
+                        batch.push(events[pos].clone());
                         pos += 1;
                         if (i + 1) % every == 0 {
-                            store.flush(&id).expect("flush");
+                            store.append(&id, &batch).expect("append");
+                            batch.clear();
                         }
                     }
-                    store.flush(&id).expect("flush");
+                    store.append(&id, &batch).expect("append");
                     let elapsed = start.elapsed();
                     drop(store);
                     drop_schema(kind, dir.path());

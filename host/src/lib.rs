@@ -18,5 +18,5 @@ mod provider;
 pub use cancel::{CancelGuard, CancelToken};
 pub use provider::{
     ChunkStream, Clock, ModelProvider, ProviderPrepare, ScriptedProvider, ScriptedReply,
-    ShellError, absolute_cwd, pump, side_call,
+    ShellError, absolute_cwd, job_token, pump, run_model, run_side, side_call,
 };

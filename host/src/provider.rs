@@ -6,11 +6,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use dsh_core::agent::HookError;
-use dsh_core::agent::PreparedCall;
+use dsh_core::agent::{ModelCall, PreparedCall};
 use dsh_core::{GenerateOptions, LlmCallConfig, LlmError, StreamChunk};
 use dsh_runtime::{Cx, Flow, KernelError, Plugin, Seams, SideCollector, SideReply};
 
 use crate::cancel::CancelToken;
+use dsh_runtime::Reply;
+use dsh_runtime::exec::{Input, Job, Jobs};
 
 /// Where a std runtime reads `now` (epoch milliseconds).
 #[derive(Clone, Default)]
@@ -110,6 +112,44 @@ pub fn pump(
             send(StreamChunk::error_finish(&e, cancel.is_cancelled()));
         }
     }
+}
+
+/// A fresh cancel token for `job`, its stop handle recorded in `jobs`.
+pub fn job_token(jobs: &mut Jobs, job: Job) -> CancelToken {
+    let cancel = CancelToken::new();
+    let stop = cancel.clone();
+    jobs.insert(job, move || stop.cancel());
+    cancel
+}
+
+/// The body of a model job ([`Dispatch::start_model`](dsh_runtime::exec::Dispatch::start_model)):
+/// reads `call`'s stream to its end ([`pump`]), each chunk and then the end
+/// as an [`Input`] handed to `send` (which returns `false` when nobody
+/// listens any more).
+pub fn run_model(
+    provider: &dyn ModelProvider,
+    call: &ModelCall,
+    cancel: &CancelToken,
+    mut send: impl FnMut(Input) -> bool,
+) {
+    let attempt = call.attempt;
+    pump(provider, &call.request, cancel, |chunk| {
+        send(Input::Chunk { attempt, chunk })
+    });
+    send(Input::ModelEnd { attempt });
+}
+
+/// The body of a side job ([`Dispatch::start_side`](dsh_runtime::exec::Dispatch::start_side)):
+/// [`side_call`], answered as ask `id` through `send`.
+pub fn run_side(
+    provider: &dyn ModelProvider,
+    id: u64,
+    request: &GenerateOptions,
+    cancel: &CancelToken,
+    send: impl FnOnce(Input),
+) {
+    let reply = Reply::Model(side_call(provider, request, cancel));
+    send(Input::Answer { id, reply });
 }
 
 /// Carries out a side model call ([`Effect::SideModel`](dsh_runtime::Effect::SideModel))

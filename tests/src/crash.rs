@@ -9,13 +9,9 @@ use dsh_store::{CoordinatorConfig, SessionStore, StoreError};
 
 /// Opens the store `kind` (`jsonl`, `jsonl-raw`, `redb`, `postgres`) at
 /// `path` (a root directory, the database file for redb, the schema name
-/// for postgres, whose server is `$DSH_TEST_POSTGRES_URL`). Write-behind only writes on
-/// flush (the queue limit is far above the flush interval).
+/// for postgres, whose server is `$DSH_TEST_POSTGRES_URL`).
 pub fn open_store(kind: &str, path: &Path) -> Result<Box<dyn SessionStore>, StoreError> {
-    let coordinator = CoordinatorConfig {
-        max_pending: 1 << 20,
-        ..CoordinatorConfig::default()
-    };
+    let coordinator = CoordinatorConfig::default();
     match kind {
         "jsonl" | "jsonl-raw" => {
             let mut config = dsh_jsonl::JsonlConfig::new(path);

@@ -1,7 +1,6 @@
 //! Crash injection (persistence.md AP4, 6.5, KV5): a child process appends
-//! events through a store's write-behind queue, flushing every few events
-//! and printing each seq whose flush returned; the test waits for the first
-//! returned flush, kills it with SIGKILL at a random moment after that, then
+//! events in batches of a few and prints each seq whose batch append
+//! returned; the test waits for the first returned append, kills it with SIGKILL at a random moment after that, then
 //! loads the log and checks:
 //!
 //! - the log loads (a torn tail is repaired, never reported as corruption);

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use dsh_jsonl::frames::FrameWriter;
 use dsh_jsonl::layout::{encode_id, project_key};
 use dsh_jsonl::{Compression, JsonlConfig, JsonlStore, RAW_NAME, ZSTD_NAME};
-use dsh_store::StoreError;
 use dsh_store::contract::Harness;
+use dsh_store::{CoordinatorConfig, StoreError};
 
 struct Jsonl {
     dir: tempfile::TempDir,
@@ -56,10 +56,11 @@ impl Jsonl {
 impl Harness for Jsonl {
     type Store = JsonlStore;
 
-    fn try_open(&self) -> Result<JsonlStore, StoreError> {
-        dsh_jsonl::open(
-            JsonlConfig::new(self.dir.path().join("root")).with_compression(self.compression),
-        )
+    fn try_open_with(&self, config: CoordinatorConfig) -> Result<JsonlStore, StoreError> {
+        let mut c =
+            JsonlConfig::new(self.dir.path().join("root")).with_compression(self.compression);
+        c.coordinator = config;
+        dsh_jsonl::open(c)
     }
 
     fn write_log(

@@ -193,8 +193,7 @@ fn pe2_one_frame_per_durable_write() {
     let all = one_turn();
     s.append(&sid("s1"), &all[..2]).unwrap();
     s.append(&sid("s1"), &all[2..5]).unwrap();
-    s.enqueue(&sid("s1"), &all[5..]).unwrap();
-    s.flush(&sid("s1")).unwrap();
+    s.append(&sid("s1"), &all[5..]).unwrap();
     let bytes = fs::read(path_of(&s, &h)).unwrap();
     let scan = scan_frames(&bytes).unwrap();
     assert_eq!(scan.torn, None);

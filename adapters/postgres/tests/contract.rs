@@ -5,16 +5,18 @@ mod common;
 
 use common::Scratch;
 use dsh_postgres::{PgStore, raw};
-use dsh_store::StoreError;
 use dsh_store::contract::Harness;
+use dsh_store::{CoordinatorConfig, StoreError};
 
 struct Pg(Scratch);
 
 impl Harness for Pg {
     type Store = PgStore;
 
-    fn try_open(&self) -> Result<PgStore, StoreError> {
-        self.0.try_open()
+    fn try_open_with(&self, config: CoordinatorConfig) -> Result<PgStore, StoreError> {
+        let mut c = self.0.config();
+        c.coordinator = config;
+        dsh_postgres::open(c)
     }
 
     fn write_log(

@@ -20,11 +20,8 @@ impl Redb {
 impl Harness for Redb {
     type Store = RedbStore;
 
-    fn try_open(&self) -> Result<RedbStore, StoreError> {
-        dsh_redb::open(
-            &self.dir.path().join("sessions.redb"),
-            CoordinatorConfig::default(),
-        )
+    fn try_open_with(&self, config: CoordinatorConfig) -> Result<RedbStore, StoreError> {
+        dsh_redb::open(&self.dir.path().join("sessions.redb"), config)
     }
 
     fn write_log(

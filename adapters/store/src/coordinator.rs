@@ -2,8 +2,7 @@
 //! (persistence.md 3.2–3.4, OP3–OP10, 6.5).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dsh_core::SessionId;
 use dsh_core::jsonl::{LogError, check_types, interrupted_turn_closers};
@@ -22,28 +21,49 @@ const MAX_LOAD_PASSES: usize = 8;
 
 /// Coordinator settings.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct CoordinatorConfig {
-    /// The write-behind queue of a session is written as soon as it holds
-    /// this many events (at least 1); otherwise only `flush` writes it.
-    pub max_pending: usize,
     /// Event types this runtime knows beyond the core list (session.md Q5):
     /// a stored event of such a type loads without `ignorable: true`.
     pub extra_known_types: Vec<String>,
-    /// Validate every appended or enqueued event against the session's
-    /// state (the seed rules V1–V9 with M1–M6 and S1–S9, session.md 5.4),
-    /// so a bad append is refused instead of producing a log that later
-    /// fails to load (persistence.md Q2). The reference does not; dsh does
-    /// by default. Costs one in-memory copy of each tracked log.
+    /// A debug option, off by default: validate every appended event a
+    /// second time, against a shadow copy of the session's state (the seed
+    /// rules V1–V9 with M1–M6 and S1–S9, session.md 5.4), so a bad append
+    /// is refused instead of producing a log that later fails to load
+    /// (persistence.md Q2). The runtimes append only what their own
+    /// `Session` already validated, so this finds store-caller bugs, at the
+    /// cost of one in-memory copy of each tracked log and a second
+    /// validation of each event. The reference does not validate appends.
     pub validate_appends: bool,
 }
 
 impl Default for CoordinatorConfig {
     fn default() -> Self {
         CoordinatorConfig {
-            max_pending: 4096,
             extra_known_types: Vec::new(),
-            validate_appends: true,
+            validate_appends: false,
         }
+    }
+}
+
+impl CoordinatorConfig {
+    /// The defaults: no extra known types, no shadow validation.
+    pub fn new() -> Self {
+        CoordinatorConfig::default()
+    }
+
+    /// With the shadow validation of appends on or off
+    /// ([`validate_appends`](Self::validate_appends)).
+    pub fn with_validate_appends(mut self, on: bool) -> Self {
+        self.validate_appends = on;
+        self
+    }
+
+    /// With `types` known beyond the core list
+    /// ([`extra_known_types`](Self::extra_known_types)).
+    pub fn with_extra_known_types(mut self, types: Vec<String>) -> Self {
+        self.extra_known_types = types;
+        self
     }
 }
 
@@ -54,14 +74,7 @@ struct Entry<W> {
     /// The stored log length.
     cursor: u64,
     materialized: bool,
-    pending: Vec<SessionEvent>,
-    /// When the queue last went from empty to non-empty (the W2 deadline
-    /// is this plus the delay; later events do not move it).
-    oldest: Option<Instant>,
-    /// A background write failed; automatic writing waits for the next
-    /// event (W5).
-    paused: bool,
-    /// The validation state: stored events plus the queue (Q2), when
+    /// The shadow validation state (the stored events, Q2), when
     /// `validate_appends` is on.
     session: Option<Session>,
     writer: Option<W>,
@@ -74,9 +87,6 @@ impl<W> Entry<W> {
             header: None,
             cursor: 0,
             materialized: false,
-            pending: Vec::new(),
-            oldest: None,
-            paused: false,
             session: None,
             writer: None,
         }
@@ -84,8 +94,8 @@ impl<W> Entry<W> {
 }
 
 /// A [`SessionStore`] over a [`Backend`]: per-id state `{header, cursor,
-/// materialized}`, one operation per id at a time, adoption, contiguity, the
-/// write-behind queue, and the cold load with its committed repair.
+/// materialized}`, one operation per id at a time, adoption, contiguity,
+/// and the cold load with its committed repair.
 pub struct Coordinator<B: Backend> {
     backend: B,
     config: CoordinatorConfig,
@@ -100,7 +110,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Checks a batch before it is queued or written (OP4.1, OP4.3, session.md
+/// Checks a batch before it is written (OP4.1, OP4.3, session.md
 /// J2): no retired vocabulary (`request/header-delta`, `mode/set`, a
 /// `request/header` whose reason is `fallback`) and no `-0` anywhere.
 /// Typed events cannot hold NaN or infinities.
@@ -298,8 +308,8 @@ impl<B: Backend> Coordinator<B> {
     }
 
     /// Q2: validates `events` as the next events of the session (they
-    /// continue stored + queued) and adds them to the validation state. On
-    /// a rule failure the state is restored and nothing is queued/written.
+    /// continue the stored log) and adds them to the validation state. On
+    /// a rule failure the state is restored and nothing is written.
     fn validate_next(
         &self,
         id: &SessionId,
@@ -381,47 +391,6 @@ impl<B: Backend> Coordinator<B> {
         Ok(())
     }
 
-    fn write_pending(
-        &self,
-        id: &SessionId,
-        entry: &mut Entry<B::Writer>,
-    ) -> Result<(), StoreError> {
-        if entry.pending.is_empty() {
-            return Ok(());
-        }
-        let pending = std::mem::take(&mut entry.pending);
-        match self.write(id, entry, &pending) {
-            Ok(()) => {
-                entry.oldest = None;
-                entry.paused = false;
-                Ok(())
-            }
-            Err(e) => {
-                // W5: the batch goes back to the front of the queue.
-                let mut back = pending;
-                back.append(&mut entry.pending);
-                entry.pending = back;
-                Err(e)
-            }
-        }
-    }
-
-    /// W2/W3: writes every queue whose oldest event has waited at least
-    /// `delay`, except queues paused by a failed background write (W5).
-    fn write_due(&self, delay: Duration) {
-        let all: Vec<(SessionId, Slot<B::Writer>)> = lock(&self.entries)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (id, slot) in all {
-            let mut entry = lock(&slot);
-            let due = !entry.paused && entry.oldest.is_some_and(|t| t.elapsed() >= delay);
-            if due && self.write_pending(&id, &mut entry).is_err() {
-                entry.paused = true;
-            }
-        }
-    }
-
     fn inspect_cold(&self, id: &SessionId) -> Result<Inspection, StoreError> {
         let Some(mut stored) = self.backend.load_stored(id)? else {
             return Err(StoreError::NotFound { id: id.to_string() });
@@ -432,28 +401,6 @@ impl<B: Backend> Coordinator<B> {
             header: stored.header,
             events: session.into_events(),
             revision: stored.revision,
-        })
-    }
-}
-
-impl<B: Backend + 'static> Coordinator<B> {
-    /// Starts the write-behind timer (W2, W3; `writeBatchMaxDelayMs`, the
-    /// reference's default is 200 ms): a background thread writes each
-    /// session's queue once its oldest event has waited `delay`. A failed
-    /// background write leaves the events queued and pauses automatic
-    /// writing of that session until its next event (W5); `flush` reports
-    /// the error. The thread ends when the coordinator is dropped.
-    pub fn start_write_behind(self: &Arc<Self>, delay: Duration) -> std::thread::JoinHandle<()> {
-        let weak: Weak<Self> = Arc::downgrade(self);
-        let tick = (delay / 4).max(Duration::from_millis(1));
-        std::thread::spawn(move || {
-            loop {
-                std::thread::sleep(tick);
-                let Some(coordinator) = weak.upgrade() else {
-                    break;
-                };
-                coordinator.write_due(delay);
-            }
         })
     }
 }
@@ -499,7 +446,6 @@ impl<B: Backend> SessionStore for Coordinator<B> {
         entry.header = Some(header);
         entry.cursor = 0;
         entry.materialized = false;
-        entry.pending.clear();
         Ok(())
     }
 
@@ -511,7 +457,6 @@ impl<B: Backend> SessionStore for Coordinator<B> {
         let slot = self.entry(id);
         let mut entry = lock(&slot);
         self.ensure_tracked(id, &mut entry)?;
-        self.write_pending(id, &mut entry)?;
         check_contiguous(id, entry.cursor, events)?;
         let keep = entry.cursor as usize;
         self.validate_next(id, &mut entry, events)?;
@@ -522,72 +467,9 @@ impl<B: Backend> SessionStore for Coordinator<B> {
         written
     }
 
-    fn enqueue(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), StoreError> {
-        check_batch(events)?;
-        if events.is_empty() {
-            return Ok(());
-        }
-        let slot = self.entry(id);
-        let mut entry = lock(&slot);
-        self.ensure_tracked(id, &mut entry)?;
-        let cursor = entry.cursor;
-        let fresh: Vec<&SessionEvent> = events.iter().filter(|e| e.seq() >= cursor).collect();
-        let next = cursor + entry.pending.len() as u64;
-        for (index, e) in fresh.iter().enumerate() {
-            let expected = next + index as u64;
-            if e.seq() != expected {
-                return Err(StoreError::SeqMismatch {
-                    id: id.to_string(),
-                    expected,
-                    index,
-                    got: e.seq(),
-                });
-            }
-        }
-        if fresh.is_empty() {
-            return Ok(());
-        }
-        let fresh_events: Vec<SessionEvent> = fresh.iter().map(|e| (*e).clone()).collect();
-        self.validate_next(id, &mut entry, &fresh_events)?;
-        if entry.pending.is_empty() {
-            entry.oldest = Some(Instant::now());
-        }
-        entry.paused = false;
-        entry.pending.extend(fresh_events);
-        if entry.pending.len() >= self.config.max_pending.max(1) {
-            self.write_pending(id, &mut entry)?;
-        }
-        Ok(())
-    }
-
-    fn flush(&self, id: &SessionId) -> Result<(), StoreError> {
-        let slot = match lock(&self.entries).get(id) {
-            Some(slot) => slot.clone(),
-            None => return Ok(()),
-        };
-        let mut entry = lock(&slot);
-        self.write_pending(id, &mut entry)
-    }
-
-    fn flush_all(&self) -> Result<(), StoreError> {
-        let all: Vec<(SessionId, Slot<B::Writer>)> = lock(&self.entries)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let mut first = None;
-        for (id, slot) in all {
-            let mut entry = lock(&slot);
-            if let Err(e) = self.write_pending(&id, &mut entry) {
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
-    }
-
     fn load(&self, id: &SessionId) -> Result<Inspection, StoreError> {
         let slot = self.entry(id);
         let mut entry = lock(&slot);
-        self.write_pending(id, &mut entry)?;
         if entry.tracked && !entry.materialized {
             return Err(StoreError::NotFound { id: id.to_string() });
         }
@@ -656,24 +538,12 @@ impl<B: Backend> SessionStore for Coordinator<B> {
     }
 
     fn release(&self, id: &SessionId) -> Result<(), StoreError> {
-        let slot = match lock(&self.entries).get(id) {
-            Some(slot) => slot.clone(),
-            None => return Ok(()),
-        };
-        {
-            let mut entry = lock(&slot);
-            self.write_pending(id, &mut entry)?;
+        let slot = lock(&self.entries).remove(id);
+        if let Some(slot) = slot {
+            // Wait for an operation still running on the id.
+            drop(lock(&slot));
         }
-        lock(&self.entries).remove(id);
         Ok(())
-    }
-}
-
-impl<B: Backend> Drop for Coordinator<B> {
-    /// Backend teardown (W7): flush every session, errors ignored (a caller
-    /// that cares calls `flush_all` first).
-    fn drop(&mut self) {
-        let _ = self.flush_all();
     }
 }
 

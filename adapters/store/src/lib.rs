@@ -2,13 +2,13 @@
 //! (`spec/persistence.md` sections 2–4).
 //!
 //! - [`SessionStore`]: the blocking persistence API the shells use (create,
-//!   append, write-behind enqueue and flush, load with crash repair, inspect
+//!   append, load with crash repair, inspect
 //!   without writing, read from a seq, list, revisions). A shell runs it on a
 //!   thread (the smol shell wraps calls with `unblock`).
 //! - [`StoreError`]: the documented error kinds (OP12, Q3).
 //! - [`Backend`] and [`Coordinator`]: a backend implements the storage hooks
 //!   H1–H6; the coordinator implements the seam on top of them (per-id
-//!   cursor, adoption, contiguity, write-behind queue, repair commit), so the
+//!   cursor, adoption, contiguity, repair commit), so the
 //!   JSONL and redb stores share one implementation of the rules.
 //! - [`RecordScan`] and [`decode_stored_header`]: the scan rule over the
 //!   records of a key-value store (redb, PostgreSQL).
@@ -164,25 +164,8 @@ pub trait SessionStore: Send + Sync {
     /// (`events[i].seq == cursor + i`); an untracked id is adopted first
     /// (cold load with crash repair). The first non-empty append materializes
     /// the log atomically. An empty batch is a no-op. On error nothing is
-    /// visible and the cursor does not move. Events still queued by
-    /// [`enqueue`](Self::enqueue) are written first.
+    /// visible and the cursor does not move.
     fn append(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), StoreError>;
-
-    /// Write-behind (3.3): checks and copies the events into the session's
-    /// queue without waiting for storage. Events with `seq` below the stored
-    /// cursor are dropped (W4); the rest must continue the log. The queue is
-    /// written as one batch by [`flush`](Self::flush), or when it reaches the
-    /// configured size. If that automatic write fails the error is returned,
-    /// the events stay queued, and the next flush retries them (W5).
-    fn enqueue(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), StoreError>;
-
-    /// The flush barrier (W6): writes the session's whole queue durably. On
-    /// error the events stay queued for the next flush.
-    fn flush(&self, id: &SessionId) -> Result<(), StoreError>;
-
-    /// Flushes every session's queue; the first error is returned after all
-    /// were tried.
-    fn flush_all(&self) -> Result<(), StoreError>;
 
     /// Loads a balanced log (OP5, 6.5): reads, validates, closes an
     /// interrupted turn, **commits** the repair (torn tail removed, closers
@@ -191,8 +174,7 @@ pub trait SessionStore: Send + Sync {
     fn load(&self, id: &SessionId) -> Result<Inspection, StoreError>;
 
     /// The same view as `load` without writing anything (OP6): closers only
-    /// in memory, a torn tail left on disk, the revision unchanged. Events
-    /// still queued by `enqueue` are not included.
+    /// in memory, a torn tail left on disk, the revision unchanged.
     fn inspect(&self, id: &SessionId, cancel: &Cancel) -> Result<Inspection, StoreError>;
 
     /// The header and the stored events with `seq >= from_seq` of the valid
@@ -228,7 +210,7 @@ pub trait SessionStore: Send + Sync {
     /// not materialized → [`StoreError::NotFound`].
     fn revision(&self, id: &SessionId) -> Result<Revision, StoreError>;
 
-    /// Flushes the session, then forgets it and releases its writer lock.
+    /// Forgets the session and releases its writer lock.
     fn release(&self, id: &SessionId) -> Result<(), StoreError>;
 }
 

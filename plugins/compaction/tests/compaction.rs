@@ -490,7 +490,7 @@ fn manual_compaction_runs_as_maintenance_with_turn_null() {
             Effect::SideModel { id, .. } => k
                 .answer(NOW, id, Reply::Model(summaries.remove(0)))
                 .unwrap(),
-            Effect::Publish(dsh_runtime::AgentEvent::CommandDone { name, result }) => {
+            Effect::Publish(dsh_runtime::AgentEvent::CommandDone { name, result, .. }) => {
                 done.push((name, result))
             }
             _ => {}

@@ -1133,24 +1133,6 @@ impl SessionStore for Wrap {
         }
         self.inner.append(id, e)
     }
-    fn enqueue(&self, id: &SessionId, e: &[SessionEvent]) -> Result<(), dsh_store::StoreError> {
-        if self.full(false) {
-            return Err(disk_full());
-        }
-        self.inner.enqueue(id, e)
-    }
-    fn flush(&self, id: &SessionId) -> Result<(), dsh_store::StoreError> {
-        if self.full(false) {
-            return Err(disk_full());
-        }
-        self.inner.flush(id)
-    }
-    fn flush_all(&self) -> Result<(), dsh_store::StoreError> {
-        if self.full(false) {
-            return Err(disk_full());
-        }
-        self.inner.flush_all()
-    }
     fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
         self.inner.load(id)
     }

@@ -86,13 +86,13 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
-use core::ops::Range;
 
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry, ToolRegistryError};
 use dsh_core::agent::{
     Agent, AgentStatus, IdPurpose, IdSource, InputError, ModelCall, ResumeError, ToolExecution,
 };
 use dsh_core::jsonl::{encode_event_line, encode_header_line};
+use dsh_core::session::SessionEvent;
 use dsh_core::{
     ContentBlock, LlmCallConfig, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk,
 };
@@ -100,8 +100,9 @@ use dsh_deepseek::{
     DeepSeekConfig, HttpErrorResponse, PROVIDER_ROUTE, StreamDecoder, classify_http_error, codes,
     error_finish,
 };
+use dsh_runtime::exec::{self, Dispatch, Job};
 use dsh_runtime::{
-    AgentConfig as KernelConfig, Effect, IdMode, Kernel, KernelError, Plugin, Reply, SideCollector,
+    AgentConfig as KernelConfig, IdMode, Kernel, KernelError, Plugin, Reply, SideCollector,
 };
 use embedded_io::{Error as _, ErrorKind, ErrorType, Read, Write};
 use heapless::Vec as HVec;
@@ -293,8 +294,8 @@ pub struct Shell<O, S> {
     user_ids: dsh_runtime::Ids,
     /// The side call being streamed, if any.
     side: Option<SideCollector>,
-    /// The result of the last plugin command.
-    command: Option<Result<serde_json::Value, String>>,
+    /// The result of the last plugin command, by command id.
+    command: Option<(u64, Result<serde_json::Value, String>)>,
 }
 
 impl<O, S> fmt::Debug for Shell<O, S> {
@@ -441,12 +442,12 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     ) -> Result<serde_json::Value, ShellError> {
         let now = (self.clock)();
         self.command = None;
-        self.kernel.command(now, name, args)?;
+        let id = self.kernel.command(now, name, args)?;
         self.drain();
         self.run()?;
         match self.command.take() {
-            Some(r) => r.map_err(ShellError::Command),
-            None => Err(ShellError::Stalled),
+            Some((done, r)) if done == id => r.map_err(ShellError::Command),
+            _ => Err(ShellError::Stalled),
         }
     }
 
@@ -467,7 +468,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                         wait(deadline);
                     }
                 }
-                self.kernel.handle_timeout((self.clock)());
+                let now = (self.clock)().max(deadline);
+                self.kernel.handle_timeout(now);
                 self.drain();
                 continue;
             }
@@ -482,71 +484,37 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         Ok(())
     }
 
-    /// Drains the kernel's effects (after every input).
-    fn drain(&mut self) {
-        while let Some(effect) = self.kernel.poll() {
-            match effect {
-                Effect::Persist { range, .. } => {
-                    let r = self.persist(range);
-                    let now = (self.clock)();
-                    // Cannot fail: a persist is pending.
-                    let _ = self.kernel.persisted(now, r);
-                }
-                Effect::StartModel(call) => self.work.push_back(Work::Model(call)),
-                Effect::StartTool { exec, .. } => self.work.push_back(Work::Tool(exec)),
-                Effect::SideModel { id, request, .. } => {
-                    self.work.push_back(Work::Side { id, request })
-                }
-                Effect::CancelSide { id } => self
-                    .work
-                    .retain(|w| !matches!(w, Work::Side { id: side, .. } if *side == id)),
-                Effect::Publish(dsh_runtime::AgentEvent::CommandDone { result, .. }) => {
-                    self.command = Some(result);
-                }
-                Effect::CancelModel { attempt } => {
-                    self.cancelled = Some(attempt);
-                    self.work
-                        .retain(|w| !matches!(w, Work::Model(c) if c.attempt == attempt));
-                }
-                // Tools run synchronously, so nothing is in flight to stop;
-                // there is no front end to publish to.
-                _ => {}
-            }
-        }
+    /// The kernel and the I/O the shared executor carries its effects to.
+    fn split(&mut self) -> (&mut Kernel, Io<'_, S>) {
+        let io = Io {
+            clock: self.clock,
+            work: &mut self.work,
+            cancelled: &mut self.cancelled,
+            command: &mut self.command,
+            sink: &mut self.sink,
+            scratch: &mut self.scratch,
+            sink_error: &mut self.sink_error,
+        };
+        (&mut self.kernel, io)
     }
 
-    /// Writes one batch and flushes the sink (a durability barrier). After
-    /// a failure nothing more is written.
-    fn persist(&mut self, range: Range<u64>) -> Result<(), String> {
-        if let Some(kind) = self.sink_error {
-            return Err(format!("the log sink failed: {kind:?}"));
+    /// Carries the kernel's effects (after every input).
+    fn drain(&mut self) {
+        let (kernel, mut io) = self.split();
+        // The sink is written in place: no write is left running.
+        let _ = exec::carry(kernel, &mut io);
+    }
+
+    /// After an input: carries what the kernel released; false when it
+    /// refused the input. The shell calls the kernel's input methods
+    /// itself (each site feeds one kind, so a device build links only
+    /// those).
+    fn fed(&mut self, r: Result<(), KernelError>) -> bool {
+        let accepted = r.is_ok();
+        if accepted {
+            self.drain();
         }
-        let (Ok(start), Ok(end)) = (usize::try_from(range.start), usize::try_from(range.end))
-        else {
-            return Ok(());
-        };
-        let events = self
-            .kernel
-            .session()
-            .events()
-            .get(start..end)
-            .unwrap_or(&[]);
-        let mut result = Ok(());
-        for event in events {
-            self.scratch.clear();
-            encode_event_line(event, &mut self.scratch);
-            if let Err(e) = self.sink.write_all(&self.scratch) {
-                result = Err(e.kind());
-                break;
-            }
-        }
-        if result.is_ok() {
-            result = self.sink.flush().map_err(|e| e.kind());
-        }
-        result.map_err(|kind| {
-            self.sink_error = Some(kind);
-            format!("the log sink failed: {kind:?}")
-        })
+        accepted
     }
 
     fn run_tool(&mut self, exec: ToolExecution) {
@@ -562,13 +530,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             None => ToolOutcome::unknown_tool(&exec.name),
         };
         let now = (self.clock)();
-        if self
-            .kernel
-            .tool_done(now, exec.token, outcome, Vec::new())
-            .is_ok()
-        {
-            self.drain();
-        }
+        let r = self.kernel.tool_done(now, exec.token, outcome, Vec::new());
+        self.fed(r);
     }
 
     fn call_model(&mut self, call: ModelCall) {
@@ -579,15 +542,12 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             Err(e) => {
                 log_warn!("dsh: model call failed: {=str}", e.failure().code.as_str());
                 // AC-6: an adapter failure is the stream's terminal chunk.
+                let chunk = error_finish(&e, false);
                 let now = (self.clock)();
-                if self
-                    .kernel
-                    .model_chunk(now, attempt, error_finish(&e, false))
-                    .is_err()
-                {
+                let r = self.kernel.model_chunk(now, attempt, chunk);
+                if !self.fed(r) {
                     return;
                 }
-                self.drain();
                 StreamEnd::Complete
             }
         };
@@ -596,9 +556,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 return;
             }
             let now = (self.clock)();
-            if self.kernel.model_end(now, attempt).is_ok() {
-                self.drain();
-            }
+            let r = self.kernel.model_end(now, attempt);
+            self.fed(r);
         }
     }
 
@@ -616,9 +575,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             }
         };
         let now = (self.clock)();
-        if self.kernel.answer(now, id, Reply::Model(result)).is_ok() {
-            self.drain();
-        }
+        let r = self.kernel.answer(now, id, Reply::Model(result));
+        self.fed(r);
     }
 
     fn base_url(&self) -> String {
@@ -762,11 +720,11 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 continue;
             }
             let now = (self.clock)();
-            if self.kernel.model_chunk(now, attempt, chunk).is_err() {
+            let r = self.kernel.model_chunk(now, attempt, chunk);
+            if !self.fed(r) {
                 wanted = false;
                 continue;
             }
-            self.drain();
             if self.cancelled == Some(attempt) {
                 wanted = false;
             }
@@ -816,6 +774,90 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             now_unix_ms: Some((self.clock)()),
         })
     }
+}
+
+/// The embedded shell's I/O for the shared executor: model calls, tool
+/// bodies and side calls are queued and run one at a time by
+/// [`Shell::run`]; the log sink is written in place.
+struct Io<'a, S> {
+    clock: fn() -> i64,
+    work: &'a mut VecDeque<Work>,
+    cancelled: &'a mut Option<u64>,
+    command: &'a mut Option<(u64, Result<serde_json::Value, String>)>,
+    sink: &'a mut S,
+    scratch: &'a mut Vec<u8>,
+    sink_error: &'a mut Option<ErrorKind>,
+}
+
+impl<S: Write> Dispatch for Io<'_, S> {
+    fn now(&mut self) -> i64 {
+        (self.clock)()
+    }
+
+    fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
+        self.work.push_back(Work::Model(call));
+        Ok(())
+    }
+
+    fn start_tool(&mut self, exec: ToolExecution, _timeout_ms: Option<u64>) -> Result<(), String> {
+        self.work.push_back(Work::Tool(exec));
+        Ok(())
+    }
+
+    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+        self.work.push_back(Work::Side { id, request });
+        Ok(())
+    }
+
+    /// Tools run synchronously, so no body is in flight to stop; a queued
+    /// call is dropped, a streaming one is dropped at its next chunk.
+    fn stop(&mut self, job: Job) {
+        match job {
+            Job::Model(attempt) => {
+                *self.cancelled = Some(attempt);
+                self.work
+                    .retain(|w| !matches!(w, Work::Model(c) if c.attempt == attempt));
+            }
+            Job::Side(id) => self
+                .work
+                .retain(|w| !matches!(w, Work::Side { id: side, .. } if *side == id)),
+            Job::Tool(_) => {}
+        }
+    }
+
+    /// Writes one batch and flushes the sink (a durability barrier). After
+    /// a failure nothing more is written.
+    fn persist(&mut self, events: &[SessionEvent]) -> Option<Result<(), String>> {
+        if let Some(kind) = *self.sink_error {
+            return Some(Err(format!("the log sink failed: {kind:?}")));
+        }
+        let mut result = Ok(());
+        for event in events {
+            self.scratch.clear();
+            encode_event_line(event, self.scratch);
+            if let Err(e) = self.sink.write_all(self.scratch) {
+                result = Err(e.kind());
+                break;
+            }
+        }
+        if result.is_ok() {
+            result = self.sink.flush().map_err(|e| e.kind());
+        }
+        Some(result.map_err(|kind| {
+            *self.sink_error = Some(kind);
+            format!("the log sink failed: {kind:?}")
+        }))
+    }
+
+    fn command_done(&mut self, id: u64, result: &Result<serde_json::Value, String>) {
+        *self.command = Some((id, result.clone()));
+    }
+
+    /// There is no front end to publish to.
+    fn publish(&mut self, _event: dsh_runtime::AgentEvent) {}
+
+    /// Nobody to tell: the shell reads the outcome from the log.
+    fn refused(&mut self, _error: &KernelError) {}
 }
 
 /// Message ids from a plain function, retry-chain ids from a counter

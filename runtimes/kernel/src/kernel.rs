@@ -107,6 +107,8 @@ pub struct Kernel {
     tools: BTreeMap<u64, Running>,
     asks: BTreeMap<u64, Pending>,
     next_ask: u64,
+    /// The id of the last plugin command started.
+    next_command: u64,
     status: AgentStatus,
     publish_events: bool,
     disposing: bool,
@@ -302,6 +304,7 @@ impl Kernel {
             tools: BTreeMap::new(),
             asks: BTreeMap::new(),
             next_ask: 0,
+            next_command: 0,
             status: AgentStatus::Idle,
             publish_events: false,
             disposing: false,
@@ -627,28 +630,31 @@ impl Kernel {
     /// Runs plugin command `name` with `args` as maintenance (LC-39): only
     /// while idle; every plugin with [`Seams::COMMAND`] sees it in order
     /// ([`Plugin::command`]); the value starts as `null`. The result is
-    /// published as [`AgentEvent::CommandDone`]; input sent meanwhile waits
-    /// for the end of the maintenance.
+    /// published as [`AgentEvent::CommandDone`] with the id returned here;
+    /// input sent meanwhile waits for the end of the maintenance.
     pub fn command(
         &mut self,
         now: i64,
         name: &str,
         args: serde_json::Value,
-    ) -> Result<(), KernelError> {
+    ) -> Result<u64, KernelError> {
         self.tick(now);
         if self.disposing {
             return Err(KernelError::Disposed);
         }
         self.core.begin_maintenance(self.now)?;
+        self.next_command += 1;
+        let id = self.next_command;
+        // A command's seat carries its id where a tool's carries its token.
         let seat = Seat::Kernel {
-            token: 0,
+            token: id,
             call: KernelCall::Command {
                 name: String::from(name),
                 value: args,
             },
         };
         self.run_and_end(seat, 0, None);
-        Ok(())
+        Ok(id)
     }
 
     /// Answers ask `id` ([`AgentEvent::ApprovalRequested`] or
@@ -1133,8 +1139,8 @@ impl Kernel {
                         }
                     }
                     Seat::Kernel {
+                        token: id,
                         call: KernelCall::Command { name, value },
-                        ..
                     } => {
                         let result = result.map(|()| value).map_err(|e| e.to_string());
                         if let Err(e) = self.core.end_maintenance(now) {
@@ -1142,7 +1148,7 @@ impl Kernel {
                                 "maintenance end refused: {e}"
                             )));
                         }
-                        self.publish(AgentEvent::CommandDone { name, result });
+                        self.publish(AgentEvent::CommandDone { id, name, result });
                     }
                     Seat::Kernel {
                         token,

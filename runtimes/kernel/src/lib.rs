@@ -21,8 +21,11 @@
 //! jitter injection, live-event fan-out, and the [`Plugin`] chain. A
 //! runtime is a loop: feed inputs with `now`, drain [`Kernel::poll`], carry
 //! each [`Effect`] to a thread, a task or a link, sleep until
-//! [`Kernel::poll_timeout`]. `dsh-std` and `dsh-smol` are such loops; so is
-//! `examples/byo.rs`, a hand-written one.
+//! [`Kernel::poll_timeout`]. The carrying is written once, in [`exec`]: a
+//! runtime implements [`exec::Dispatch`] for its I/O and calls
+//! [`exec::carry`] and [`exec::feed`]; `dsh-std`, `dsh-smol` and
+//! `dsh-embedded` are such loops. `examples/byo.rs` is a hand-written one
+//! over [`Kernel::poll`] directly.
 //!
 //! The one behaviour for each thing the runtimes used to decide apart:
 //!
@@ -130,6 +133,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod exec;
 mod ids;
 mod kernel;
 mod plugin;

@@ -204,6 +204,9 @@ pub enum AgentEvent {
     /// A plugin command ([`Kernel::command`](crate::Kernel::command))
     /// finished: its result, or the failure's message.
     CommandDone {
+        /// The command's id ([`Kernel::command`](crate::Kernel::command)
+        /// returned it): callers are answered by id, not by order.
+        id: u64,
         /// The command's name.
         name: String,
         /// The result.

@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_channel::{Receiver, Sender};
-use dsh_core::agent::tools::ToolOutcome;
-use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExecution};
-use dsh_core::session::{EventData, Session, SessionEvent};
-use dsh_core::{Message, SessionId, StreamChunk};
-use dsh_deepseek::{CancelToken, DeepSeekClient};
-use dsh_host::{ModelProvider, ProviderPrepare, pump};
-use dsh_runtime::{AgentEvent, Effect, Ids, Kernel, KernelError, Plugin, Reply, TurnSummary};
+use dsh_core::agent::{AgentStatus, InboxTarget, ModelCall, ToolExecution};
+use dsh_core::session::{Session, SessionEvent};
+use dsh_core::{Message, SessionId};
+use dsh_deepseek::DeepSeekClient;
+use dsh_host::{ModelProvider, ProviderPrepare, job_token, run_model, run_side};
+use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
+use dsh_runtime::{AgentEvent, Ids, Kernel, KernelError, Plugin, TurnSummary};
 use dsh_store::{Cancel, SessionStore, StoreError};
 
 use crate::{Agent, AgentConfig, ShellError};
@@ -22,40 +22,21 @@ use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
 /// Everything that reaches an agent task.
 pub(crate) enum Msg {
+    /// An input for the kernel (a handle call, or work in flight).
+    Feed(Input),
     Send {
         message: Message,
         target: InboxTarget,
         wakeup: bool,
         reply: Sender<Result<(), KernelError>>,
     },
-    Cancel {
-        cause: CancelCause,
-        keep_inbox: bool,
-    },
     Subscribe(Sender<AgentEvent>),
     WaitIdle(Sender<TurnSummary>),
-    Answer {
-        id: u64,
-        reply: Reply,
-    },
     Dispose(Option<Sender<Option<String>>>),
     Command {
         name: String,
         args: serde_json::Value,
         reply: Sender<Result<serde_json::Value, String>>,
-    },
-    Chunk {
-        attempt: u64,
-        chunk: StreamChunk,
-    },
-    StreamEnd {
-        attempt: u64,
-    },
-    ToolDone {
-        token: u64,
-        outcome: ToolOutcome,
-        /// Tool-owned events the body emitted (TL-24), appended first.
-        events: Vec<EventData>,
     },
 }
 
@@ -166,22 +147,25 @@ pub(crate) fn spawn(
     ids.continue_after(kernel.session());
     let (tx, rx) = async_channel::unbounded();
     let running = Arc::new(AtomicBool::new(false));
-    let driver = Driver {
-        kernel,
+    let io = Io {
+        id: id.clone(),
         clock: config.clock.clone(),
         store,
         provider,
         tools: Arc::new(std::mem::take(&mut config.tools)),
         workspace,
-        rx,
         tx: tx.clone(),
         running: running.clone(),
         subscribers: Vec::new(),
+        jobs: Jobs::new(),
+        batch: None,
+        commands: BTreeMap::new(),
+    };
+    let driver = Driver {
+        kernel,
+        rx,
+        io,
         idle_waiters: Vec::new(),
-        commands: std::collections::VecDeque::new(),
-        streams: BTreeMap::new(),
-        sides: BTreeMap::new(),
-        bodies: BTreeMap::new(),
         disposing: None,
     };
     let task = smol::spawn(driver.run());
@@ -218,30 +202,36 @@ async fn next(rx: &Receiver<Msg>, timer: Option<(i64, i64)>) -> Wake {
 
 struct Driver {
     kernel: Kernel,
+    rx: Receiver<Msg>,
+    io: Io,
+    idle_waiters: Vec<Sender<TurnSummary>>,
+    /// Set once disposal began: who waits for it.
+    disposing: Option<Vec<Sender<Option<String>>>>,
+}
+
+/// The smol runtime's I/O for the shared executor: streams, tool bodies,
+/// side calls and store writes on the blocking pool.
+struct Io {
+    id: SessionId,
     clock: dsh_host::Clock,
     store: Arc<dyn SessionStore>,
     provider: Arc<dyn ModelProvider>,
     tools: Arc<ToolSet>,
     workspace: Workspace,
-    rx: Receiver<Msg>,
     tx: Sender<Msg>,
     running: Arc<AtomicBool>,
     subscribers: Vec<Sender<AgentEvent>>,
-    idle_waiters: Vec<Sender<TurnSummary>>,
-    streams: BTreeMap<u64, CancelToken>,
-    /// Side model calls in flight, by ask id.
-    sides: BTreeMap<u64, CancelToken>,
-    bodies: BTreeMap<u64, ToolCancel>,
-    /// Set once disposal began: who waits for it.
-    disposing: Option<Vec<Sender<Option<String>>>>,
-    /// Callers of running plugin commands, in start order.
-    commands: std::collections::VecDeque<Sender<Result<serde_json::Value, String>>>,
+    jobs: Jobs,
+    /// The batch [`Dispatch::persist`] left for the driver to write.
+    batch: Option<Vec<SessionEvent>>,
+    /// Callers of running plugin commands, by command id.
+    commands: BTreeMap<u64, Sender<Result<serde_json::Value, String>>>,
 }
 
 impl Driver {
     async fn run(mut self) {
         loop {
-            self.drain().await;
+            self.carry().await;
             if self.kernel.is_idle() {
                 self.settle();
             }
@@ -251,13 +241,11 @@ impl Driver {
             let timer = self
                 .kernel
                 .poll_timeout()
-                .map(|d| (d, d.saturating_sub(self.clock.now_ms())));
+                .map(|d| (d, d.saturating_sub(self.io.now())));
             match next(&self.rx, timer).await {
                 Wake::Msg(msg) => self.handle(msg),
-                // A fixed test clock does not move: the deadline is the time.
                 Wake::Timer(deadline) => {
-                    let now = self.clock.now_ms().max(deadline);
-                    self.kernel.handle_timeout(now);
+                    let _ = exec::feed(&mut self.kernel, &mut self.io, Input::Timeout { deadline });
                 }
                 Wake::Closed => break,
             }
@@ -265,17 +253,29 @@ impl Driver {
         self.finish().await;
     }
 
-    fn report(&mut self, r: Result<(), KernelError>) {
-        if let Err(e) = r
-            && !e.is_stale()
-        {
-            self.publish(AgentEvent::Error(e.to_string()));
+    /// Carries out the kernel's effects until it is drained; each batch is
+    /// written on the blocking pool while this agent waits.
+    async fn carry(&mut self) {
+        while exec::carry(&mut self.kernel, &mut self.io) == Carry::Writing {
+            let batch = self.io.batch.take().unwrap_or_default();
+            let store = self.io.store.clone();
+            let id = self.io.id.clone();
+            let r = smol::unblock(move || store.append(&id, &batch))
+                .await
+                .map_err(|e| e.to_string());
+            exec::written(&mut self.kernel, &mut self.io, r);
+        }
+        if self.io.subscribers.is_empty() {
+            self.kernel.set_publish_events(false);
         }
     }
 
     fn handle(&mut self, msg: Msg) {
-        let now = self.clock.now_ms();
+        let now = self.io.now();
         match msg {
+            Msg::Feed(input) => {
+                let _ = exec::feed(&mut self.kernel, &mut self.io, input);
+            }
             Msg::Send {
                 message,
                 target,
@@ -285,168 +285,24 @@ impl Driver {
                 let r = self.kernel.send(now, message, target, wakeup);
                 let _ = reply.try_send(r);
             }
-            Msg::Cancel { cause, keep_inbox } => self.kernel.cancel(now, cause, keep_inbox),
             Msg::Subscribe(tx) => {
-                self.subscribers.push(tx);
+                self.io.subscribers.push(tx);
                 self.kernel.set_publish_events(true);
             }
             Msg::WaitIdle(reply) => self.idle_waiters.push(reply),
             Msg::Command { name, args, reply } => match self.kernel.command(now, &name, args) {
-                Ok(()) => self.commands.push_back(reply),
+                Ok(id) => {
+                    self.io.commands.insert(id, reply);
+                }
                 Err(e) => {
                     let _ = reply.try_send(Err(e.to_string()));
                 }
             },
-            Msg::Answer { id, reply } => {
-                self.sides.remove(&id);
-                // An unknown or withdrawn id is ignored.
-                let _ = self.kernel.answer(now, id, reply);
-            }
             Msg::Dispose(reply) => {
                 let waiters = self.disposing.get_or_insert_with(Vec::new);
                 waiters.extend(reply);
-                self.kernel.dispose(now);
+                let _ = exec::feed(&mut self.kernel, &mut self.io, Input::Dispose);
             }
-            Msg::Chunk { attempt, chunk } => {
-                let r = self.kernel.model_chunk(now, attempt, chunk);
-                self.report(r);
-            }
-            Msg::StreamEnd { attempt } => {
-                self.streams.remove(&attempt);
-                let r = self.kernel.model_end(now, attempt);
-                self.report(r);
-            }
-            Msg::ToolDone {
-                token,
-                outcome,
-                events,
-            } => {
-                self.bodies.remove(&token);
-                let r = self.kernel.tool_done(now, token, outcome, events);
-                self.report(r);
-            }
-        }
-    }
-
-    /// Carries out the kernel's effects until it is drained.
-    async fn drain(&mut self) {
-        while let Some(effect) = self.kernel.poll() {
-            match effect {
-                Effect::StartModel(call) => self.start_model(call),
-                Effect::SideModel { id, request, .. } => self.start_side_call(id, request),
-                Effect::CancelSide { id } => {
-                    if let Some(c) = self.sides.remove(&id) {
-                        c.cancel();
-                    }
-                }
-                Effect::CancelModel { attempt } => {
-                    if let Some(c) = self.streams.remove(&attempt) {
-                        c.cancel();
-                    }
-                }
-                Effect::StartTool { exec, timeout_ms } => self.start_tool(exec, timeout_ms),
-                Effect::CancelTool { token } => {
-                    if let Some(c) = self.bodies.get(&token) {
-                        c.cancel();
-                    }
-                }
-                Effect::Persist { range, .. } => {
-                    let batch: Vec<SessionEvent> = self
-                        .kernel
-                        .session()
-                        .events()
-                        .get(range.start as usize..range.end as usize)
-                        .unwrap_or(&[])
-                        .to_vec();
-                    let store = self.store.clone();
-                    let id = self.kernel.id().clone();
-                    let r = smol::unblock(move || store.append(&id, &batch))
-                        .await
-                        .map_err(|e| e.to_string());
-                    let r = self.kernel.persisted(self.clock.now_ms(), r);
-                    self.report(r);
-                }
-                Effect::Publish(event) => {
-                    if let AgentEvent::CommandDone { result, .. } = &event
-                        && let Some(reply) = self.commands.pop_front()
-                    {
-                        let _ = reply.try_send(result.clone());
-                    }
-                    if let AgentEvent::Status(s) = &event {
-                        self.running
-                            .store(*s == AgentStatus::Running, Ordering::Release);
-                    }
-                    self.publish(event);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// A plugin's side model call (a compaction summary) on the blocking
-    /// pool; the answer comes back as an ordinary ask answer.
-    fn start_side_call(&mut self, id: u64, request: dsh_core::GenerateOptions) {
-        let tx = self.tx.clone();
-        let provider = self.provider.clone();
-        let cancel = CancelToken::new();
-        self.sides.insert(id, cancel.clone());
-        smol::unblock(move || {
-            let r = dsh_host::side_call(&*provider, &request, &cancel);
-            let _ = tx.send_blocking(Msg::Answer {
-                id,
-                reply: Reply::Model(r),
-            });
-        })
-        .detach();
-    }
-
-    fn start_model(&mut self, call: ModelCall) {
-        let cancel = CancelToken::new();
-        self.streams.insert(call.attempt, cancel.clone());
-        let tx = self.tx.clone();
-        let provider = self.provider.clone();
-        let attempt = call.attempt;
-        let request = call.request;
-        smol::unblock(move || {
-            pump(&*provider, &request, &cancel, |chunk| {
-                tx.send_blocking(Msg::Chunk { attempt, chunk }).is_ok()
-            });
-            let _ = tx.send_blocking(Msg::StreamEnd { attempt });
-        })
-        .detach();
-    }
-
-    /// Runs the body on the blocking pool; the kernel owns its deadline.
-    fn start_tool(&mut self, exec: ToolExecution, timeout_ms: Option<u64>) {
-        let cancel = ToolCancel::new();
-        self.bodies.insert(exec.token, cancel.clone());
-        let tools = self.tools.clone();
-        let workspace = self.workspace.clone();
-        let tx = self.tx.clone();
-        let token = exec.token;
-        let timeout = timeout_ms.map(Duration::from_millis);
-        smol::spawn(async move {
-            let (outcome, events) =
-                smol::unblock(move || tools.run(&exec, workspace, cancel, timeout)).await;
-            let _ = tx
-                .send(Msg::ToolDone {
-                    token,
-                    outcome,
-                    events,
-                })
-                .await;
-        })
-        .detach();
-    }
-
-    fn publish(&mut self, event: AgentEvent) {
-        if self.subscribers.is_empty() {
-            return;
-        }
-        self.subscribers
-            .retain(|s| s.try_send(event.clone()).is_ok());
-        if self.subscribers.is_empty() {
-            self.kernel.set_publish_events(false);
         }
     }
 
@@ -463,15 +319,11 @@ impl Driver {
 
     /// Store release, disposal answers.
     async fn finish(mut self) {
-        for c in self.streams.values().chain(self.sides.values()) {
-            c.cancel();
-        }
-        for c in self.bodies.values() {
-            c.cancel();
-        }
-        let store = self.store.clone();
-        let id = self.kernel.id().clone();
-        let _ = smol::unblock(move || store.release(&id)).await;
+        self.io.jobs.stop_all();
+        let store = self.io.store.clone();
+        let id = self.io.id.clone();
+        let released = smol::unblock(move || store.release(&id)).await;
+        exec::released(&mut self.io, released.map_err(|e| e.to_string()));
         let summary = self.kernel.summary();
         for w in self.idle_waiters.drain(..) {
             let _ = w.try_send(summary.clone());
@@ -481,5 +333,93 @@ impl Driver {
             let _ = w.try_send(unsaved.clone());
         }
         self.rx.close();
+    }
+}
+
+impl Dispatch for Io {
+    fn now(&mut self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
+        let cancel = job_token(&mut self.jobs, Job::Model(call.attempt));
+        let tx = self.tx.clone();
+        let provider = self.provider.clone();
+        smol::unblock(move || {
+            run_model(&*provider, &call, &cancel, |input| {
+                tx.send_blocking(Msg::Feed(input)).is_ok()
+            });
+        })
+        .detach();
+        Ok(())
+    }
+
+    /// Runs the body on the blocking pool; the kernel owns its deadline.
+    fn start_tool(&mut self, exec: ToolExecution, timeout_ms: Option<u64>) -> Result<(), String> {
+        let cancel = ToolCancel::new();
+        let stop = cancel.clone();
+        self.jobs
+            .insert(Job::Tool(exec.token), move || stop.cancel());
+        let tools = self.tools.clone();
+        let workspace = self.workspace.clone();
+        let tx = self.tx.clone();
+        let token = exec.token;
+        let timeout = timeout_ms.map(Duration::from_millis);
+        smol::spawn(async move {
+            let (outcome, events) =
+                smol::unblock(move || tools.run(&exec, workspace, cancel, timeout)).await;
+            let input = Input::ToolDone {
+                token,
+                outcome,
+                events,
+            };
+            let _ = tx.send(Msg::Feed(input)).await;
+        })
+        .detach();
+        Ok(())
+    }
+
+    /// A plugin's side model call (a compaction summary) on the blocking
+    /// pool; the answer comes back as an ordinary ask answer.
+    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+        let cancel = job_token(&mut self.jobs, Job::Side(id));
+        let tx = self.tx.clone();
+        let provider = self.provider.clone();
+        smol::unblock(move || {
+            run_side(&*provider, id, &request, &cancel, |input| {
+                let _ = tx.send_blocking(Msg::Feed(input));
+            });
+        })
+        .detach();
+        Ok(())
+    }
+
+    fn jobs(&mut self) -> Option<&mut Jobs> {
+        Some(&mut self.jobs)
+    }
+
+    /// The store is blocking: the batch is written by the driver on the
+    /// blocking pool ([`Driver::carry`]).
+    fn persist(&mut self, events: &[SessionEvent]) -> Option<Result<(), String>> {
+        self.batch = Some(events.to_vec());
+        None
+    }
+
+    fn command_done(&mut self, id: u64, result: &Result<serde_json::Value, String>) {
+        if let Some(reply) = self.commands.remove(&id) {
+            let _ = reply.try_send(result.clone());
+        }
+    }
+
+    fn publish(&mut self, event: AgentEvent) {
+        if let AgentEvent::Status(s) = &event {
+            self.running
+                .store(*s == AgentStatus::Running, Ordering::Release);
+        }
+        if self.subscribers.is_empty() {
+            return;
+        }
+        self.subscribers
+            .retain(|s| s.try_send(event.clone()).is_ok());
     }
 }

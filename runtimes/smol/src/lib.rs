@@ -64,6 +64,7 @@ pub use dsh_tools;
 pub use dsh_tools::{Tool, ToolSet};
 
 use driver::Msg;
+use dsh_runtime::exec::Input;
 
 /// Everything needed to run an agent.
 pub struct AgentConfig {
@@ -294,7 +295,8 @@ impl Agent {
     /// `cancel(cause, keep_inbox)` (LC-33): the running turn ends
     /// `aborted`; the model stream and tool body in flight are interrupted.
     pub async fn cancel(&self, cause: CancelCause, keep_inbox: bool) {
-        let _ = self.tx.send(Msg::Cancel { cause, keep_inbox }).await;
+        let input = Input::Cancel { cause, keep_inbox };
+        let _ = self.tx.send(Msg::Feed(input)).await;
     }
 
     /// Waits until the agent is idle with nothing pending (IB-13
@@ -361,10 +363,10 @@ impl Agent {
     pub async fn answer(&self, request: ApprovalRequestId, reply: Reply) {
         let _ = self
             .tx
-            .send(Msg::Answer {
+            .send(Msg::Feed(Input::Answer {
                 id: request.0,
                 reply,
-            })
+            }))
             .await;
     }
 

@@ -477,19 +477,6 @@ impl dsh_store::SessionStore for Recording {
         self.batches.lock().unwrap().push(types(events));
         self.inner.append(id, events)
     }
-    fn enqueue(
-        &self,
-        id: &SessionId,
-        events: &[SessionEvent],
-    ) -> Result<(), dsh_store::StoreError> {
-        self.inner.enqueue(id, events)
-    }
-    fn flush(&self, id: &SessionId) -> Result<(), dsh_store::StoreError> {
-        self.inner.flush(id)
-    }
-    fn flush_all(&self) -> Result<(), dsh_store::StoreError> {
-        self.inner.flush_all()
-    }
     fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
         self.inner.load(id)
     }

@@ -26,12 +26,11 @@ use dsh_store::{Cancel, Inspection, Location, Revision, SessionStore, Snapshot, 
 use serde_json::{Value, json};
 
 /// A store that remembers, per session, every event whose write it
-/// acknowledged (an `append` that returned `Ok`, or an `enqueue` followed
-/// by a successful `flush`): what the agent was told is durable.
+/// acknowledged (an `append` that returned `Ok`): what the agent was told
+/// is durable.
 struct Acked {
     inner: Arc<dyn SessionStore>,
     durable: Mutex<BTreeMap<String, Vec<SessionEvent>>>,
-    queued: Mutex<BTreeMap<String, Vec<SessionEvent>>>,
 }
 
 impl Acked {
@@ -39,21 +38,6 @@ impl Acked {
         Acked {
             inner,
             durable: Mutex::new(BTreeMap::new()),
-            queued: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    fn settle(&self, id: Option<&SessionId>) {
-        let mut queued = self.queued.lock().unwrap();
-        let mut durable = self.durable.lock().unwrap();
-        let ids: Vec<String> = match id {
-            Some(id) => vec![id.to_string()],
-            None => queued.keys().cloned().collect(),
-        };
-        for id in ids {
-            if let Some(events) = queued.remove(&id) {
-                durable.entry(id).or_default().extend(events);
-            }
         }
     }
 }
@@ -75,25 +59,6 @@ impl SessionStore for Acked {
             .entry(id.to_string())
             .or_default()
             .extend_from_slice(events);
-        Ok(())
-    }
-    fn enqueue(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), StoreError> {
-        self.inner.enqueue(id, events)?;
-        let mut queued = self.queued.lock().unwrap();
-        queued
-            .entry(id.to_string())
-            .or_default()
-            .extend_from_slice(events);
-        Ok(())
-    }
-    fn flush(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.inner.flush(id)?;
-        self.settle(Some(id));
-        Ok(())
-    }
-    fn flush_all(&self) -> Result<(), StoreError> {
-        self.inner.flush_all()?;
-        self.settle(None);
         Ok(())
     }
     fn load(&self, id: &SessionId) -> Result<Inspection, StoreError> {
@@ -278,7 +243,6 @@ fn run(soak: Soak) {
         *injected.entry(k).or_default() += 1;
     }
     let durable = std::mem::take(&mut *acked.durable.lock().unwrap());
-    assert!(acked.queued.lock().unwrap().values().all(Vec::is_empty));
     drop(acked);
     drop(server);
 

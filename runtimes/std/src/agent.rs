@@ -8,17 +8,20 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::workers::Workers;
 use dsh_approval::{ApprovalDecision, ApprovalPlugin, ApprovalPolicy};
-use dsh_core::agent::tools::ToolOutcome;
-use dsh_core::agent::{self as core_agent, AgentStatus, CancelCause, InboxTarget};
+use dsh_core::agent::{
+    self as core_agent, AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExecution,
+};
 use dsh_core::session::{EventData, SessionEvent};
-use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, StreamChunk};
-use dsh_deepseek::CancelToken;
+use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId};
 pub use dsh_host::ShellError;
-use dsh_host::{Clock, ModelProvider, ProviderPrepare, absolute_cwd, pump};
+use dsh_host::{
+    Clock, ModelProvider, ProviderPrepare, absolute_cwd, job_token, run_model, run_side,
+};
+use dsh_runtime::exec::{self, Dispatch, Input, Job, Jobs};
 use dsh_runtime::{
-    AgentEvent, ApprovalRequestId, Effect, IdMode, Ids, Kernel, KernelError, Plugin, Reply,
-    TurnSummary,
+    AgentEvent, ApprovalRequestId, IdMode, Ids, Kernel, KernelError, Plugin, Reply, TurnSummary,
 };
 use dsh_store::SessionStore;
 use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
@@ -174,19 +177,18 @@ impl AgentConfig {
 
 /// What reaches the driver thread.
 enum Msg {
+    /// An input for the kernel: from a handle call (`counted`, for
+    /// `wait_idle`) or from work in flight (a stream, a tool body, a side
+    /// call) and disposal.
+    Feed {
+        input: Input,
+        counted: bool,
+    },
     Send {
         message: Message,
         target: InboxTarget,
         wakeup: bool,
         reply: SyncSender<Result<(), KernelError>>,
-    },
-    Cancel {
-        cause: CancelCause,
-        keep_inbox: bool,
-    },
-    Answer {
-        id: u64,
-        reply: Reply,
     },
     Subscribe(Sender<AgentEvent>),
     Snapshot(SyncSender<Vec<SessionEvent>>),
@@ -199,24 +201,6 @@ enum Msg {
         args: serde_json::Value,
         reply: SyncSender<Result<serde_json::Value, String>>,
     },
-    /// A side model call ended (from its thread; not a handle call).
-    SideDone {
-        id: u64,
-        result: Result<dsh_runtime::SideReply, String>,
-    },
-    Chunk {
-        attempt: u64,
-        chunk: StreamChunk,
-    },
-    End {
-        attempt: u64,
-    },
-    ToolDone {
-        token: u64,
-        outcome: ToolOutcome,
-        events: Vec<EventData>,
-    },
-    Dispose,
 }
 
 #[derive(Default)]
@@ -346,24 +330,27 @@ impl Agent {
         let mut ids = Ids::new(config.ids, crate::clock::os_seed());
         ids.continue_after(kernel.session());
         let ids = Mutex::new(ids);
-        let driver = Driver {
-            kernel,
+        let io = Io {
+            id: id.clone(),
             clock: config.clock.clone(),
             provider: config.provider.clone(),
             toolset: Arc::new(std::mem::take(&mut config.tools)),
             workspace,
             store,
-            rx,
             tx: tx.clone(),
             shared: shared.clone(),
             subscribers: Vec::new(),
-            streams: BTreeMap::new(),
-            tools: BTreeMap::new(),
-            threads: Vec::new(),
+            jobs: Jobs::new(),
+            workers: Workers::new(),
+            commands: BTreeMap::new(),
+        };
+        let driver = Driver {
+            kernel,
+            rx,
+            io,
             timer: None,
             handled: 0,
-            commands: std::collections::VecDeque::new(),
-            sides: BTreeMap::new(),
+            published: None,
         };
         let handle = std::thread::Builder::new()
             .name(format!("dsh-agent-{id}"))
@@ -439,7 +426,11 @@ impl Agent {
 
     /// Cancels the running turn (LC-33); `keep_inbox` keeps pending input.
     pub fn cancel(&self, cause: CancelCause, keep_inbox: bool) {
-        let _ = self.submit(Msg::Cancel { cause, keep_inbox });
+        let input = Input::Cancel { cause, keep_inbox };
+        let _ = self.submit(Msg::Feed {
+            input,
+            counted: true,
+        });
     }
 
     /// Answers an [`AgentEvent::ApprovalRequested`]. An unknown or stale id
@@ -451,9 +442,13 @@ impl Agent {
     /// Answers any ask ([`AgentEvent::ApprovalRequested`],
     /// [`AgentEvent::Asked`]). An unknown or stale id is ignored.
     pub fn answer(&self, request: ApprovalRequestId, reply: Reply) {
-        let _ = self.submit(Msg::Answer {
+        let input = Input::Answer {
             id: request.0,
             reply,
+        };
+        let _ = self.submit(Msg::Feed {
+            input,
+            counted: true,
         });
     }
 
@@ -583,7 +578,7 @@ impl Agent {
 
     fn shutdown(&mut self) {
         if let Some(handle) = self.driver.take() {
-            let _ = self.tx.send(Msg::Dispose);
+            let _ = self.tx.send(feed(Input::Dispose));
             let _ = handle.join();
         }
     }
@@ -654,36 +649,39 @@ impl Drop for Agent {
 
 struct Driver {
     kernel: Kernel,
+    rx: Receiver<Msg>,
+    io: Io,
+    /// The kernel deadline waited for, and when it passes (monotonic).
+    timer: Option<(i64, Instant)>,
+    /// Handle calls handled so far.
+    handled: u64,
+    /// What [`publish_state`](Self::publish_state) last published.
+    published: Option<(u64, bool, AgentStatus)>,
+}
+
+/// The std runtime's I/O for the shared executor: worker threads for
+/// streams, tool bodies and side calls; the store called on the driver
+/// thread.
+struct Io {
+    id: SessionId,
     clock: Clock,
     provider: Arc<dyn ModelProvider>,
     toolset: Arc<ToolSet>,
     workspace: Workspace,
     store: Arc<dyn SessionStore>,
-    rx: Receiver<Msg>,
     tx: Sender<Msg>,
     shared: Arc<Shared>,
     subscribers: Vec<Sender<AgentEvent>>,
-    streams: BTreeMap<u64, CancelToken>,
-    tools: BTreeMap<u64, ToolCancel>,
-    threads: Vec<JoinHandle<()>>,
-    /// The kernel deadline waited for, and when it passes (monotonic).
-    timer: Option<(i64, Instant)>,
-    /// Handle calls handled so far.
-    handled: u64,
-    /// Callers of running plugin commands, in start order.
-    commands: std::collections::VecDeque<SyncSender<Result<serde_json::Value, String>>>,
-    /// Side model calls in flight, by ask id (stopped when the driver ends).
-    sides: BTreeMap<u64, CancelToken>,
+    jobs: Jobs,
+    workers: Workers,
+    /// Callers of running plugin commands, by command id.
+    commands: BTreeMap<u64, SyncSender<Result<serde_json::Value, String>>>,
 }
 
 impl Driver {
-    fn now(&self) -> i64 {
-        self.clock.now_ms()
-    }
-
     fn run(mut self) {
         loop {
-            self.drain();
+            self.carry();
             self.publish_state();
             if self.kernel.is_finished() {
                 break;
@@ -704,25 +702,26 @@ impl Driver {
                 None => self.on_timer(),
             }
         }
-        for c in self.streams.values().chain(self.sides.values()) {
-            c.cancel();
-        }
-        for c in self.tools.values() {
-            c.cancel();
-        }
-        if let Err(e) = self.store.release(self.kernel.id()) {
-            self.broadcast(AgentEvent::Error(format!("session store: {e}")));
-        }
-        for h in self.threads.drain(..) {
-            let _ = h.join();
-        }
-        if let Ok(mut s) = self.shared.state.lock() {
+        self.io.jobs.stop_all();
+        let released = self.io.store.release(self.kernel.id());
+        exec::released(&mut self.io, released.map_err(|e| e.to_string()));
+        self.io.workers.join();
+        if let Ok(mut s) = self.io.shared.state.lock() {
             s.store_error = self.kernel.store_error().map(str::to_string);
             s.stopped = true;
             s.quiescent = true;
             s.status = Some(AgentStatus::Idle);
         }
-        self.shared.cv.notify_all();
+        self.io.shared.cv.notify_all();
+    }
+
+    /// Carries out the kernel's effects until it is drained (the store is
+    /// called on this thread, so no write is left running).
+    fn carry(&mut self) {
+        let _ = exec::carry(&mut self.kernel, &mut self.io);
+        if self.io.subscribers.is_empty() {
+            self.kernel.set_publish_events(false);
+        }
     }
 
     /// How long to wait for the kernel's next deadline (measured on a
@@ -736,7 +735,7 @@ impl Driver {
         let at = match self.timer {
             Some((d, at)) if d == deadline => at,
             _ => {
-                let ms = deadline.saturating_sub(self.now()).max(0);
+                let ms = deadline.saturating_sub(self.io.now()).max(0);
                 let at = now + Duration::from_millis(ms as u64);
                 self.timer = Some((deadline, at));
                 at
@@ -750,25 +749,17 @@ impl Driver {
             && Instant::now() >= at
         {
             self.timer = None;
-            // A fixed or manual test clock does not move: the deadline
-            // itself is the time.
-            let now = self.now().max(deadline);
-            self.kernel.handle_timeout(now);
-        }
-    }
-
-    fn report(&mut self, r: Result<(), KernelError>) {
-        if let Err(e) = r
-            && !e.is_stale()
-        {
-            self.broadcast(AgentEvent::Error(e.to_string()));
+            let _ = exec::feed(&mut self.kernel, &mut self.io, Input::Timeout { deadline });
         }
     }
 
     fn handle(&mut self, msg: Msg) {
-        let now = self.now();
-        let mut counted = true;
-        match msg {
+        let now = self.io.now();
+        let counted = match msg {
+            Msg::Feed { input, counted } => {
+                let _ = exec::feed(&mut self.kernel, &mut self.io, input);
+                counted
+            }
             Msg::Send {
                 message,
                 target,
@@ -776,64 +767,37 @@ impl Driver {
                 reply,
             } => {
                 let r = self.kernel.send(now, message, target, wakeup);
-                self.drain();
+                self.carry();
                 let _ = reply.send(r);
-            }
-            Msg::Cancel { cause, keep_inbox } => self.kernel.cancel(now, cause, keep_inbox),
-            Msg::Answer { id, reply } => {
-                // An unknown or withdrawn id is ignored.
-                let _ = self.kernel.answer(now, id, reply);
+                true
             }
             Msg::Subscribe(tx) => {
-                self.subscribers.push(tx);
+                self.io.subscribers.push(tx);
                 self.kernel.set_publish_events(true);
+                true
             }
             Msg::Snapshot(reply) => {
                 let _ = reply.send(self.kernel.session().events().to_vec());
+                true
             }
             Msg::Append { data, reply } => {
                 let r = self.kernel.append_event(now, data);
-                self.drain();
+                self.carry();
                 let _ = reply.send(r);
+                true
             }
-            Msg::SideDone { id, result } => {
-                counted = false;
-                self.sides.remove(&id);
-                // A withdrawn ask (abort, disposal) is ignored.
-                let _ = self.kernel.answer(now, id, Reply::Model(result));
-            }
-            Msg::Command { name, args, reply } => match self.kernel.command(now, &name, args) {
-                Ok(()) => self.commands.push_back(reply),
-                Err(e) => {
-                    let _ = reply.send(Err(e.to_string()));
+            Msg::Command { name, args, reply } => {
+                match self.kernel.command(now, &name, args) {
+                    Ok(id) => {
+                        self.io.commands.insert(id, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e.to_string()));
+                    }
                 }
-            },
-            Msg::Chunk { attempt, chunk } => {
-                counted = false;
-                let r = self.kernel.model_chunk(now, attempt, chunk);
-                self.report(r);
+                true
             }
-            Msg::End { attempt } => {
-                counted = false;
-                self.streams.remove(&attempt);
-                let r = self.kernel.model_end(now, attempt);
-                self.report(r);
-            }
-            Msg::ToolDone {
-                token,
-                outcome,
-                events,
-            } => {
-                counted = false;
-                self.tools.remove(&token);
-                let r = self.kernel.tool_done(now, token, outcome, events);
-                self.report(r);
-            }
-            Msg::Dispose => {
-                counted = false;
-                self.kernel.dispose(now);
-            }
-        }
+        };
         if counted {
             // Published with the quiescence flag in `publish_state`, so a
             // waiter never sees the count without the state it produced.
@@ -841,164 +805,16 @@ impl Driver {
         }
     }
 
-    /// Carries out the kernel's effects until it is drained.
-    fn drain(&mut self) {
-        while let Some(effect) = self.kernel.poll() {
-            match effect {
-                Effect::StartModel(call) => self.start_stream(call.attempt, call.request),
-                Effect::SideModel { id, request, .. } => self.start_side_call(id, request),
-                Effect::CancelSide { id } => {
-                    if let Some(c) = self.sides.remove(&id) {
-                        c.cancel();
-                    }
-                }
-                Effect::CancelModel { attempt } => {
-                    if let Some(c) = self.streams.remove(&attempt) {
-                        c.cancel();
-                    }
-                }
-                Effect::StartTool { exec, timeout_ms } => self.start_tool(exec, timeout_ms),
-                Effect::CancelTool { token } => {
-                    if let Some(c) = self.tools.get(&token) {
-                        c.cancel();
-                    }
-                }
-                Effect::Persist { range, .. } => {
-                    let events = self
-                        .kernel
-                        .session()
-                        .events()
-                        .get(range.start as usize..range.end as usize)
-                        .unwrap_or(&[]);
-                    let r = self
-                        .store
-                        .append(self.kernel.id(), events)
-                        .map_err(|e| e.to_string());
-                    let now = self.now();
-                    let r = self.kernel.persisted(now, r);
-                    self.report(r);
-                    // Before anything the write releases (idle, issue 25).
-                    if let Ok(mut s) = self.shared.state.lock() {
-                        s.store_error = self.kernel.store_error().map(str::to_string);
-                    }
-                }
-                Effect::Publish(event) => {
-                    if let AgentEvent::CommandDone { result, .. } = &event
-                        && let Some(reply) = self.commands.pop_front()
-                    {
-                        let _ = reply.send(result.clone());
-                    }
-                    if let AgentEvent::Status(s) = &event
-                        && let Ok(mut st) = self.shared.state.lock()
-                    {
-                        st.status = Some(*s);
-                    }
-                    self.broadcast(event);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    fn broadcast(&mut self, event: AgentEvent) {
-        if self.subscribers.is_empty() {
-            return;
-        }
-        self.subscribers.retain(|s| s.send(event.clone()).is_ok());
-        if self.subscribers.is_empty() {
-            self.kernel.set_publish_events(false);
-        }
-    }
-
-    /// A plugin's side model call (a compaction summary) on its own
-    /// thread; the answer comes back as an ordinary ask answer.
-    fn start_side_call(&mut self, id: u64, request: dsh_core::GenerateOptions) {
-        let provider = self.provider.clone();
-        let tx = self.tx.clone();
-        let cancel = CancelToken::new();
-        self.sides.insert(id, cancel.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("dsh-side-{id}"))
-            .spawn(move || {
-                let result = dsh_host::side_call(&*provider, &request, &cancel);
-                let _ = tx.send(Msg::SideDone { id, result });
-            });
-        match spawned {
-            Ok(h) => self.push_thread(h),
-            Err(e) => {
-                self.sides.remove(&id);
-                let now = self.now();
-                let reply = Reply::Model(Err(format!("cannot start the side call thread: {e}")));
-                let _ = self.kernel.answer(now, id, reply);
-            }
-        }
-    }
-
-    fn start_stream(&mut self, attempt: u64, request: dsh_core::GenerateOptions) {
-        let cancel = CancelToken::new();
-        self.streams.insert(attempt, cancel.clone());
-        let provider = self.provider.clone();
-        let tx = self.tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("dsh-model-{attempt}"))
-            .spawn(move || {
-                pump(&*provider, &request, &cancel, |chunk| {
-                    tx.send(Msg::Chunk { attempt, chunk }).is_ok()
-                });
-                let _ = tx.send(Msg::End { attempt });
-            });
-        match spawned {
-            Ok(h) => self.push_thread(h),
-            Err(e) => {
-                self.streams.remove(&attempt);
-                let now = self.now();
-                let error = dsh_core::agent::HookError::msg(format!(
-                    "cannot start the model stream thread: {e}"
-                ));
-                let r = self.kernel.model_error(now, attempt, error);
-                self.report(r);
-            }
-        }
-    }
-
-    fn start_tool(&mut self, exec: dsh_core::agent::ToolExecution, timeout_ms: Option<u64>) {
-        let token = exec.token;
-        let cancel = ToolCancel::new();
-        self.tools.insert(token, cancel.clone());
-        let tx = self.tx.clone();
-        let toolset = self.toolset.clone();
-        let workspace = self.workspace.clone();
-        let timeout = timeout_ms.map(Duration::from_millis);
-        let spawned = std::thread::Builder::new()
-            .name(format!("dsh-tool-{}", exec.name))
-            .spawn(move || {
-                let (outcome, events) = toolset.run(&exec, workspace, cancel, timeout);
-                let _ = tx.send(Msg::ToolDone {
-                    token,
-                    outcome,
-                    events,
-                });
-            });
-        match spawned {
-            Ok(h) => self.push_thread(h),
-            Err(e) => {
-                self.tools.remove(&token);
-                let now = self.now();
-                let outcome = ToolOutcome::error(format!("cannot start the tool thread: {e}"));
-                let r = self.kernel.tool_done(now, token, outcome, Vec::new());
-                self.report(r);
-            }
-        }
-    }
-
-    fn push_thread(&mut self, h: JoinHandle<()>) {
-        self.threads.retain(|t| !t.is_finished());
-        self.threads.push(h);
-    }
-
+    /// Publishes the count, quiescence and status to the handles; wakes
+    /// waiters only when one of them changed.
     fn publish_state(&mut self) {
         let quiescent = self.kernel.is_idle();
-        if let Ok(mut s) = self.shared.state.lock() {
+        let state = (self.handled, quiescent, self.kernel.status());
+        if self.published == Some(state) {
+            return;
+        }
+        self.published = Some(state);
+        if let Ok(mut s) = self.io.shared.state.lock() {
             s.processed = self.handled;
             s.quiescent = quiescent;
             s.status = Some(self.kernel.status());
@@ -1006,6 +822,120 @@ impl Driver {
                 s.summary = self.kernel.summary();
             }
         }
-        self.shared.cv.notify_all();
+        self.io.shared.cv.notify_all();
+    }
+}
+
+impl Io {
+    /// Runs `job`'s body on a worker thread; when no thread can be started
+    /// the job is forgotten and the error says so.
+    fn spawn(&mut self, job: Job, body: impl FnOnce() + Send + 'static) -> Result<(), String> {
+        let (name, what) = match job {
+            Job::Model(a) => (format!("dsh-model-{a}"), "model stream"),
+            Job::Tool(t) => (format!("dsh-tool-{t}"), "tool"),
+            Job::Side(id) => (format!("dsh-side-{id}"), "side call"),
+        };
+        match self.workers.run(name, body) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.jobs.done(job);
+                Err(format!("cannot start the {what} thread: {e}"))
+            }
+        }
+    }
+}
+
+impl Dispatch for Io {
+    fn now(&mut self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
+        let job = Job::Model(call.attempt);
+        let cancel = job_token(&mut self.jobs, job);
+        let provider = self.provider.clone();
+        let tx = self.tx.clone();
+        self.spawn(job, move || {
+            run_model(&*provider, &call, &cancel, |input| {
+                tx.send(feed(input)).is_ok()
+            });
+        })
+    }
+
+    fn start_tool(&mut self, exec: ToolExecution, timeout_ms: Option<u64>) -> Result<(), String> {
+        let token = exec.token;
+        let cancel = ToolCancel::new();
+        let stop = cancel.clone();
+        self.jobs.insert(Job::Tool(token), move || stop.cancel());
+        let tx = self.tx.clone();
+        let toolset = self.toolset.clone();
+        let workspace = self.workspace.clone();
+        let timeout = timeout_ms.map(Duration::from_millis);
+        self.spawn(Job::Tool(token), move || {
+            let (outcome, events) = toolset.run(&exec, workspace, cancel, timeout);
+            let _ = tx.send(feed(Input::ToolDone {
+                token,
+                outcome,
+                events,
+            }));
+        })
+    }
+
+    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+        let job = Job::Side(id);
+        let cancel = job_token(&mut self.jobs, job);
+        let provider = self.provider.clone();
+        let tx = self.tx.clone();
+        self.spawn(job, move || {
+            run_side(&*provider, id, &request, &cancel, |input| {
+                let _ = tx.send(feed(input));
+            });
+        })
+    }
+
+    fn jobs(&mut self) -> Option<&mut Jobs> {
+        Some(&mut self.jobs)
+    }
+
+    fn persist(&mut self, events: &[SessionEvent]) -> Option<Result<(), String>> {
+        Some(
+            self.store
+                .append(&self.id, events)
+                .map_err(|e| e.to_string()),
+        )
+    }
+
+    fn persisted(&mut self, store_error: Option<&str>) {
+        // Before anything the write releases (idle, issue 25).
+        if let Ok(mut s) = self.shared.state.lock() {
+            s.store_error = store_error.map(str::to_string);
+        }
+    }
+
+    fn command_done(&mut self, id: u64, result: &Result<serde_json::Value, String>) {
+        if let Some(reply) = self.commands.remove(&id) {
+            let _ = reply.send(result.clone());
+        }
+    }
+
+    fn publish(&mut self, event: AgentEvent) {
+        if let AgentEvent::Status(s) = &event
+            && let Ok(mut st) = self.shared.state.lock()
+        {
+            st.status = Some(*s);
+        }
+        if self.subscribers.is_empty() {
+            return;
+        }
+        self.subscribers.retain(|s| s.send(event.clone()).is_ok());
+    }
+}
+
+/// An input from work (a stream, a tool body, a side call): not a handle
+/// call, so not counted for `wait_idle`.
+fn feed(input: Input) -> Msg {
+    Msg::Feed {
+        input,
+        counted: false,
     }
 }

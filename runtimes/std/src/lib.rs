@@ -46,6 +46,7 @@
 mod agent;
 mod clock;
 pub mod subagents;
+mod workers;
 
 pub use agent::{Agent, AgentConfig, LoopOptions, Mailbox, ShellError};
 pub use clock::{new_session_id, os_seed};

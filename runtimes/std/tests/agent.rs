@@ -758,22 +758,6 @@ impl dsh_store::SessionStore for FailingFlush {
             std::io::Error::other("no space left on device"),
         ))
     }
-    fn enqueue(
-        &self,
-        id: &SessionId,
-        events: &[SessionEvent],
-    ) -> Result<(), dsh_store::StoreError> {
-        self.0.enqueue(id, events)
-    }
-    fn flush(&self, _id: &SessionId) -> Result<(), dsh_store::StoreError> {
-        Err(dsh_store::StoreError::io(
-            "flush",
-            std::io::Error::other("no space left on device"),
-        ))
-    }
-    fn flush_all(&self) -> Result<(), dsh_store::StoreError> {
-        self.0.flush_all()
-    }
     fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
         self.0.load(id)
     }

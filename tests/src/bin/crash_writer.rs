@@ -1,6 +1,6 @@
 //! Crash-injection helper: appends a deterministic stream of turns to one
-//! session through a store's write-behind queue, flushing every N events and
-//! printing `F <seq>` after each flush returns (so every event up to that
+//! session, buffering N events and appending them as one batch, and
+//! printing `F <seq>` after each append returns (so every event up to that
 //! seq is durable). The crash test kills it with SIGKILL at random moments.
 //!
 //! Usage: `dsh-crash-writer <jsonl|jsonl-raw|redb|postgres> <path|schema> <session-id> <flush-every>`
@@ -48,15 +48,15 @@ fn run(args: &[String]) -> Result<(), StoreError> {
     let _ = writeln!(out, "ready {next_seq}");
     let _ = out.flush();
     let mut turns = TurnGen::new(next_seq, next_turn);
-    let mut since_flush = 0usize;
+    // Events are buffered here and written as one batch every `every`.
+    let mut batch = Vec::with_capacity(every);
     loop {
         let event = turns.next_event();
         let seq = event.seq();
-        store.enqueue(&sid, std::slice::from_ref(&event))?;
-        since_flush += 1;
-        if since_flush >= every {
-            store.flush(&sid)?;
-            since_flush = 0;
+        batch.push(event);
+        if batch.len() >= every {
+            store.append(&sid, &batch)?;
+            batch.clear();
             let _ = writeln!(out, "F {seq}");
             let _ = out.flush();
         }
