@@ -297,7 +297,11 @@ fn case(model: &str, store_kind: &str, n: usize, url: Option<String>) {
             let calls = p.calls.lock().map(|c| c.clone()).unwrap_or_default();
             let mut marks = calls;
             marks.push(*end);
-            steps.extend(marks.windows(2).map(|w| w[1].saturating_duration_since(w[0])));
+            steps.extend(
+                marks
+                    .windows(2)
+                    .map(|w| w[1].saturating_duration_since(w[0])),
+            );
         }
         steps.sort();
         let events = match store_kind {
@@ -317,7 +321,9 @@ fn case(model: &str, store_kind: &str, n: usize, url: Option<String>) {
             ms(percentile(&turns, 0.99)),
             ms(percentile(&steps, 0.5)),
             ms(percentile(&steps, 0.99)),
-            first_error.unwrap_or_else(|| String::from("-")).replace(' ', "_"),
+            first_error
+                .unwrap_or_else(|| String::from("-"))
+                .replace(' ', "_"),
         );
         for a in agents {
             a.dispose().await;
@@ -345,7 +351,9 @@ fn main() {
         Ok(spec) => {
             let parts: Vec<&str> = spec.split(':').collect();
             if let [model, store, n, rest @ ..] = parts.as_slice() {
-                let url = rest.first().map(|_| spec.splitn(4, ':').nth(3).unwrap_or_default().to_owned());
+                let url = rest
+                    .first()
+                    .map(|_| spec.splitn(4, ':').nth(3).unwrap_or_default().to_owned());
                 return case(model, store, n.parse().expect("agent count"), url);
             }
             panic!("bad {ROLE}: {spec}");
@@ -419,13 +427,24 @@ impl SessionStore for NullStore {
     fn locate(&self, _header: &dsh_core::session::SessionHeader) -> Option<dsh_store::Location> {
         None
     }
-    fn create(&self, _header: dsh_core::session::SessionHeader) -> Result<(), dsh_store::StoreError> {
+    fn create(
+        &self,
+        _header: dsh_core::session::SessionHeader,
+    ) -> Result<(), dsh_store::StoreError> {
         Ok(())
     }
-    fn append(&self, _id: &SessionId, _events: &[dsh_core::session::SessionEvent]) -> Result<(), dsh_store::StoreError> {
+    fn append(
+        &self,
+        _id: &SessionId,
+        _events: &[dsh_core::session::SessionEvent],
+    ) -> Result<(), dsh_store::StoreError> {
         Ok(())
     }
-    fn enqueue(&self, _id: &SessionId, _events: &[dsh_core::session::SessionEvent]) -> Result<(), dsh_store::StoreError> {
+    fn enqueue(
+        &self,
+        _id: &SessionId,
+        _events: &[dsh_core::session::SessionEvent],
+    ) -> Result<(), dsh_store::StoreError> {
         Ok(())
     }
     fn flush(&self, _id: &SessionId) -> Result<(), dsh_store::StoreError> {
@@ -449,10 +468,19 @@ impl SessionStore for NullStore {
         id: &SessionId,
         _from_seq: u64,
         _cancel: &dsh_store::Cancel,
-    ) -> Result<(dsh_core::session::SessionHeader, Vec<dsh_core::session::SessionEvent>), dsh_store::StoreError> {
+    ) -> Result<
+        (
+            dsh_core::session::SessionHeader,
+            Vec<dsh_core::session::SessionEvent>,
+        ),
+        dsh_store::StoreError,
+    > {
         Err(not_found(id))
     }
-    fn list(&self, _cancel: &dsh_store::Cancel) -> Result<Vec<dsh_core::session::SessionHeader>, dsh_store::StoreError> {
+    fn list(
+        &self,
+        _cancel: &dsh_store::Cancel,
+    ) -> Result<Vec<dsh_core::session::SessionHeader>, dsh_store::StoreError> {
         Ok(Vec::new())
     }
     fn list_snapshots(
