@@ -63,7 +63,7 @@ impl Tool for Echo {
 }
 
 fn script() -> Value {
-    json!({"perSession": true, "responses": [
+    json!({"perSession": true, "keepAliveConnections": true, "responses": [
         {"turn": {
             "toolCalls": [{"id": "c1", "name": "echo", "arguments": ["{\"text\":", "\"ping\"}"]}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
