@@ -244,6 +244,7 @@ impl Driver {
         loop {
             self.drain().await;
             if self.kernel.is_idle() {
+                self.kernel.trim();
                 self.settle();
             }
             if self.kernel.is_finished() {
