@@ -10,6 +10,7 @@
 //! through a zstd store first (the default encoding; log size = the
 //! compressed file).
 
+use std::io::BufRead;
 use std::sync::Arc;
 
 use dsh_core::jsonl::decode_header_line;
@@ -27,7 +28,29 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The mock server process: prints its URL, serves until stdin closes.
+fn serve() {
+    let script = serde_json::json!({"perSession": true, "responses": [
+        {"turn": {"text": ["do", "ne"]}}
+    ]});
+    let server = dsh_deepseek::mock::MockServer::start(
+        serde_json::from_value(script).expect("script"),
+    )
+    .expect("mock");
+    println!("{}", server.url());
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let mut sink = String::new();
+    while std::io::stdin()
+        .read_line(&mut sink)
+        .is_ok_and(|n| n > 0)
+    {}
+    drop(server);
+}
+
 fn main() {
+    if std::env::var_os("DSH_RESUME_SERVER").is_some() {
+        return serve();
+    }
     if !std::env::args().any(|a| a == "--bench") {
         println!("resume: run with `cargo bench --bench resume` (skipped)");
         return;
@@ -39,7 +62,6 @@ fn main() {
     let workloads = dsh_benches::Workloads::generate(1, 200, events);
     let source = workloads.session_jsonl();
     let head = {
-        use std::io::BufRead;
         let f = std::fs::File::open(&source).expect("session.jsonl");
         let mut line = String::new();
         std::io::BufReader::new(f)
@@ -86,26 +108,69 @@ fn main() {
     let cwd = dir.path().join("ws");
     std::fs::create_dir_all(&cwd).expect("workspace");
 
+    // `DSH_RESUME_TURN=1`: one turn after the resume, against the mock in a
+    // child process (the request carries the whole history).
+    let mut server = None;
+    let mut url = None;
+    if std::env::var_os("DSH_RESUME_TURN").is_some() {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .env("DSH_RESUME_SERVER", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("mock server process");
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+        }
+        url = Some(line.trim().to_owned());
+        server = Some(child);
+    }
     let before = status_kib("VmRSS:");
     let hwm_before = status_kib("VmHWM:");
     let (after, hwm) = smol::block_on(async {
         let mut c = AgentConfig::new(
-            DeepSeekConfig::default(),
+            DeepSeekConfig {
+                base_url: url.clone(),
+                stream_idle_timeout_ms: 600_000,
+                ..DeepSeekConfig::default()
+            },
             LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
         );
+        c.client_options = dsh_deepseek::ClientOptions {
+            credentials: Some(Arc::new(|_: &str| Some(String::from("sk-bench")))),
+            proxy_from_env: false,
+            ..dsh_deepseek::ClientOptions::default()
+        };
         c.cwd = cwd.clone();
         let agent = Agent::resume(c, store.clone(), &id)
             .await
             .expect("resume");
-        let after = status_kib("VmRSS:");
-        let hwm = status_kib("VmHWM:");
+        let mut after = status_kib("VmRSS:");
+        let mut hwm = status_kib("VmHWM:");
+        println!(
+            "resumed: rss {:.1} MiB, peak {:.1} MiB",
+            after as f64 / 1024.0,
+            hwm as f64 / 1024.0
+        );
+        if url.is_some() {
+            agent.send("go").await.expect("send");
+            let summary = agent
+                .wait_idle(Some(std::time::Duration::from_secs(600)))
+                .await
+                .expect("idle");
+            println!("turn after resume: {:?}", summary.reason);
+            after = status_kib("VmRSS:");
+            hwm = status_kib("VmHWM:");
+        }
         agent.dispose().await;
         (after, hwm)
     });
     let mib = |k: u64| k as f64 / 1024.0;
     let log_mib = log_bytes as f64 / (1024.0 * 1024.0);
     println!(
-        "RESULT zstd={zstd} log_mib={log_mib:.1} events={events} rss_before_mib={:.1} peak_mib={:.1} rss_after_resume_mib={:.1} peak_growth_mib={:.1} peak_growth_over_log={:.2} retained_growth_mib={:.1} (hwm before {:.1})",
+        "RESULT zstd={zstd} turn={} log_mib={log_mib:.1} events={events} rss_before_mib={:.1} peak_mib={:.1} rss_after_resume_mib={:.1} peak_growth_mib={:.1} peak_growth_over_log={:.2} retained_growth_mib={:.1} (hwm before {:.1})",
+        url.is_some(),
         mib(before),
         mib(hwm),
         mib(after),
@@ -114,4 +179,9 @@ fn main() {
         mib(after.saturating_sub(before)),
         mib(hwm_before),
     );
+    if let Some(mut child) = server {
+        drop(child.stdin.take());
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
