@@ -33,17 +33,13 @@ fn serve() {
     let script = serde_json::json!({"perSession": true, "responses": [
         {"turn": {"text": ["do", "ne"]}}
     ]});
-    let server = dsh_deepseek::mock::MockServer::start(
-        serde_json::from_value(script).expect("script"),
-    )
-    .expect("mock");
+    let server =
+        dsh_deepseek::mock::MockServer::start(serde_json::from_value(script).expect("script"))
+            .expect("mock");
     println!("{}", server.url());
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let mut sink = String::new();
-    while std::io::stdin()
-        .read_line(&mut sink)
-        .is_ok_and(|n| n > 0)
-    {}
+    while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
     drop(server);
 }
 
@@ -73,8 +69,8 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dsh_jsonl::JsonlConfig::new(dir.path().join("store"))
         .with_compression(dsh_jsonl::Compression::None);
-    let backend = dsh_jsonl::JsonlBackend::new(&config.root, config.compression, true)
-        .expect("backend");
+    let backend =
+        dsh_jsonl::JsonlBackend::new(&config.root, config.compression, true).expect("backend");
     let path = backend.transcript_path(&header).expect("path");
     std::fs::create_dir_all(path.parent().expect("parent")).expect("session dir");
     let mut log_bytes = std::fs::copy(&source, &path).expect("copy the log");
@@ -83,7 +79,9 @@ fn main() {
     let config = if zstd {
         // Re-write the log through a zstd store (the default encoding).
         let raw = dsh_jsonl::open(config).expect("raw store");
-        let loaded = raw.load(&SessionId::new(header.id.as_str())).expect("load raw");
+        let loaded = raw
+            .load(&SessionId::new(header.id.as_str()))
+            .expect("load raw");
         drop(raw);
         let zconfig = dsh_jsonl::JsonlConfig::new(dir.path().join("zstore"));
         let z = dsh_jsonl::open(zconfig.clone()).expect("zstd store");
@@ -143,9 +141,7 @@ fn main() {
             ..dsh_deepseek::ClientOptions::default()
         };
         c.cwd = cwd.clone();
-        let agent = Agent::resume(c, store.clone(), &id)
-            .await
-            .expect("resume");
+        let agent = Agent::resume(c, store.clone(), &id).await.expect("resume");
         let mut after = status_kib("VmRSS:");
         let mut hwm = status_kib("VmHWM:");
         println!(
