@@ -52,6 +52,11 @@ use ureq::config::AutoHeaderValue;
 use ureq::http::Response;
 use ureq::{Agent, Body};
 
+/// The input and output buffer of each connection: large enough for any
+/// response head we accept, small enough that ten thousand idle pooled
+/// connections fit.
+const IO_BUFFER_BYTES: usize = 16 * 1024;
+
 use crate::classify::{HttpErrorResponse, classify_http_error};
 use crate::codes;
 use crate::config::{BASE_URL_ENV, ConfigError, DEFAULT_BASE_URL, DeepSeekConfig, PROVIDER_ROUTE};
@@ -532,6 +537,13 @@ impl DeepSeekClient {
             })
             .max_idle_connections(2)
             .max_idle_connections_per_host(2)
+            // A pooled connection keeps its buffers while the agent idles
+            // (issue 34: ureq's 128 KiB + 128 KiB pinned 250 KB per idle
+            // agent). Response heads fit in 16 KiB (ureq reads them whole
+            // into the input buffer); bodies stream through either size.
+            .input_buffer_size(IO_BUFFER_BYTES)
+            .output_buffer_size(IO_BUFFER_BYTES)
+            .max_response_header_size(IO_BUFFER_BYTES)
             .build();
         Agent::new_with_config(agent_config)
     }

@@ -1,7 +1,8 @@
 //! The JSONL storage hooks (persistence.md 3.1) over the layout of 5.1.
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use dsh_core::SessionId;
 use dsh_core::jsonl::{
@@ -13,8 +14,9 @@ use dsh_store::{Backend, Location, Revision, Snapshot, StoreError, Stored};
 
 use crate::Compression;
 use crate::frames::{FrameWriter, decode_frame, decode_torn, scan_frames};
-use crate::fsio::{self, SessionLock, Stat};
+use crate::fsio::{self, Stat};
 use crate::layout::{encode_id, project_key};
+use crate::locks::{DEFAULT_MAX_HELD_LOCKS, LockCache, LockClaim};
 
 /// The transcript name in raw mode.
 pub const RAW_NAME: &str = "session.jsonl";
@@ -25,11 +27,28 @@ pub const LOCK_NAME: &str = "session.lock";
 
 /// The JSONL backend: a root directory of project directories of session
 /// directories, each holding one transcript.
-#[derive(Debug)]
 pub struct JsonlBackend {
     root: PathBuf,
     compression: Compression,
     pack_chunks: bool,
+    /// The session locks held, bounded.
+    locks: Arc<LockCache>,
+    /// Idle zstd contexts, shared by all sessions (at most
+    /// [`MAX_IDLE_COMPRESSORS`]).
+    compressors: Mutex<Vec<FrameWriter>>,
+}
+
+/// The most idle zstd compression contexts a store keeps.
+const MAX_IDLE_COMPRESSORS: usize = 4;
+
+impl std::fmt::Debug for JsonlBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonlBackend")
+            .field("root", &self.root)
+            .field("compression", &self.compression)
+            .field("pack_chunks", &self.pack_chunks)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A transcript's logical text (OP2).
@@ -51,12 +70,13 @@ pub struct JsonlMarker {
     recovered: Vec<SessionEvent>,
 }
 
-/// The writer state of one session: its lock and open append handle.
+/// The writer state of one session: its claim on the session lock and
+/// the transcript path. No descriptor stays open between writes: the
+/// transcript is opened for each write, and the lock may be let go while
+/// the session is idle (see [`crate::JsonlConfig::max_held_locks`]).
 pub struct JsonlWriter {
-    _lock: SessionLock,
+    claim: LockClaim,
     path: PathBuf,
-    file: Option<File>,
-    frames: Option<FrameWriter>,
 }
 
 fn corrupt(message: String) -> LogError {
@@ -157,7 +177,56 @@ impl JsonlBackend {
             root,
             compression,
             pack_chunks,
+            locks: LockCache::new(DEFAULT_MAX_HELD_LOCKS),
+            compressors: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The same holding at most `n` (at least 1) session locks at a time
+    /// (issue 34; [`crate::JsonlConfig::max_held_locks`]).
+    pub fn with_max_held_locks(mut self, n: usize) -> JsonlBackend {
+        self.locks = LockCache::new(n);
+        self
+    }
+
+    /// Each of `parts` as one frame, appended to `out` (zstd mode), with a
+    /// pooled compression context; in raw mode the parts as they are.
+    fn encode_frames(&self, parts: &[&[u8]], out: &mut Vec<u8>) -> Result<(), StoreError> {
+        if self.compression == Compression::None {
+            for p in parts {
+                out.extend_from_slice(p);
+            }
+            return Ok(());
+        }
+        let pooled = self.compressors.lock().ok().and_then(|mut pool| pool.pop());
+        let mut frames = match pooled {
+            Some(f) => f,
+            None => FrameWriter::new().map_err(|e| StoreError::io("start a zstd context", e))?,
+        };
+        for p in parts {
+            frames
+                .frame(p, out)
+                .map_err(|e| StoreError::io("compress a batch", e))?;
+        }
+        if let Ok(mut pool) = self.compressors.lock() {
+            if pool.len() < MAX_IDLE_COMPRESSORS {
+                pool.push(frames);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `op` holding `writer`'s session lock (taken again if it was
+    /// let go, refused when another writer changed the transcript since).
+    fn locked<T>(
+        &self,
+        writer: &mut JsonlWriter,
+        op: impl FnOnce(&Path) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        writer.claim.begin()?;
+        let result = op(&writer.path);
+        writer.claim.end();
+        result
     }
 
     /// The store root.
@@ -421,28 +490,24 @@ impl JsonlBackend {
         writer: &mut JsonlWriter,
         events: &[SessionEvent],
     ) -> Result<(), StoreError> {
+        self.locked(writer, |path| self.append_events(path, events))
+    }
+
+    /// Encodes `events` and appends them durably to `path` (the caller
+    /// holds the lock).
+    fn append_events(&self, path: &Path, events: &[SessionEvent]) -> Result<(), StoreError> {
         let mut plain = Vec::with_capacity(events.len() * 160);
         encode_batch(events, self.pack_chunks, &mut plain);
-        let bytes = match writer.frames.as_mut() {
-            Some(frames) => {
+        let bytes = match self.compression {
+            Compression::Zstd => {
                 let mut out = Vec::with_capacity(plain.len() / 2 + 64);
-                frames
-                    .frame(&plain, &mut out)
-                    .map_err(|e| StoreError::io("compress a batch", e))?;
+                self.encode_frames(&[&plain], &mut out)?;
                 out
             }
-            None => plain,
+            Compression::None => plain,
         };
-        if writer.file.is_none() {
-            writer.file = Some(fsio::open_append(&writer.path)?);
-        }
-        let Some(file) = writer.file.as_mut() else {
-            return Err(StoreError::io(
-                format!("open {}", writer.path.display()),
-                std::io::Error::other("no append handle"),
-            ));
-        };
-        fsio::append_durably(file, &writer.path, &bytes)
+        let mut file = fsio::open_append(path)?;
+        fsio::append_durably(&mut file, path, &bytes)
     }
 }
 
@@ -516,24 +581,13 @@ impl Backend for JsonlBackend {
         };
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
         fsio::ensure_dir(&dir)?;
-        let lock = SessionLock::take(&dir.join(LOCK_NAME), &format!("session \"{}\"", header.id))?;
-        let file = if path.exists() {
-            Some(fsio::open_append(&path)?)
-        } else {
-            None
-        };
-        let frames = match self.compression {
-            Compression::Zstd => {
-                Some(FrameWriter::new().map_err(|e| StoreError::io("start a zstd context", e))?)
-            }
-            Compression::None => None,
-        };
-        Ok(JsonlWriter {
-            _lock: lock,
-            path,
-            file,
-            frames,
-        })
+        let claim = LockClaim::take(
+            &self.locks,
+            dir.join(LOCK_NAME),
+            format!("session \"{}\"", header.id),
+            path.clone(),
+        )?;
+        Ok(JsonlWriter { claim, path })
     }
 
     fn append_batch(
@@ -552,27 +606,16 @@ impl Backend for JsonlBackend {
         encode_header_line(header, &mut head);
         let mut plain = Vec::with_capacity(events.len() * 160);
         encode_batch(events, self.pack_chunks, &mut plain);
-        let content = match writer.frames.as_mut() {
-            Some(frames) => {
-                let mut out = Vec::with_capacity(head.len() + plain.len());
-                frames
-                    .frame(&head, &mut out)
-                    .and_then(|()| frames.frame(&plain, &mut out))
-                    .map_err(|e| StoreError::io("compress the first batch", e))?;
-                out
-            }
-            None => {
-                head.extend_from_slice(&plain);
-                head
-            }
-        };
-        if !fsio::publish(&writer.path, &content)? {
+        let mut content = Vec::with_capacity(head.len() + plain.len());
+        self.encode_frames(&[&head, &plain], &mut content)?;
+        drop(plain);
+        let published = self.locked(writer, |path| fsio::publish(path, &content))?;
+        if !published {
             return Err(StoreError::AlreadyExists {
                 id: header.id.to_string(),
                 on_disk: true,
             });
         }
-        writer.file = Some(fsio::open_append(&writer.path)?);
         Ok(())
     }
 
@@ -584,16 +627,18 @@ impl Backend for JsonlBackend {
         closers: &[SessionEvent],
         _next_seq: u64,
     ) -> Result<(), StoreError> {
-        let mut batch = Vec::new();
-        if let Some(marker) = marker {
-            fsio::truncate_durably(&writer.path, marker.truncate_to)?;
-            batch = marker.recovered;
-        }
-        batch.extend_from_slice(closers);
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.write_batch(writer, &batch)
+        self.locked(writer, |path| {
+            let mut batch = Vec::new();
+            if let Some(marker) = marker {
+                fsio::truncate_durably(path, marker.truncate_to)?;
+                batch = marker.recovered;
+            }
+            batch.extend_from_slice(closers);
+            if batch.is_empty() {
+                return Ok(());
+            }
+            self.append_events(path, &batch)
+        })
     }
 
     fn list(&self) -> Result<Vec<Snapshot>, StoreError> {

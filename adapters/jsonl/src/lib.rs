@@ -12,6 +12,14 @@
 //! writer takes an OS advisory lock on `session.lock` in the session
 //! directory, which a second process (or a second store) cannot take.
 //!
+//! **Descriptors.** An idle session keeps no transcript open (each write
+//! opens, appends, fsyncs and closes), and a store holds at most
+//! [`JsonlConfig::max_held_locks`] session locks: past that, the least
+//! recently used idle session lets go of its lock, takes it again before
+//! its next write, and refuses that write ([`dsh_store::StoreError::Locked`])
+//! if another writer changed the transcript in between. Ten thousand live
+//! sessions fit in the default descriptor limit.
+//!
 //! **Compression.** dsh writes Zstandard frames by default
 //! ([`Compression::Zstd`], `session.jsonl.zstd`), like the reference: a root
 //! holds one encoding only (L4), so defaulting to the reference's encoding
@@ -29,10 +37,13 @@ mod backend;
 pub mod frames;
 mod fsio;
 pub mod layout;
+mod locks;
 
 use std::path::PathBuf;
 
 use dsh_store::{Coordinator, CoordinatorConfig, StoreError};
+
+pub use locks::DEFAULT_MAX_HELD_LOCKS;
 
 pub use backend::{
     JsonlBackend, JsonlMarker, JsonlWriter, LOCK_NAME, RAW_NAME, RawArtifact, ZSTD_NAME,
@@ -60,6 +71,10 @@ pub struct JsonlConfig {
     pub pack_chunks: bool,
     /// Write-behind queue size and extra known event types.
     pub coordinator: CoordinatorConfig,
+    /// The most session locks (one open descriptor each) the store holds
+    /// at a time, at least 1; default 256 (see the crate docs,
+    /// "Descriptors").
+    pub max_held_locks: usize,
 }
 
 impl JsonlConfig {
@@ -70,6 +85,7 @@ impl JsonlConfig {
             compression: Compression::Zstd,
             pack_chunks: true,
             coordinator: CoordinatorConfig::default(),
+            max_held_locks: DEFAULT_MAX_HELD_LOCKS,
         }
     }
 
@@ -85,6 +101,7 @@ pub type JsonlStore = Coordinator<JsonlBackend>;
 
 /// Opens a JSONL store (nothing is written until the first append).
 pub fn open(config: JsonlConfig) -> Result<JsonlStore, StoreError> {
-    let backend = JsonlBackend::new(&config.root, config.compression, config.pack_chunks)?;
+    let backend = JsonlBackend::new(&config.root, config.compression, config.pack_chunks)?
+        .with_max_held_locks(config.max_held_locks);
     Ok(Coordinator::new(backend, config.coordinator))
 }

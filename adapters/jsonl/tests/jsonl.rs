@@ -463,3 +463,88 @@ fn op2_read_raw_returns_the_logical_text() {
     assert_eq!(texts[0], want);
     assert_eq!(texts[1], want);
 }
+
+/// The descriptors this process holds open under `root`.
+fn fds_under(root: &Path) -> Vec<PathBuf> {
+    let root = fs::canonicalize(root).unwrap();
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| p.starts_with(&root))
+        .collect()
+}
+
+fn store_with_locks(root: &Path, compression: Compression, held: usize) -> JsonlStore {
+    let mut config = JsonlConfig::new(root).with_compression(compression);
+    config.max_held_locks = held;
+    dsh_jsonl::open(config).unwrap()
+}
+
+/// Issue 34: an idle session holds no transcript descriptor, and the store
+/// holds at most `max_held_locks` session locks however many sessions it
+/// writes.
+#[test]
+fn idle_sessions_hold_no_transcript_and_a_bounded_number_of_locks() {
+    for compression in [Compression::Zstd, Compression::None] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store_with_locks(dir.path(), compression, 3);
+        for k in 0..10 {
+            let id = format!("s{k}");
+            s.create(header(&id)).unwrap();
+            s.append(&sid(&id), &one_turn()).unwrap();
+        }
+        let open = fds_under(dir.path());
+        assert!(
+            open.iter().all(|p| p.ends_with(dsh_jsonl::LOCK_NAME)),
+            "only lock files stay open: {open:?}"
+        );
+        assert!(open.len() <= 3, "at most 3 locks held: {open:?}");
+        // Every session still takes more events, and loads back whole.
+        for k in 0..10 {
+            let id = format!("s{k}");
+            s.append(&sid(&id), &[ev(&contract::turn_start(6, 2, 1))])
+                .unwrap();
+        }
+        drop(s);
+        let s = store(dir.path(), compression, true);
+        for k in 0..10 {
+            assert_eq!(s.load(&sid(&format!("s{k}"))).unwrap().events.len(), 8);
+        }
+        assert!(fds_under(dir.path()).len() <= 10);
+    }
+}
+
+/// Issue 34, lock semantics past the cache: a session whose lock was let
+/// go (the cache was full) and which another store then wrote is refused
+/// with `Locked` on this store's next write, and nothing is lost.
+#[test]
+fn a_released_lock_taken_by_another_writer_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = store_with_locks(dir.path(), Compression::Zstd, 1);
+    a.create(header("s1")).unwrap();
+    a.append(&sid("s1"), &one_turn()).unwrap();
+    // s2's lock pushes s1's out of the cache.
+    a.create(header("s2")).unwrap();
+    a.append(&sid("s2"), &one_turn()).unwrap();
+    // While `a` holds s1's lock again nobody else can write it.
+    let b = store(dir.path(), Compression::Zstd, true);
+    b.load(&sid("s1")).unwrap();
+    b.append(&sid("s1"), &[ev(&contract::turn_start(6, 2, 1))])
+        .unwrap();
+    let err = a
+        .append(&sid("s1"), &[ev(&contract::turn_start(6, 2, 1))])
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Locked, "{err}");
+    b.release(&sid("s1")).unwrap();
+    let err = a
+        .append(&sid("s1"), &[ev(&contract::turn_start(6, 2, 1))])
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Locked, "{err}");
+    assert!(
+        err.to_string().contains("changed by another writer"),
+        "{err}"
+    );
+    drop(a);
+    let c = store(dir.path(), Compression::Zstd, true);
+    assert_eq!(c.load(&sid("s1")).unwrap().events.len(), 8);
+}

@@ -49,6 +49,44 @@ pub struct Workspace {
     dir: Arc<OwnedFd>,
 }
 
+/// The `O_PATH` handles of the workspaces alive in this process, by
+/// canonical path: workspaces of the same directory share one descriptor
+/// (issue 34: ten thousand agents in one directory hold one, not ten
+/// thousand). A handle is only shared while the path still leads to the
+/// directory it was opened on (same device and inode).
+static HANDLES: std::sync::Mutex<Vec<(PathBuf, std::sync::Weak<OwnedFd>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// An `O_PATH` handle of the directory `canonical`, shared when one of the
+/// same directory is alive.
+fn shared_handle(canonical: &Path) -> io::Result<Arc<OwnedFd>> {
+    let now = fs::metadata(canonical)?;
+    let mut handles = HANDLES.lock().unwrap_or_else(|p| p.into_inner());
+    handles.retain(|(_, weak)| weak.strong_count() > 0);
+    for (path, weak) in handles.iter() {
+        if path != canonical {
+            continue;
+        }
+        let Some(fd) = weak.upgrade() else {
+            continue;
+        };
+        let same = fd
+            .try_clone()
+            .and_then(|f| File::from(f).metadata())
+            .is_ok_and(|m| m.dev() == now.dev() && m.ino() == now.ino());
+        if same {
+            return Ok(fd);
+        }
+    }
+    let dir = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(canonical)?;
+    let fd = Arc::new(OwnedFd::from(dir));
+    handles.push((canonical.to_path_buf(), Arc::downgrade(&fd)));
+    Ok(fd)
+}
+
 impl PartialEq for Workspace {
     fn eq(&self, other: &Self) -> bool {
         self.root == other.root && self.canonical == other.canonical
@@ -108,14 +146,11 @@ impl Workspace {
                 "workspace root is not a directory",
             ));
         }
-        let dir = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(&canonical)?;
+        let dir = shared_handle(&canonical)?;
         Ok(Workspace {
             root,
             canonical,
-            dir: Arc::new(OwnedFd::from(dir)),
+            dir,
         })
     }
 
@@ -399,6 +434,24 @@ pub fn is_symlink_refusal(e: &io::Error) -> bool {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    /// Issue 34: workspaces of one directory share one descriptor; a
+    /// directory swapped in at the same path gets its own.
+    #[test]
+    fn workspaces_of_one_directory_share_one_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("w");
+        fs::create_dir(&root).unwrap();
+        let a = Workspace::new(&root).unwrap();
+        let b = Workspace::new(&root).unwrap();
+        assert_eq!(a.dir_fd().as_raw_fd(), b.dir_fd().as_raw_fd());
+        fs::rename(&root, dir.path().join("old")).unwrap();
+        fs::create_dir(&root).unwrap();
+        let c = Workspace::new(&root).unwrap();
+        assert_ne!(a.dir_fd().as_raw_fd(), c.dir_fd().as_raw_fd());
+        assert!(a.check_handle().is_err());
+        assert!(c.check_handle().is_ok());
+    }
 
     #[test]
     fn resolves_inside_and_refuses_escapes() {

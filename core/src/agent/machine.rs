@@ -561,6 +561,19 @@ impl Agent {
         }
     }
 
+    /// Gives back the spare capacity of the empty work queues (outputs,
+    /// faults): a host calls it when the agent goes idle, so
+    /// an idle agent does not keep its busiest moment's buffers (issue 34).
+    /// Changes nothing observable.
+    pub fn trim(&mut self) {
+        if self.outputs.is_empty() {
+            self.outputs = VecDeque::new();
+        }
+        if self.faults.is_empty() {
+            self.faults = Vec::new();
+        }
+    }
+
     /// Whether `when_idle()` would resolve: idle, not in maintenance, no
     /// latched wake (IB-13).
     pub fn is_quiescent(&self) -> bool {

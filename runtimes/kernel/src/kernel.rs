@@ -348,6 +348,17 @@ impl Kernel {
         self.status
     }
 
+    /// Gives back the spare capacity of the empty queues (the kernel's
+    /// effects, the core's outputs): hosts call it when the agent is idle
+    /// ([`Kernel::is_idle`]) so ten thousand idle agents do not each keep
+    /// their busiest step's buffers (issue 34). Changes nothing observable.
+    pub fn trim(&mut self) {
+        if self.effects.is_empty() {
+            self.effects = VecDeque::new();
+        }
+        self.core.trim();
+    }
+
     /// Idle with nothing in flight and nothing left to persist or publish:
     /// `when_idle()` resolves (IB-13).
     pub fn is_idle(&self) -> bool {

@@ -257,7 +257,7 @@ impl Agent {
         let (reply, answer) = async_channel::bounded(1);
         self.tx
             .send(Msg::Send {
-                message,
+                message: Box::new(message),
                 target,
                 wakeup,
                 reply,
@@ -331,7 +331,7 @@ impl Agent {
         self.tx
             .send(Msg::Command {
                 name: name.to_string(),
-                args,
+                args: Box::new(args),
                 reply,
             })
             .await
