@@ -1304,8 +1304,17 @@ impl Kernel {
             }
             ChainEnd::Final(result) => {
                 let now = self.now;
+                let mut actions = actions;
                 match seat {
                     Seat::Hook { id, call } => {
+                        // turn-stopping acts through steer / inject
+                        // (SM-5): the core decides whether the turn goes
+                        // on by the inbox when the answer arrives, so the
+                        // queued sends land first, as they do when the
+                        // core runs the seam itself.
+                        if matches!(call, HookCall::TurnStopping { .. }) {
+                            self.apply(Vec::new(), core::mem::take(&mut actions));
+                        }
                         let answer = to_answer(&call, result);
                         if let Err(e) = self.core.complete_hook(now, id, answer) {
                             self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
