@@ -372,6 +372,15 @@ impl Server {
         let peer = self.peer.clone();
         let session = session.to_string();
         let root = cwd.clone();
+        // The user's hooks and skills (issue 29): no terminal to ask on,
+        // so an untrusted folder's own hooks do not run.
+        let extensions = crate::extensions::load_for(
+            &cwd,
+            &file,
+            dsh_tools::EnvPolicy::default().with_secret(provider.api_key_env.clone()),
+            &provider.model,
+            crate::extensions::Ask::Never,
+        );
         let build = move || {
             let mut config =
                 crate::shell::agent_config(&provider, root.clone(), true, false, &prompt)?;
@@ -379,6 +388,7 @@ impl Server {
             if let Some(t) = &tracing {
                 t.install(&mut config);
             }
+            extensions.install(&mut config);
             Ok(config)
         };
         let (config, delegation) =
