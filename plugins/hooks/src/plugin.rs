@@ -86,6 +86,22 @@ fn cut(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
+/// The Claude Code name of a dsh tool (`bash` → `Bash`, ...), so the
+/// matchers and scripts written for Claude Code select the same tools.
+pub fn claude_tool_name(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "bash" => "Bash",
+        "read" => "Read",
+        "write" => "Write",
+        "edit" => "Edit",
+        "glob" => "Glob",
+        "grep" => "Grep",
+        "todo_write" => "TodoWrite",
+        "subagent" => "Task",
+        _ => return None,
+    })
+}
+
 fn text_of(content: &[ContentBlock]) -> String {
     content.iter().filter_map(|b| b.as_text()).collect()
 }
@@ -107,6 +123,14 @@ impl HooksPlugin {
             stop_blocks: (0, 0),
             started: false,
             rewrites: Vec::new(),
+        }
+    }
+
+    /// The `tool_name` of payloads: Claude Code's name in its dialect.
+    fn tool_name(&self, name: &str) -> String {
+        match self.dialect {
+            Dialect::ClaudeCode => claude_tool_name(name).unwrap_or(name).to_string(),
+            _ => name.to_string(),
         }
     }
 
@@ -172,7 +196,13 @@ impl HooksPlugin {
         }
         let plain_is_context = matches!(point, "SessionStart" | "UserPromptSubmit");
         for group in groups {
-            if !matches(group.matcher.as_deref(), query, self.dialect) {
+            let alias = match self.dialect {
+                Dialect::ClaudeCode => claude_tool_name(query),
+                _ => None,
+            };
+            let selected = matches(group.matcher.as_deref(), query, self.dialect)
+                || alias.is_some_and(|a| matches(group.matcher.as_deref(), a, self.dialect));
+            if !selected {
                 continue;
             }
             for hook in &group.hooks {
@@ -337,7 +367,7 @@ impl Plugin for HooksPlugin {
         value: PreToolDecision,
     ) -> Flow<PreToolDecision> {
         let mut p = self.base(cx, "PreToolUse", Some(exec.turn));
-        p.insert("tool_name".into(), exec.name.clone().into());
+        p.insert("tool_name".into(), self.tool_name(&exec.name).into());
         let input = match self.dialect {
             Dialect::ClaudeCode => exec.arguments.clone(),
             Dialect::Codex => json!({
@@ -401,7 +431,7 @@ impl Plugin for HooksPlugin {
         value: PostToolDecision,
     ) -> Flow<PostToolDecision> {
         let mut p = self.base(cx, "PostToolUse", Some(exec.turn));
-        p.insert("tool_name".into(), exec.name.clone().into());
+        p.insert("tool_name".into(), self.tool_name(&exec.name).into());
         p.insert("tool_input".into(), exec.arguments.clone());
         p.insert("tool_use_id".into(), exec.call_id.0.clone().into());
         p.insert("tool_response".into(), text_of(&outcome.content).into());

@@ -206,7 +206,8 @@ fn hook_cc_pretool_deny_replays() {
     assert!(req.stdin.ends_with('\n'));
     let payload: Value = serde_json::from_str(req.stdin.trim_end()).unwrap();
     assert_eq!(payload["hook_event_name"], "PreToolUse");
-    assert_eq!(payload["tool_name"], "bash");
+    // Claude Code scripts see Claude Code's tool names.
+    assert_eq!(payload["tool_name"], "Bash");
     assert_eq!(payload["tool_input"]["command"], "echo HELLO");
     assert_eq!(payload["tool_use_id"], "call_00_JliP571Bh0QQ8QExbSPk0080");
     assert_eq!(payload["session_id"], "ff1c1e99-3bd4-4ef8-a954-80d607d628ba");
