@@ -35,7 +35,8 @@ fn home() -> Option<PathBuf> {
 }
 
 fn config_dir() -> Option<PathBuf> {
-    crate::config_file::path(&|n| std::env::var(n).ok()).and_then(|p| p.parent().map(Path::to_path_buf))
+    crate::config_file::path(&|n| std::env::var(n).ok())
+        .and_then(|p| p.parent().map(Path::to_path_buf))
 }
 
 /// How `load_for` may ask about an untrusted folder.
@@ -67,7 +68,8 @@ pub fn load_for(
     let list = sources(home().as_deref(), &project, &extra);
     let trusted = crate::trust::is_trusted(&project);
     let mut hooks = load(&list, trusted);
-    if !hooks.untrusted.is_empty() && ask == Ask::Terminal && ask_trust(&project, &hooks.untrusted) {
+    if !hooks.untrusted.is_empty() && ask == Ask::Terminal && ask_trust(&project, &hooks.untrusted)
+    {
         match crate::trust::trust(&project) {
             Ok(_) => hooks = load(&list, true),
             Err(e) => eprintln_safe!("dsh: {e}"),
@@ -77,7 +79,12 @@ pub fn load_for(
         eprintln_safe!("dsh: {n}");
     }
     let custom = file.skills.clone().unwrap_or_default();
-    let skill_roots = dsh_skills::roots(&project, &custom, config_dir().as_deref(), home().as_deref());
+    let skill_roots = dsh_skills::roots(
+        &project,
+        &custom,
+        config_dir().as_deref(),
+        home().as_deref(),
+    );
     let (_, notices) = dsh_skills::list(&skill_roots);
     for n in notices {
         eprintln_safe!("dsh: {n}");

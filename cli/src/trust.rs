@@ -79,14 +79,20 @@ pub fn is_trusted(path: &Path) -> bool {
         .map(|f| read_list(&f))
         .unwrap_or_default();
     if let Ok(file) = crate::config_file::load(&env_lookup) {
-        list.extend(file.trusted_folders.unwrap_or_default().iter().map(|p| canonical(p)));
+        list.extend(
+            file.trusted_folders
+                .unwrap_or_default()
+                .iter()
+                .map(|p| canonical(p)),
+        );
     }
     trusted_by(&list, path)
 }
 
 /// Adds `path` (canonical) to the trust list.
 pub fn trust(path: &Path) -> Result<PathBuf, String> {
-    let file = list_path(&env_lookup).ok_or("dsh trust: neither XDG_CONFIG_HOME nor HOME is set")?;
+    let file =
+        list_path(&env_lookup).ok_or("dsh trust: neither XDG_CONFIG_HOME nor HOME is set")?;
     let path = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut list = read_list(&file);
     if !list.contains(&path) {
@@ -98,7 +104,8 @@ pub fn trust(path: &Path) -> Result<PathBuf, String> {
 
 /// Removes `path` from the trust list; whether it was there.
 pub fn revoke(path: &Path) -> Result<bool, String> {
-    let file = list_path(&env_lookup).ok_or("dsh trust: neither XDG_CONFIG_HOME nor HOME is set")?;
+    let file =
+        list_path(&env_lookup).ok_or("dsh trust: neither XDG_CONFIG_HOME nor HOME is set")?;
     let path = canonical(path);
     let mut list = read_list(&file);
     let before = list.len();

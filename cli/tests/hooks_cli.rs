@@ -89,7 +89,15 @@ impl Ws {
     fn run(&self, script: &str, prompt: &str) -> (Vec<Value>, String, Vec<Value>, Option<i32>) {
         let server = MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap();
         let o = dsh(self.data.path(), self.home.path())
-            .args(["run", "--json", "--yes", "--sandbox", "off", "--no-title", "--base-url"])
+            .args([
+                "run",
+                "--json",
+                "--yes",
+                "--sandbox",
+                "off",
+                "--no-title",
+                "--base-url",
+            ])
             .arg(server.url())
             .arg("--cwd")
             .arg(self.ws.path())
@@ -138,7 +146,12 @@ fn text(t: &str) -> String {
 fn results(log: &[Value]) -> Vec<String> {
     of_type(log, "tool/result")
         .iter()
-        .map(|e| e["data"]["message"]["content"][0]["content"][0]["text"].as_str().unwrap_or("").to_string())
+        .map(|e| {
+            e["data"]["message"]["content"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
         .collect()
 }
 
@@ -220,7 +233,10 @@ fn claude_code_docs_validator_denies_by_pattern_only_in_a_trusted_folder() {
     assert_eq!(code, Some(0), "{err}");
     assert!(of_type(&log, "hook/invoked").is_empty());
     assert!(results(&log)[0].contains("RAN"), "{log:?}");
-    assert!(err.contains("untrusted folder") && err.contains(".claude/settings.json"), "{err}");
+    assert!(
+        err.contains("untrusted folder") && err.contains(".claude/settings.json"),
+        "{err}"
+    );
     // Trusted: it runs and blocks.
     w.trust();
     let (log, err, bodies, code) = w.run(&s, "clean up");
@@ -232,12 +248,18 @@ fn claude_code_docs_validator_denies_by_pattern_only_in_a_trusted_folder() {
     let result = of_type(&log, "hook/result")[0]["data"].clone();
     assert_eq!(result["decision"], "block");
     assert_eq!(result["exitCode"], 2);
-    assert_eq!(result["stderrSummary"], "• rm -rf is not allowed in this project");
+    assert_eq!(
+        result["stderrSummary"],
+        "• rm -rf is not allowed in this project"
+    );
     let r = &results(&log)[0];
     assert_eq!(r, "Error: • rm -rf is not allowed in this project");
     // The model was told.
     let second = bodies[1].to_string();
-    assert!(second.contains("rm -rf is not allowed in this project"), "{second}");
+    assert!(
+        second.contains("rm -rf is not allowed in this project"),
+        "{second}"
+    );
     // A harmless command passes the same hook.
     let s = script(&[bash_call("echo fine"), text("done")]);
     let (log, _, _, _) = w.run(&s, "say fine");
@@ -291,7 +313,10 @@ fn user_level_hooks_rewrite_input_add_context_and_block_stop_once() {
     assert!(call.as_str().unwrap().contains("rm -rf /"));
     // The context reached the first request.
     let first = bodies[0].to_string();
-    assert!(first.contains("Project codename: BLUEBIRD (prompt was 5 chars)"), "{first}");
+    assert!(
+        first.contains("Project codename: BLUEBIRD (prompt was 5 chars)"),
+        "{first}"
+    );
     // Stop blocked once: a third request carries the reason; then ended.
     assert_eq!(bodies.len(), 3, "{log:?}");
     assert!(bodies[2].to_string().contains("Also say GOODBYE."));
@@ -361,11 +386,20 @@ fn skills_catalog_tool_and_bad_frontmatter_notice() {
     ]);
     let (log, err, bodies, code) = w.run(&s, "Load the pdf-forms skill, then reply DONE.");
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("broken/SKILL.md") && err.contains("invalid YAML frontmatter"), "{err}");
+    assert!(
+        err.contains("broken/SKILL.md") && err.contains("invalid YAML frontmatter"),
+        "{err}"
+    );
     let first = bodies[0].to_string();
     assert!(first.contains("- `pdf-forms`: Fill PDF forms."), "{first}");
     // The skill tool is offered.
-    assert!(bodies[0]["tools"].as_array().unwrap().iter().any(|t| t["function"]["name"] == "skill"));
+    assert!(
+        bodies[0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["function"]["name"] == "skill")
+    );
     let r = &results(&log)[0];
     assert!(r.starts_with("<skill_content name=\"pdf-forms\">"), "{r}");
     assert!(r.contains("Run `scripts/fill.py`."));

@@ -107,7 +107,10 @@ pub fn parse(raw: &Value, dialect: Dialect) -> Result<Parsed, String> {
                 let Some(hook) = hook.as_object() else {
                     continue;
                 };
-                let kind = hook.get("type").and_then(Value::as_str).unwrap_or("command");
+                let kind = hook
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("command");
                 if kind != "command" {
                     parsed
                         .skipped
@@ -313,10 +316,9 @@ pub fn load(sources: &[Source], trusted: bool) -> Loaded {
                     Dialect::Codex => loaded.codex.extend(p.config),
                 }
             }
-            Err(e) => loaded.notices.push(format!(
-                "hooks: {} ignored: {e}",
-                s.path.display()
-            )),
+            Err(e) => loaded
+                .notices
+                .push(format!("hooks: {} ignored: {e}", s.path.display())),
         }
     }
     if !loaded.untrusted.is_empty() {
@@ -380,12 +382,19 @@ mod tests {
     #[test]
     fn codex_parse_and_bad_matcher() {
         let raw = json!({"hooks": {"PreToolUse": [{"matcher": "(", "hooks": [{"command": "x"}]}]}});
-        assert!(parse(&raw, Dialect::Codex).unwrap_err().contains("invalid codex regex"));
+        assert!(
+            parse(&raw, Dialect::Codex)
+                .unwrap_err()
+                .contains("invalid codex regex")
+        );
         let raw = json!({"PreToolUse": [{"matcher": "^bash$", "hooks": [
             {"command": "x", "timeoutSec": 5}, {"command": "y", "async": true}]}]});
         let p = parse(&raw, Dialect::Codex).unwrap();
         assert_eq!(p.config.groups("PreToolUse")[0].hooks.len(), 1);
-        assert_eq!(p.config.groups("PreToolUse")[0].hooks[0].timeout_sec, Some(5.0));
+        assert_eq!(
+            p.config.groups("PreToolUse")[0].hooks[0].timeout_sec,
+            Some(5.0)
+        );
         assert_eq!(p.skipped.len(), 1);
         assert!(parse(&json!([1]), Dialect::Codex).is_err());
     }
@@ -405,7 +414,11 @@ mod tests {
         let l = load(&s, false);
         assert_eq!(l.claude_code.groups("Stop").len(), 1);
         assert_eq!(l.untrusted.len(), 1);
-        assert!(l.notices.iter().any(|n| n.contains("settings.local.json is not JSON")));
+        assert!(
+            l.notices
+                .iter()
+                .any(|n| n.contains("settings.local.json is not JSON"))
+        );
         let l = load(&s, true);
         assert_eq!(l.claude_code.groups("Stop").len(), 2);
         assert!(l.untrusted.is_empty());

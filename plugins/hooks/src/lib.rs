@@ -28,6 +28,8 @@ pub mod runner;
 
 pub use config::{HookConfig, Origin, Source};
 pub use plugin::{
-    DEFAULT_STOP_BLOCK_CAP, claude_tool_name, HooksPlugin, MAX_MODEL_TEXT_BYTES, STOP_CAPPED, Settings};
+    DEFAULT_STOP_BLOCK_CAP, HooksPlugin, MAX_MODEL_TEXT_BYTES, STOP_CAPPED, Settings,
+    claude_tool_name,
+};
 pub use protocol::Dialect;
 pub use runner::{HookRunner, ProcessRunner, RunRequest, RunResult};

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dsh_core::agent::tools::ToolOutcome;
-use dsh_core::agent::{PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, ToolExecution};
+use dsh_core::agent::{
+    PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, ToolExecution,
+};
 use dsh_core::session::EventData;
 use dsh_core::{ContentBlock, Message, MessageSource};
 use dsh_runtime::{Cx, Flow, Plugin, Seams, ToolDispatch};
@@ -184,11 +186,12 @@ impl HooksPlugin {
             .unwrap_or_else(|| PathBuf::from("."));
         let mut env = Vec::new();
         if self.dialect == Dialect::ClaudeCode {
-            let dir = self.settings.project_dir.clone().unwrap_or_else(|| cwd.clone());
-            env.push((
-                "CLAUDE_PROJECT_DIR".to_string(),
-                dir.display().to_string(),
-            ));
+            let dir = self
+                .settings
+                .project_dir
+                .clone()
+                .unwrap_or_else(|| cwd.clone());
+            env.push(("CLAUDE_PROJECT_DIR".to_string(), dir.display().to_string()));
         }
         let mut stdin = Value::Object(payload.clone()).to_string();
         if self.dialect == Dialect::ClaudeCode {
@@ -232,8 +235,12 @@ impl HooksPlugin {
                     point: point.to_string(),
                 };
                 let result = self.runner.run(&req);
-                let mut output =
-                    parse_output(result.exit_code, &result.stdout, &result.stderr, Some(point));
+                let mut output = parse_output(
+                    result.exit_code,
+                    &result.stdout,
+                    &result.stderr,
+                    Some(point),
+                );
                 if plain_is_context
                     && output.exit_code == Some(0)
                     && output.additional_context.is_none()
@@ -408,7 +415,11 @@ impl Plugin for HooksPlugin {
         let ToolDispatch::Run(mut exec) = value else {
             return Flow::Next(value);
         };
-        if let Some(i) = self.rewrites.iter().position(|(id, _)| *id == exec.call_id.0) {
+        if let Some(i) = self
+            .rewrites
+            .iter()
+            .position(|(id, _)| *id == exec.call_id.0)
+        {
             let (_, input) = self.rewrites.swap_remove(i);
             // `updatedInput` replaces the input the body gets; the logged
             // `tool/call` keeps the model's text.

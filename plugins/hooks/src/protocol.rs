@@ -399,7 +399,10 @@ mod tests {
         assert_eq!(o.hook_event_name.as_deref(), Some("PreToolUse"));
         assert_eq!(o.logged_decision(), "stop");
         // Top-level deny is not a decision; malformed JSON is plain text.
-        assert_eq!(parse_output(Some(0), r#"{"decision":"deny"}"#, "", None).decision, None);
+        assert_eq!(
+            parse_output(Some(0), r#"{"decision":"deny"}"#, "", None).decision,
+            None
+        );
         assert_eq!(parse_output(Some(0), "{oops", "", None).stdout, "{oops");
     }
 
@@ -419,9 +422,12 @@ mod tests {
         );
         let deny1 = parse_output(Some(2), "", "one", None);
         let deny2 = parse_output(Some(2), "", "two", None);
-        assert_eq!(merge(&[allow.clone()]).decision, Merged::Allow);
+        assert_eq!(merge(std::slice::from_ref(&allow)).decision, Merged::Allow);
         let m = merge(&[allow.clone(), ask.clone()]);
-        assert_eq!((m.decision, m.reason.as_deref()), (Merged::Ask, Some("sure?")));
+        assert_eq!(
+            (m.decision, m.reason.as_deref()),
+            (Merged::Ask, Some("sure?"))
+        );
         let m = merge(&[deny1, ask, allow, deny2]);
         assert_eq!(m.decision, Merged::Deny);
         assert_eq!(m.reason.as_deref(), Some("one\n\ntwo"));

@@ -100,10 +100,7 @@ impl ProcessRunner {
     }
 }
 
-fn reader(
-    mut r: impl Read + Send + 'static,
-    cap: usize,
-) -> mpsc::Receiver<Vec<u8>> {
+fn reader(mut r: impl Read + Send + 'static, cap: usize) -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut kept = Vec::new();

@@ -147,7 +147,9 @@ fn drive(
         })
         .unwrap();
     let now = 1_000;
-    kernel.send(now, prompt, InboxTarget::NextTurn, true).unwrap();
+    kernel
+        .send(now, prompt, InboxTarget::NextTurn, true)
+        .unwrap();
     let mut script = answers(&events);
     while let Some(effect) = kernel.poll() {
         match effect {
@@ -210,7 +212,10 @@ fn hook_cc_pretool_deny_replays() {
     assert_eq!(payload["tool_name"], "Bash");
     assert_eq!(payload["tool_input"]["command"], "echo HELLO");
     assert_eq!(payload["tool_use_id"], "call_00_JliP571Bh0QQ8QExbSPk0080");
-    assert_eq!(payload["session_id"], "ff1c1e99-3bd4-4ef8-a954-80d607d628ba");
+    assert_eq!(
+        payload["session_id"],
+        "ff1c1e99-3bd4-4ef8-a954-80d607d628ba"
+    );
     assert_eq!(payload["cwd"], "/fixture-cwd");
     assert!(
         req.env
@@ -237,7 +242,13 @@ fn hook_cc_stop_continue_replays() {
             RunResult::new(Some(0), "", "", 2.633624999999938),
         ],
     );
-    assert!(recorded.iter().filter(|e| e["type"] == "hook/invoked").count() == 2);
+    assert!(
+        recorded
+            .iter()
+            .filter(|e| e["type"] == "hook/invoked")
+            .count()
+            == 2
+    );
     assert_same(&recorded, &produced);
     // The second Stop run knows the turn was already continued once.
     let p: Value = serde_json::from_str(seen[1].stdin.trim_end()).unwrap();

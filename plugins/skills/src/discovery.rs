@@ -51,9 +51,11 @@ impl Skill {
 pub fn is_skill_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name
-            .split('-')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+        && name.split('-').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
 }
 
 /// A folder skills are read from.
@@ -345,22 +347,57 @@ mod tests {
     #[test]
     fn frontmatter_forms() {
         let s = parse_skill("---\nname: pdf-tools\ndescription: \"Reads: PDFs\"\nmetadata:\n  a: b\n---\n\n# Body\n").unwrap();
-        assert_eq!((s.name.as_str(), s.description.as_str()), ("pdf-tools", "Reads: PDFs"));
+        assert_eq!(
+            (s.name.as_str(), s.description.as_str()),
+            ("pdf-tools", "Reads: PDFs")
+        );
         assert_eq!(s.content, "# Body");
-        let s = parse_skill("---\nname: x\ndescription: >\n  one\n  two\ndisable-model-invocation: true\n---\nb").unwrap();
+        let s = parse_skill(
+            "---\nname: x\ndescription: >\n  one\n  two\ndisable-model-invocation: true\n---\nb",
+        )
+        .unwrap();
         assert_eq!(s.description, "one two");
         assert!(!s.model_invocable && s.user_invocable);
-        assert!(parse_skill("no frontmatter").unwrap_err().contains("missing"));
-        assert!(parse_skill("---\nname: x\n").unwrap_err().contains("missing"));
-        assert!(parse_skill("---\nname: X Y\ndescription: d\n---\n").unwrap_err().contains("invalid skill name"));
-        assert!(parse_skill("---\nname: x\n---\n").unwrap_err().contains("requires name and description"));
-        assert!(parse_skill("---\nname: [x\ndescription: d\n---\n").unwrap_err().contains("invalid YAML"));
-        assert!(parse_skill("---\njust text\n---\n").unwrap_err().contains("invalid YAML"));
+        assert!(
+            parse_skill("no frontmatter")
+                .unwrap_err()
+                .contains("missing")
+        );
+        assert!(
+            parse_skill("---\nname: x\n")
+                .unwrap_err()
+                .contains("missing")
+        );
+        assert!(
+            parse_skill("---\nname: X Y\ndescription: d\n---\n")
+                .unwrap_err()
+                .contains("invalid skill name")
+        );
+        assert!(
+            parse_skill("---\nname: x\n---\n")
+                .unwrap_err()
+                .contains("requires name and description")
+        );
+        assert!(
+            parse_skill("---\nname: [x\ndescription: d\n---\n")
+                .unwrap_err()
+                .contains("invalid YAML")
+        );
+        assert!(
+            parse_skill("---\njust text\n---\n")
+                .unwrap_err()
+                .contains("invalid YAML")
+        );
     }
 
     #[test]
     fn names() {
         assert!(is_skill_name("a-b-1"));
-        assert!(!is_skill_name("a--b") && !is_skill_name("-a") && !is_skill_name("A") && !is_skill_name(""));
+        assert!(
+            !is_skill_name("a--b")
+                && !is_skill_name("-a")
+                && !is_skill_name("A")
+                && !is_skill_name("")
+        );
     }
 }

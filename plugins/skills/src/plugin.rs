@@ -145,7 +145,10 @@ pub fn render_catalog(entries: &[Entry], update: bool) -> String {
 }
 
 fn catalog_message(id: String, entries: &[Entry], update: bool) -> Message {
-    let mut m = Message::user(id, vec![ContentBlock::text(render_catalog(entries, update))]);
+    let mut m = Message::user(
+        id,
+        vec![ContentBlock::text(render_catalog(entries, update))],
+    );
     let mut source = JsonObject::new();
     source.insert("kind".into(), CATALOG_KIND.into());
     source.insert("form".into(), "catalog".into());

@@ -186,7 +186,11 @@ fn a_skills_tree_with_a_bad_file_and_resources() {
     )
     .unwrap();
     std::fs::write(root.join("pdf-forms/scripts/fill.py"), "print('filled')\n").unwrap();
-    std::fs::write(root.join("broken/SKILL.md"), "---\nname: [broken\n---\nbody\n").unwrap();
+    std::fs::write(
+        root.join("broken/SKILL.md"),
+        "---\nname: [broken\n---\nbody\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join(".claude/skills/release-notes/SKILL.md"),
         "---\nname: release-notes\ndescription: |\n  Write release notes\n  from the git log.\n---\nUse `git log --oneline`.\n",
@@ -231,13 +235,18 @@ fn a_skills_tree_with_a_bad_file_and_resources() {
         })
         .unwrap();
     let base = root.join("pdf-forms").display().to_string();
-    assert!(result.contains(&format!("Base directory for this skill: {base}")), "{result}");
+    assert!(
+        result.contains(&format!("Base directory for this skill: {base}")),
+        "{result}"
+    );
     assert!(result.contains("Run `scripts/fill.py FORM DATA`."));
     assert!(result.contains("\"isError\":false"));
     // Once per change: the second step sent no second catalog.
     let catalogs = log
         .iter()
-        .filter(|e| matches!(e.data(), EventData::UserMessage(m) if m.source.kind() == "skill-catalog"))
+        .filter(
+            |e| matches!(e.data(), EventData::UserMessage(m) if m.source.kind() == "skill-catalog"),
+        )
         .count();
     assert_eq!(catalogs, 1);
 }
@@ -247,7 +256,11 @@ fn unknown_skill_is_an_error_result_and_a_changed_catalog_is_resent() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join(".agents/skills");
     std::fs::create_dir_all(root.join("one")).unwrap();
-    std::fs::write(root.join("one/SKILL.md"), "---\nname: one\ndescription: First.\n---\nBody one.\n").unwrap();
+    std::fs::write(
+        root.join("one/SKILL.md"),
+        "---\nname: one\ndescription: First.\n---\nBody one.\n",
+    )
+    .unwrap();
     let roots = dsh_skills::roots(dir.path(), &[], None, None);
     let session = create_session("s2".into(), 1, None).unwrap();
     let mut source = dsh_skills::FsSource { roots };
@@ -258,7 +271,11 @@ fn unknown_skill_is_an_error_result_and_a_changed_catalog_is_resent() {
         calls += 1;
         if calls == 2 {
             std::fs::create_dir_all(root2.join("two")).unwrap();
-            std::fs::write(root2.join("two/SKILL.md"), "---\nname: two\ndescription: Second.\n---\nBody two.\n").unwrap();
+            std::fs::write(
+                root2.join("two/SKILL.md"),
+                "---\nname: two\ndescription: Second.\n---\nBody two.\n",
+            )
+            .unwrap();
         }
         dsh_skills::SkillSource::scan(&mut source)
     };
@@ -276,7 +293,10 @@ fn unknown_skill_is_an_error_result_and_a_changed_catalog_is_resent() {
             _ => None,
         })
         .unwrap();
-    assert!(result.contains("skill \\\"nope\\\" is unknown or no longer available"), "{result}");
+    assert!(
+        result.contains("skill \\\"nope\\\" is unknown or no longer available"),
+        "{result}"
+    );
     assert!(result.contains("\"isError\":true"));
     let catalogs: Vec<Value> = log
         .iter()
@@ -294,7 +314,12 @@ fn unknown_skill_is_an_error_result_and_a_changed_catalog_is_resent() {
 
 #[test]
 fn slash_name_injects_the_skill() {
-    let skills = vec![Skill::new("deploy", "Deploys.", "/s/deploy", "Run make deploy.")];
+    let skills = vec![Skill::new(
+        "deploy",
+        "Deploys.",
+        "/s/deploy",
+        "Run make deploy.",
+    )];
     let plugin = SkillsPlugin::new(Box::new(StaticSource(skills)));
     let session = create_session("s3".into(), 1, None).unwrap();
     let log = run(
@@ -310,5 +335,10 @@ fn slash_name_injects_the_skill() {
             _ => None,
         })
         .expect("the skill was injected");
-    assert!(injected.content[0].as_text().unwrap().contains("Run make deploy."));
+    assert!(
+        injected.content[0]
+            .as_text()
+            .unwrap()
+            .contains("Run make deploy.")
+    );
 }
