@@ -261,7 +261,7 @@ fn hook_cc_stop_continue_replays() {
 fn hook_cc_promptsubmit_block_recording_is_only_a_header() {
     // The reference recorded no event for a blocked first prompt (the
     // session never persisted a turn); the plugin's behaviour for it is
-    // checked in `plugin.rs` (`user_prompt_submit_block_ends_the_turn_blocked`).
+    // checked in `tests/plugin.rs` (`user_prompt_submit_block_ends_the_turn_blocked`).
     let events = recording("examples-acp-agent__hook-cc-promptsubmit-block__session.jsonl");
     assert!(events.is_empty());
 }
