@@ -154,3 +154,23 @@ impl Extensions {
             .collect()
     }
 }
+
+/// The user-invocable skills of the workspace `cwd` (`name`,
+/// `description`), for a front end's command list; notices are dropped
+/// (the session's start printed them).
+pub fn skill_commands(cwd: &Path) -> Vec<(String, String)> {
+    let file = crate::config_file::load(&|n| std::env::var(n).ok()).unwrap_or_default();
+    let custom = file.skills.unwrap_or_default();
+    let roots = dsh_skills::roots(
+        &project_root(cwd),
+        &custom,
+        config_dir().as_deref(),
+        home().as_deref(),
+    );
+    dsh_skills::list(&roots)
+        .0
+        .into_iter()
+        .filter(|s| s.user_invocable)
+        .map(|s| (s.name, s.description))
+        .collect()
+}

@@ -411,3 +411,45 @@ fn skills_catalog_tool_and_bad_frontmatter_notice() {
     assert_eq!(catalog.len(), 1);
     assert_eq!(catalog[0]["data"]["source"]["form"], "catalog");
 }
+
+#[test]
+fn acp_offers_the_skills_as_available_commands() {
+    use std::io::{BufRead, BufReader, Write};
+    let w = Ws::new();
+    w.file(
+        ".agents/skills/release-notes/SKILL.md",
+        "---\nname: release-notes\ndescription: Write release notes.\n---\nUse git log.\n",
+    );
+    let server =
+        MockServer::start_on(Script::from_json(r#"{"responses":[]}"#).unwrap(), 0).unwrap();
+    let mut child = dsh(w.data.path(), w.home.path())
+        .args(["acp", "--base-url"])
+        .arg(server.url())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {}}});
+    let new = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+        "params": {"cwd": w.ws.path(), "mcpServers": []}});
+    writeln!(stdin, "{init}\n{new}").unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut found = None;
+    for _ in 0..10 {
+        let Some(Ok(line)) = lines.next() else { break };
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["params"]["update"]["sessionUpdate"] == "available_commands_update" {
+            found = Some(v);
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.wait();
+    let v = found.expect("an available_commands_update");
+    assert_eq!(
+        v["params"]["update"]["availableCommands"],
+        serde_json::json!([{"name": "release-notes", "description": "Write release notes."}])
+    );
+}
