@@ -87,17 +87,21 @@ impl Ws {
     /// `dsh run --json --yes PROMPT` against `script`: (log lines, stderr,
     /// request bodies, exit code).
     fn run(&self, script: &str, prompt: &str) -> (Vec<Value>, String, Vec<Value>, Option<i32>) {
+        self.run_with(script, prompt, &["--yes"])
+    }
+
+    /// As [`Ws::run`] with `flags` instead of `--yes`.
+    fn run_with(
+        &self,
+        script: &str,
+        prompt: &str,
+        flags: &[&str],
+    ) -> (Vec<Value>, String, Vec<Value>, Option<i32>) {
         let server = MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap();
         let o = dsh(self.data.path(), self.home.path())
-            .args([
-                "run",
-                "--json",
-                "--yes",
-                "--sandbox",
-                "off",
-                "--no-title",
-                "--base-url",
-            ])
+            .args(["run", "--json", "--sandbox", "off", "--no-title"])
+            .args(flags)
+            .arg("--base-url")
             .arg(server.url())
             .arg("--cwd")
             .arg(self.ws.path())
@@ -384,7 +388,9 @@ fn skills_catalog_tool_and_bad_frontmatter_notice() {
         ),
         text("DONE"),
     ]);
-    let (log, err, bodies, code) = w.run(&s, "Load the pdf-forms skill, then reply DONE.");
+    // Without `--yes`: loading a skill is not asked about.
+    let (log, err, bodies, code) =
+        w.run_with(&s, "Load the pdf-forms skill, then reply DONE.", &[]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         err.contains("broken/SKILL.md") && err.contains("invalid YAML frontmatter"),
