@@ -306,8 +306,7 @@ fn dummy() -> RunRequest {
     let mut h = header(0);
     h.cwd = Some(std::env::temp_dir().display().to_string());
     run(h, p, "go", vec![text_answer("ok")]);
-    let r = seen.lock().unwrap()[0].clone();
-    r
+    seen.lock().unwrap()[0].clone()
 }
 
 #[test]
