@@ -459,3 +459,70 @@ fn acp_offers_the_skills_as_available_commands() {
         serde_json::json!([{"name": "release-notes", "description": "Write release notes."}])
     );
 }
+
+/// Every `session.jsonl` under `dir`, parsed.
+fn logs(dir: &Path) -> Vec<Vec<Value>> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(logs(&p));
+        } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            out.push(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_subagent_inherits_the_hooks_and_skills() {
+    let w = Ws::new();
+    let hooks = w.home.path().join(".claude");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let settings = serde_json::json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command",
+            "command": "grep -q 'rm -rf' && { echo 'not in a child either' >&2; exit 2; }; exit 0"}]}],
+        "SubagentStop": [{"hooks": [{"type": "command", "command": "cat > /dev/null"}]}]
+    }});
+    std::fs::write(hooks.join("settings.json"), settings.to_string()).unwrap();
+    w.file(
+        ".dsh/skills/tidy/SKILL.md",
+        "---\nname: tidy\ndescription: Tidy the workspace.\n---\nDelete nothing.\n",
+    );
+    let delegate = serde_json::json!({"description": "clean", "prompt": "clean up"}).to_string();
+    let s = script(&[
+        format!(
+            r#"{{"turn":{{"toolCalls":[{{"id":"p1","name":"subagent","arguments":[{}]}}]}}}}"#,
+            Value::String(delegate)
+        ),
+        bash_call("rm -rf build"),
+        text("child done"),
+        text("all done"),
+    ]);
+    let (_, err, bodies, code) = w.run(&s, "delegate the cleanup");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(bodies.len(), 4);
+    // The child's first request had the skills catalog.
+    assert!(bodies[1].to_string().contains("- `tidy`: Tidy the workspace."));
+    let all = logs(&w.data.path().join("dsh"));
+    let child = all
+        .iter()
+        .find(|l| l[0].get("parentSession").is_some())
+        .expect("the child's log");
+    let points: Vec<&str> = child
+        .iter()
+        .filter(|e| e["type"] == "hook/invoked")
+        .map(|e| e["data"]["point"].as_str().unwrap())
+        .collect();
+    assert_eq!(points, ["PreToolUse", "SubagentStop"]);
+    let result = child
+        .iter()
+        .find(|e| e["type"] == "tool/result")
+        .unwrap()
+        .to_string();
+    assert!(result.contains("Error: not in a child either"), "{result}");
+}
