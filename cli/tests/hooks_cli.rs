@@ -472,7 +472,11 @@ fn logs(dir: &Path) -> Vec<Vec<Value>> {
             out.extend(logs(&p));
         } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
             let text = std::fs::read_to_string(&p).unwrap();
-            out.push(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect());
+            out.push(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .collect(),
+            );
         }
     }
     out
@@ -507,7 +511,11 @@ fn a_subagent_inherits_the_hooks_and_skills() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(bodies.len(), 4);
     // The child's first request had the skills catalog.
-    assert!(bodies[1].to_string().contains("- `tidy`: Tidy the workspace."));
+    assert!(
+        bodies[1]
+            .to_string()
+            .contains("- `tidy`: Tidy the workspace.")
+    );
     let all = logs(&w.data.path().join("dsh"));
     let child = all
         .iter()
@@ -525,4 +533,62 @@ fn a_subagent_inherits_the_hooks_and_skills() {
         .unwrap()
         .to_string();
     assert!(result.contains("Error: not in a child either"), "{result}");
+}
+
+#[test]
+fn acp_sessions_run_the_hooks() {
+    use std::io::{BufRead, BufReader, Write};
+    let w = Ws::new();
+    let hooks = w.home.path().join(".claude");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": "echo 'bash is disabled by policy in this session' >&2; exit 2"}]}]}});
+    std::fs::write(hooks.join("settings.json"), settings.to_string()).unwrap();
+    let s = script(&[bash_call("echo HELLO"), text("blocked")]);
+    let server = MockServer::start_on(Script::from_json(&s).unwrap(), 0).unwrap();
+    let mut child = dsh(w.data.path(), w.home.path())
+        .args(["acp", "--base-url"])
+        .arg(server.url())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = |until: &dyn Fn(&Value) -> bool| -> Vec<Value> {
+        let mut seen = Vec::new();
+        for _ in 0..200 {
+            let Some(Ok(line)) = lines.next() else { break };
+            let v: Value = serde_json::from_str(&line).unwrap();
+            let done = until(&v);
+            seen.push(v);
+            if done {
+                break;
+            }
+        }
+        seen
+    };
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {}}});
+    let new = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+        "params": {"cwd": w.ws.path(), "mcpServers": []}});
+    writeln!(stdin, "{init}\n{new}").unwrap();
+    let seen = next(&|v| v["id"] == 1);
+    let session = seen.last().unwrap()["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let prompt = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "run it"}]}});
+    writeln!(stdin, "{prompt}").unwrap();
+    let seen = next(&|v| v["id"] == 2);
+    drop(stdin);
+    let _ = child.wait();
+    let all = Value::Array(seen).to_string();
+    assert!(
+        all.contains("Error: bash is disabled by policy in this session"),
+        "{all}"
+    );
+    // The body never ran.
+    assert!(!all.contains("HELLO\\n"), "{all}");
 }
