@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
-    PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, ToolExecution,
+    CancelCause, PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, ToolExecution,
 };
 use dsh_core::session::EventData;
 use dsh_core::{ContentBlock, Message, MessageSource};
@@ -389,13 +389,21 @@ impl Plugin for HooksPlugin {
             return Flow::Done(PreToolDecision::Deny { reason });
         }
         if merged.stop {
-            let reason = merged
-                .stop_reason
-                .clone()
-                .unwrap_or_else(|| "stopped by PreToolUse hook".into());
-            return Flow::Done(PreToolDecision::Deny {
-                reason: cut(&reason, MAX_MODEL_TEXT_BYTES),
-            });
+            // `continue: false`: the call does not run and the turn stops.
+            let reason = cut(
+                merged
+                    .stop_reason
+                    .as_deref()
+                    .unwrap_or("stopped by PreToolUse hook"),
+                MAX_MODEL_TEXT_BYTES,
+            );
+            cx.cancel(
+                CancelCause::Hook {
+                    reason: reason.clone(),
+                },
+                true,
+            );
+            return Flow::Done(PreToolDecision::Deny { reason });
         }
         if let Some(input) = merged.updated_input.clone() {
             self.rewrites.retain(|(id, _)| *id != exec.call_id.0);
@@ -447,6 +455,19 @@ impl Plugin for HooksPlugin {
         p.insert("tool_use_id".into(), exec.call_id.0.clone().into());
         p.insert("tool_response".into(), text_of(&outcome.content).into());
         let merged = self.run_point(cx, "PostToolUse", &exec.name, &p, Some(exec.turn));
+        if merged.stop {
+            // `continue: false`: the turn stops after this result.
+            let reason = merged
+                .stop_reason
+                .as_deref()
+                .unwrap_or("stopped by PostToolUse hook");
+            cx.cancel(
+                CancelCause::Hook {
+                    reason: cut(reason, MAX_MODEL_TEXT_BYTES),
+                },
+                true,
+            );
+        }
         let context = (!merged.additional_context.is_empty()).then(|| {
             self.message(
                 format!("{}-post-{}", self.dialect.plugin_name(), exec.call_id.0),

@@ -344,3 +344,32 @@ fn the_runner_times_out_and_caps_output() {
     let out = r.run(&request("exit 2", Duration::from_secs(5)));
     assert_eq!(out.exit_code, Some(2));
 }
+
+#[test]
+fn continue_false_after_a_tool_stops_the_turn() {
+    let seen = Seen::default();
+    let cfg = json!({"hooks": {"PostToolUse": [{"hooks": [{"type": "command", "command": "x"}]}]}});
+    let p = plugin(
+        Dialect::ClaudeCode,
+        cfg,
+        runner(&seen, |_| {
+            RunResult::new(
+                Some(0),
+                r#"{"continue":false,"stopReason":"build broke"}"#,
+                "",
+                1.0,
+            )
+        }),
+    );
+    // The scripted second answer is never asked for.
+    let log = run(
+        header(0),
+        p,
+        "go",
+        vec![tool_answer("bash", r#"{"command":"make"}"#)],
+    );
+    assert_eq!(of_type(&log, "hook/result")[0]["data"]["decision"], "stop");
+    let end = &of_type(&log, "turn/end")[0]["data"]["reason"];
+    assert_eq!(end["kind"], "aborted", "{end}");
+    assert!(end.to_string().contains("build broke"), "{end}");
+}

@@ -1307,14 +1307,14 @@ impl Kernel {
                 let mut actions = actions;
                 match seat {
                     Seat::Hook { id, call } => {
-                        // turn-stopping acts through steer / inject
-                        // (SM-5): the core decides whether the turn goes
-                        // on by the inbox when the answer arrives, so the
-                        // queued sends land first, as they do when the
-                        // core runs the seam itself.
-                        if matches!(call, HookCall::TurnStopping { .. }) {
-                            self.apply(Vec::new(), core::mem::take(&mut actions));
-                        }
+                        // Queued calls land before the answer takes
+                        // effect, as when the core runs the seam itself
+                        // (it applies them right after the hook returns):
+                        // turn-stopping acts through steer / inject (SM-5)
+                        // and the core reads the inbox on the answer; a
+                        // cancel from tools/post-execute stops the turn
+                        // before the next step starts.
+                        self.apply(Vec::new(), core::mem::take(&mut actions));
                         let answer = to_answer(&call, result);
                         if let Err(e) = self.core.complete_hook(now, id, answer) {
                             self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
