@@ -18,7 +18,8 @@ use crate::sanitize::eprintln_safe;
 pub struct Extensions {
     /// The hooks that will run.
     pub hooks: Loaded,
-    /// The skill roots, in priority order.
+    /// The skill roots, in priority order; empty when no skill was found
+    /// at start (then no skills plugin is installed).
     pub skill_roots: Vec<Root>,
     /// The environment of hook processes (the tool policy).
     pub env: EnvPolicy,
@@ -85,10 +86,17 @@ pub fn load_for(
         config_dir().as_deref(),
         home().as_deref(),
     );
-    let (_, notices) = dsh_skills::list(&skill_roots);
+    let (found, notices) = dsh_skills::list(&skill_roots);
     for n in notices {
         eprintln_safe!("dsh: {n}");
     }
+    // Without a skill at start, no `skill` tool: the model is not offered
+    // a tool it cannot use (a skill added later shows after a restart).
+    let skill_roots = if found.is_empty() {
+        Vec::new()
+    } else {
+        skill_roots
+    };
     Extensions {
         hooks,
         skill_roots,
@@ -139,9 +147,11 @@ impl Extensions {
                 settings,
             )));
         }
-        config
-            .plugins
-            .push(Box::new(SkillsPlugin::from_roots(self.skill_roots.clone())));
+        if !self.skill_roots.is_empty() {
+            config
+                .plugins
+                .push(Box::new(SkillsPlugin::from_roots(self.skill_roots.clone())));
+        }
     }
 
     /// The skills `/skills` lists: `(name, description)`, sorted.
