@@ -332,6 +332,33 @@ fn user_level_hooks_rewrite_input_add_context_and_block_stop_once() {
     assert_eq!(stops, ["block", "pass"]);
     let end = of_type(&log, "turn/end");
     assert_eq!(end[0]["data"]["reason"]["kind"], "completed");
+    // The stored log (hook events, rewritten call, Stop continuation)
+    // replays through the loop.
+    let stored = session_files(&w.data.path().join("dsh"));
+    assert_eq!(stored.len(), 1);
+    let o = dsh(w.data.path(), w.home.path())
+        .args(["replay", "--check"])
+        .arg(&stored[0])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+}
+
+/// Every `session.jsonl` under `dir`.
+fn session_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(session_files(&p));
+        } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[test]
