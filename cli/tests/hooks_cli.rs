@@ -619,3 +619,42 @@ fn acp_sessions_run_the_hooks() {
     // The body never ran.
     assert!(!all.contains("HELLO\\n"), "{all}");
 }
+
+#[test]
+fn chat_without_a_terminal_does_not_ask_and_does_not_run_untrusted_hooks() {
+    use std::io::Write;
+    let w = Ws::new();
+    let marker = w.ws.path().join("ran");
+    w.file(
+        ".claude/settings.json",
+        &serde_json::json!({"hooks": {"UserPromptSubmit": [{"hooks": [
+            {"type": "command", "command": format!("touch {}", marker.display())}]}]}})
+        .to_string(),
+    );
+    let server =
+        MockServer::start_on(Script::from_json(&script(&[text("hi")])).unwrap(), 0).unwrap();
+    let mut child = dsh(w.data.path(), w.home.path())
+        .args(["chat", "--no-title", "--base-url"])
+        .arg(server.url())
+        .arg("--cwd")
+        .arg(w.ws.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"hello\n").unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("untrusted folder"), "{err}");
+    assert!(
+        !err.contains("[y/N]"),
+        "no question without a terminal: {err}"
+    );
+    assert!(!marker.exists(), "the untrusted hook ran");
+    // The line was the prompt, not an answer to a trust question.
+    assert_eq!(server.requests().len(), 1);
+}
