@@ -658,3 +658,36 @@ fn chat_without_a_terminal_does_not_ask_and_does_not_run_untrusted_hooks() {
     // The line was the prompt, not an answer to a trust question.
     assert_eq!(server.requests().len(), 1);
 }
+
+#[test]
+fn dsh_trust_lists_and_revokes() {
+    let w = Ws::new();
+    let sub = w.ws.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let out = |args: &[&str]| {
+        let o = dsh(w.data.path(), w.home.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let ws = std::fs::canonicalize(w.ws.path())
+        .unwrap()
+        .display()
+        .to_string();
+    // Without a path: the repository root of the current directory.
+    let o = dsh(w.data.path(), w.home.path())
+        .arg("trust")
+        .current_dir(&sub)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("trusted: {ws}")),
+        "{o:?}"
+    );
+    assert_eq!(out(&["trust", "--list"]).trim(), ws);
+    assert!(out(&["trust", "--revoke", &ws]).contains("no longer trusted"));
+    assert_eq!(out(&["trust", "--list"]).trim(), "");
+    assert!(out(&["trust", "--revoke", &ws]).contains("was not trusted"));
+}
