@@ -386,7 +386,9 @@ impl Server {
         let extensions = crate::extensions::load_for(
             &cwd,
             &file,
-            dsh_tools::EnvPolicy::default().with_secret(provider.api_key_env.clone()),
+            dsh_tools::EnvPolicy::default()
+                .with_secret(provider.api_key_env.clone())
+                .with_secret(crate::store::STORE_URL_ENV),
             &provider.model,
             crate::extensions::Ask::Never,
         );
