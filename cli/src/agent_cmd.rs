@@ -202,6 +202,8 @@ pub struct Setup {
     /// The agent's subagents: attach the agent so that its background
     /// children can report back (a REPL; `run` ends after one turn).
     pub delegation: Arc<dsh_std::subagents::Delegation>,
+    /// The user's hooks and skills for this workspace.
+    pub extensions: Arc<crate::extensions::Extensions>,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -227,6 +229,20 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
     crate::tool_args::warn_unenforced(&bash);
     let max_retry_wait_ms = provider.client.max_retry_wait_ms();
     let tracing = crate::otel::tracing(&args.otel, &file)?;
+    // The user's hooks and skills (issue 29); children inherit them.
+    let ask = if interactive {
+        crate::extensions::Ask::Terminal
+    } else {
+        crate::extensions::Ask::Never
+    };
+    let extensions = Arc::new(crate::extensions::load_for(
+        &cwd,
+        &file,
+        bash.env.clone(),
+        &provider.model,
+        ask,
+    ));
+    let installed = extensions.clone();
     // The agent, and each subagent it starts, are built alike.
     let build = move || {
         let mut config =
@@ -248,6 +264,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         if let Some(t) = &tracing {
             t.install(&mut config);
         }
+        installed.install(&mut config);
         Ok(config)
     };
     let (config, delegation) = crate::shell::delegating(store.clone(), build)?;
@@ -261,6 +278,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         delegation,
         render,
         titles: !args.no_title && file.titles.unwrap_or(true),
+        extensions,
     })
 }
 
@@ -628,6 +646,7 @@ pub fn chat(args: ChatArgs) -> Outcome {
         setup.render,
         args.resume.is_some(),
         titler,
+        &setup.extensions,
     );
     // Background subagents end with their parent (cause `parent`).
     setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
@@ -686,6 +705,7 @@ pub fn fork(args: ForkArgs) -> Outcome {
         setup.render,
         true,
         titler,
+        &setup.extensions,
     );
     setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
     outcome
@@ -708,7 +728,7 @@ fn last_completed_turn(store: &dyn SessionStore, id: &SessionId) -> Result<u64, 
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
 /steer (they steer the running turn; the default), /followup TEXT, /cancel, \
-/compact (summarise the older history now), /quit; \
+/compact (summarise the older history now), /skills (list skills; /NAME loads one), /quit; \
 Ctrl-C cancels a turn, Ctrl-C twice or Ctrl-D quits";
 
 /// How long `/compact` waits for the summary.
@@ -722,6 +742,7 @@ fn repl(
     render: RenderOptions,
     resumed: bool,
     mut titler: Titler,
+    extensions: &crate::extensions::Extensions,
 ) -> Outcome {
     let (tx, rx): (Sender<Ui>, Receiver<Ui>) = mpsc::channel();
     spawn_forwarder(&agent, tx.clone());
@@ -893,6 +914,20 @@ fn repl(
                         let _ = r.notice(&mut out, "lines typed during a turn now steer it");
                     }
                     "/cancel" => agent.cancel(CancelCause::User, false),
+                    "/skills" => {
+                        // Issue 29; `/NAME` goes to the model as typed and
+                        // the skills plugin loads that skill.
+                        let skills = extensions.skills();
+                        if skills.is_empty() {
+                            let _ = r.notice(&mut out, "no skills found");
+                        }
+                        for (name, description) in skills {
+                            let _ = r.notice(&mut out, &format!("/{name}: {description}"));
+                        }
+                        if !running {
+                            prompt(&mut out, running);
+                        }
+                    }
                     "/compact" if running => {
                         let _ = r.notice(&mut out, "(/compact runs between turns)");
                     }

@@ -23,6 +23,9 @@
 //! otel_content = false      # true: as --otel-content
 //! provider = "openai"      # openai | anthropic (the API spoken)
 //! context_window = 32768   # tokens, any model without its own entry
+//! hooks = "/path/to/settings.json"    # more hooks, Claude Code dialect (user level)
+//! skills = ["/path/to/skills"]        # more skill folders
+//! trusted_folders = ["/home/me/src"]  # folders whose own hooks run
 //!
 //! [models."smollm2"]
 //! context_window = 8192    # tokens, for this model id only
@@ -92,6 +95,12 @@ pub struct ConfigFile {
     /// The `[tools]` table.
     #[serde(default)]
     pub tools: ToolsFile,
+    /// A hooks file (Claude Code dialect) of the user's, run everywhere.
+    pub hooks: Option<PathBuf>,
+    /// More skill folders, after the project's and before the user's.
+    pub skills: Option<Vec<PathBuf>>,
+    /// Folders whose own hooks run (as `dsh trust`).
+    pub trusted_folders: Option<Vec<PathBuf>>,
 }
 
 /// A `[models."ID"]` table.

@@ -13,6 +13,7 @@ mod config_file;
 mod data_dir;
 mod deepseek;
 mod demo;
+mod extensions;
 mod input;
 mod log;
 mod mock_server;
@@ -29,6 +30,7 @@ mod store;
 mod stream;
 mod title;
 mod tool_args;
+mod trust;
 
 /// dsh: a sans-IO agent runtime for the DeepSeek Harness.
 #[derive(Parser)]
@@ -68,6 +70,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Agent Client Protocol server on stdin/stdout (for editors such as Zed).
     Acp(acp::AcpArgs),
+    /// Trust a folder so its own hooks run (`--list`, `--revoke`).
+    Trust(trust::TrustArgs),
 }
 
 /// What a command ended with.
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         Command::Fork(args) => agent_cmd::fork(args),
         Command::Demo(args) => demo::run(args),
         Command::Acp(args) => acp::run(args),
+        Command::Trust(args) => trust::run(args),
     };
     // Whatever tool processes are left (an agent not dropped before exit,
     // their escaped children) do not outlive dsh.

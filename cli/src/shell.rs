@@ -44,6 +44,10 @@ const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "bash_output", "todo_
 /// cannot widen what runs unasked.
 const DELEGATION_TOOLS: &[&str] = &[dsh_subagents::SPAWN_TOOL, dsh_subagents::FORK_TOOL];
 
+/// Plugin tools that only read what the user put in place: `skill` loads
+/// a `SKILL.md` the model was offered (issue 29).
+const PLUGIN_READ_TOOLS: &[&str] = &[dsh_skills::TOOL_NAME];
+
 /// The approval policy: everything `auto` when `approve_all`; otherwise
 /// read-only tools, the plan and the delegation tools `auto`, every other
 /// tool `ask` (in `chat` the user answers; `run` without `--yes` denies).
@@ -54,6 +58,7 @@ pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
     READ_ONLY_TOOLS
         .iter()
         .chain(DELEGATION_TOOLS)
+        .chain(PLUGIN_READ_TOOLS)
         .fold(ApprovalPolicy::new(ApprovalMode::Ask), |p, t| {
             p.with(*t, ApprovalMode::Auto)
         })
@@ -293,6 +298,7 @@ mod tests {
         let p = approval_policy(false);
         assert_eq!(p.mode_for("subagent"), ApprovalMode::Auto);
         assert_eq!(p.mode_for("subagent_fork"), ApprovalMode::Auto);
+        assert_eq!(p.mode_for("skill"), ApprovalMode::Auto);
         let child = p.delegated();
         assert_eq!(child.mode_for("bash"), ApprovalMode::Deny);
         assert_eq!(child.mode_for("read"), ApprovalMode::Auto);

@@ -297,11 +297,20 @@ impl Server {
             ClientRequest::InitializeRequest(r) => self.initialize(&id, r),
             ClientRequest::NewSessionRequest(r) => {
                 let result = self.new_session(r);
-                self.peer.respond(&id, result)
+                let session = result.as_ref().ok().map(|r| r.session_id.0.to_string());
+                self.peer.respond(&id, result);
+                if let Some(session) = session {
+                    self.announce_skills(&session);
+                }
             }
             ClientRequest::LoadSessionRequest(r) => {
+                let session = r.session_id.0.to_string();
                 let result = self.load_session(r);
-                self.peer.respond(&id, result)
+                let loaded = result.is_ok();
+                self.peer.respond(&id, result);
+                if loaded {
+                    self.announce_skills(&session);
+                }
             }
             ClientRequest::PromptRequest(r) => self.prompt(id, r),
             ClientRequest::SetSessionModeRequest(r) => {
@@ -372,6 +381,17 @@ impl Server {
         let peer = self.peer.clone();
         let session = session.to_string();
         let root = cwd.clone();
+        // The user's hooks and skills (issue 29): no terminal to ask on,
+        // so an untrusted folder's own hooks do not run.
+        let extensions = crate::extensions::load_for(
+            &cwd,
+            &file,
+            dsh_tools::EnvPolicy::default()
+                .with_secret(provider.api_key_env.clone())
+                .with_secret(crate::store::STORE_URL_ENV),
+            &provider.model,
+            crate::extensions::Ask::Never,
+        );
         let build = move || {
             let mut config =
                 crate::shell::agent_config(&provider, root.clone(), true, false, &prompt)?;
@@ -379,6 +399,7 @@ impl Server {
             if let Some(t) = &tracing {
                 t.install(&mut config);
             }
+            extensions.install(&mut config);
             Ok(config)
         };
         let (config, delegation) =
@@ -422,6 +443,31 @@ impl Server {
             },
         );
         Ok(session)
+    }
+
+    /// Tells the client the session's skills as commands (`/NAME` loads
+    /// one: the skills plugin sees it in the prompt), issue 29.
+    fn announce_skills(&self, session: &str) {
+        let Some(live) = self.sessions.get(session) else {
+            return;
+        };
+        let commands: Vec<_> = crate::extensions::skill_commands(&live.cwd)
+            .into_iter()
+            .map(|(name, description)| {
+                agent_client_protocol_schema::v1::AvailableCommand::new(name, description)
+            })
+            .collect();
+        // No skills: nothing to announce (the client's list stays empty).
+        if commands.is_empty() {
+            return;
+        }
+        notify(
+            &self.peer,
+            session,
+            SessionUpdate::AvailableCommandsUpdate(
+                agent_client_protocol_schema::v1::AvailableCommandsUpdate::new(commands),
+            ),
+        );
     }
 
     fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {

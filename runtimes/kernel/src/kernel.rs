@@ -1139,8 +1139,17 @@ impl Kernel {
             }
             ChainEnd::Final(result) => {
                 let now = self.now;
+                let mut actions = actions;
                 match seat {
                     Seat::Hook { id, call } => {
+                        // Queued calls land before the answer takes
+                        // effect, as when the core runs the seam itself
+                        // (it applies them right after the hook returns):
+                        // turn-stopping acts through steer / inject (SM-5)
+                        // and the core reads the inbox on the answer; a
+                        // cancel from tools/post-execute stops the turn
+                        // before the next step starts.
+                        self.apply(Vec::new(), core::mem::take(&mut actions));
                         let answer = match result {
                             Ok(()) => call.answer(),
                             Err(e) => call.fail(e),

@@ -988,3 +988,62 @@ fn g7_a_max_tokens_finish_may_leave_a_cut_tool_call_open() {
     ]);
     assert_ne!(v["error"]["code"], "INVARIANT", "{v}");
 }
+
+/// Steers once at turn-stopping (loop.md SM-5), as a Stop hook does.
+struct SteerOnce(bool);
+
+impl Plugin for SteerOnce {
+    fn name(&self) -> &str {
+        "steer-once"
+    }
+    fn seams(&self) -> Seams {
+        Seams::TURN_STOPPING
+    }
+    fn turn_stopping(&mut self, cx: &mut Cx<'_>, _turn: u64) -> Flow<()> {
+        if !self.0 {
+            self.0 = true;
+            cx.steer(Message::user("s1", vec![ContentBlock::text("one more")]));
+        }
+        Flow::Next(())
+    }
+}
+
+fn answer_text(k: &mut Kernel, attempt: u64, text: &str) {
+    for c in [
+        StreamChunk::block_start(0, "text"),
+        StreamChunk::text_delta(0, text),
+        StreamChunk::block_end(0, ContentBlock::text(text)),
+        StreamChunk::finish(FinishReason::Stop),
+    ] {
+        k.model_chunk(NOW, attempt, c).unwrap();
+    }
+    k.model_end(NOW, attempt).unwrap();
+}
+
+#[test]
+fn a_steer_at_turn_stopping_continues_the_same_turn() {
+    let mut k = kernel(vec![Box::new(SteerOnce(false))]);
+    let a = started_model(&drain(&mut k, NOW)).expect("step 1");
+    answer_text(&mut k, a, "first");
+    // The steer lands before the core decides: a second step, same turn.
+    let a = started_model(&drain(&mut k, NOW)).expect("step 2 of turn 1");
+    answer_text(&mut k, a, "second");
+    drain(&mut k, NOW);
+    assert!(k.is_idle());
+    let types: Vec<&str> = k
+        .session()
+        .events()
+        .iter()
+        .map(|e| e.event_type())
+        .collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == "turn/start").count(),
+        1,
+        "{types:?}"
+    );
+    assert_eq!(
+        types.iter().filter(|t| **t == "step/start").count(),
+        2,
+        "{types:?}"
+    );
+}
