@@ -153,6 +153,10 @@ pub struct ChatArgs {
     /// Continue a stored session (an interrupted turn is closed first).
     #[arg(long, value_name = "ID")]
     pub resume: Option<String>,
+    /// Start in plan mode: the model explores and presents a plan with
+    /// `exit_plan_mode` before anything is written or run.
+    #[arg(long)]
+    pub plan: bool,
 }
 
 /// `dsh run PROMPT [--json]`
@@ -173,6 +177,10 @@ pub struct RunArgs {
     /// `dsh_runtime::replay`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Start in plan mode (writes and commands are refused; `run` cannot
+    /// review a plan, so the turn ends with the plan presented).
+    #[arg(long)]
+    pub plan: bool,
     /// The prompt.
     pub prompt: String,
 }
@@ -202,6 +210,8 @@ pub struct Setup {
     /// The agent's subagents: attach the agent so that its background
     /// children can report back (a REPL; `run` ends after one turn).
     pub delegation: Arc<dsh_subagents::std_runner::Delegation>,
+    /// The sandbox `bash` runs under, for `/status`.
+    pub sandbox: String,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -210,6 +220,30 @@ fn env_lookup(name: &str) -> Option<String> {
 
 /// Resolves provider and store and builds the agent configuration.
 pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<Setup, String> {
+    setup_with(args, interactive, approve_all, false)
+}
+
+/// The plugins of working with the user (plan mode, questions) for an
+/// agent; `interactive`: a front end answers questions; `plan`: start in
+/// plan mode. One place, so that other plugins wire next to it.
+pub fn interaction_plugins(config: &mut AgentConfig, interactive: bool, plan: bool) {
+    let answerer = if interactive {
+        crate::interact::Answerer::Interactive
+    } else {
+        crate::interact::Answerer::Headless
+    };
+    config.plugins.push(Box::new(
+        crate::interact::Interaction::new(answerer).start_in_plan(plan),
+    ));
+}
+
+/// [`setup`], starting in plan mode when `plan`.
+pub fn setup_with(
+    args: &AgentArgs,
+    interactive: bool,
+    approve_all: bool,
+    plan: bool,
+) -> Result<Setup, String> {
     let file = crate::config_file::load(&env_lookup)?;
     let provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
     let cwd = match &args.cwd {
@@ -225,6 +259,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         .over(&file.tools)
         .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
+    let sandbox = format!("{:?}", bash.sandbox);
     let max_retry_wait_ms = provider.client.max_retry_wait_ms();
     let tracing = crate::otel::tracing(&args.otel, &file)?;
     // The agent, and each subagent it starts, are built alike.
@@ -248,6 +283,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         if let Some(t) = &tracing {
             t.install(&mut config);
         }
+        interaction_plugins(&mut config, interactive, plan);
         Ok(config)
     };
     let (config, delegation) = crate::shell::delegating(store.clone(), build)?;
@@ -261,6 +297,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         delegation,
         render,
         titles: !args.no_title && file.titles.unwrap_or(true),
+        sandbox,
     })
 }
 
@@ -349,7 +386,7 @@ fn titler_for(
 
 /// `dsh run PROMPT`.
 pub fn run(args: RunArgs) -> Outcome {
-    let setup = match setup(&args.agent, false, args.yes) {
+    let setup = match setup_with(&args.agent, false, args.yes, args.plan) {
         Ok(s) => s,
         Err(e) => {
             eprintln_safe!("{e}");
@@ -593,102 +630,114 @@ fn first_output(ev: &SessionEvent) -> bool {
 
 /// `dsh chat`.
 pub fn chat(args: ChatArgs) -> Outcome {
-    let setup = match setup(&args.agent, true, false) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln_safe!("{e}");
-            return Outcome::BadInput;
-        }
+    let start = match args.resume {
+        Some(id) => Start::Resume(SessionId::new(id)),
+        None => Start::New,
     };
-    let provider = setup.config.provider.clone();
-    let call = setup.config.call_config.clone();
-    let agent = match &args.resume {
-        Some(id) => Agent::resume(
-            setup.config,
-            setup.store.clone(),
-            &SessionId::new(id.clone()),
-        ),
-        None => Agent::create(setup.config, setup.store.clone(), new_session_id(now_ms())),
-    };
-    let agent = match agent {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln_safe!("dsh chat: cannot start the agent: {e}");
-            return Outcome::BadInput;
-        }
-    };
-    setup
-        .delegation
-        .attach(agent.session_id().clone(), agent.mailbox());
-    let titler = titler_for(provider, call, &agent, setup.titles);
-    let outcome = repl(
-        agent,
-        setup.store,
-        &args.agent.store,
-        setup.render,
-        args.resume.is_some(),
-        titler,
-    );
-    // Background subagents end with their parent (cause `parent`).
-    setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
-    outcome
+    chat_loop(&args.agent, start, args.plan)
+}
+
+/// How `dsh chat` gets its session.
+enum Start {
+    New,
+    Resume(SessionId),
+    Fork { parent: SessionId, at: Option<u64> },
 }
 
 /// How long `dsh chat` and `dsh fork` wait for background subagents to
 /// stop and persist at exit.
 const SUBAGENT_SHUTDOWN: Duration = Duration::from_secs(3);
 
-/// `dsh fork ID [--at SEQ]`: forks the stored session and chats on the fork.
-pub fn fork(args: ForkArgs) -> Outcome {
-    let setup = match setup(&args.agent, true, false) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln_safe!("{e}");
-            return Outcome::BadInput;
-        }
-    };
-    let parent = SessionId::new(args.id.clone());
-    let at = match args.at {
-        Some(at) => at,
-        None => match last_completed_turn(&*setup.store, &parent) {
-            Ok(at) => at,
+/// Chats on the session `start` names, then on the one `/resume` or
+/// `/fork` switches to, until the user quits.
+fn chat_loop(args: &AgentArgs, mut start: Start, plan: bool) -> Outcome {
+    loop {
+        let setup = match setup_with(args, true, false, plan) {
+            Ok(s) => s,
             Err(e) => {
-                eprintln_safe!("dsh fork: {e}");
+                eprintln_safe!("{e}");
                 return Outcome::BadInput;
             }
-        },
+        };
+        let provider = setup.config.provider.clone();
+        let call = setup.config.call_config.clone();
+        let facts = Facts {
+            call: call.clone(),
+            store: args.store.describe(),
+            sandbox: setup.sandbox.clone(),
+        };
+        let resumed = !matches!(start, Start::New);
+        let agent = match &start {
+            Start::New => {
+                Agent::create(setup.config, setup.store.clone(), new_session_id(now_ms()))
+            }
+            Start::Resume(id) => Agent::resume(setup.config, setup.store.clone(), id),
+            Start::Fork { parent, at } => {
+                let at = match at {
+                    Some(at) => *at,
+                    None => match last_completed_turn(&*setup.store, parent) {
+                        Ok(at) => at,
+                        Err(e) => {
+                            eprintln_safe!("dsh fork: {e}");
+                            return Outcome::BadInput;
+                        }
+                    },
+                };
+                let new_id = new_session_id(now_ms());
+                let forked = Agent::fork(
+                    setup.config,
+                    setup.store.clone(),
+                    parent,
+                    Some(at),
+                    new_id.clone(),
+                );
+                if forked.is_ok() {
+                    eprintln_safe!("forked {} → {}", parent.as_str(), new_id.as_str());
+                }
+                forked
+            }
+        };
+        let agent = match agent {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln_safe!("dsh chat: cannot start the agent: {e}");
+                return Outcome::BadInput;
+            }
+        };
+        setup
+            .delegation
+            .attach(agent.session_id().clone(), agent.mailbox());
+        let current = agent.session_id().clone();
+        let titler = titler_for(provider, call, &agent, setup.titles);
+        let end = repl(
+            agent,
+            setup.store,
+            &args.store,
+            setup.render,
+            resumed,
+            titler,
+            &facts,
+        );
+        // Background subagents end with their parent (cause `parent`).
+        setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
+        start = match end.switch {
+            None => return end.outcome,
+            Some(crate::commands::Switch::Resume(id)) => Start::Resume(SessionId::new(id)),
+            Some(_) => Start::Fork {
+                parent: current,
+                at: None,
+            },
+        };
+    }
+}
+
+/// `dsh fork ID [--at SEQ]`: forks the stored session and chats on the fork.
+pub fn fork(args: ForkArgs) -> Outcome {
+    let start = Start::Fork {
+        parent: SessionId::new(args.id.clone()),
+        at: args.at,
     };
-    let new_id = new_session_id(now_ms());
-    let provider = setup.config.provider.clone();
-    let call = setup.config.call_config.clone();
-    let agent = match Agent::fork(
-        setup.config,
-        setup.store.clone(),
-        &parent,
-        Some(at),
-        new_id.clone(),
-    ) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln_safe!("dsh fork: {e}");
-            return Outcome::BadInput;
-        }
-    };
-    setup
-        .delegation
-        .attach(agent.session_id().clone(), agent.mailbox());
-    eprintln_safe!("forked {} → {}", args.id, new_id.as_str());
-    let titler = titler_for(provider, call, &agent, setup.titles);
-    let outcome = repl(
-        agent,
-        setup.store,
-        &args.agent.store,
-        setup.render,
-        true,
-        titler,
-    );
-    setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
-    outcome
+    chat_loop(&args.agent, start, false)
 }
 
 /// Where `dsh fork` cuts by default (loop.md SA-3): through the stored
@@ -706,15 +755,153 @@ fn last_completed_turn(store: &dyn SessionStore, id: &SessionId) -> Result<u64, 
     })
 }
 
-const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
-/steer (they steer the running turn; the default), /followup TEXT, /cancel, \
-/compact (summarise the older history now), /quit; \
-Ctrl-C cancels a turn, Ctrl-C twice or Ctrl-D quits";
-
 /// How long `/compact` waits for the summary.
 const COMPACT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
-/// The interactive loop.
+/// How long a plugin command (`/plan`, `/permissions`) may take.
+const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What `/status` and `/model` show that the agent does not know.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    /// The provider route and model.
+    pub call: dsh_core::LlmCallConfig,
+    /// Where the session is stored.
+    pub store: String,
+    /// The sandbox mode of `bash`.
+    pub sandbox: String,
+}
+
+/// The command host of the REPL: the agent and the facts.
+struct ChatHost<'a> {
+    agent: &'a Agent,
+    store: &'a dyn SessionStore,
+    facts: &'a Facts,
+}
+
+impl crate::commands::Host for ChatHost<'_> {
+    fn log(&mut self, data: EventData) -> Result<(), String> {
+        self.agent
+            .append_event(data)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn plugin(&mut self, name: &str, args: serde_json::Value) -> Result<serde_json::Value, String> {
+        self.agent
+            .command(name, args, Some(COMMAND_TIMEOUT))
+            .map_err(|e| e.to_string())
+    }
+
+    fn builtin(&mut self, builtin: crate::commands::Builtin, args: &str) -> crate::commands::Done {
+        use crate::commands::{Builtin, Done, Switch};
+        let call = &self.facts.call;
+        let effort = call.reasoning_effort.as_ref().map_or_else(
+            || "default".to_string(),
+            |e| serde_json::to_value(e).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+        );
+        let change = |what: &str| {
+            Done::error(format!(
+                "changing the {what} inside a chat is not supported yet; restart with \
+                 `dsh chat --resume {} --{what} VALUE`",
+                self.agent.session_id().as_str()
+            ))
+        };
+        match builtin {
+            Builtin::Model if args.trim().is_empty() => {
+                Done::success(format!("model: {} ({})", call.model, call.provider))
+            }
+            Builtin::Model => change("model"),
+            Builtin::Effort if args.trim().is_empty() => {
+                Done::success(format!("reasoning effort: {effort}"))
+            }
+            Builtin::Effort => change("effort"),
+            Builtin::Status => {
+                let events = self.agent.events().unwrap_or_default();
+                let (mut input, mut output, mut last) = (0i64, 0i64, 0i64);
+                for e in &events {
+                    if let EventData::AssistantMessage(m) = e.data()
+                        && let Some(u) = &m.usage
+                    {
+                        let this = u.input_tokens + u.cache_read_tokens.unwrap_or(0);
+                        input += this;
+                        output += u.output_tokens;
+                        last = this;
+                    }
+                }
+                Done::success(format!(
+                    "model: {} ({}), effort {effort}\ntokens used: input {input}, output {output}; \
+                     last request input {last}\nsession: {} ({} events)\nstore: {}\nsandbox: {}",
+                    call.model,
+                    call.provider,
+                    self.agent.session_id().as_str(),
+                    events.len(),
+                    self.facts.store,
+                    self.facts.sandbox
+                ))
+            }
+            Builtin::Sessions => match crate::store::rows(self.store) {
+                Ok(rows) if rows.is_empty() => Done::success("no sessions"),
+                Ok(rows) => Done::success(
+                    rows.iter()
+                        .take(50)
+                        .map(|r| {
+                            format!(
+                                "{}{}  {}",
+                                "  ".repeat(r.depth),
+                                r.id,
+                                if r.title.is_empty() { &r.prompt } else { &r.title }
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ),
+                Err(e) => Done::error(e),
+            },
+            Builtin::Resume => {
+                let id = args.trim();
+                if id.is_empty() {
+                    return Done::error("usage: /resume ID (/sessions lists them)");
+                }
+                Done {
+                    ok: true,
+                    text: Some(format!("resuming {id}")),
+                    message: None,
+                    switch: Some(Switch::Resume(id.to_string())),
+                }
+            }
+            Builtin::Fork => Done {
+                ok: true,
+                text: Some("forking this session".into()),
+                message: None,
+                switch: Some(Switch::Fork),
+            },
+            Builtin::Compact => match self.agent.compact_now(Some(COMPACT_TIMEOUT)) {
+                Ok(v) if v["compacted"] == true => {
+                    Done::success("compacted: the older history is now a summary")
+                }
+                Ok(v) => Done::success(format!(
+                    "not compacted: {}",
+                    v["reason"].as_str().unwrap_or("no compaction plugin")
+                )),
+                Err(e) => Done::error(e.to_string()),
+            },
+            Builtin::Help => Done::success(""),
+        }
+    }
+}
+
+/// How a chat ended: its exit, and the session to continue in (`/resume`,
+/// `/fork`).
+pub struct ChatEnd {
+    /// The exit.
+    pub outcome: Outcome,
+    /// A session change the user asked for.
+    pub switch: Option<crate::commands::Switch>,
+}
+
+/// The interactive loop: feeds the [`crate::repl::Repl`] machine and
+/// carries out its actions.
 fn repl(
     agent: Agent,
     store: Arc<dyn SessionStore>,
@@ -722,7 +909,9 @@ fn repl(
     render: RenderOptions,
     resumed: bool,
     mut titler: Titler,
-) -> Outcome {
+    facts: &Facts,
+) -> ChatEnd {
+    use crate::repl::{Action, Input, Repl};
     let (tx, rx): (Sender<Ui>, Receiver<Ui>) = mpsc::channel();
     spawn_forwarder(&agent, tx.clone());
     spawn_stdin(tx.clone());
@@ -745,234 +934,99 @@ fn repl(
             r.observe(e);
         }
     }
-    let spinner = io::stdout().is_terminal();
-    let mut running = false;
-    let mut waiting = false;
-    let mut steer = true;
-    let mut armed = false;
-    // Piped input: at its end, let the running turn finish, then exit.
-    let mut quit_when_idle = false;
-    let mut approvals: VecDeque<ApprovalRequestId> = VecDeque::new();
-    let mut errors = PendingErrors::default();
     // Piped input is a script of what the user would type, in order: a
-    // line that arrives while a turn runs waits here and answers the next
-    // approval question, or becomes the next prompt when the turn ends. (On
-    // a terminal a line typed during a turn steers it, and only a line typed
-    // after an approval question answers it.)
+    // line that arrives while a turn runs waits and answers the next
+    // question, or becomes the next prompt when the turn ends. (On a
+    // terminal a line typed during a turn steers it, and only a line typed
+    // after a question answers it.)
     let piped = !io::stdin().is_terminal();
-    let mut held: VecDeque<String> = VecDeque::new();
-    let mut input_ended = false;
-    prompt(&mut out, running);
-    loop {
+    let mut machine: Repl<ApprovalRequestId> = Repl::new(
+        crate::commands::Registry::standard(),
+        piped,
+        io::stdout().is_terminal(),
+    );
+    let mut ids = crate::commands::CommandIds::new(now_ms() as u64);
+    let mut errors = PendingErrors::default();
+    let mut switch = None;
+    let mut pending: VecDeque<Input<ApprovalRequestId>> = VecDeque::new();
+    prompt(&mut out, false);
+    'outer: loop {
         let _ = titler.poll(&agent, Duration::ZERO);
-        let next_held = if !approvals.is_empty() || !running {
-            held.pop_front()
-        } else {
-            None
+        let input = match pending.pop_front() {
+            Some(i) => i,
+            None => match machine.next_held() {
+                Some(line) => Input::Line(line),
+                None => match rx.recv_timeout(Duration::from_millis(120)) {
+                    Ok(msg) => match to_input(msg, &mut r, &mut out, &mut errors, &mut titler, &agent, machine.running()) {
+                        Some(i) => i,
+                        None => continue,
+                    },
+                    Err(RecvTimeoutError::Timeout) => Input::Tick,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+            },
         };
-        let received = match next_held {
-            Some(line) => Ok(Ui::Line(line)),
-            None => rx.recv_timeout(Duration::from_millis(120)),
-        };
-        let msg = match received {
-            Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) => {
-                if spinner && waiting && approvals.is_empty() {
-                    let _ = r.tick(&mut out);
-                }
-                continue;
-            }
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        match msg {
-            Ui::Event(AgentEvent::Event(ev)) => {
-                if first_output(&ev) {
-                    waiting = false;
-                }
-                if let EventData::StepStart(_) | EventData::LlmRetry(_) = ev.data() {
-                    waiting = true;
-                }
-                let _ = r.event(&mut out, &ev);
-                if let EventData::TurnEnd(_) = ev.data() {
-                    for e in errors.after_turn(&ev) {
+        for action in machine.handle(input) {
+            match action {
+                Action::Send { text, followup } => {
+                    let result = if followup {
+                        agent.followup(&text)
+                    } else {
+                        agent.send(&text)
+                    };
+                    if let Err(e) = result {
                         let _ = r.notice(&mut out, &format!("error: {e}"));
                     }
-                    titler.turn_ended(&agent);
                 }
-            }
-            Ui::Event(AgentEvent::Status(status)) => {
-                let now_running = !matches!(status, AgentStatus::Idle);
-                if running && !now_running && quit_when_idle && held.is_empty() {
-                    break;
+                Action::Steer(text) => {
+                    if let Err(e) = agent.steer(&text) {
+                        let _ = r.notice(&mut out, &format!("error: {e}"));
+                    }
                 }
-                if running && !now_running {
-                    waiting = false;
+                Action::Followup(text) => {
+                    if let Err(e) = agent.followup(&text) {
+                        let _ = r.notice(&mut out, &format!("error: {e}"));
+                    }
+                }
+                Action::Cancel => agent.cancel(CancelCause::User, false),
+                Action::Answer(req, decision) => agent.answer_approval(req, decision),
+                Action::Reply(req, value) => agent.answer(req, dsh_std::Reply::Plugin(value)),
+                Action::Dismiss(req) => agent.answer(req, dsh_std::Reply::Cancelled),
+                Action::Command { name, args } => {
+                    let mut host = ChatHost {
+                        agent: &agent,
+                        store: store.as_ref(),
+                        facts,
+                    };
+                    let done = machine.registry().execute(&mut host, &mut ids, &name, &args);
+                    if done.switch.is_some() && done.ok {
+                        let _ = r.notice(&mut out, done.text.as_deref().unwrap_or(""));
+                        switch = done.switch;
+                        break 'outer;
+                    }
+                    pending.push_back(Input::CommandDone(done));
+                }
+                Action::Notice(text) => {
+                    let _ = r.notice(&mut out, &text);
+                }
+                Action::Print(text) => {
+                    let _ = writeln_safe!(out, "{text}");
+                }
+                Action::Prompt => prompt(&mut out, machine.running()),
+                Action::Tick => {
+                    let _ = r.tick(&mut out);
+                }
+                Action::Idle => {
                     for e in errors.take() {
                         let _ = r.notice(&mut out, &format!("error: {e}"));
                     }
                     let _ = r.clear_status(&mut out);
-                    prompt(&mut out, false);
                 }
-                if now_running {
-                    armed = false;
-                }
-                running = now_running;
+                Action::Quit => break 'outer,
             }
-            Ui::Event(AgentEvent::ApprovalRequested {
-                id,
-                tool,
-                arguments,
-                ..
-            }) => {
-                let _ = r.clear_status(&mut out);
-                let _ = r.end_line(&mut out);
-                // tty: approval_prompt() shows every value through sanitize::approval_value.
-                let _ = write!(out, "{}", crate::render::approval_prompt(&tool, &arguments));
-                let _ = out.flush();
-                if input_ended && held.is_empty() {
-                    // Nobody is left to answer: the call is denied.
-                    let _ = writeln!(out);
-                    let _ = r.notice(&mut out, "(input ended: denied)");
-                    agent.answer_approval(id, dsh_std::ApprovalDecision::Deny);
-                    continue;
-                }
-                approvals.push_back(id);
-            }
-            Ui::Event(AgentEvent::Error(e)) => {
-                if running {
-                    errors.push(e);
-                } else {
-                    let _ = r.notice(&mut out, &format!("error: {e}"));
-                }
-            }
-            Ui::Event(_) => {}
-            Ui::Line(line) => {
-                armed = false;
-                if piped && running && approvals.is_empty() {
-                    held.push_back(line);
-                    continue;
-                }
-                if let Some(req) = approvals.pop_front() {
-                    if piped {
-                        // Show the scripted answer as if it had been typed.
-                        let _ = writeln!(out, "{}", crate::sanitize::terminal(line.trim()));
-                    }
-                    let answer = line.trim().to_ascii_lowercase();
-                    let decision = match answer.as_str() {
-                        "y" | "yes" => dsh_std::ApprovalDecision::Allow,
-                        "a" | "always" => dsh_std::ApprovalDecision::AllowAlways,
-                        _ => dsh_std::ApprovalDecision::Deny,
-                    };
-                    agent.answer_approval(req, decision);
-                    waiting = true;
-                    continue;
-                }
-                let text = line.trim();
-                match text {
-                    "" => {
-                        if !running {
-                            prompt(&mut out, running);
-                        }
-                    }
-                    "/quit" | "/exit" => break,
-                    "/help" => {
-                        let _ = r.notice(&mut out, HELP);
-                        if !running {
-                            prompt(&mut out, running);
-                        }
-                    }
-                    "/followup" => {
-                        steer = false;
-                        let _ = r.notice(
-                            &mut out,
-                            "lines typed during a turn now queue as follow-ups",
-                        );
-                    }
-                    "/steer" => {
-                        steer = true;
-                        let _ = r.notice(&mut out, "lines typed during a turn now steer it");
-                    }
-                    "/cancel" => agent.cancel(CancelCause::User, false),
-                    "/compact" if running => {
-                        let _ = r.notice(&mut out, "(/compact runs between turns)");
-                    }
-                    "/compact" => {
-                        let _ = r.notice(&mut out, "compacting…");
-                        let notice = match agent.compact_now(Some(COMPACT_TIMEOUT)) {
-                            Ok(v) if v["compacted"] == true => {
-                                "compacted: the older history is now a summary".to_string()
-                            }
-                            Ok(v) => format!(
-                                "not compacted: {}",
-                                v["reason"].as_str().unwrap_or("no compaction plugin")
-                            ),
-                            Err(e) => format!("error: {e}"),
-                        };
-                        let _ = r.notice(&mut out, &notice);
-                        prompt(&mut out, running);
-                    }
-                    _ => {
-                        let (followup, body) = match text.strip_prefix("/followup ") {
-                            Some(rest) => (true, rest),
-                            None => (!steer, text),
-                        };
-                        let result = if !running {
-                            waiting = true;
-                            running = true;
-                            if followup {
-                                agent.followup(body)
-                            } else {
-                                agent.send(body)
-                            }
-                        } else if followup {
-                            let _ = r.notice(&mut out, "(queued as a follow-up)");
-                            agent.followup(body)
-                        } else {
-                            let _ = r.notice(&mut out, "(steering the running turn)");
-                            agent.steer(body)
-                        };
-                        if let Err(e) = result {
-                            let _ = r.notice(&mut out, &format!("error: {e}"));
-                        }
-                    }
-                }
-            }
-            Ui::Interrupt => {
-                if running && !armed {
-                    armed = true;
-                    approvals.clear();
-                    let _ = r.notice(&mut out, "cancelling… (Ctrl-C again or Ctrl-D to quit)");
-                    agent.cancel(CancelCause::User, false);
-                } else if armed {
-                    break;
-                } else {
-                    armed = true;
-                    let _ = r.notice(&mut out, "(Ctrl-C again or Ctrl-D to quit)");
-                    prompt(&mut out, running);
-                }
-            }
-            Ui::Eof => {
-                if running && piped {
-                    quit_when_idle = true;
-                    input_ended = true;
-                    if held.is_empty() {
-                        // Questions already asked get no answer: deny them,
-                        // so the turn can end.
-                        for req in approvals.drain(..) {
-                            let _ = writeln!(out);
-                            let _ = r.notice(&mut out, "(input ended: denied)");
-                            agent.answer_approval(req, dsh_std::ApprovalDecision::Deny);
-                        }
-                    }
-                } else {
-                    break;
-                }
-            }
-            // Like Ctrl-C twice: the running turn is cancelled below and
-            // the session is saved.
-            Ui::Terminate => break,
         }
     }
+    let running = machine.running();
     let _ = r.clear_status(&mut out);
     let _ = writeln!(out);
     drop(out);
@@ -992,11 +1046,92 @@ fn repl(
             "error: {e}; session {} at {location} is incomplete",
             id.as_str()
         );
-        return Outcome::CheckFailed;
+        return ChatEnd {
+            outcome: Outcome::CheckFailed,
+            switch: None,
+        };
     }
     let _ = writeln_safe!(stdout, "session {} saved: {location}", id.as_str());
-    let _ = writeln_safe!(stdout, "resume with: dsh chat --resume {}", id.as_str());
-    Outcome::Ok
+    if switch.is_none() {
+        let _ = writeln_safe!(stdout, "resume with: dsh chat --resume {}", id.as_str());
+    }
+    ChatEnd {
+        outcome: Outcome::Ok,
+        switch,
+    }
+}
+
+/// Renders what needs rendering of `msg` and turns it into the machine's
+/// input (`None`: nothing for the machine).
+fn to_input(
+    msg: Ui,
+    r: &mut Renderer,
+    out: &mut dyn Write,
+    errors: &mut PendingErrors,
+    titler: &mut Titler,
+    agent: &Agent,
+    running: bool,
+) -> Option<crate::repl::Input<ApprovalRequestId>> {
+    use crate::repl::Input;
+    Some(match msg {
+        Ui::Event(AgentEvent::Event(ev)) => {
+            let _ = r.event(out, &ev);
+            if let EventData::TurnEnd(_) = ev.data() {
+                for e in errors.after_turn(&ev) {
+                    let _ = r.notice(out, &format!("error: {e}"));
+                }
+                titler.turn_ended(agent);
+            }
+            if let EventData::StepStart(_) | EventData::LlmRetry(_) = ev.data() {
+                Input::Waiting
+            } else if first_output(&ev) {
+                Input::Output
+            } else {
+                return None;
+            }
+        }
+        Ui::Event(AgentEvent::Status(status)) => Input::Running(!matches!(status, AgentStatus::Idle)),
+        Ui::Event(AgentEvent::ApprovalRequested {
+            id,
+            tool,
+            arguments,
+            ..
+        }) => {
+            let _ = r.clear_status(out);
+            let _ = r.end_line(out);
+            // tty: approval_prompt() shows every value through sanitize::approval_value.
+            let _ = write!(out, "{}", crate::render::approval_prompt(&tool, &arguments));
+            let _ = out.flush();
+            Input::Approval(id)
+        }
+        Ui::Event(AgentEvent::Asked {
+            id,
+            plugin,
+            request,
+        }) if plugin == crate::interact::PLUGIN => {
+            let _ = r.clear_status(out);
+            let _ = r.end_line(out);
+            Input::Question(id, request)
+        }
+        Ui::Event(AgentEvent::Asked { id, .. }) => {
+            // No front end for this plugin's asks: withdraw it.
+            agent.answer(id, dsh_std::Reply::Cancelled);
+            return None;
+        }
+        Ui::Event(AgentEvent::Error(e)) => {
+            if running {
+                errors.push(e);
+            } else {
+                let _ = r.notice(out, &format!("error: {e}"));
+            }
+            return None;
+        }
+        Ui::Event(_) => return None,
+        Ui::Line(line) => Input::Line(line),
+        Ui::Eof => Input::Eof,
+        Ui::Interrupt => Input::Interrupt,
+        Ui::Terminate => Input::Terminate,
+    })
 }
 
 fn prompt(out: &mut dyn Write, running: bool) {

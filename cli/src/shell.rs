@@ -44,6 +44,13 @@ const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "bash_output", "todo_
 /// cannot widen what runs unasked.
 const DELEGATION_TOOLS: &[&str] = &[dsh_subagents::SPAWN_TOOL, dsh_subagents::FORK_TOOL];
 
+/// The tools that talk to the user (issue 30): asking about them would ask
+/// the user whether the model may ask the user.
+const INTERACTION_TOOLS: &[&str] = &[
+    crate::interact::EXIT_PLAN_MODE,
+    crate::interact::ASK_USER_QUESTION,
+];
+
 /// The approval policy: everything `auto` when `approve_all`; otherwise
 /// read-only tools, the plan and the delegation tools `auto`, every other
 /// tool `ask` (in `chat` the user answers; `run` without `--yes` denies).
@@ -54,6 +61,7 @@ pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
     READ_ONLY_TOOLS
         .iter()
         .chain(DELEGATION_TOOLS)
+        .chain(INTERACTION_TOOLS)
         .fold(ApprovalPolicy::new(ApprovalMode::Ask), |p, t| {
             p.with(*t, ApprovalMode::Auto)
         })

@@ -1,0 +1,372 @@
+//! Working with the user end to end (issue 30) against the bundled mock
+//! server: `/plan` and `--plan` in `dsh chat` (a write refused in plan
+//! mode, the plan reviewed and approved, the write then runs),
+//! `ask_user_question` answered from piped input, refused in `dsh run`
+//! (`NO_PROVIDER`) and in a subagent child (`DELEGATED_CALLER`), and the
+//! approval trail (`approval/asked`, `approval/decided`) for allow, deny
+//! and always-allow. Every log passes `dsh log check` and
+//! `dsh replay --check`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use support::{dsh, mock, text};
+
+fn transcripts(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in rd {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            transcripts(&p, out);
+        } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
+            out.push(p);
+        }
+    }
+}
+
+/// Every stored log under `data`, each checked by `dsh log check` and
+/// `dsh replay --check`; their lines as JSON (header first).
+fn logs(data: &Path) -> Vec<Vec<Value>> {
+    let mut paths = Vec::new();
+    transcripts(&data.join("dsh"), &mut paths);
+    paths.sort();
+    assert!(!paths.is_empty(), "no session stored");
+    paths
+        .iter()
+        .map(|p| {
+            for args in [&["log", "check"][..], &["replay", "--check"][..]] {
+                let o = dsh(data).args(args).arg(p).output().unwrap();
+                assert_eq!(
+                    o.status.code(),
+                    Some(0),
+                    "dsh {args:?} {}: {}{}",
+                    p.display(),
+                    text(&o.stdout),
+                    text(&o.stderr)
+                );
+            }
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// The `type`s of `lines` that belong to `kinds` (prefix match), in order,
+/// each with its data.
+fn of<'a>(lines: &'a [Value], kinds: &[&str]) -> Vec<(&'a str, &'a Value)> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let t = l["type"].as_str()?;
+            kinds
+                .iter()
+                .any(|k| t.starts_with(k))
+                .then_some((t, &l["data"]))
+        })
+        .collect()
+}
+
+/// `dsh chat` on `script` with piped `input` in a fresh workspace; the
+/// output, the workspace and the data dir.
+fn chat(
+    script: &str,
+    extra: &[&str],
+    input: &[u8],
+) -> (
+    std::process::Output,
+    tempfile::TempDir,
+    tempfile::TempDir,
+) {
+    use std::io::Write;
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(script);
+    let mut child = dsh(data.path())
+        .args(["chat", "--no-title", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    drop(stdin);
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+    });
+    let o = child.wait_with_output().unwrap();
+    drop(watchdog);
+    assert!(o.status.code().is_some(), "killed by the watchdog: the REPL hung");
+    (o, ws, data)
+}
+
+/// The model writes (refused in plan mode), presents a plan, then writes
+/// again (asked, allowed) and ends.
+const PLAN_SCRIPT: &str = r##"{"responses":[
+ {"turn":{"toolCalls":[{"id":"c1","name":"write","arguments":["{\"file_path\":\"notes.txt\",\"content\":\"early\\n\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"c2","name":"exit_plan_mode","arguments":["{\"plan\":\"# Notes\\n- write notes.txt\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"c3","name":"write","arguments":["{\"file_path\":\"notes.txt\",\"content\":\"planned\\n\"}"]}]}},
+ {"turn":{"text":["DONE"]}}
+]}"##;
+
+fn assert_plan_round(lines: &[Value]) {
+    let seen: Vec<String> = of(
+        lines,
+        &["command/", "plan/", "tool/result", "approval/", "step/end", "step/start"],
+    )
+    .iter()
+    .map(|(t, d)| match *t {
+        "plan/mode" => format!("plan/mode {}", d["active"]),
+        "tool/result" => format!(
+            "tool/result {}",
+            d["message"]["content"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .take(40)
+                .collect::<String>()
+        ),
+        "approval/decided" => format!("approval/decided {}", d["outcome"]),
+        "command/done" => format!("command/done {}", d["text"]),
+        other => other.to_string(),
+    })
+    .collect();
+    let want = [
+        "plan/mode true",
+        "step/start",
+        "tool/result Error: plan mode is active: write cannot",
+        "step/end",
+        "step/start",
+        "tool/result Plan approved — plan mode exited; carry",
+        "step/end",
+        "plan/mode false",
+        "step/start",
+        "approval/asked",
+        "approval/decided \"allowed-once\"",
+        "tool/result ",
+        "step/end",
+        "step/start",
+        "step/end",
+    ];
+    let tail: Vec<&str> = seen.iter().map(String::as_str).skip_while(|s| *s != "plan/mode true").collect();
+    assert_eq!(tail, want, "{seen:#?}");
+}
+
+/// `/plan MESSAGE` in chat: logged as a command, plan mode on, the first
+/// write refused, the plan approved from piped input ("1"), the second
+/// write allowed ("y") and done.
+#[test]
+fn chat_plan_round_refuses_writes_until_the_plan_is_approved() {
+    let (o, ws, data) = chat(PLAN_SCRIPT, &[], b"/plan make notes\n1\ny\n");
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(out.contains("Plan mode on. Use /plan off to leave."), "{out}");
+    assert!(out.contains("? [Plan review] Approve this plan and leave plan mode?"), "{out}");
+    assert!(out.contains("  │ # Notes"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("notes.txt")).unwrap(),
+        "planned\n"
+    );
+    let logs = logs(data.path());
+    let lines = &logs[0];
+    // The command's three events lead, as in the plan-review recording.
+    let head: Vec<&str> = lines[1..4].iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(head, ["command/run", "plan/mode", "command/done"]);
+    assert_eq!(lines[1]["data"]["name"], "plan");
+    assert_eq!(lines[1]["data"]["args"], " make notes");
+    assert_eq!(lines[1]["data"]["source"]["kind"], "user");
+    assert_eq!(lines[3]["data"]["commandId"], lines[1]["data"]["commandId"]);
+    assert_eq!(lines[3]["data"]["kind"], "success");
+    assert_plan_round(lines);
+}
+
+/// `--plan`: plan mode from the first step; "keep planning" feedback goes
+/// back to the model as the tool error.
+#[test]
+fn chat_plan_flag_starts_in_plan_mode_and_feedback_keeps_planning() {
+    let script = r##"{"responses":[
+ {"turn":{"toolCalls":[{"id":"c1","name":"exit_plan_mode","arguments":["{\"plan\":\"# Notes\\n- v1\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"c2","name":"bash","arguments":["{\"command\":\"touch x\",\"description\":\"x\"}"]}]}},
+ {"turn":{"text":["ok"]}}
+]}"##;
+    let (o, ws, data) = chat(script, &["--plan"], b"plan it\nadd tests first\n");
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(!ws.path().join("x").exists(), "bash ran in plan mode");
+    let logs = logs(data.path());
+    let results: Vec<String> = of(&logs[0], &["tool/result"])
+        .iter()
+        .map(|(_, d)| d["message"]["content"][0]["content"][0]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        results[0],
+        "Error: The user chose to keep planning; their feedback: add tests first"
+    );
+    assert!(results[1].starts_with("Error: plan mode is active: bash"), "{results:?}");
+    let modes: Vec<&Value> = of(&logs[0], &["plan/mode"]).iter().map(|(_, d)| *d).collect();
+    assert_eq!(modes, [&serde_json::json!({"active": true})]);
+}
+
+const ASK_SCRIPT: &str = r##"{"responses":[
+ {"turn":{"toolCalls":[{"id":"q1","name":"ask_user_question","arguments":["{\"questions\":[{\"id\":\"lang\",\"question\":\"Which language?\",\"options\":[{\"label\":\"Rust\"},{\"label\":\"Go\",\"description\":\"simpler\"}]},{\"id\":\"name\",\"question\":\"Name?\"}]}"]}]}},
+ {"turn":{"text":["thanks"]}}
+]}"##;
+
+/// `ask_user_question` in chat: a numbered picker per question; a number
+/// picks a label, a free line is `custom`.
+#[test]
+fn chat_answers_questions_from_piped_lines() {
+    let (o, _ws, data) = chat(ASK_SCRIPT, &[], b"ask me\n2\nferris\n");
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(out.contains("? Which language?\n  1. Rust\n  2. Go — simpler\n"), "{out}");
+    let logs = logs(data.path());
+    let result = of(&logs[0], &["tool/result"])[0].1;
+    let content = &result["message"]["content"][0];
+    assert_eq!(content["isError"], false);
+    let answer: Value = serde_json::from_str(content["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        answer,
+        serde_json::json!({"answers": [
+            {"id": "lang", "selected": ["Go"]},
+            {"id": "name", "selected": [], "custom": "ferris"}
+        ]})
+    );
+}
+
+/// `dsh run` has nobody to ask: the tool fails with `NO_PROVIDER`.
+#[test]
+fn run_refuses_questions() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(ASK_SCRIPT);
+    let o = dsh(data.path())
+        .args(["run", "--no-title", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("ask me")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let logs = logs(data.path());
+    let result = of(&logs[0], &["tool/result"])[0].1;
+    let content = &result["message"]["content"][0];
+    assert_eq!(content["isError"], true);
+    assert_eq!(
+        content["content"][0]["text"],
+        "Error: no user-questions provider is registered"
+    );
+}
+
+/// A subagent child cannot ask the user: `DELEGATED_CALLER`.
+#[test]
+fn a_subagent_child_is_refused_with_delegated_caller() {
+    let script = r##"{"responses":[
+ {"turn":{"toolCalls":[{"id":"s1","name":"subagent","arguments":["{\"description\":\"ask\",\"prompt\":\"ask the user\",\"run_in_background\":false}"]}]}},
+ {"turn":{"toolCalls":[{"id":"q1","name":"ask_user_question","arguments":["{\"questions\":[{\"id\":\"a\",\"question\":\"?\"}]}"]}]}},
+ {"turn":{"text":["could not ask"]}},
+ {"turn":{"text":["done"]}}
+]}"##;
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(script);
+    let o = dsh(data.path())
+        .args(["run", "--no-title", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("delegate")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let logs = logs(data.path());
+    let child = logs
+        .iter()
+        .find(|l| l[0].get("parentSession").is_some())
+        .expect("a child log");
+    let result = of(child, &["tool/result"])[0].1;
+    let text = result["message"]["content"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("Error: human interaction is unavailable while the calling agent is owned by another live agent"),
+        "{text}"
+    );
+}
+
+/// Allow, deny and always-allow each leave `approval/asked` +
+/// `approval/decided` (always-allow once: the next call is not asked).
+#[test]
+fn chat_logs_the_approval_trail() {
+    let script = r##"{"responses":[
+ {"turn":{"toolCalls":[{"id":"b1","name":"bash","arguments":["{\"command\":\"echo one\",\"description\":\"1\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"b2","name":"bash","arguments":["{\"command\":\"echo two\",\"description\":\"2\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"b3","name":"bash","arguments":["{\"command\":\"echo three\",\"description\":\"3\"}"]}]}},
+ {"turn":{"toolCalls":[{"id":"b4","name":"bash","arguments":["{\"command\":\"echo four\",\"description\":\"4\"}"]}]}},
+ {"turn":{"text":["done"]}}
+]}"##;
+    let (o, _ws, data) = chat(script, &[], b"go\ny\nn\na\n");
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let logs = logs(data.path());
+    let trail: Vec<(String, String)> = of(&logs[0], &["approval/"])
+        .iter()
+        .map(|(t, d)| {
+            (
+                t.to_string(),
+                d.get("outcome")
+                    .or_else(|| d.get("callId"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect();
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        trail,
+        [
+            pair("approval/asked", "b1"),
+            pair("approval/decided", "allowed-once"),
+            pair("approval/asked", "b2"),
+            pair("approval/decided", "rejected"),
+            pair("approval/asked", "b3"),
+            pair("approval/decided", "allowed-once"),
+        ]
+    );
+    let asked = of(&logs[0], &["approval/asked"])[0].1;
+    assert_eq!(asked["toolName"], "bash");
+    let decided = of(&logs[0], &["approval/decided"])[0].1;
+    assert_eq!(asked["id"], decided["id"]);
+}
+
+/// `/help`, `/status` and `/permissions` run as logged commands.
+#[test]
+fn chat_commands_are_logged_and_listed() {
+    let (o, _ws, data) = chat(
+        r#"{"responses":[]}"#,
+        &[],
+        b"/help\n/status\n/permissions bash auto\n/permissions\n/nope\n",
+    );
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    for c in ["/plan [off|message]", "/compact", "/model", "/effort", "/status", "/sessions", "/resume ID", "/fork", "/permissions"] {
+        assert!(out.contains(c), "{c} missing from /help: {out}");
+    }
+    assert!(out.contains("model: deepseek-v4-flash"), "{out}");
+    assert!(out.contains("bash: auto"), "{out}");
+    assert!(out.contains("unknown command /nope"), "{out}");
+    let logs = logs(data.path());
+    let names: Vec<&str> = of(&logs[0], &["command/run"])
+        .iter()
+        .map(|(_, d)| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["help", "status", "permissions", "permissions"]);
+    assert_eq!(of(&logs[0], &["command/done"]).len(), 4);
+}
