@@ -124,11 +124,19 @@ const PLAN_SCRIPT: &str = r##"{"responses":[
 fn assert_plan_round(lines: &[Value]) {
     let seen: Vec<String> = of(
         lines,
-        &["command/", "plan/", "tool/result", "approval/", "step/end", "step/start"],
+        &["plan/", "tool/result", "approval/", "step/end", "step/start"],
     )
     .iter()
     .map(|(t, d)| match *t {
         "plan/mode" => format!("plan/mode {}", d["active"]),
+        "tool/result" if d["message"]["content"][0]["isError"] == false
+            && !d["message"]["content"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("Plan") =>
+        {
+            "tool/result ok".to_string()
+        }
         "tool/result" => format!(
             "tool/result {}",
             d["message"]["content"][0]["content"][0]["text"]
@@ -149,13 +157,13 @@ fn assert_plan_round(lines: &[Value]) {
         "tool/result Error: plan mode is active: write cannot",
         "step/end",
         "step/start",
-        "tool/result Plan approved — plan mode exited; carry",
+        "tool/result Plan approved — plan mode exited; carry ",
         "step/end",
         "plan/mode false",
         "step/start",
         "approval/asked",
         "approval/decided \"allowed-once\"",
-        "tool/result ",
+        "tool/result ok",
         "step/end",
         "step/start",
         "step/end",
