@@ -218,11 +218,6 @@ fn env_lookup(name: &str) -> Option<String> {
     crate::secrets::lookup(name)
 }
 
-/// Resolves provider and store and builds the agent configuration.
-pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<Setup, String> {
-    setup_with(args, interactive, approve_all, false)
-}
-
 /// The plugins of working with the user (plan mode, questions) for an
 /// agent; `interactive`: a front end answers questions; `plan`: start in
 /// plan mode. One place, so that other plugins wire next to it.
@@ -237,7 +232,8 @@ pub fn interaction_plugins(config: &mut AgentConfig, interactive: bool, plan: bo
     ));
 }
 
-/// [`setup`], starting in plan mode when `plan`.
+/// Resolves provider and store and builds the agent configuration,
+/// starting in plan mode when `plan`.
 pub fn setup_with(
     args: &AgentArgs,
     interactive: bool,
@@ -772,14 +768,17 @@ pub struct Facts {
     pub sandbox: String,
 }
 
-/// The command host of the REPL: the agent and the facts.
-struct ChatHost<'a> {
-    agent: &'a Agent,
-    store: &'a dyn SessionStore,
-    facts: &'a Facts,
+/// The command host of `dsh chat` and `dsh acp`: the agent and the facts.
+pub struct AgentHost<'a> {
+    /// The agent the commands act on.
+    pub agent: &'a Agent,
+    /// The store (`/sessions`).
+    pub store: &'a dyn SessionStore,
+    /// What the agent does not know.
+    pub facts: &'a Facts,
 }
 
-impl crate::commands::Host for ChatHost<'_> {
+impl crate::commands::Host for AgentHost<'_> {
     fn log(&mut self, data: EventData) -> Result<(), String> {
         self.agent
             .append_event(data)
@@ -993,7 +992,7 @@ fn repl(
                 Action::Reply(req, value) => agent.answer(req, dsh_std::Reply::Plugin(value)),
                 Action::Dismiss(req) => agent.answer(req, dsh_std::Reply::Cancelled),
                 Action::Command { name, args } => {
-                    let mut host = ChatHost {
+                    let mut host = AgentHost {
                         agent: &agent,
                         store: store.as_ref(),
                         facts,

@@ -103,6 +103,7 @@ impl Interaction {
     }
 
     /// Also allow `tool` in plan mode (a read-only MCP tool).
+    #[allow(dead_code)] // for the MCP wiring: read-only MCP tools stay usable
     pub fn allow_in_plan(mut self, tool: impl Into<String>) -> Self {
         self.allowed.insert(tool.into());
         self

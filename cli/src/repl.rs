@@ -359,9 +359,15 @@ impl<R: Copy + PartialEq> Repl<R> {
                     args: args.to_string(),
                 }),
                 None => {
-                    out.push(Action::Notice(format!(
-                        "unknown command /{name} (/help lists them)"
-                    )));
+                    let near = self.registry.complete(&format!("/{name}"));
+                    out.push(Action::Notice(if near.is_empty() {
+                        format!("unknown command /{name} (/help lists them)")
+                    } else {
+                        format!(
+                            "unknown command /{name} (did you mean {}? /help lists them)",
+                            near.join(", ")
+                        )
+                    }));
                     if !self.running {
                         out.push(Action::Prompt);
                     }
@@ -547,6 +553,18 @@ mod tests {
             vec![A::Notice("unknown command /nope (/help lists them)".into())]
         );
         assert_eq!(line(&mut r, "/quit"), vec![A::Quit]);
+    }
+
+    #[test]
+    fn an_unknown_command_suggests_completions() {
+        let mut r = repl(false);
+        assert_eq!(
+            line(&mut r, "/pl"),
+            vec![
+                A::Notice("unknown command /pl (did you mean /plan? /help lists them)".into()),
+                A::Prompt
+            ]
+        );
     }
 
     #[test]
