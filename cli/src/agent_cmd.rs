@@ -100,6 +100,11 @@ pub struct AgentArgs {
     /// turn (config: `titles = false`).
     #[arg(long)]
     pub no_title: bool,
+    /// Permission preset: approval and sandbox together, logged
+    /// (`read-only`: writes and commands refused; `workspace-write`: they
+    /// ask; `full-auto`: nothing asks).
+    #[arg(long, value_enum, value_name = "PRESET")]
+    pub preset: Option<crate::preset::Preset>,
 }
 
 /// Largest `@FILE` a prompt flag reads.
@@ -255,7 +260,13 @@ pub fn setup_with(
         .over(&file.tools)
         .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
-    let sandbox = format!("{:?}", bash.sandbox);
+    let sandbox = match bash.sandbox.mode {
+        dsh_tools::sandbox::SandboxMode::Off => "danger-full-access",
+        _ => "workspace-write",
+    }
+    .to_string();
+    let preset = args.preset;
+    let approve_all = approve_all || preset.is_some_and(|p| p.approve_all());
     let max_retry_wait_ms = provider.client.max_retry_wait_ms();
     let tracing = crate::otel::tracing(&args.otel, &file)?;
     // The agent, and each subagent it starts, are built alike.
@@ -278,6 +289,9 @@ pub fn setup_with(
             )));
         if let Some(t) = &tracing {
             t.install(&mut config);
+        }
+        if let Some(p) = preset {
+            p.apply(&mut config.approval);
         }
         interaction_plugins(&mut config, interactive, plan);
         Ok(config)
@@ -403,7 +417,9 @@ pub fn run(args: RunArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
-    let result = drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes);
+    let result = log_preset(&agent, args.agent.preset, &setup.sandbox).and_then(|()| {
+        drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes)
+    });
     // The answer is out; the title gets a bounded wait before exit.
     titler.turn_ended(&agent);
     let title = titler.poll(&agent, TITLE_WAIT);
@@ -455,6 +471,20 @@ pub fn run(args: RunArgs) -> Outcome {
             Outcome::CheckFailed
         }
     }
+}
+
+/// Logs the permission preset chosen with `--preset`, if any.
+fn log_preset(
+    agent: &Agent,
+    preset: Option<crate::preset::Preset>,
+    sandbox: &str,
+) -> Result<(), String> {
+    for e in preset.map(|p| p.events(sandbox)).unwrap_or_default() {
+        agent
+            .append_event(e)
+            .map_err(|e| format!("cannot log the permission preset: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Writes session `id`'s stored log (header and events, JSONL) to `file`.
@@ -703,6 +733,9 @@ fn chat_loop(args: &AgentArgs, mut start: Start, plan: bool) -> Outcome {
         setup
             .delegation
             .attach(agent.session_id().clone(), agent.mailbox());
+        if let Err(e) = log_preset(&agent, args.preset, &setup.sandbox) {
+            eprintln_safe!("dsh chat: {e}");
+        }
         let current = agent.session_id().clone();
         let titler = titler_for(provider, call, &agent, setup.titles);
         let end = repl(

@@ -19,6 +19,7 @@ mod interact;
 mod log;
 mod mock_server;
 mod otel;
+mod preset;
 mod provider;
 mod render;
 mod repl;

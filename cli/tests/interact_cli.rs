@@ -378,3 +378,44 @@ fn chat_commands_are_logged_and_listed() {
     assert_eq!(names, ["help", "status", "permissions", "permissions"]);
     assert_eq!(of(&logs[0], &["command/done"]).len(), 4);
 }
+
+/// `--preset read-only`: logged as the reference logs a preset, and the
+/// write is refused without asking.
+#[test]
+fn a_read_only_preset_is_logged_and_refuses_writes() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(
+        r##"{"responses":[
+ {"turn":{"toolCalls":[{"id":"w1","name":"write","arguments":["{\"file_path\":\"a.txt\",\"content\":\"x\"}"]}]}},
+ {"turn":{"text":["refused"]}}
+]}"##,
+    );
+    let o = dsh(data.path())
+        .args(["run", "--no-title", "--yes", "--preset", "read-only", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("write a")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(!ws.path().join("a.txt").exists());
+    let logs = logs(data.path());
+    let head: Vec<String> = logs[0][1..4]
+        .iter()
+        .map(|l| format!("{} {}", l["type"].as_str().unwrap(), l["data"]))
+        .collect();
+    assert_eq!(
+        head,
+        [
+            r#"permission/preset {"preset":"read-only"}"#,
+            r#"sandbox/mode {"mode":"workspace-write"}"#,
+            r#"approval/policy {"policy":"ask"}"#,
+        ]
+    );
+    assert!(of(&logs[0], &["approval/asked"]).is_empty());
+    let result = of(&logs[0], &["tool/result"])[0].1;
+    assert_eq!(
+        result["message"]["content"][0]["content"][0]["text"],
+        "Error: write is disabled by policy in this session"
+    );
+}
