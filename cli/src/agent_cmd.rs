@@ -217,6 +217,8 @@ pub struct Setup {
     pub delegation: Arc<dsh_subagents::std_runner::Delegation>,
     /// The sandbox `bash` runs under, for `/status`.
     pub sandbox: String,
+    /// The workspace.
+    pub cwd: PathBuf,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -254,6 +256,7 @@ pub fn setup_with(
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
     let prompt = args.prompt_settings(&file)?;
+    let workspace = cwd.clone();
     let store = args.store.open()?;
     let bash = args
         .tools
@@ -308,6 +311,7 @@ pub fn setup_with(
         render,
         titles: !args.no_title && file.titles.unwrap_or(true),
         sandbox,
+        cwd: workspace,
     })
 }
 
@@ -691,6 +695,7 @@ fn chat_loop(args: &AgentArgs, mut start: Start, plan: bool) -> Outcome {
             call: call.clone(),
             store: args.store.describe(),
             sandbox: setup.sandbox.clone(),
+            cwd: setup.cwd.clone(),
         };
         let resumed = !matches!(start, Start::New);
         let agent = match &start {
@@ -799,6 +804,8 @@ pub struct Facts {
     pub store: String,
     /// The sandbox mode of `bash`.
     pub sandbox: String,
+    /// The workspace (write and edit diffs read the files there).
+    pub cwd: PathBuf,
 }
 
 /// The command host of `dsh chat` and `dsh acp`: the agent and the facts.
@@ -989,7 +996,7 @@ fn repl(
             None => match machine.next_held() {
                 Some(line) => Input::Line(line),
                 None => match rx.recv_timeout(Duration::from_millis(120)) {
-                    Ok(msg) => match to_input(msg, &mut r, &mut out, &mut errors, &mut titler, &agent, machine.running()) {
+                    Ok(msg) => match to_input(msg, &mut r, &mut out, &mut errors, &mut titler, &agent, machine.running(), facts, render.color) {
                         Some(i) => i,
                         None => continue,
                     },
@@ -1103,6 +1110,8 @@ fn to_input(
     titler: &mut Titler,
     agent: &Agent,
     running: bool,
+    facts: &Facts,
+    color: bool,
 ) -> Option<crate::repl::Input<ApprovalRequestId>> {
     use crate::repl::Input;
     Some(match msg {
@@ -1131,6 +1140,10 @@ fn to_input(
         }) => {
             let _ = r.clear_status(out);
             let _ = r.end_line(out);
+            if let Some(diff) = crate::diff::for_call(&tool, &arguments, &facts.cwd, color) {
+                // tty: diff::unified sanitises every line; the colours are ours.
+                let _ = write!(out, "{diff}");
+            }
             // tty: approval_prompt() shows every value through sanitize::approval_value.
             let _ = write!(out, "{}", crate::render::approval_prompt(&tool, &arguments));
             let _ = out.flush();

@@ -14,6 +14,7 @@ mod config_file;
 mod data_dir;
 mod deepseek;
 mod demo;
+mod diff;
 mod input;
 mod interact;
 mod log;

@@ -183,6 +183,9 @@ fn chat_plan_round_refuses_writes_until_the_plan_is_approved() {
     assert!(out.contains("Plan mode on. Use /plan off to leave."), "{out}");
     assert!(out.contains("? [Plan review] Approve this plan and leave plan mode?"), "{out}");
     assert!(out.contains("  │ # Notes"), "{out}");
+    // The write's approval shows its change as a unified diff.
+    assert!(out.contains("+++ b/notes.txt\n"), "{out}");
+    assert!(out.contains("\n+planned\nallow write?"), "{out}");
     assert_eq!(
         std::fs::read_to_string(ws.path().join("notes.txt")).unwrap(),
         "planned\n"

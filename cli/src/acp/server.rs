@@ -432,6 +432,7 @@ impl Server {
         call: dsh_core::LlmCallConfig,
     ) -> Result<String, acp::Error> {
         let session = agent.session_id().as_str().to_string();
+        let facts_cwd = cwd.clone();
         let events = agent.subscribe();
         let tx = self.tx.clone();
         let name = session.clone();
@@ -460,6 +461,7 @@ impl Server {
                     call,
                     store: self.store.kind().to_string(),
                     sandbox: "the CLI's default".into(),
+                    cwd: facts_cwd,
                 },
                 ask_call: None,
                 question: None,
@@ -733,9 +735,16 @@ impl Server {
                 ..
             } => {
                 let args: Value = serde_json::from_str(&arguments).unwrap_or(Value::Null);
+                let mut fields = map::call_fields(&tool, &args, &live.cwd);
+                // A write or edit carries its change (issue 30 point 5).
+                if let Some((path, old, new)) = crate::diff::change(&tool, &arguments, &live.cwd) {
+                    fields = fields.content(vec![ToolCallContent::Diff(
+                        acp::Diff::new(live.cwd.join(path), new).old_text(old),
+                    )]);
+                }
                 let request = RequestPermissionRequest::new(
                     session.to_string(),
-                    ToolCallUpdate::new(call_id.clone(), map::call_fields(&tool, &args, &live.cwd)),
+                    ToolCallUpdate::new(call_id.clone(), fields),
                     vec![
                         PermissionOption::new(ALLOW_ONCE, "Allow", PermissionOptionKind::AllowOnce),
                         PermissionOption::new(

@@ -407,6 +407,9 @@ await app.connectWith(third.stream, async (agent) => {
     "approving the plan leaves plan mode");
   check(permissionRequests[1] && permissionRequests[1].toolCall.toolCallId === "call_planned",
     "the write after the plan asks");
+  const diff = permissionRequests[1] && permissionRequests[1].toolCall.content && permissionRequests[1].toolCall.content[0];
+  check(diff && diff.type === "diff" && diff.newText === "planned\n" && diff.path === join(ws, "plan.txt"),
+    `the write's permission request carries its diff: ${JSON.stringify(diff)}`);
   check(buffers.get(join(ws, "plan.txt")) === "planned\n", "only the planned write ran");
 
   questionAnswer = "option-1";
