@@ -422,3 +422,57 @@ fn a_read_only_preset_is_logged_and_refuses_writes() {
         "Error: write is disabled by policy in this session"
     );
 }
+
+/// The reference's plan-review and approval-composer recordings: their
+/// command, plan-mode, preset and approval events pass `log check`, and
+/// the replay accepts everything up to their first turn. Their headers are
+/// the reference's legacy ones (no `delegationDepth`; the core's replay
+/// table pins them unloadable), so the header gains `"delegationDepth":0`
+/// first; and their turns open with the legacy `trigger` form, which the
+/// core's replay does not reproduce by design (a core matter, not this
+/// plugin's). The texts dsh writes are the recording's.
+#[test]
+fn the_reference_plan_review_and_approval_recordings_check() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance/sessions");
+    for (name, first_turn) in [
+        ("apps-web__plan-review__session.jsonl", 3),
+        ("apps-web__approval-composer__session.jsonl", 5),
+    ] {
+        let raw = std::fs::read_to_string(dir.join(name)).unwrap();
+        let (header, events) = raw.split_once('\n').unwrap();
+        assert!(!header.contains("delegationDepth"), "{name} is no longer legacy");
+        let header = format!("{},\"delegationDepth\":0}}", header.strip_suffix('}').unwrap());
+        let data = tempfile::tempdir().unwrap();
+        let path = data.path().join(name);
+        std::fs::write(&path, format!("{header}\n{events}")).unwrap();
+        let o = dsh(data.path())
+            .args(["log", "check", "--fixture-tokens"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{name}: {}{}", text(&o.stdout), text(&o.stderr));
+        let o = dsh(data.path())
+            .args(["replay", "--check", "--fixture-tokens"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let out = text(&o.stdout);
+        assert!(
+            out.contains(&format!(
+                "difference at seq {first_turn}: no input explains the recorded turn/start here"
+            )),
+            "{name}: {out}"
+        );
+    }
+    let raw = std::fs::read_to_string(dir.join("apps-web__plan-review__session.jsonl")).unwrap();
+    for text in [
+        r#""data":{"commandId":"cmd-228a60ef-1","name":"plan","args":" Plan a small"#,
+        r#""data":{"commandId":"cmd-228a60ef-1","kind":"success","text":"Plan mode on. Use /plan off to leave."}"#,
+        r#"{"type":"text","text":"Plan approved — plan mode exited; carry out the plan starting with your next step."}"#,
+        r#"{"type":"step/end","seq":288,"time":1785406808721,"data":{"turn":1,"step":1}}
+{"type":"plan/mode","seq":289,"time":1785406808721,"data":{"active":false}}
+{"type":"step/start""#,
+    ] {
+        assert!(raw.contains(text), "the recording has {text}");
+    }
+}
