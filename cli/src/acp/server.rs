@@ -332,11 +332,21 @@ impl Server {
             ClientRequest::InitializeRequest(r) => self.initialize(&id, r),
             ClientRequest::NewSessionRequest(r) => {
                 let result = self.new_session(r);
-                self.peer.respond(&id, result)
+                let session = result.as_ref().ok().map(|r| r.session_id.0.to_string());
+                self.peer.respond(&id, result);
+                // The commands, once the client knows the session.
+                if let Some(s) = session {
+                    self.commands_update(&s);
+                }
             }
             ClientRequest::LoadSessionRequest(r) => {
+                let session = r.session_id.0.to_string();
                 let result = self.load_session(r);
-                self.peer.respond(&id, result)
+                let loaded = result.is_ok();
+                self.peer.respond(&id, result);
+                if loaded {
+                    self.commands_update(&session);
+                }
             }
             ClientRequest::PromptRequest(r) => self.prompt(id, r),
             ClientRequest::SetSessionModeRequest(r) => {
@@ -467,7 +477,6 @@ impl Server {
                 question: None,
             },
         );
-        self.commands_update(&session);
         Ok(session)
     }
 
