@@ -370,16 +370,17 @@ await app.connectWith(third.stream, async (agent) => {
   const created = await agent.request(acp.methods.agent.session.new, { cwd: ws, mcpServers: [] });
   planSession = created.sessionId;
   check(created.modes.availableModes.some((m) => m.id === "plan"), "a plan mode is offered");
-  const listed = wireUpdates(third, 0).find((u) => u.update.sessionUpdate === "available_commands_update");
-  const names = listed ? listed.update.availableCommands.map((c) => c.name) : [];
-  for (const n of ["plan", "compact", "model", "effort", "status", "sessions", "resume", "fork", "help", "permissions"]) {
-    check(names.includes(n), `available_commands_update lists /${n}: ${names.join(",")}`);
-  }
   // A slash command runs without the model.
   let mark = third.transcript.length;
   const status = await agent.request(acp.methods.agent.session.prompt, {
     sessionId: planSession, prompt: [{ type: "text", text: "/status" }],
   });
+  // The command list follows the session/new response.
+  const listed = wireUpdates(third, 0).find((u) => u.update.sessionUpdate === "available_commands_update");
+  const names = listed ? listed.update.availableCommands.map((c) => c.name) : [];
+  for (const n of ["plan", "compact", "model", "effort", "status", "sessions", "resume", "fork", "help", "permissions"]) {
+    check(names.includes(n), `available_commands_update lists /${n}: ${names.join(",")}`);
+  }
   check(status.stopReason === "end_turn", `/status ends end_turn, got ${status.stopReason}`);
   const said = wireUpdates(third, mark).filter((u) => u.update.sessionUpdate === "agent_message_chunk")
     .map((u) => u.update.content.text).join("");
