@@ -421,9 +421,8 @@ pub fn run(args: RunArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
-    let result = log_preset(&agent, args.agent.preset, &setup.sandbox).and_then(|()| {
-        drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes)
-    });
+    let result = log_preset(&agent, args.agent.preset, &setup.sandbox)
+        .and_then(|()| drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes));
     // The answer is out; the title gets a bounded wait before exit.
     titler.turn_ended(&agent);
     let title = titler.poll(&agent, TITLE_WAIT);
@@ -837,7 +836,12 @@ impl crate::commands::Host for AgentHost<'_> {
         let call = &self.facts.call;
         let effort = call.reasoning_effort.as_ref().map_or_else(
             || "default".to_string(),
-            |e| serde_json::to_value(e).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            |e| {
+                serde_json::to_value(e)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            },
         );
         let change = |what: &str| {
             Done::error(format!(
@@ -889,7 +893,11 @@ impl crate::commands::Host for AgentHost<'_> {
                                 "{}{}  {}",
                                 "  ".repeat(r.depth),
                                 r.id,
-                                if r.title.is_empty() { &r.prompt } else { &r.title }
+                                if r.title.is_empty() {
+                                    &r.prompt
+                                } else {
+                                    &r.title
+                                }
                             )
                         })
                         .collect::<Vec<_>>()
@@ -984,7 +992,7 @@ fn repl(
         piped,
         io::stdout().is_terminal(),
     );
-    let mut ids = crate::commands::CommandIds::new(now_ms() as u64);
+    let mut ids = crate::commands::CommandIds::new(now_ms());
     let mut errors = PendingErrors::default();
     let mut switch = None;
     let mut pending: VecDeque<Input<ApprovalRequestId>> = VecDeque::new();
@@ -996,7 +1004,19 @@ fn repl(
             None => match machine.next_held() {
                 Some(line) => Input::Line(line),
                 None => match rx.recv_timeout(Duration::from_millis(120)) {
-                    Ok(msg) => match to_input(msg, &mut r, &mut out, &mut errors, &mut titler, &agent, machine.running(), facts, render.color) {
+                    Ok(msg) => match to_input(
+                        msg,
+                        &mut r,
+                        &mut out,
+                        &mut errors,
+                        &mut titler,
+                        &Where {
+                            agent: &agent,
+                            running: machine.running(),
+                            facts,
+                            color: render.color,
+                        },
+                    ) {
                         Some(i) => i,
                         None => continue,
                     },
@@ -1037,7 +1057,9 @@ fn repl(
                         store: store.as_ref(),
                         facts,
                     };
-                    let done = machine.registry().execute(&mut host, &mut ids, &name, &args);
+                    let done = machine
+                        .registry()
+                        .execute(&mut host, &mut ids, &name, &args);
                     if done.switch.is_some() && done.ok {
                         let _ = r.notice(&mut out, done.text.as_deref().unwrap_or(""));
                         switch = done.switch;
@@ -1100,6 +1122,14 @@ fn repl(
     }
 }
 
+/// What [`to_input`] reads about the chat.
+struct Where<'a> {
+    agent: &'a Agent,
+    running: bool,
+    facts: &'a Facts,
+    color: bool,
+}
+
 /// Renders what needs rendering of `msg` and turns it into the machine's
 /// input (`None`: nothing for the machine).
 fn to_input(
@@ -1108,10 +1138,7 @@ fn to_input(
     out: &mut dyn Write,
     errors: &mut PendingErrors,
     titler: &mut Titler,
-    agent: &Agent,
-    running: bool,
-    facts: &Facts,
-    color: bool,
+    at: &Where<'_>,
 ) -> Option<crate::repl::Input<ApprovalRequestId>> {
     use crate::repl::Input;
     Some(match msg {
@@ -1121,7 +1148,7 @@ fn to_input(
                 for e in errors.after_turn(&ev) {
                     let _ = r.notice(out, &format!("error: {e}"));
                 }
-                titler.turn_ended(agent);
+                titler.turn_ended(at.agent);
             }
             if let EventData::StepStart(_) | EventData::LlmRetry(_) = ev.data() {
                 Input::Waiting
@@ -1131,7 +1158,9 @@ fn to_input(
                 return None;
             }
         }
-        Ui::Event(AgentEvent::Status(status)) => Input::Running(!matches!(status, AgentStatus::Idle)),
+        Ui::Event(AgentEvent::Status(status)) => {
+            Input::Running(!matches!(status, AgentStatus::Idle))
+        }
         Ui::Event(AgentEvent::ApprovalRequested {
             id,
             tool,
@@ -1140,7 +1169,7 @@ fn to_input(
         }) => {
             let _ = r.clear_status(out);
             let _ = r.end_line(out);
-            if let Some(diff) = crate::diff::for_call(&tool, &arguments, &facts.cwd, color) {
+            if let Some(diff) = crate::diff::for_call(&tool, &arguments, &at.facts.cwd, at.color) {
                 // tty: diff::unified sanitises every line; the colours are ours.
                 let _ = write!(out, "{diff}");
             }
@@ -1160,11 +1189,11 @@ fn to_input(
         }
         Ui::Event(AgentEvent::Asked { id, .. }) => {
             // No front end for this plugin's asks: withdraw it.
-            agent.answer(id, dsh_std::Reply::Cancelled);
+            at.agent.answer(id, dsh_std::Reply::Cancelled);
             return None;
         }
         Ui::Event(AgentEvent::Error(e)) => {
-            if running {
+            if at.running {
                 errors.push(e);
             } else {
                 let _ = r.notice(out, &format!("error: {e}"));

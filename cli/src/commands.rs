@@ -101,9 +101,7 @@ pub fn valid_name(name: &str) -> bool {
 /// rest (separator included); `None` when the line is not a command.
 pub fn parse(line: &str) -> Option<(&str, &str)> {
     let rest = line.strip_prefix('/')?;
-    let end = rest
-        .find([' ', '\t', '\n', '\r'])
-        .unwrap_or(rest.len());
+    let end = rest.find([' ', '\t', '\n', '\r']).unwrap_or(rest.len());
     let name = &rest[..end];
     valid_name(name).then(|| (name, &rest[end..]))
 }
@@ -141,7 +139,13 @@ impl Registry {
                 Builtin::Status,
             )
             .during_turn(),
-            b("sessions", "List the stored sessions", None, Builtin::Sessions).during_turn(),
+            b(
+                "sessions",
+                "List the stored sessions",
+                None,
+                Builtin::Sessions,
+            )
+            .during_turn(),
             b(
                 "resume",
                 "Continue another stored session",
@@ -230,7 +234,10 @@ impl Registry {
             s.push_str(&format!(
                 "\n  /{}{} — {}",
                 c.name,
-                c.hint.as_deref().map(|h| format!(" {h}")).unwrap_or_default(),
+                c.hint
+                    .as_deref()
+                    .map(|h| format!(" {h}"))
+                    .unwrap_or_default(),
                 c.description
             ));
         }
@@ -338,7 +345,13 @@ impl Registry {
     /// Runs command `name` with its raw input `args` on `host`, logging
     /// `command/run` and `command/done` around it. An unknown name is
     /// answered with an error and not logged.
-    pub fn execute(&self, host: &mut dyn Host, ids: &mut CommandIds, name: &str, args: &str) -> Done {
+    pub fn execute(
+        &self,
+        host: &mut dyn Host,
+        ids: &mut CommandIds,
+        name: &str,
+        args: &str,
+    ) -> Done {
         let Some(command) = self.get(name) else {
             return Done::error(format!("unknown command /{name} (/help lists them)"));
         };
@@ -425,16 +438,26 @@ mod tests {
         }
         let mut r = r;
         assert!(
-            r.register(Command::new("plan", "again", None, Handler::Plugin("x".into())))
-                .is_err()
+            r.register(Command::new(
+                "plan",
+                "again",
+                None,
+                Handler::Plugin("x".into())
+            ))
+            .is_err()
         );
         assert!(
             r.register(Command::new("Bad", "x", None, Handler::Plugin("x".into())))
                 .is_err()
         );
         assert!(
-            r.register(Command::new("skills", "List skills", None, Handler::Plugin("skills".into())))
-                .is_ok()
+            r.register(Command::new(
+                "skills",
+                "List skills",
+                None,
+                Handler::Plugin("skills".into())
+            ))
+            .is_ok()
         );
         assert!(r.help().contains("/skills — List skills"));
     }
@@ -452,7 +475,9 @@ mod tests {
     fn a_command_is_logged_around_its_effect() {
         let r = Registry::standard();
         let mut host = Fake {
-            plugin: Some(json!({"kind": "success", "text": "Plan mode on. Use /plan off to leave.", "message": "go"})),
+            plugin: Some(
+                json!({"kind": "success", "text": "Plan mode on. Use /plan off to leave.", "message": "go"}),
+            ),
             ..Fake::default()
         };
         let mut ids = CommandIds::new(0x228a60ef);
@@ -471,7 +496,12 @@ mod tests {
         host.plugin = Some(Value::Null);
         let done = r.execute(&mut host, &mut ids, "permissions", "");
         assert!(!done.ok);
-        assert!(host.log.last().unwrap().contains(r#""commandId":"cmd-228a60ef-2","kind":"error""#));
+        assert!(
+            host.log
+                .last()
+                .unwrap()
+                .contains(r#""commandId":"cmd-228a60ef-2","kind":"error""#)
+        );
         // Unknown commands are not logged.
         let n = host.log.len();
         assert!(!r.execute(&mut host, &mut ids, "nope", "").ok);

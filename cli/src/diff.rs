@@ -23,7 +23,9 @@ fn current(path: &Path) -> Option<String> {
         Err(_) => return None,
     };
     let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).ok()?;
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .ok()?;
     (text.len() as u64 <= MAX_FILE_BYTES).then_some(text)
 }
 
@@ -129,8 +131,13 @@ mod tests {
             d,
             "--- a/a.txt\n+++ b/a.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n"
         );
-        let new = for_call("write", r#"{"file_path":"b.txt","content":"x\n"}"#, dir.path(), true)
-            .unwrap();
+        let new = for_call(
+            "write",
+            r#"{"file_path":"b.txt","content":"x\n"}"#,
+            dir.path(),
+            true,
+        )
+        .unwrap();
         assert!(new.contains("\x1b[32m+x\x1b[0m\n"), "{new:?}");
     }
 
@@ -147,6 +154,9 @@ mod tests {
         .unwrap();
         assert!(d.contains("-fn b() {}\n+fn b() { ^[[2J }\n"), "{d:?}");
         assert!(!d.contains('\x1b'));
-        assert_eq!(for_call("bash", r#"{"command":"ls"}"#, dir.path(), false), None);
+        assert_eq!(
+            for_call("bash", r#"{"command":"ls"}"#, dir.path(), false),
+            None
+        );
     }
 }

@@ -386,7 +386,10 @@ fn mode_at_last_header(events: &[SessionEvent]) -> Option<bool> {
 }
 
 fn plan_mode_value(data: &str) -> Option<bool> {
-    serde_json::from_str::<Value>(data).ok()?.get("active")?.as_bool()
+    serde_json::from_str::<Value>(data)
+        .ok()?
+        .get("active")?
+        .as_bool()
 }
 
 /// The model's questions, checked and converted to the front-end shape
@@ -406,15 +409,21 @@ fn questions_of(args: &Value) -> Result<Vec<Value>, (String, &'static str)> {
     if list.len() > MAX_QUESTIONS {
         return Err(bad(format!("at most {MAX_QUESTIONS} questions")));
     }
-    let text = |q: &Value, key: &str, required: bool| -> Result<Option<String>, (String, &'static str)> {
-        match q.get(key) {
-            None | Some(Value::Null) if !required => Ok(None),
-            Some(Value::String(s)) if s.len() <= MAX_TEXT && (!required || !s.trim().is_empty()) => {
-                Ok(Some(s.clone()))
+    let text =
+        |q: &Value, key: &str, required: bool| -> Result<Option<String>, (String, &'static str)> {
+            match q.get(key) {
+                None | Some(Value::Null) if !required => Ok(None),
+                Some(Value::String(s))
+                    if s.len() <= MAX_TEXT && (!required || !s.trim().is_empty()) =>
+                {
+                    Ok(Some(s.clone()))
+                }
+                _ => Err(bad(format!(
+                    "question {key} must be a string of at most {MAX_TEXT} bytes{}",
+                    if required { ", not empty" } else { "" }
+                ))),
             }
-            _ => Err(bad(format!("question {key} must be a string of at most {MAX_TEXT} bytes{}", if required { ", not empty" } else { "" }))),
-        }
-    };
+        };
     let mut ids = BTreeSet::new();
     let mut out = Vec::new();
     for q in list {
@@ -514,9 +523,11 @@ impl Plugin for Interaction {
         mut value: Assembly,
     ) -> Flow<Assembly> {
         if self.active {
-            value
-                .sections
-                .push(PromptSection::new(SECTION_NAME, SECTION_ORDER, PLAN_GUIDANCE));
+            value.sections.push(PromptSection::new(
+                SECTION_NAME,
+                SECTION_ORDER,
+                PLAN_GUIDANCE,
+            ));
         }
         Flow::Next(value)
     }
@@ -631,8 +642,10 @@ mod tests {
         );
         assert!(questions_of(&json!({"questions": [{"id": "a"}]})).is_err());
         assert!(
-            questions_of(&json!({"questions": [{"id": "a", "question": "q"}, {"id": "a", "question": "r"}]}))
-                .is_err()
+            questions_of(
+                &json!({"questions": [{"id": "a", "question": "q"}, {"id": "a", "question": "r"}]})
+            )
+            .is_err()
         );
         assert!(questions_of(&json!({"questions": "no"})).is_err());
     }
@@ -659,7 +672,14 @@ mod tests {
     #[test]
     fn plan_mode_allows_read_only_tools_only() {
         let p = Interaction::new(Answerer::Interactive).allow_in_plan("mcp_docs_search");
-        for t in ["read", "grep", "glob", EXIT_PLAN_MODE, ASK_USER_QUESTION, "mcp_docs_search"] {
+        for t in [
+            "read",
+            "grep",
+            "glob",
+            EXIT_PLAN_MODE,
+            ASK_USER_QUESTION,
+            "mcp_docs_search",
+        ] {
             assert!(p.allowed_in_plan(t), "{t}");
         }
         for t in ["write", "edit", "bash", "bash_start", "subagent"] {

@@ -169,9 +169,7 @@ impl<R: Copy + PartialEq> Repl<R> {
                             out.push(Action::Print(String::new()));
                             out.push(Action::Notice("(input ended: denied)".into()));
                             out.push(match p {
-                                Pending::Approval(id) => {
-                                    Action::Answer(id, ApprovalDecision::Deny)
-                                }
+                                Pending::Approval(id) => Action::Answer(id, ApprovalDecision::Deny),
                                 Pending::Question { id, .. } => Action::Dismiss(id),
                             });
                         }
@@ -340,7 +338,9 @@ impl<R: Copy + PartialEq> Repl<R> {
             }
             "/steer" => {
                 self.steer = true;
-                return out.push(Action::Notice("lines typed during a turn now steer it".into()));
+                return out.push(Action::Notice(
+                    "lines typed during a turn now steer it".into(),
+                ));
             }
             "/cancel" => return out.push(Action::Cancel),
             _ => {}
@@ -506,11 +506,11 @@ mod tests {
             ]
         );
         line(&mut r, "/followup");
-        assert_eq!(line(&mut r, "later").last(), Some(&A::Followup("later".into())));
         assert_eq!(
-            r.handle(Input::Running(false)),
-            vec![A::Idle, A::Prompt]
+            line(&mut r, "later").last(),
+            Some(&A::Followup("later".into()))
         );
+        assert_eq!(r.handle(Input::Running(false)), vec![A::Idle, A::Prompt]);
         assert!(!r.running());
     }
 
@@ -578,9 +578,15 @@ mod tests {
             vec![A::Answer(7, ApprovalDecision::AllowAlways)]
         );
         r.handle(Input::Approval(8));
-        assert_eq!(line(&mut r, "no"), vec![A::Answer(8, ApprovalDecision::Deny)]);
+        assert_eq!(
+            line(&mut r, "no"),
+            vec![A::Answer(8, ApprovalDecision::Deny)]
+        );
         r.handle(Input::Approval(9));
-        assert_eq!(line(&mut r, "Y"), vec![A::Answer(9, ApprovalDecision::Allow)]);
+        assert_eq!(
+            line(&mut r, "Y"),
+            vec![A::Answer(9, ApprovalDecision::Allow)]
+        );
     }
 
     #[test]
@@ -609,9 +615,15 @@ mod tests {
         line(&mut r, "run it");
         r.handle(Input::Running(true));
         r.handle(Input::Approval(3));
-        r.handle(Input::Question(4, json!({"questions": [{"id": "a", "question": "?"}]})));
+        r.handle(Input::Question(
+            4,
+            json!({"questions": [{"id": "a", "question": "?"}]}),
+        ));
         let out = r.handle(Input::Eof);
-        assert!(out.contains(&A::Answer(3, ApprovalDecision::Deny)), "{out:?}");
+        assert!(
+            out.contains(&A::Answer(3, ApprovalDecision::Deny)),
+            "{out:?}"
+        );
         assert!(out.contains(&A::Dismiss(4)), "{out:?}");
         assert_eq!(
             r.handle(Input::Approval(5)).last(),
@@ -682,7 +694,10 @@ mod tests {
             "intent": {"kind": "plan-review", "approve": "Approve"}});
         assert_eq!(parse_answer(&q, "y")["selected"], json!(["Approve"]));
         assert_eq!(parse_answer(&q, "1")["selected"], json!(["Approve"]));
-        assert_eq!(parse_answer(&q, "keep planning")["selected"], json!(["Keep planning"]));
+        assert_eq!(
+            parse_answer(&q, "keep planning")["selected"],
+            json!(["Keep planning"])
+        );
         assert_eq!(parse_answer(&q, "1,2")["custom"], "1,2", "single select");
         assert_eq!(parse_answer(&q, "9")["custom"], "9");
         assert_eq!(parse_answer(&q, "split step 2")["custom"], "split step 2");

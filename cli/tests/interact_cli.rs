@@ -80,11 +80,7 @@ fn chat(
     script: &str,
     extra: &[&str],
     input: &[u8],
-) -> (
-    std::process::Output,
-    tempfile::TempDir,
-    tempfile::TempDir,
-) {
+) -> (std::process::Output, tempfile::TempDir, tempfile::TempDir) {
     use std::io::Write;
     let data = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
@@ -108,7 +104,10 @@ fn chat(
     });
     let o = child.wait_with_output().unwrap();
     drop(watchdog);
-    assert!(o.status.code().is_some(), "killed by the watchdog: the REPL hung");
+    assert!(
+        o.status.code().is_some(),
+        "killed by the watchdog: the REPL hung"
+    );
     (o, ws, data)
 }
 
@@ -124,16 +123,23 @@ const PLAN_SCRIPT: &str = r##"{"responses":[
 fn assert_plan_round(lines: &[Value]) {
     let seen: Vec<String> = of(
         lines,
-        &["plan/", "tool/result", "approval/", "step/end", "step/start"],
+        &[
+            "plan/",
+            "tool/result",
+            "approval/",
+            "step/end",
+            "step/start",
+        ],
     )
     .iter()
     .map(|(t, d)| match *t {
         "plan/mode" => format!("plan/mode {}", d["active"]),
-        "tool/result" if d["message"]["content"][0]["isError"] == false
-            && !d["message"]["content"][0]["content"][0]["text"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("Plan") =>
+        "tool/result"
+            if d["message"]["content"][0]["isError"] == false
+                && !d["message"]["content"][0]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("Plan") =>
         {
             "tool/result ok".to_string()
         }
@@ -168,7 +174,11 @@ fn assert_plan_round(lines: &[Value]) {
         "step/start",
         "step/end",
     ];
-    let tail: Vec<&str> = seen.iter().map(String::as_str).skip_while(|s| *s != "plan/mode true").collect();
+    let tail: Vec<&str> = seen
+        .iter()
+        .map(String::as_str)
+        .skip_while(|s| *s != "plan/mode true")
+        .collect();
     assert_eq!(tail, want, "{seen:#?}");
 }
 
@@ -180,8 +190,14 @@ fn chat_plan_round_refuses_writes_until_the_plan_is_approved() {
     let (o, ws, data) = chat(PLAN_SCRIPT, &[], b"/plan make notes\n1\ny\n");
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
-    assert!(out.contains("Plan mode on. Use /plan off to leave."), "{out}");
-    assert!(out.contains("? [Plan review] Approve this plan and leave plan mode?"), "{out}");
+    assert!(
+        out.contains("Plan mode on. Use /plan off to leave."),
+        "{out}"
+    );
+    assert!(
+        out.contains("? [Plan review] Approve this plan and leave plan mode?"),
+        "{out}"
+    );
     assert!(out.contains("  │ # Notes"), "{out}");
     // The write's approval shows its change as a unified diff.
     assert!(out.contains("+++ b/notes.txt\n"), "{out}");
@@ -193,7 +209,10 @@ fn chat_plan_round_refuses_writes_until_the_plan_is_approved() {
     let logs = logs(data.path());
     let lines = &logs[0];
     // The command's three events lead, as in the plan-review recording.
-    let head: Vec<&str> = lines[1..4].iter().map(|l| l["type"].as_str().unwrap()).collect();
+    let head: Vec<&str> = lines[1..4]
+        .iter()
+        .map(|l| l["type"].as_str().unwrap())
+        .collect();
     assert_eq!(head, ["command/run", "plan/mode", "command/done"]);
     assert_eq!(lines[1]["data"]["name"], "plan");
     assert_eq!(lines[1]["data"]["args"], " make notes");
@@ -219,14 +238,25 @@ fn chat_plan_flag_starts_in_plan_mode_and_feedback_keeps_planning() {
     let logs = logs(data.path());
     let results: Vec<String> = of(&logs[0], &["tool/result"])
         .iter()
-        .map(|(_, d)| d["message"]["content"][0]["content"][0]["text"].as_str().unwrap().to_string())
+        .map(|(_, d)| {
+            d["message"]["content"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(
         results[0],
         "Error: The user chose to keep planning; their feedback: add tests first"
     );
-    assert!(results[1].starts_with("Error: plan mode is active: bash"), "{results:?}");
-    let modes: Vec<&Value> = of(&logs[0], &["plan/mode"]).iter().map(|(_, d)| *d).collect();
+    assert!(
+        results[1].starts_with("Error: plan mode is active: bash"),
+        "{results:?}"
+    );
+    let modes: Vec<&Value> = of(&logs[0], &["plan/mode"])
+        .iter()
+        .map(|(_, d)| *d)
+        .collect();
     assert_eq!(modes, [&serde_json::json!({"active": true})]);
 }
 
@@ -242,12 +272,16 @@ fn chat_answers_questions_from_piped_lines() {
     let (o, _ws, data) = chat(ASK_SCRIPT, &[], b"ask me\n2\nferris\n");
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
-    assert!(out.contains("? Which language?\n  1. Rust\n  2. Go — simpler\n"), "{out}");
+    assert!(
+        out.contains("? Which language?\n  1. Rust\n  2. Go — simpler\n"),
+        "{out}"
+    );
     let logs = logs(data.path());
     let result = of(&logs[0], &["tool/result"])[0].1;
     let content = &result["message"]["content"][0];
     assert_eq!(content["isError"], false);
-    let answer: Value = serde_json::from_str(content["content"][0]["text"].as_str().unwrap()).unwrap();
+    let answer: Value =
+        serde_json::from_str(content["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(
         answer,
         serde_json::json!({"answers": [
@@ -269,7 +303,13 @@ fn run_refuses_questions() {
         .arg("ask me")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
     let logs = logs(data.path());
     let result = of(&logs[0], &["tool/result"])[0].1;
     let content = &result["message"]["content"][0];
@@ -298,14 +338,22 @@ fn a_subagent_child_is_refused_with_delegated_caller() {
         .arg("delegate")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
     let logs = logs(data.path());
     let child = logs
         .iter()
         .find(|l| l[0].get("parentSession").is_some())
         .expect("a child log");
     let result = of(child, &["tool/result"])[0].1;
-    let text = result["message"]["content"][0]["content"][0]["text"].as_str().unwrap();
+    let text = result["message"]["content"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
     assert!(
         text.starts_with("Error: human interaction is unavailable while the calling agent is owned by another live agent"),
         "{text}"
@@ -324,7 +372,13 @@ fn chat_logs_the_approval_trail() {
  {"turn":{"text":["done"]}}
 ]}"##;
     let (o, _ws, data) = chat(script, &[], b"go\ny\nn\na\n");
-    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
     let logs = logs(data.path());
     let trail: Vec<(String, String)> = of(&logs[0], &["approval/"])
         .iter()
@@ -367,7 +421,17 @@ fn chat_commands_are_logged_and_listed() {
     );
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
-    for c in ["/plan [off|message]", "/compact", "/model", "/effort", "/status", "/sessions", "/resume ID", "/fork", "/permissions"] {
+    for c in [
+        "/plan [off|message]",
+        "/compact",
+        "/model",
+        "/effort",
+        "/status",
+        "/sessions",
+        "/resume ID",
+        "/fork",
+        "/permissions",
+    ] {
         assert!(out.contains(c), "{c} missing from /help: {out}");
     }
     assert!(out.contains("model: deepseek-v4-flash"), "{out}");
@@ -395,12 +459,27 @@ fn a_read_only_preset_is_logged_and_refuses_writes() {
 ]}"##,
     );
     let o = dsh(data.path())
-        .args(["run", "--no-title", "--yes", "--preset", "read-only", "--base-url", &server.url(), "--cwd"])
+        .args([
+            "run",
+            "--no-title",
+            "--yes",
+            "--preset",
+            "read-only",
+            "--base-url",
+            &server.url(),
+            "--cwd",
+        ])
         .arg(ws.path())
         .arg("write a")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
     assert!(!ws.path().join("a.txt").exists());
     let logs = logs(data.path());
     let head: Vec<String> = logs[0][1..4]
@@ -440,8 +519,14 @@ fn the_reference_plan_review_and_approval_recordings_check() {
     ] {
         let raw = std::fs::read_to_string(dir.join(name)).unwrap();
         let (header, events) = raw.split_once('\n').unwrap();
-        assert!(!header.contains("delegationDepth"), "{name} is no longer legacy");
-        let header = format!("{},\"delegationDepth\":0}}", header.strip_suffix('}').unwrap());
+        assert!(
+            !header.contains("delegationDepth"),
+            "{name} is no longer legacy"
+        );
+        let header = format!(
+            "{},\"delegationDepth\":0}}",
+            header.strip_suffix('}').unwrap()
+        );
         let data = tempfile::tempdir().unwrap();
         let path = data.path().join(name);
         std::fs::write(&path, format!("{header}\n{events}")).unwrap();
@@ -450,7 +535,13 @@ fn the_reference_plan_review_and_approval_recordings_check() {
             .arg(&path)
             .output()
             .unwrap();
-        assert_eq!(o.status.code(), Some(0), "{name}: {}{}", text(&o.stdout), text(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{name}: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
         let o = dsh(data.path())
             .args(["replay", "--check", "--fixture-tokens"])
             .arg(&path)

@@ -284,9 +284,13 @@ impl Plugin for ApprovalPlugin {
                     self.policy().set(*tool, m);
                     serde_json::json!({"kind": "success", "text": format!("{tool}: {}", m.as_str())})
                 }
-                _ => serde_json::json!({"kind": "error", "text": "usage: /permissions [TOOL ask|auto|deny]"}),
+                _ => {
+                    serde_json::json!({"kind": "error", "text": "usage: /permissions [TOOL ask|auto|deny]"})
+                }
             },
-            _ => serde_json::json!({"kind": "error", "text": "usage: /permissions [TOOL ask|auto|deny]"}),
+            _ => {
+                serde_json::json!({"kind": "error", "text": "usage: /permissions [TOOL ask|auto|deny]"})
+            }
         };
         Flow::Done(result)
     }

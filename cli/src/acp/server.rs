@@ -120,7 +120,9 @@ impl SessionMode {
             SessionMode::Ask => "Ask before running tools other than read",
             SessionMode::AcceptEdits => "Edit files without asking; ask before commands",
             SessionMode::Auto => "Run every tool without asking",
-            SessionMode::Plan => "Explore and plan; nothing is written or run until you approve a plan",
+            SessionMode::Plan => {
+                "Explore and plan; nothing is written or run until you approve a plan"
+            }
         }
     }
 
@@ -586,7 +588,7 @@ impl Server {
                 store: self.store.as_ref(),
                 facts: &live.facts,
             };
-            let mut ids = crate::commands::CommandIds::new(now_ms() as u64);
+            let mut ids = crate::commands::CommandIds::new(now_ms());
             let mut done = registry.execute(&mut host, &mut ids, name, args);
             if done.switch.is_some() {
                 done = crate::commands::Done::error(
@@ -602,9 +604,9 @@ impl Server {
                 notify(
                     &self.peer,
                     &session,
-                    SessionUpdate::AgentMessageChunk(ContentChunk::new(
-                        acp::ContentBlock::Text(acp::TextContent::new(format!("{shown}\n"))),
-                    )),
+                    SessionUpdate::AgentMessageChunk(ContentChunk::new(acp::ContentBlock::Text(
+                        acp::TextContent::new(format!("{shown}\n")),
+                    ))),
                 );
             }
             match done.message {
@@ -644,9 +646,17 @@ impl Server {
                     "plan mode is entered or left between prompts",
                 ));
             }
-            let args = if mode == SessionMode::Plan { "" } else { " off" };
+            let args = if mode == SessionMode::Plan {
+                ""
+            } else {
+                " off"
+            };
             live.agent
-                .command("plan", serde_json::json!({"args": args}), Some(COMMAND_TIMEOUT))
+                .command(
+                    "plan",
+                    serde_json::json!({"args": args}),
+                    Some(COMMAND_TIMEOUT),
+                )
                 .map_err(|e| internal(format!("cannot switch plan mode: {e}")))?;
         }
         live.mode = mode;
@@ -838,21 +848,22 @@ impl Server {
                     .collect()
             })
             .unwrap_or_default();
-        let options: Vec<PermissionOption> = labels
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let kind = if review && i > 0 {
-                    PermissionOptionKind::RejectOnce
-                } else {
-                    PermissionOptionKind::AllowOnce
-                };
-                PermissionOption::new(format!("option-{i}"), l.clone(), kind)
-            })
-            .chain(labels.is_empty().then(|| {
-                PermissionOption::new("option-ok", "OK", PermissionOptionKind::AllowOnce)
-            }))
-            .collect();
+        let options: Vec<PermissionOption> =
+            labels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let kind = if review && i > 0 {
+                        PermissionOptionKind::RejectOnce
+                    } else {
+                        PermissionOptionKind::AllowOnce
+                    };
+                    PermissionOption::new(format!("option-{i}"), l.clone(), kind)
+                })
+                .chain(labels.is_empty().then(|| {
+                    PermissionOption::new("option-ok", "OK", PermissionOptionKind::AllowOnce)
+                }))
+                .collect();
         let mut content = Vec::new();
         if !s("detail").is_empty() {
             content.push(ToolCallContent::from(s("detail").to_string()));
@@ -910,7 +921,11 @@ impl Server {
             live.agent.answer(ask, dsh_std::Reply::Cancelled);
             return;
         };
-        let question = q.questions.get(q.answers.len()).cloned().unwrap_or(Value::Null);
+        let question = q
+            .questions
+            .get(q.answers.len())
+            .cloned()
+            .unwrap_or(Value::Null);
         let label = selected
             .strip_prefix("option-")
             .and_then(|i| i.parse::<usize>().ok())
