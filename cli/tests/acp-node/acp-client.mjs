@@ -154,6 +154,12 @@ const script = {
     { turn: { toolCalls: [{ id: "call_ask", name: "ask_user_question",
       arguments: ['{"questions":[{"id":"lang","question":"Which language?","options":[{"label":"Rust"},{"label":"Go"}]}]}'] }] } },
     { turn: { text: ["Go it is."] } },
+    // Always allow: the first bash asks, the second does not.
+    { turn: { toolCalls: [{ id: "call_always1", name: "bash",
+      arguments: ['{"command":"echo one","description":"one"}'] }] } },
+    { turn: { toolCalls: [{ id: "call_always2", name: "bash",
+      arguments: ['{"command":"echo two","description":"two"}'] }] } },
+    { turn: { text: ["Both ran."] } },
   ],
 };
 const scriptPath = join(work, "script.json");
@@ -420,6 +426,13 @@ await app.connectWith(third.stream, async (agent) => {
   check(asked.stopReason === "end_turn", `the question prompt ends end_turn, got ${asked.stopReason}`);
   const q = permissionRequests[2];
   check(q && q.options.map((o) => o.name).join("|") === "Rust|Go", `the question's choices are the options: ${JSON.stringify(q)}`);
+
+  permissionAnswer = "allow_always";
+  const always = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId: planSession, prompt: [{ type: "text", text: "Run two commands" }],
+  });
+  check(always.stopReason === "end_turn", `the always prompt ends end_turn, got ${always.stopReason}`);
+  check(permissionRequests.length === 4, `always-allow asks once, got ${permissionRequests.length - 3} requests`);
 });
 third.child.stdin.end();
 check((await third.exited) === 0, "the third dsh acp exits 0");
@@ -439,7 +452,10 @@ check((await third.exited) === 0, "the third dsh acp exits 0");
     check(JSON.stringify(modes) === "[true,false]", `plan/mode on then off, got ${JSON.stringify(modes)}`);
     check(types.includes("command/run") && types.includes("command/done"), "the /status command is logged");
     const decided = lines.filter((l) => l.type === "approval/decided").map((l) => l.data.outcome);
-    check(JSON.stringify(decided) === '["allowed-once"]', `the write's approval is logged: ${JSON.stringify(decided)}`);
+    check(JSON.stringify(decided) === '["allowed-once","allowed-once"]',
+      `the write's and the always-allowed bash's approvals are logged: ${JSON.stringify(decided)}`);
+    const asked = lines.filter((l) => l.type === "approval/asked").map((l) => l.data.callId);
+    check(JSON.stringify(asked) === '["call_planned","call_always1"]', `asked: ${JSON.stringify(asked)}`);
     const answer = lines.filter((l) => l.type === "tool/result")
       .map((l) => l.data.message.content[0].content[0].text).find((t) => t.startsWith('{"answers"'));
     check(answer === '{"answers":[{"id":"lang","selected":["Go"]}]}', `the answer shape: ${answer}`);
@@ -448,6 +464,20 @@ check((await third.exited) === 0, "the third dsh acp exits 0");
       check(r.status === 0, `dsh ${args.slice(0, 2).join(" ")} passes: ${r.stdout}${r.stderr}`);
     }
   }
+}
+
+// The first session's trail: allowed, rejected, allowed.
+{
+  const { readdirSync, statSync } = await import("node:fs");
+  const find = (dir) => readdirSync(dir).flatMap((n) => {
+    const p = join(dir, n);
+    return statSync(p).isDirectory() ? find(p) : n === "session.jsonl" ? [p] : [];
+  });
+  const log = find(data).find((p) => p.includes(sessionId));
+  const lines = log ? readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l)) : [];
+  const decided = lines.filter((l) => l.type === "approval/decided").map((l) => l.data.outcome);
+  check(JSON.stringify(decided) === '["allowed-once","rejected","allowed-once"]',
+    `the first session's approvals are logged: ${JSON.stringify(decided)}`);
 }
 
 mock.stdin.end();
