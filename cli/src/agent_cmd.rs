@@ -325,6 +325,47 @@ enum Ui {
     /// running turn, stop its tools' process groups, save the session),
     /// without asking twice.
     Terminate,
+    /// An event of the chat's agent number `.0` (`dsh chat` switches
+    /// agents on `/resume` and `/fork`: a late event of an earlier one is
+    /// dropped).
+    Of(u64, AgentEvent),
+}
+
+/// Forwards `agent`'s events tagged with `generation`.
+fn spawn_tagged_forwarder(agent: &Agent, generation: u64, tx: Sender<Ui>) {
+    let rx = agent.subscribe();
+    thread::spawn(move || {
+        while let Ok(ev) = rx.recv() {
+            if tx.send(Ui::Of(generation, ev)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// The input side of `dsh chat`, made once for every agent it switches
+/// through: one stdin reader, one signal handler.
+struct ChatInput {
+    tx: Sender<Ui>,
+    rx: Receiver<Ui>,
+    generation: u64,
+    /// Lines read ahead by the previous agent's REPL, and whether the
+    /// input ended.
+    leftover: (VecDeque<String>, bool),
+}
+
+impl ChatInput {
+    fn start() -> Self {
+        let (tx, rx) = mpsc::channel();
+        spawn_stdin(tx.clone());
+        install_ctrlc(tx.clone());
+        ChatInput {
+            tx,
+            rx,
+            generation: 0,
+            leftover: (VecDeque::new(), false),
+        }
+    }
 }
 
 fn spawn_forwarder(agent: &Agent, tx: Sender<Ui>) {
@@ -596,7 +637,7 @@ pub fn drive_one_turn(
                 }
                 agent.cancel(CancelCause::User, false);
             }
-            Ui::Line(_) | Ui::Eof => {}
+            Ui::Line(_) | Ui::Eof | Ui::Of(..) => {}
         }
     }
     for e in errors.take() {
@@ -680,6 +721,7 @@ const SUBAGENT_SHUTDOWN: Duration = Duration::from_secs(3);
 /// Chats on the session `start` names, then on the one `/resume` or
 /// `/fork` switches to, until the user quits.
 fn chat_loop(args: &AgentArgs, mut start: Start, plan: bool) -> Outcome {
+    let mut input = ChatInput::start();
     loop {
         let setup = match setup_with(args, true, false, plan) {
             Ok(s) => s,
@@ -743,6 +785,7 @@ fn chat_loop(args: &AgentArgs, mut start: Start, plan: bool) -> Outcome {
         let current = agent.session_id().clone();
         let titler = titler_for(provider, call, &agent, setup.titles);
         let end = repl(
+            &mut input,
             agent,
             setup.store,
             &args.store,
@@ -949,7 +992,9 @@ pub struct ChatEnd {
 
 /// The interactive loop: feeds the [`crate::repl::Repl`] machine and
 /// carries out its actions.
+#[allow(clippy::too_many_arguments)]
 fn repl(
+    input: &mut ChatInput,
     agent: Agent,
     store: Arc<dyn SessionStore>,
     store_args: &StoreArgs,
@@ -959,10 +1004,10 @@ fn repl(
     facts: &Facts,
 ) -> ChatEnd {
     use crate::repl::{Action, Input, Repl};
-    let (tx, rx): (Sender<Ui>, Receiver<Ui>) = mpsc::channel();
-    spawn_forwarder(&agent, tx.clone());
-    spawn_stdin(tx.clone());
-    install_ctrlc(tx);
+    input.generation += 1;
+    let generation = input.generation;
+    spawn_tagged_forwarder(&agent, generation, input.tx.clone());
+    let rx = &input.rx;
     let mut out = io::stdout().lock();
     let mut r = Renderer::new(render);
     let id = agent.session_id().clone();
@@ -992,6 +1037,8 @@ fn repl(
         piped,
         io::stdout().is_terminal(),
     );
+    let (held, ended) = std::mem::take(&mut input.leftover);
+    machine.take_over(held, ended);
     let mut ids = crate::commands::CommandIds::new(now_ms());
     let mut errors = PendingErrors::default();
     let mut switch = None;
@@ -999,11 +1046,32 @@ fn repl(
     prompt(&mut out, false);
     'outer: loop {
         let _ = titler.poll(&agent, Duration::ZERO);
+        if machine.finished() && pending.is_empty() {
+            break;
+        }
         let input = match pending.pop_front() {
             Some(i) => i,
             None => match machine.next_held() {
                 Some(line) => Input::Line(line),
                 None => match rx.recv_timeout(Duration::from_millis(120)) {
+                    // This agent's events; an earlier agent's are dropped.
+                    Ok(Ui::Of(g, _)) if g != generation => continue,
+                    Ok(Ui::Of(_, ev)) => match to_input(
+                        Ui::Event(ev),
+                        &mut r,
+                        &mut out,
+                        &mut errors,
+                        &mut titler,
+                        &Where {
+                            agent: &agent,
+                            running: machine.running(),
+                            facts,
+                            color: render.color,
+                        },
+                    ) {
+                        Some(i) => i,
+                        None => continue,
+                    },
                     Ok(msg) => match to_input(
                         msg,
                         &mut r,
@@ -1088,6 +1156,7 @@ fn repl(
         }
     }
     let running = machine.running();
+    input.leftover = machine.leftover();
     let _ = r.clear_status(&mut out);
     let _ = writeln!(out);
     drop(out);
@@ -1200,7 +1269,7 @@ fn to_input(
             }
             return None;
         }
-        Ui::Event(_) => return None,
+        Ui::Event(_) | Ui::Of(..) => return None,
         Ui::Line(line) => Input::Line(line),
         Ui::Eof => Input::Eof,
         Ui::Interrupt => Input::Interrupt,

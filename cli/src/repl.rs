@@ -144,6 +144,29 @@ impl<R: Copy + PartialEq> Repl<R> {
         &self.registry
     }
 
+    /// Takes over what an earlier machine of the same input left (`dsh
+    /// chat` switching sessions): lines read ahead, and whether the input
+    /// has ended.
+    pub fn take_over(&mut self, held: VecDeque<String>, ended: bool) {
+        self.held = held;
+        if ended {
+            self.input_ended = true;
+            self.quit_when_idle = true;
+        }
+    }
+
+    /// What this machine leaves to the next one: lines read ahead, and
+    /// whether the input has ended.
+    pub fn leftover(&mut self) -> (VecDeque<String>, bool) {
+        (std::mem::take(&mut self.held), self.input_ended)
+    }
+
+    /// Whether nothing is left to do: the input ended, every line read
+    /// was handled, and no turn runs.
+    pub fn finished(&self) -> bool {
+        self.input_ended && self.held.is_empty() && !self.running && self.pending.is_empty()
+    }
+
     /// A held piped line to handle now, if one is due.
     pub fn next_held(&mut self) -> Option<String> {
         if !self.pending.is_empty() || !self.running {
@@ -159,6 +182,7 @@ impl<R: Copy + PartialEq> Repl<R> {
         match input {
             Input::Line(line) => self.line(line, &mut out),
             Input::Eof => {
+                self.input_ended = true;
                 if self.running && self.piped {
                     self.quit_when_idle = true;
                     self.input_ended = true;
@@ -632,6 +656,32 @@ mod tests {
         assert_eq!(r.handle(Input::Running(false)), vec![A::Quit]);
         // On a terminal, Ctrl-D quits at once.
         assert_eq!(repl(false).handle(Input::Eof), vec![A::Quit]);
+    }
+
+    #[test]
+    fn a_new_machine_takes_over_lines_read_ahead() {
+        let mut r = repl(true);
+        line(&mut r, "hi");
+        r.handle(Input::Running(true));
+        line(&mut r, "/fork");
+        line(&mut r, "/status");
+        r.handle(Input::Eof);
+        r.handle(Input::Running(false));
+        let held = r.next_held().unwrap();
+        assert_eq!(
+            line(&mut r, &held)[0],
+            A::Command {
+                name: "fork".into(),
+                args: "".into()
+            }
+        );
+        let (rest, ended) = r.leftover();
+        let mut next = repl(true);
+        next.take_over(rest, ended);
+        assert!(!next.finished());
+        let held = next.next_held().unwrap();
+        assert!(matches!(&line(&mut next, &held)[0], A::Command { name, .. } if name == "status"));
+        assert!(next.finished());
     }
 
     #[test]

@@ -567,3 +567,37 @@ fn the_reference_plan_review_and_approval_recordings_check() {
         assert!(raw.contains(text), "the recording has {text}");
     }
 }
+
+/// `/fork` continues the chat on a fork of the session: the line read
+/// ahead goes to the fork, none is lost.
+#[test]
+fn chat_fork_continues_on_the_fork() {
+    let (o, _ws, data) = chat(
+        r#"{"responses":[{"turn":{"text":["Hello."]}}]}"#,
+        &[],
+        b"hi\n/fork\n/status\n",
+    );
+    let out = text(&o.stdout);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("forking this session"), "{out}");
+    let logs = logs(data.path());
+    assert_eq!(logs.len(), 2, "{out}");
+    let ids: Vec<&str> = logs.iter().map(|l| l[0]["id"].as_str().unwrap()).collect();
+    let with_status: Vec<&Vec<Value>> = logs
+        .iter()
+        .filter(|l| {
+            of(l, &["command/run"])
+                .iter()
+                .any(|(_, d)| d["name"] == "status")
+        })
+        .collect();
+    assert_eq!(with_status.len(), 1, "/status ran in one session: {ids:?}");
+    let fork = with_status[0];
+    assert!(
+        out.contains(&format!("session: {}", fork[0]["id"].as_str().unwrap())),
+        "{out} {ids:?}"
+    );
+    // The fork carries the first session's turn, and /status ran after it.
+    assert_eq!(of(fork, &["turn/end"]).len(), 1);
+}
