@@ -601,3 +601,56 @@ fn chat_fork_continues_on_the_fork() {
     // The fork carries the first session's turn, and /status ran after it.
     assert_eq!(of(fork, &["turn/end"]).len(), 1);
 }
+
+/// `dsh run --plan`: plan mode from the first step; the write is refused
+/// and, with nobody to review it, `exit_plan_mode` fails (`NO_PROVIDER`).
+#[test]
+fn run_plan_refuses_writes_and_cannot_review() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(PLAN_SCRIPT);
+    let o = dsh(data.path())
+        .args([
+            "run",
+            "--no-title",
+            "--yes",
+            "--plan",
+            "--base-url",
+            &server.url(),
+            "--cwd",
+        ])
+        .arg(ws.path())
+        .arg("make notes")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let logs = logs(data.path());
+    let results: Vec<String> = of(&logs[0], &["tool/result"])
+        .iter()
+        .map(|(_, d)| {
+            d["message"]["content"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        results[0].starts_with("Error: plan mode is active: write"),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1],
+        "Error: no user-questions provider is registered"
+    );
+    assert!(
+        results[2].starts_with("Error: plan mode is active: write"),
+        "{results:?}"
+    );
+    assert!(!ws.path().join("notes.txt").exists());
+}
