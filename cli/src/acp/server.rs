@@ -595,6 +595,27 @@ impl Server {
                     "switching sessions is the client's: use session/load",
                 );
             }
+            if name == "plan" && done.ok {
+                // The mode changes now, before the prompt's answer (the
+                // `plan/mode` event follows and finds it done).
+                let now = if args.trim() == "off" {
+                    if live.mode == SessionMode::Plan {
+                        SessionMode::Ask
+                    } else {
+                        live.mode
+                    }
+                } else {
+                    SessionMode::Plan
+                };
+                if now != live.mode {
+                    live.mode = now;
+                    notify(
+                        &self.peer,
+                        &session,
+                        SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(now.id())),
+                    );
+                }
+            }
             let shown = match (&done.text, done.ok) {
                 (Some(t), true) => t.clone(),
                 (Some(t), false) => format!("error: {t}"),

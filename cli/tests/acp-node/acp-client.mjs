@@ -433,6 +433,18 @@ await app.connectWith(third.stream, async (agent) => {
   });
   check(always.stopReason === "end_turn", `the always prompt ends end_turn, got ${always.stopReason}`);
   check(permissionRequests.length === 4, `always-allow asks once, got ${permissionRequests.length - 3} requests`);
+
+  // `/plan` and `/plan off` typed as prompts switch the session mode.
+  mark = third.transcript.length;
+  for (const text of ["/plan", "/plan off"]) {
+    const r = await agent.request(acp.methods.agent.session.prompt, {
+      sessionId: planSession, prompt: [{ type: "text", text }],
+    });
+    check(r.stopReason === "end_turn", `${text} ends end_turn, got ${r.stopReason}`);
+  }
+  const switched = wireUpdates(third, mark).filter((x) => x.update.sessionUpdate === "current_mode_update")
+    .map((x) => x.update.currentModeId);
+  check(JSON.stringify(switched) === '["plan","ask"]', `/plan and /plan off switch the mode: ${JSON.stringify(switched)}`);
 });
 third.child.stdin.end();
 check((await third.exited) === 0, "the third dsh acp exits 0");
@@ -449,7 +461,7 @@ check((await third.exited) === 0, "the third dsh acp exits 0");
     const lines = readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l));
     const types = lines.map((l) => l.type);
     const modes = lines.filter((l) => l.type === "plan/mode").map((l) => l.data.active);
-    check(JSON.stringify(modes) === "[true,false]", `plan/mode on then off, got ${JSON.stringify(modes)}`);
+    check(JSON.stringify(modes) === "[true,false,true,false]", `plan/mode on, off, on, off: ${JSON.stringify(modes)}`);
     check(types.includes("command/run") && types.includes("command/done"), "the /status command is logged");
     const decided = lines.filter((l) => l.type === "approval/decided").map((l) => l.data.outcome);
     check(JSON.stringify(decided) === '["allowed-once","allowed-once"]',
