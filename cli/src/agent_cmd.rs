@@ -379,7 +379,58 @@ fn spawn_forwarder(agent: &Agent, tx: Sender<Ui>) {
     });
 }
 
+/// Reads stdin with the line editor (Tab completes commands) when stdin
+/// and stdout are a terminal; `false` when it cannot.
+#[cfg(unix)]
+fn spawn_editor(tx: Sender<Ui>) -> bool {
+    use std::io::Read;
+    if !(io::stdin().is_terminal() && io::stdout().is_terminal()) || !crate::line_edit::enter() {
+        return false;
+    }
+    thread::spawn(move || {
+        let mut editor = crate::line_edit::LineEditor::new(crate::commands::Registry::standard());
+        let stdin = io::stdin();
+        let mut lock = stdin.lock();
+        let mut byte = [0u8; 1];
+        loop {
+            match lock.read(&mut byte) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(Ui::Eof);
+                    break;
+                }
+                Ok(_) => {}
+            }
+            for edit in editor.byte(byte[0]) {
+                let sent = match edit {
+                    crate::line_edit::Edit::Echo(s) => {
+                        // tty: the user's own keystrokes (control bytes are not echoed).
+                        crate::line_edit::echo(&s);
+                        true
+                    }
+                    crate::line_edit::Edit::Show(list) => {
+                        crate::line_edit::echo(&format!("\n{list}\n> {}", editor.line()));
+                        true
+                    }
+                    crate::line_edit::Edit::Line(l) => tx.send(Ui::Line(l)).is_ok(),
+                    crate::line_edit::Edit::Eof => {
+                        let _ = tx.send(Ui::Eof);
+                        return;
+                    }
+                };
+                if !sent {
+                    return;
+                }
+            }
+        }
+    });
+    true
+}
+
 fn spawn_stdin(tx: Sender<Ui>) {
+    #[cfg(unix)]
+    if spawn_editor(tx.clone()) {
+        return;
+    }
     thread::spawn(move || {
         let stdin = io::stdin();
         let mut lock = stdin.lock();
@@ -721,6 +772,14 @@ const SUBAGENT_SHUTDOWN: Duration = Duration::from_secs(3);
 /// Chats on the session `start` names, then on the one `/resume` or
 /// `/fork` switches to, until the user quits.
 fn chat_loop(args: &AgentArgs, mut start: Start, plan: bool) -> Outcome {
+    /// Gives the terminal its mode back however the chat ends.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            crate::line_edit::restore();
+        }
+    }
+    let _restore = Restore;
     let mut input = ChatInput::start();
     loop {
         let setup = match setup_with(args, true, false, plan) {

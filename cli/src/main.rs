@@ -17,6 +17,7 @@ mod demo;
 mod diff;
 mod input;
 mod interact;
+mod line_edit;
 mod log;
 mod mock_server;
 mod otel;

@@ -654,3 +654,37 @@ fn run_plan_refuses_writes_and_cannot_review() {
     );
     assert!(!ws.path().join("notes.txt").exists());
 }
+
+/// On a terminal, Tab completes a slash command (`/sta` → `/status `).
+#[cfg(unix)]
+#[test]
+fn tab_completes_commands_on_a_terminal() {
+    use rexpect::session::spawn_command;
+    let data = tempfile::tempdir().unwrap();
+    let server = mock(r#"{"responses":[]}"#);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dsh"));
+    cmd.env("XDG_DATA_HOME", data.path())
+        .env("XDG_CONFIG_HOME", data.path().join("config"))
+        .env_remove("DEEPSEEK_API_KEY")
+        .args([
+            "chat",
+            "--no-color",
+            "--no-title",
+            "--base-url",
+            &server.url(),
+        ]);
+    let mut p = spawn_command(cmd, Some(20_000)).unwrap();
+    p.exp_string("> ").unwrap();
+    p.send("/sta\t").unwrap();
+    p.flush().unwrap();
+    p.exp_string("/status ").unwrap();
+    p.send_line("").unwrap();
+    p.exp_string("model: deepseek-v4-flash").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send("/s\t").unwrap();
+    p.flush().unwrap();
+    p.exp_string("/sessions  /status  /steer").unwrap();
+    p.send_control('u').unwrap();
+    p.send_control('d').unwrap();
+    p.exp_eof().unwrap();
+}
