@@ -384,7 +384,7 @@ fn spawn_forwarder(agent: &Agent, tx: Sender<Ui>) {
 #[cfg(unix)]
 fn spawn_editor(tx: Sender<Ui>) -> bool {
     use std::io::Read;
-    if !(io::stdin().is_terminal() && io::stdout().is_terminal()) || !crate::line_edit::enter() {
+    if !(io::stdin().is_terminal() && io::stdout().is_terminal() && crate::line_edit::enter()) {
         return false;
     }
     thread::spawn(move || {
