@@ -100,6 +100,11 @@ pub struct AgentArgs {
     /// turn (config: `titles = false`).
     #[arg(long)]
     pub no_title: bool,
+    /// Permission preset: approval and sandbox together, logged
+    /// (`read-only`: writes and commands refused; `workspace-write`: they
+    /// ask; `full-auto`: nothing asks).
+    #[arg(long, value_enum, value_name = "PRESET")]
+    pub preset: Option<crate::preset::Preset>,
 }
 
 /// Largest `@FILE` a prompt flag reads.
@@ -153,6 +158,10 @@ pub struct ChatArgs {
     /// Continue a stored session (an interrupted turn is closed first).
     #[arg(long, value_name = "ID")]
     pub resume: Option<String>,
+    /// Start in plan mode: the model explores and presents a plan with
+    /// `exit_plan_mode` before anything is written or run.
+    #[arg(long)]
+    pub plan: bool,
 }
 
 /// `dsh run PROMPT [--json]`
@@ -173,6 +182,10 @@ pub struct RunArgs {
     /// `dsh_runtime::replay`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Start in plan mode (writes and commands are refused; `run` cannot
+    /// review a plan, so the turn ends with the plan presented).
+    #[arg(long)]
+    pub plan: bool,
     /// The prompt.
     pub prompt: String,
 }
@@ -204,14 +217,38 @@ pub struct Setup {
     pub delegation: Arc<dsh_std::subagents::Delegation>,
     /// The user's hooks and skills for this workspace.
     pub extensions: Arc<crate::extensions::Extensions>,
+    /// The sandbox `bash` runs under, for `/status`.
+    pub sandbox: String,
+    /// The workspace.
+    pub cwd: PathBuf,
 }
 
 fn env_lookup(name: &str) -> Option<String> {
     crate::secrets::lookup(name)
 }
 
-/// Resolves provider and store and builds the agent configuration.
-pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<Setup, String> {
+/// The plugins of working with the user (plan mode, questions) for an
+/// agent; `interactive`: a front end answers questions; `plan`: start in
+/// plan mode. One place, so that other plugins wire next to it.
+pub fn interaction_plugins(config: &mut AgentConfig, interactive: bool, plan: bool) {
+    let answerer = if interactive {
+        crate::interact::Answerer::Interactive
+    } else {
+        crate::interact::Answerer::Headless
+    };
+    config.plugins.push(Box::new(
+        crate::interact::Interaction::new(answerer).start_in_plan(plan),
+    ));
+}
+
+/// Resolves provider and store and builds the agent configuration,
+/// starting in plan mode when `plan`.
+pub fn setup_with(
+    args: &AgentArgs,
+    interactive: bool,
+    approve_all: bool,
+    plan: bool,
+) -> Result<Setup, String> {
     let file = crate::config_file::load(&env_lookup)?;
     let provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
     let cwd = match &args.cwd {
@@ -221,12 +258,20 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
     let prompt = args.prompt_settings(&file)?;
+    let workspace = cwd.clone();
     let store = args.store.open()?;
     let bash = args
         .tools
         .over(&file.tools)
         .bash_config(&provider.api_key_env);
     crate::tool_args::warn_unenforced(&bash);
+    let sandbox = match bash.sandbox.mode {
+        dsh_tools::sandbox::SandboxMode::Off => "danger-full-access",
+        _ => "workspace-write",
+    }
+    .to_string();
+    let preset = args.preset;
+    let approve_all = approve_all || preset.is_some_and(|p| p.approve_all());
     let max_retry_wait_ms = provider.client.max_retry_wait_ms();
     let tracing = crate::otel::tracing(&args.otel, &file)?;
     // The user's hooks and skills (issue 29); children inherit them.
@@ -265,6 +310,10 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
             t.install(&mut config);
         }
         installed.install(&mut config);
+        if let Some(p) = preset {
+            p.apply(&mut config.approval);
+        }
+        interaction_plugins(&mut config, interactive, plan);
         Ok(config)
     };
     let (config, delegation) = crate::shell::delegating(store.clone(), build)?;
@@ -279,6 +328,8 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         render,
         titles: !args.no_title && file.titles.unwrap_or(true),
         extensions,
+        sandbox,
+        cwd: workspace,
     })
 }
 
@@ -292,6 +343,47 @@ enum Ui {
     /// running turn, stop its tools' process groups, save the session),
     /// without asking twice.
     Terminate,
+    /// An event of the chat's agent number `.0` (`dsh chat` switches
+    /// agents on `/resume` and `/fork`: a late event of an earlier one is
+    /// dropped).
+    Of(u64, AgentEvent),
+}
+
+/// Forwards `agent`'s events tagged with `generation`.
+fn spawn_tagged_forwarder(agent: &Agent, generation: u64, tx: Sender<Ui>) {
+    let rx = agent.subscribe();
+    thread::spawn(move || {
+        while let Ok(ev) = rx.recv() {
+            if tx.send(Ui::Of(generation, ev)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// The input side of `dsh chat`, made once for every agent it switches
+/// through: one stdin reader, one signal handler.
+struct ChatInput {
+    tx: Sender<Ui>,
+    rx: Receiver<Ui>,
+    generation: u64,
+    /// Lines read ahead by the previous agent's REPL, and whether the
+    /// input ended.
+    leftover: (VecDeque<String>, bool),
+}
+
+impl ChatInput {
+    fn start() -> Self {
+        let (tx, rx) = mpsc::channel();
+        spawn_stdin(tx.clone());
+        install_ctrlc(tx.clone());
+        ChatInput {
+            tx,
+            rx,
+            generation: 0,
+            leftover: (VecDeque::new(), false),
+        }
+    }
 }
 
 fn spawn_forwarder(agent: &Agent, tx: Sender<Ui>) {
@@ -305,7 +397,58 @@ fn spawn_forwarder(agent: &Agent, tx: Sender<Ui>) {
     });
 }
 
+/// Reads stdin with the line editor (Tab completes commands) when stdin
+/// and stdout are a terminal; `false` when it cannot.
+#[cfg(unix)]
+fn spawn_editor(tx: Sender<Ui>) -> bool {
+    use std::io::Read;
+    if !(io::stdin().is_terminal() && io::stdout().is_terminal() && crate::line_edit::enter()) {
+        return false;
+    }
+    thread::spawn(move || {
+        let mut editor = crate::line_edit::LineEditor::new(crate::commands::Registry::standard());
+        let stdin = io::stdin();
+        let mut lock = stdin.lock();
+        let mut byte = [0u8; 1];
+        loop {
+            match lock.read(&mut byte) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(Ui::Eof);
+                    break;
+                }
+                Ok(_) => {}
+            }
+            for edit in editor.byte(byte[0]) {
+                let sent = match edit {
+                    crate::line_edit::Edit::Echo(s) => {
+                        // tty: the user's own keystrokes (control bytes are not echoed).
+                        crate::line_edit::echo(&s);
+                        true
+                    }
+                    crate::line_edit::Edit::Show(list) => {
+                        crate::line_edit::echo(&format!("\n{list}\n> {}", editor.line()));
+                        true
+                    }
+                    crate::line_edit::Edit::Line(l) => tx.send(Ui::Line(l)).is_ok(),
+                    crate::line_edit::Edit::Eof => {
+                        let _ = tx.send(Ui::Eof);
+                        return;
+                    }
+                };
+                if !sent {
+                    return;
+                }
+            }
+        }
+    });
+    true
+}
+
 fn spawn_stdin(tx: Sender<Ui>) {
+    #[cfg(unix)]
+    if spawn_editor(tx.clone()) {
+        return;
+    }
     thread::spawn(move || {
         let stdin = io::stdin();
         let mut lock = stdin.lock();
@@ -367,7 +510,7 @@ fn titler_for(
 
 /// `dsh run PROMPT`.
 pub fn run(args: RunArgs) -> Outcome {
-    let setup = match setup(&args.agent, false, args.yes) {
+    let setup = match setup_with(&args.agent, false, args.yes, args.plan) {
         Ok(s) => s,
         Err(e) => {
             eprintln_safe!("{e}");
@@ -388,7 +531,8 @@ pub fn run(args: RunArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
-    let result = drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes);
+    let result = log_preset(&agent, args.agent.preset, &setup.sandbox)
+        .and_then(|()| drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes));
     // The answer is out; the title gets a bounded wait before exit.
     titler.turn_ended(&agent);
     let title = titler.poll(&agent, TITLE_WAIT);
@@ -440,6 +584,20 @@ pub fn run(args: RunArgs) -> Outcome {
             Outcome::CheckFailed
         }
     }
+}
+
+/// Logs the permission preset chosen with `--preset`, if any.
+fn log_preset(
+    agent: &Agent,
+    preset: Option<crate::preset::Preset>,
+    sandbox: &str,
+) -> Result<(), String> {
+    for e in preset.map(|p| p.events(sandbox)).unwrap_or_default() {
+        agent
+            .append_event(e)
+            .map_err(|e| format!("cannot log the permission preset: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Writes session `id`'s stored log (header and events, JSONL) to `file`.
@@ -548,7 +706,7 @@ pub fn drive_one_turn(
                 }
                 agent.cancel(CancelCause::User, false);
             }
-            Ui::Line(_) | Ui::Eof => {}
+            Ui::Line(_) | Ui::Eof | Ui::Of(..) => {}
         }
     }
     for e in errors.take() {
@@ -611,104 +769,129 @@ fn first_output(ev: &SessionEvent) -> bool {
 
 /// `dsh chat`.
 pub fn chat(args: ChatArgs) -> Outcome {
-    let setup = match setup(&args.agent, true, false) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln_safe!("{e}");
-            return Outcome::BadInput;
-        }
+    let start = match args.resume {
+        Some(id) => Start::Resume(SessionId::new(id)),
+        None => Start::New,
     };
-    let provider = setup.config.provider.clone();
-    let call = setup.config.call_config.clone();
-    let agent = match &args.resume {
-        Some(id) => Agent::resume(
-            setup.config,
-            setup.store.clone(),
-            &SessionId::new(id.clone()),
-        ),
-        None => Agent::create(setup.config, setup.store.clone(), new_session_id(now_ms())),
-    };
-    let agent = match agent {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln_safe!("dsh chat: cannot start the agent: {e}");
-            return Outcome::BadInput;
-        }
-    };
-    setup
-        .delegation
-        .attach(agent.session_id().clone(), agent.mailbox());
-    let titler = titler_for(provider, call, &agent, setup.titles);
-    let outcome = repl(
-        agent,
-        setup.store,
-        &args.agent.store,
-        setup.render,
-        args.resume.is_some(),
-        titler,
-        &setup.extensions,
-    );
-    // Background subagents end with their parent (cause `parent`).
-    setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
-    outcome
+    chat_loop(&args.agent, start, args.plan)
+}
+
+/// How `dsh chat` gets its session.
+enum Start {
+    New,
+    Resume(SessionId),
+    Fork { parent: SessionId, at: Option<u64> },
 }
 
 /// How long `dsh chat` and `dsh fork` wait for background subagents to
 /// stop and persist at exit.
 const SUBAGENT_SHUTDOWN: Duration = Duration::from_secs(3);
 
-/// `dsh fork ID [--at SEQ]`: forks the stored session and chats on the fork.
-pub fn fork(args: ForkArgs) -> Outcome {
-    let setup = match setup(&args.agent, true, false) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln_safe!("{e}");
-            return Outcome::BadInput;
+/// Chats on the session `start` names, then on the one `/resume` or
+/// `/fork` switches to, until the user quits.
+fn chat_loop(args: &AgentArgs, mut start: Start, plan: bool) -> Outcome {
+    /// Gives the terminal its mode back however the chat ends.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            crate::line_edit::restore();
         }
-    };
-    let parent = SessionId::new(args.id.clone());
-    let at = match args.at {
-        Some(at) => at,
-        None => match last_completed_turn(&*setup.store, &parent) {
-            Ok(at) => at,
+    }
+    let _restore = Restore;
+    let mut input = ChatInput::start();
+    loop {
+        let setup = match setup_with(args, true, false, plan) {
+            Ok(s) => s,
             Err(e) => {
-                eprintln_safe!("dsh fork: {e}");
+                eprintln_safe!("{e}");
                 return Outcome::BadInput;
             }
-        },
-    };
-    let new_id = new_session_id(now_ms());
-    let provider = setup.config.provider.clone();
-    let call = setup.config.call_config.clone();
-    let agent = match Agent::fork(
-        setup.config,
-        setup.store.clone(),
-        &parent,
-        Some(at),
-        new_id.clone(),
-    ) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln_safe!("dsh fork: {e}");
-            return Outcome::BadInput;
+        };
+        let provider = setup.config.provider.clone();
+        let call = setup.config.call_config.clone();
+        let facts = Facts {
+            call: call.clone(),
+            store: args.store.describe(),
+            sandbox: setup.sandbox.clone(),
+            cwd: setup.cwd.clone(),
+            skills: setup.extensions.skills(),
+        };
+        let resumed = !matches!(start, Start::New);
+        let agent = match &start {
+            Start::New => {
+                Agent::create(setup.config, setup.store.clone(), new_session_id(now_ms()))
+            }
+            Start::Resume(id) => Agent::resume(setup.config, setup.store.clone(), id),
+            Start::Fork { parent, at } => {
+                let at = match at {
+                    Some(at) => *at,
+                    None => match last_completed_turn(&*setup.store, parent) {
+                        Ok(at) => at,
+                        Err(e) => {
+                            eprintln_safe!("dsh fork: {e}");
+                            return Outcome::BadInput;
+                        }
+                    },
+                };
+                let new_id = new_session_id(now_ms());
+                let forked = Agent::fork(
+                    setup.config,
+                    setup.store.clone(),
+                    parent,
+                    Some(at),
+                    new_id.clone(),
+                );
+                if forked.is_ok() {
+                    eprintln_safe!("forked {} → {}", parent.as_str(), new_id.as_str());
+                }
+                forked
+            }
+        };
+        let agent = match agent {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln_safe!("dsh chat: cannot start the agent: {e}");
+                return Outcome::BadInput;
+            }
+        };
+        setup
+            .delegation
+            .attach(agent.session_id().clone(), agent.mailbox());
+        if let Err(e) = log_preset(&agent, args.preset, &setup.sandbox) {
+            eprintln_safe!("dsh chat: {e}");
         }
+        let current = agent.session_id().clone();
+        let titler = titler_for(provider, call, &agent, setup.titles);
+        let end = repl(
+            &mut input,
+            agent,
+            setup.store,
+            &args.store,
+            setup.render,
+            resumed,
+            titler,
+            &facts,
+        );
+        // Background subagents end with their parent (cause `parent`).
+        setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
+        start = match end.switch {
+            None => return end.outcome,
+            Some(crate::commands::Switch::Resume(id)) => Start::Resume(SessionId::new(id)),
+            Some(_) => Start::Fork {
+                parent: current,
+                at: None,
+            },
+        };
+    }
+}
+
+/// `dsh fork ID [--at SEQ]`: forks the stored session and chats on the fork.
+pub fn fork(args: ForkArgs) -> Outcome {
+    let start = Start::Fork {
+        parent: SessionId::new(args.id.clone()),
+        at: args.at,
     };
-    setup
-        .delegation
-        .attach(agent.session_id().clone(), agent.mailbox());
-    eprintln_safe!("forked {} → {}", args.id, new_id.as_str());
-    let titler = titler_for(provider, call, &agent, setup.titles);
-    let outcome = repl(
-        agent,
-        setup.store,
-        &args.agent.store,
-        setup.render,
-        true,
-        titler,
-        &setup.extensions,
-    );
-    setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
-    outcome
+    chat_loop(&args.agent, start, false)
 }
 
 /// Where `dsh fork` cuts by default (loop.md SA-3): through the stored
@@ -726,28 +909,196 @@ fn last_completed_turn(store: &dyn SessionStore, id: &SessionId) -> Result<u64, 
     })
 }
 
-const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
-/steer (they steer the running turn; the default), /followup TEXT, /cancel, \
-/compact (summarise the older history now), /skills (list skills; /NAME loads one), /quit; \
-Ctrl-C cancels a turn, Ctrl-C twice or Ctrl-D quits";
-
 /// How long `/compact` waits for the summary.
 const COMPACT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
-/// The interactive loop.
+/// How long a plugin command (`/plan`, `/permissions`) may take.
+const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What `/status` and `/model` show that the agent does not know.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    /// The provider route and model.
+    pub call: dsh_core::LlmCallConfig,
+    /// Where the session is stored.
+    pub store: String,
+    /// The sandbox mode of `bash`.
+    pub sandbox: String,
+    /// The workspace (write and edit diffs read the files there).
+    pub cwd: PathBuf,
+    /// The user-invocable skills, name and description (`/skills`).
+    pub skills: Vec<(String, String)>,
+}
+
+/// The command host of `dsh chat` and `dsh acp`: the agent and the facts.
+pub struct AgentHost<'a> {
+    /// The agent the commands act on.
+    pub agent: &'a Agent,
+    /// The store (`/sessions`).
+    pub store: &'a dyn SessionStore,
+    /// What the agent does not know.
+    pub facts: &'a Facts,
+}
+
+impl crate::commands::Host for AgentHost<'_> {
+    fn log(&mut self, data: EventData) -> Result<(), String> {
+        self.agent
+            .append_event(data)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn plugin(&mut self, name: &str, args: serde_json::Value) -> Result<serde_json::Value, String> {
+        self.agent
+            .command(name, args, Some(COMMAND_TIMEOUT))
+            .map_err(|e| e.to_string())
+    }
+
+    fn builtin(&mut self, builtin: crate::commands::Builtin, args: &str) -> crate::commands::Done {
+        use crate::commands::{Builtin, Done, Switch};
+        let call = &self.facts.call;
+        let effort = call.reasoning_effort.as_ref().map_or_else(
+            || "default".to_string(),
+            |e| {
+                serde_json::to_value(e)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            },
+        );
+        let change = |what: &str| {
+            Done::error(format!(
+                "changing the {what} inside a chat is not supported yet; restart with \
+                 `dsh chat --resume {} --{what} VALUE`",
+                self.agent.session_id().as_str()
+            ))
+        };
+        match builtin {
+            Builtin::Model if args.trim().is_empty() => {
+                Done::success(format!("model: {} ({})", call.model, call.provider))
+            }
+            Builtin::Model => change("model"),
+            Builtin::Effort if args.trim().is_empty() => {
+                Done::success(format!("reasoning effort: {effort}"))
+            }
+            Builtin::Effort => change("effort"),
+            Builtin::Status => {
+                let events = self.agent.events().unwrap_or_default();
+                let (mut input, mut output, mut last) = (0i64, 0i64, 0i64);
+                for e in &events {
+                    if let EventData::AssistantMessage(m) = e.data()
+                        && let Some(u) = &m.usage
+                    {
+                        let this = u.input_tokens + u.cache_read_tokens.unwrap_or(0);
+                        input += this;
+                        output += u.output_tokens;
+                        last = this;
+                    }
+                }
+                Done::success(format!(
+                    "model: {} ({}), effort {effort}\ntokens used: input {input}, output {output}; \
+                     last request input {last}\nsession: {} ({} events)\nstore: {}\nsandbox: {}",
+                    call.model,
+                    call.provider,
+                    self.agent.session_id().as_str(),
+                    events.len(),
+                    self.facts.store,
+                    self.facts.sandbox
+                ))
+            }
+            Builtin::Sessions => match crate::store::rows(self.store) {
+                Ok(rows) if rows.is_empty() => Done::success("no sessions"),
+                Ok(rows) => Done::success(
+                    rows.iter()
+                        .take(50)
+                        .map(|r| {
+                            format!(
+                                "{}{}  {}",
+                                "  ".repeat(r.depth),
+                                r.id,
+                                if r.title.is_empty() {
+                                    &r.prompt
+                                } else {
+                                    &r.title
+                                }
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ),
+                Err(e) => Done::error(e),
+            },
+            Builtin::Resume => {
+                let id = args.trim();
+                if id.is_empty() {
+                    return Done::error("usage: /resume ID (/sessions lists them)");
+                }
+                Done {
+                    ok: true,
+                    text: Some(format!("resuming {id}")),
+                    message: None,
+                    switch: Some(Switch::Resume(id.to_string())),
+                }
+            }
+            Builtin::Fork => Done {
+                ok: true,
+                text: Some("forking this session".into()),
+                message: None,
+                switch: Some(Switch::Fork),
+            },
+            Builtin::Compact => match self.agent.compact_now(Some(COMPACT_TIMEOUT)) {
+                Ok(v) if v["compacted"] == true => {
+                    Done::success("compacted: the older history is now a summary")
+                }
+                Ok(v) => Done::success(format!(
+                    "not compacted: {}",
+                    v["reason"].as_str().unwrap_or("no compaction plugin")
+                )),
+                Err(e) => Done::error(e.to_string()),
+            },
+            Builtin::Help => Done::success(""),
+            // `/NAME` goes to the model as typed and the skills plugin
+            // loads that skill.
+            Builtin::Skills if self.facts.skills.is_empty() => Done::success("no skills found"),
+            Builtin::Skills => Done::success(
+                self.facts
+                    .skills
+                    .iter()
+                    .map(|(name, description)| format!("/{name}: {description}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+        }
+    }
+}
+
+/// How a chat ended: its exit, and the session to continue in (`/resume`,
+/// `/fork`).
+pub struct ChatEnd {
+    /// The exit.
+    pub outcome: Outcome,
+    /// A session change the user asked for.
+    pub switch: Option<crate::commands::Switch>,
+}
+
+/// The interactive loop: feeds the [`crate::repl::Repl`] machine and
+/// carries out its actions.
+#[allow(clippy::too_many_arguments)]
 fn repl(
+    input: &mut ChatInput,
     agent: Agent,
     store: Arc<dyn SessionStore>,
     store_args: &StoreArgs,
     render: RenderOptions,
     resumed: bool,
     mut titler: Titler,
-    extensions: &crate::extensions::Extensions,
-) -> Outcome {
-    let (tx, rx): (Sender<Ui>, Receiver<Ui>) = mpsc::channel();
-    spawn_forwarder(&agent, tx.clone());
-    spawn_stdin(tx.clone());
-    install_ctrlc(tx);
+    facts: &Facts,
+) -> ChatEnd {
+    use crate::repl::{Action, Input, Repl};
+    input.generation += 1;
+    let generation = input.generation;
+    spawn_tagged_forwarder(&agent, generation, input.tx.clone());
+    let rx = &input.rx;
     let mut out = io::stdout().lock();
     let mut r = Renderer::new(render);
     let id = agent.session_id().clone();
@@ -766,248 +1117,137 @@ fn repl(
             r.observe(e);
         }
     }
-    let spinner = io::stdout().is_terminal();
-    let mut running = false;
-    let mut waiting = false;
-    let mut steer = true;
-    let mut armed = false;
-    // Piped input: at its end, let the running turn finish, then exit.
-    let mut quit_when_idle = false;
-    let mut approvals: VecDeque<ApprovalRequestId> = VecDeque::new();
-    let mut errors = PendingErrors::default();
     // Piped input is a script of what the user would type, in order: a
-    // line that arrives while a turn runs waits here and answers the next
-    // approval question, or becomes the next prompt when the turn ends. (On
-    // a terminal a line typed during a turn steers it, and only a line typed
-    // after an approval question answers it.)
+    // line that arrives while a turn runs waits and answers the next
+    // question, or becomes the next prompt when the turn ends. (On a
+    // terminal a line typed during a turn steers it, and only a line typed
+    // after a question answers it.)
     let piped = !io::stdin().is_terminal();
-    let mut held: VecDeque<String> = VecDeque::new();
-    let mut input_ended = false;
-    prompt(&mut out, running);
-    loop {
+    let mut machine: Repl<ApprovalRequestId> = Repl::new(
+        crate::commands::Registry::standard(),
+        piped,
+        io::stdout().is_terminal(),
+    );
+    let (held, ended) = std::mem::take(&mut input.leftover);
+    machine.take_over(held, ended);
+    let mut ids = crate::commands::CommandIds::new(now_ms());
+    let mut errors = PendingErrors::default();
+    let mut switch = None;
+    let mut pending: VecDeque<Input<ApprovalRequestId>> = VecDeque::new();
+    prompt(&mut out, false);
+    'outer: loop {
         let _ = titler.poll(&agent, Duration::ZERO);
-        let next_held = if !approvals.is_empty() || !running {
-            held.pop_front()
-        } else {
-            None
+        if machine.finished() && pending.is_empty() {
+            break;
+        }
+        let input = match pending.pop_front() {
+            Some(i) => i,
+            None => match machine.next_held() {
+                Some(line) => Input::Line(line),
+                None => match rx.recv_timeout(Duration::from_millis(120)) {
+                    // This agent's events; an earlier agent's are dropped.
+                    Ok(Ui::Of(g, _)) if g != generation => continue,
+                    Ok(Ui::Of(_, ev)) => match to_input(
+                        Ui::Event(ev),
+                        &mut r,
+                        &mut out,
+                        &mut errors,
+                        &mut titler,
+                        &Where {
+                            agent: &agent,
+                            running: machine.running(),
+                            facts,
+                            color: render.color,
+                        },
+                    ) {
+                        Some(i) => i,
+                        None => continue,
+                    },
+                    Ok(msg) => match to_input(
+                        msg,
+                        &mut r,
+                        &mut out,
+                        &mut errors,
+                        &mut titler,
+                        &Where {
+                            agent: &agent,
+                            running: machine.running(),
+                            facts,
+                            color: render.color,
+                        },
+                    ) {
+                        Some(i) => i,
+                        None => continue,
+                    },
+                    Err(RecvTimeoutError::Timeout) => Input::Tick,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+            },
         };
-        let received = match next_held {
-            Some(line) => Ok(Ui::Line(line)),
-            None => rx.recv_timeout(Duration::from_millis(120)),
-        };
-        let msg = match received {
-            Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) => {
-                if spinner && waiting && approvals.is_empty() {
-                    let _ = r.tick(&mut out);
-                }
-                continue;
-            }
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        match msg {
-            Ui::Event(AgentEvent::Event(ev)) => {
-                if first_output(&ev) {
-                    waiting = false;
-                }
-                if let EventData::StepStart(_) | EventData::LlmRetry(_) = ev.data() {
-                    waiting = true;
-                }
-                let _ = r.event(&mut out, &ev);
-                if let EventData::TurnEnd(_) = ev.data() {
-                    for e in errors.after_turn(&ev) {
+        for action in machine.handle(input) {
+            match action {
+                Action::Send { text, followup } => {
+                    let result = if followup {
+                        agent.followup(&text)
+                    } else {
+                        agent.send(&text)
+                    };
+                    if let Err(e) = result {
                         let _ = r.notice(&mut out, &format!("error: {e}"));
                     }
-                    titler.turn_ended(&agent);
                 }
-            }
-            Ui::Event(AgentEvent::Status(status)) => {
-                let now_running = !matches!(status, AgentStatus::Idle);
-                if running && !now_running && quit_when_idle && held.is_empty() {
-                    break;
+                Action::Steer(text) => {
+                    if let Err(e) = agent.steer(&text) {
+                        let _ = r.notice(&mut out, &format!("error: {e}"));
+                    }
                 }
-                if running && !now_running {
-                    waiting = false;
+                Action::Followup(text) => {
+                    if let Err(e) = agent.followup(&text) {
+                        let _ = r.notice(&mut out, &format!("error: {e}"));
+                    }
+                }
+                Action::Cancel => agent.cancel(CancelCause::User, false),
+                Action::Answer(req, decision) => agent.answer_approval(req, decision),
+                Action::Reply(req, value) => agent.answer(req, dsh_std::Reply::Plugin(value)),
+                Action::Dismiss(req) => agent.answer(req, dsh_std::Reply::Cancelled),
+                Action::Command { name, args } => {
+                    let mut host = AgentHost {
+                        agent: &agent,
+                        store: store.as_ref(),
+                        facts,
+                    };
+                    let done = machine
+                        .registry()
+                        .execute(&mut host, &mut ids, &name, &args);
+                    if done.switch.is_some() && done.ok {
+                        let _ = r.notice(&mut out, done.text.as_deref().unwrap_or(""));
+                        switch = done.switch;
+                        break 'outer;
+                    }
+                    pending.push_back(Input::CommandDone(done));
+                }
+                Action::Notice(text) => {
+                    let _ = r.notice(&mut out, &text);
+                }
+                Action::Print(text) => {
+                    let _ = writeln_safe!(out, "{text}");
+                }
+                Action::Prompt => prompt(&mut out, machine.running()),
+                Action::Tick => {
+                    let _ = r.tick(&mut out);
+                }
+                Action::Idle => {
                     for e in errors.take() {
                         let _ = r.notice(&mut out, &format!("error: {e}"));
                     }
                     let _ = r.clear_status(&mut out);
-                    prompt(&mut out, false);
                 }
-                if now_running {
-                    armed = false;
-                }
-                running = now_running;
+                Action::Quit => break 'outer,
             }
-            Ui::Event(AgentEvent::ApprovalRequested {
-                id,
-                tool,
-                arguments,
-                ..
-            }) => {
-                let _ = r.clear_status(&mut out);
-                let _ = r.end_line(&mut out);
-                // tty: approval_prompt() shows every value through sanitize::approval_value.
-                let _ = write!(out, "{}", crate::render::approval_prompt(&tool, &arguments));
-                let _ = out.flush();
-                if input_ended && held.is_empty() {
-                    // Nobody is left to answer: the call is denied.
-                    let _ = writeln!(out);
-                    let _ = r.notice(&mut out, "(input ended: denied)");
-                    agent.answer_approval(id, dsh_std::ApprovalDecision::Deny);
-                    continue;
-                }
-                approvals.push_back(id);
-            }
-            Ui::Event(AgentEvent::Error(e)) => {
-                if running {
-                    errors.push(e);
-                } else {
-                    let _ = r.notice(&mut out, &format!("error: {e}"));
-                }
-            }
-            Ui::Event(_) => {}
-            Ui::Line(line) => {
-                armed = false;
-                if piped && running && approvals.is_empty() {
-                    held.push_back(line);
-                    continue;
-                }
-                if let Some(req) = approvals.pop_front() {
-                    if piped {
-                        // Show the scripted answer as if it had been typed.
-                        let _ = writeln!(out, "{}", crate::sanitize::terminal(line.trim()));
-                    }
-                    let answer = line.trim().to_ascii_lowercase();
-                    let decision = match answer.as_str() {
-                        "y" | "yes" => dsh_std::ApprovalDecision::Allow,
-                        "a" | "always" => dsh_std::ApprovalDecision::AllowAlways,
-                        _ => dsh_std::ApprovalDecision::Deny,
-                    };
-                    agent.answer_approval(req, decision);
-                    waiting = true;
-                    continue;
-                }
-                let text = line.trim();
-                match text {
-                    "" => {
-                        if !running {
-                            prompt(&mut out, running);
-                        }
-                    }
-                    "/quit" | "/exit" => break,
-                    "/help" => {
-                        let _ = r.notice(&mut out, HELP);
-                        if !running {
-                            prompt(&mut out, running);
-                        }
-                    }
-                    "/followup" => {
-                        steer = false;
-                        let _ = r.notice(
-                            &mut out,
-                            "lines typed during a turn now queue as follow-ups",
-                        );
-                    }
-                    "/steer" => {
-                        steer = true;
-                        let _ = r.notice(&mut out, "lines typed during a turn now steer it");
-                    }
-                    "/cancel" => agent.cancel(CancelCause::User, false),
-                    "/skills" => {
-                        // Issue 29; `/NAME` goes to the model as typed and
-                        // the skills plugin loads that skill.
-                        let skills = extensions.skills();
-                        if skills.is_empty() {
-                            let _ = r.notice(&mut out, "no skills found");
-                        }
-                        for (name, description) in skills {
-                            let _ = r.notice(&mut out, &format!("/{name}: {description}"));
-                        }
-                        if !running {
-                            prompt(&mut out, running);
-                        }
-                    }
-                    "/compact" if running => {
-                        let _ = r.notice(&mut out, "(/compact runs between turns)");
-                    }
-                    "/compact" => {
-                        let _ = r.notice(&mut out, "compacting…");
-                        let notice = match agent.compact_now(Some(COMPACT_TIMEOUT)) {
-                            Ok(v) if v["compacted"] == true => {
-                                "compacted: the older history is now a summary".to_string()
-                            }
-                            Ok(v) => format!(
-                                "not compacted: {}",
-                                v["reason"].as_str().unwrap_or("no compaction plugin")
-                            ),
-                            Err(e) => format!("error: {e}"),
-                        };
-                        let _ = r.notice(&mut out, &notice);
-                        prompt(&mut out, running);
-                    }
-                    _ => {
-                        let (followup, body) = match text.strip_prefix("/followup ") {
-                            Some(rest) => (true, rest),
-                            None => (!steer, text),
-                        };
-                        let result = if !running {
-                            waiting = true;
-                            running = true;
-                            if followup {
-                                agent.followup(body)
-                            } else {
-                                agent.send(body)
-                            }
-                        } else if followup {
-                            let _ = r.notice(&mut out, "(queued as a follow-up)");
-                            agent.followup(body)
-                        } else {
-                            let _ = r.notice(&mut out, "(steering the running turn)");
-                            agent.steer(body)
-                        };
-                        if let Err(e) = result {
-                            let _ = r.notice(&mut out, &format!("error: {e}"));
-                        }
-                    }
-                }
-            }
-            Ui::Interrupt => {
-                if running && !armed {
-                    armed = true;
-                    approvals.clear();
-                    let _ = r.notice(&mut out, "cancelling… (Ctrl-C again or Ctrl-D to quit)");
-                    agent.cancel(CancelCause::User, false);
-                } else if armed {
-                    break;
-                } else {
-                    armed = true;
-                    let _ = r.notice(&mut out, "(Ctrl-C again or Ctrl-D to quit)");
-                    prompt(&mut out, running);
-                }
-            }
-            Ui::Eof => {
-                if running && piped {
-                    quit_when_idle = true;
-                    input_ended = true;
-                    if held.is_empty() {
-                        // Questions already asked get no answer: deny them,
-                        // so the turn can end.
-                        for req in approvals.drain(..) {
-                            let _ = writeln!(out);
-                            let _ = r.notice(&mut out, "(input ended: denied)");
-                            agent.answer_approval(req, dsh_std::ApprovalDecision::Deny);
-                        }
-                    }
-                } else {
-                    break;
-                }
-            }
-            // Like Ctrl-C twice: the running turn is cancelled below and
-            // the session is saved.
-            Ui::Terminate => break,
         }
     }
+    let running = machine.running();
+    input.leftover = machine.leftover();
     let _ = r.clear_status(&mut out);
     let _ = writeln!(out);
     drop(out);
@@ -1027,11 +1267,105 @@ fn repl(
             "error: {e}; session {} at {location} is incomplete",
             id.as_str()
         );
-        return Outcome::CheckFailed;
+        return ChatEnd {
+            outcome: Outcome::CheckFailed,
+            switch: None,
+        };
     }
     let _ = writeln_safe!(stdout, "session {} saved: {location}", id.as_str());
-    let _ = writeln_safe!(stdout, "resume with: dsh chat --resume {}", id.as_str());
-    Outcome::Ok
+    if switch.is_none() {
+        let _ = writeln_safe!(stdout, "resume with: dsh chat --resume {}", id.as_str());
+    }
+    ChatEnd {
+        outcome: Outcome::Ok,
+        switch,
+    }
+}
+
+/// What [`to_input`] reads about the chat.
+struct Where<'a> {
+    agent: &'a Agent,
+    running: bool,
+    facts: &'a Facts,
+    color: bool,
+}
+
+/// Renders what needs rendering of `msg` and turns it into the machine's
+/// input (`None`: nothing for the machine).
+fn to_input(
+    msg: Ui,
+    r: &mut Renderer,
+    out: &mut dyn Write,
+    errors: &mut PendingErrors,
+    titler: &mut Titler,
+    at: &Where<'_>,
+) -> Option<crate::repl::Input<ApprovalRequestId>> {
+    use crate::repl::Input;
+    Some(match msg {
+        Ui::Event(AgentEvent::Event(ev)) => {
+            let _ = r.event(out, &ev);
+            if let EventData::TurnEnd(_) = ev.data() {
+                for e in errors.after_turn(&ev) {
+                    let _ = r.notice(out, &format!("error: {e}"));
+                }
+                titler.turn_ended(at.agent);
+            }
+            if let EventData::StepStart(_) | EventData::LlmRetry(_) = ev.data() {
+                Input::Waiting
+            } else if first_output(&ev) {
+                Input::Output
+            } else {
+                return None;
+            }
+        }
+        Ui::Event(AgentEvent::Status(status)) => {
+            Input::Running(!matches!(status, AgentStatus::Idle))
+        }
+        Ui::Event(AgentEvent::ApprovalRequested {
+            id,
+            tool,
+            arguments,
+            ..
+        }) => {
+            let _ = r.clear_status(out);
+            let _ = r.end_line(out);
+            if let Some(diff) = crate::diff::for_call(&tool, &arguments, &at.facts.cwd, at.color) {
+                // tty: diff::unified sanitises every line; the colours are ours.
+                let _ = write!(out, "{diff}");
+            }
+            // tty: approval_prompt() shows every value through sanitize::approval_value.
+            let _ = write!(out, "{}", crate::render::approval_prompt(&tool, &arguments));
+            let _ = out.flush();
+            Input::Approval(id)
+        }
+        Ui::Event(AgentEvent::Asked {
+            id,
+            plugin,
+            request,
+        }) if plugin == crate::interact::PLUGIN => {
+            let _ = r.clear_status(out);
+            let _ = r.end_line(out);
+            Input::Question(id, request)
+        }
+        Ui::Event(AgentEvent::Asked { id, .. }) => {
+            // No front end for this plugin's asks: withdraw it.
+            at.agent.answer(id, dsh_std::Reply::Cancelled);
+            return None;
+        }
+        Ui::Event(AgentEvent::Error(e)) => {
+            if at.running {
+                errors.push(e);
+            } else {
+                let _ = r.notice(out, &format!("error: {e}"));
+            }
+            return None;
+        }
+        Ui::Event(_) | Ui::Of(..) => return None,
+        Ui::Line(line) => Input::Line(line),
+        Ui::Eof => Input::Eof,
+        Ui::Interrupt => Input::Interrupt,
+        Ui::Terminate => Input::Terminate,
+    })
 }
 
 fn prompt(out: &mut dyn Write, running: bool) {

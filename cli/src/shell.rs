@@ -47,6 +47,12 @@ const DELEGATION_TOOLS: &[&str] = &[dsh_subagents::SPAWN_TOOL, dsh_subagents::FO
 /// Plugin tools that only read what the user put in place: `skill` loads
 /// a `SKILL.md` the model was offered (issue 29).
 const PLUGIN_READ_TOOLS: &[&str] = &[dsh_skills::TOOL_NAME];
+/// The tools that talk to the user (issue 30): asking about them would ask
+/// the user whether the model may ask the user.
+const INTERACTION_TOOLS: &[&str] = &[
+    crate::interact::EXIT_PLAN_MODE,
+    crate::interact::ASK_USER_QUESTION,
+];
 
 /// The approval policy: everything `auto` when `approve_all`; otherwise
 /// read-only tools, the plan and the delegation tools `auto`, every other
@@ -59,6 +65,7 @@ pub fn approval_policy(approve_all: bool) -> ApprovalPolicy {
         .iter()
         .chain(DELEGATION_TOOLS)
         .chain(PLUGIN_READ_TOOLS)
+        .chain(INTERACTION_TOOLS)
         .fold(ApprovalPolicy::new(ApprovalMode::Ask), |p, t| {
             p.with(*t, ApprovalMode::Auto)
         })

@@ -78,13 +78,27 @@ fn resume(data: &Path, url: &str, id: &str, cwd: &Path, line: &str) {
 }
 
 /// The system text the default plugin gives for the standard tools.
-fn expected_system() -> String {
+fn expected_system(request: &Value) -> String {
     let mut registry = dsh_std::ToolSet::standard(dsh_tools::BashConfig::default())
         .registry()
         .unwrap();
     // The delegation tools (loop.md SA-1) every CLI agent has.
     for mode in [dsh_subagents::Mode::Spawn, dsh_subagents::Mode::Fork] {
         registry.register(dsh_subagents::definition(mode)).unwrap();
+    }
+    // The CLI's own interaction tools (issue 30), as the request sent them.
+    for t in request["tools"].as_array().unwrap() {
+        let f = &t["function"];
+        let name = f["name"].as_str().unwrap();
+        if name == "exit_plan_mode" || name == "ask_user_question" {
+            registry
+                .register(dsh_core::agent::tools::ToolDefinition::typed(
+                    name,
+                    f["description"].as_str().unwrap(),
+                    f["parameters"].clone(),
+                ))
+                .unwrap();
+        }
     }
     let tools = registry.schemas();
     let assembly = dsh_system_prompt::SystemPrompt::new().apply(
@@ -140,7 +154,7 @@ fn sp5_lc12_first_turn_body_and_a_stable_prefix_across_turns() {
     let messages = first["messages"].as_array().unwrap();
     assert_eq!(
         messages[0],
-        json!({"role": "system", "content": expected_system()}),
+        json!({"role": "system", "content": expected_system(first)}),
         "the system prompt: identity, guidelines, tool guidance, environment note"
     );
     let system = messages[0]["content"].as_str().unwrap();
@@ -164,11 +178,13 @@ fn sp5_lc12_first_turn_body_and_a_stable_prefix_across_turns() {
     assert_eq!(
         tools,
         [
+            "ask_user_question",
             "bash",
             "bash_output",
             "bash_start",
             "bash_stop",
             "edit",
+            "exit_plan_mode",
             "glob",
             "grep",
             "read",

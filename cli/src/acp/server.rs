@@ -19,6 +19,11 @@ use agent_client_protocol_schema::v1::{
     SessionModeState, SessionNotification, SessionUpdate, SetSessionModeRequest,
     SetSessionModeResponse, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
 };
+use agent_client_protocol_schema::v1::{
+    AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate, ContentChunk,
+    CurrentModeUpdate, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, ToolCallContent,
+    ToolKind, UnstructuredCommandInput,
+};
 use dsh_core::SessionId;
 use dsh_core::session::EventData;
 use dsh_std::{
@@ -57,6 +62,12 @@ enum Msg {
         approval: ApprovalRequestId,
         answer: Result<Value, CallError>,
     },
+    /// The client answered a question (`ask_user_question`, a plan
+    /// review) asked as a permission request.
+    Question {
+        session: String,
+        answer: Result<Value, CallError>,
+    },
     /// SIGTERM, SIGHUP or SIGINT: end as if the input had closed.
     Terminate,
 }
@@ -73,13 +84,17 @@ enum SessionMode {
     AcceptEdits,
     /// Every tool runs without asking.
     Auto,
+    /// Plan mode (issue 30): read and plan; writes and commands are
+    /// refused until the user approves a plan (`exit_plan_mode`).
+    Plan,
 }
 
 impl SessionMode {
-    const ALL: [SessionMode; 3] = [
+    const ALL: [SessionMode; 4] = [
         SessionMode::Ask,
         SessionMode::AcceptEdits,
         SessionMode::Auto,
+        SessionMode::Plan,
     ];
 
     fn id(self) -> &'static str {
@@ -87,6 +102,7 @@ impl SessionMode {
             SessionMode::Ask => "ask",
             SessionMode::AcceptEdits => "accept-edits",
             SessionMode::Auto => "auto",
+            SessionMode::Plan => "plan",
         }
     }
 
@@ -95,6 +111,7 @@ impl SessionMode {
             SessionMode::Ask => "Ask",
             SessionMode::AcceptEdits => "Accept edits",
             SessionMode::Auto => "Auto",
+            SessionMode::Plan => "Plan",
         }
     }
 
@@ -103,6 +120,9 @@ impl SessionMode {
             SessionMode::Ask => "Ask before running tools other than read",
             SessionMode::AcceptEdits => "Edit files without asking; ask before commands",
             SessionMode::Auto => "Run every tool without asking",
+            SessionMode::Plan => {
+                "Explore and plan; nothing is written or run until you approve a plan"
+            }
         }
     }
 
@@ -113,7 +133,7 @@ impl SessionMode {
     /// Whether this mode allows `tool` without asking the client.
     fn allows(self, tool: &str) -> bool {
         match self {
-            SessionMode::Ask => false,
+            SessionMode::Ask | SessionMode::Plan => false,
             SessionMode::AcceptEdits => matches!(tool, "write" | "edit" | "todo_write"),
             SessionMode::Auto => true,
         }
@@ -144,8 +164,24 @@ struct Live {
     /// The running prompt's answer, held from its `turn/end` until the
     /// agent is idle (the turn's end is written by then).
     ended: Option<Result<PromptResponse, acp::Error>>,
-    /// The session mode (not stored: a loaded session starts in `ask`).
+    /// The session mode (not stored: a loaded session starts in `ask`,
+    /// or `plan` when its log says plan mode is on).
     mode: SessionMode,
+    /// What `/status` shows.
+    facts: crate::agent_cmd::Facts,
+    /// The last `exit_plan_mode` or `ask_user_question` call (the tool
+    /// call a question's permission request names).
+    ask_call: Option<String>,
+    /// The question being asked through permission requests.
+    question: Option<Questioning>,
+}
+
+/// A question ask answered one permission request per question.
+struct Questioning {
+    ask: ApprovalRequestId,
+    call_id: String,
+    questions: Vec<Value>,
+    answers: Vec<Value>,
 }
 
 /// How `dsh acp` was started.
@@ -226,6 +262,7 @@ pub fn serve(
                 approval,
                 answer,
             } => server.permission_answer(&session, call_id, &tool, approval, answer),
+            Msg::Question { session, answer } => server.question_answer(&session, answer),
         }
         if peer.is_closed() {
             break;
@@ -299,8 +336,9 @@ impl Server {
                 let result = self.new_session(r);
                 let session = result.as_ref().ok().map(|r| r.session_id.0.to_string());
                 self.peer.respond(&id, result);
-                if let Some(session) = session {
-                    self.announce_skills(&session);
+                // The commands, once the client knows the session.
+                if let Some(s) = session {
+                    self.commands_update(&s);
                 }
             }
             ClientRequest::LoadSessionRequest(r) => {
@@ -309,7 +347,7 @@ impl Server {
                 let loaded = result.is_ok();
                 self.peer.respond(&id, result);
                 if loaded {
-                    self.announce_skills(&session);
+                    self.commands_update(&session);
                 }
             }
             ClientRequest::PromptRequest(r) => self.prompt(id, r),
@@ -400,6 +438,7 @@ impl Server {
                 t.install(&mut config);
             }
             extensions.install(&mut config);
+            crate::agent_cmd::interaction_plugins(&mut config, true, false);
             Ok(config)
         };
         let (config, delegation) =
@@ -414,8 +453,10 @@ impl Server {
         agent: Agent,
         cwd: PathBuf,
         policy: ApprovalPolicy,
+        call: dsh_core::LlmCallConfig,
     ) -> Result<String, acp::Error> {
         let session = agent.session_id().as_str().to_string();
+        let facts_cwd = cwd.clone();
         let events = agent.subscribe();
         let tx = self.tx.clone();
         let name = session.clone();
@@ -440,33 +481,50 @@ impl Server {
                 cancel_requested: false,
                 ended: None,
                 mode: SessionMode::Ask,
+                facts: crate::agent_cmd::Facts {
+                    call,
+                    store: self.store.kind().to_string(),
+                    sandbox: "the CLI's default".into(),
+                    skills: crate::extensions::skill_commands(&facts_cwd),
+                    cwd: facts_cwd,
+                },
+                ask_call: None,
+                question: None,
             },
         );
         Ok(session)
     }
 
-    /// Tells the client the session's skills as commands (`/NAME` loads
-    /// one: the skills plugin sees it in the prompt), issue 29.
-    fn announce_skills(&self, session: &str) {
-        let Some(live) = self.sessions.get(session) else {
-            return;
-        };
-        let commands: Vec<_> = crate::extensions::skill_commands(&live.cwd)
-            .into_iter()
-            .map(|(name, description)| {
-                agent_client_protocol_schema::v1::AvailableCommand::new(name, description)
+    /// Sends the command list (`available_commands_update`): the same
+    /// registry `dsh chat` dispatches from.
+    fn commands_update(&self, session: &str) {
+        let list = crate::commands::Registry::standard()
+            .list()
+            .iter()
+            .map(|c| {
+                let mut a = AvailableCommand::new(c.name.clone(), c.description.clone());
+                if let Some(h) = &c.hint {
+                    a = a.input(AvailableCommandInput::Unstructured(
+                        UnstructuredCommandInput::new(h.clone()),
+                    ));
+                }
+                a
             })
+            .chain(
+                // The session's skills (`/NAME` loads one: the skills
+                // plugin sees it in the prompt).
+                self.sessions
+                    .get(session)
+                    .map(|live| crate::extensions::skill_commands(&live.cwd))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(name, description)| AvailableCommand::new(name, description)),
+            )
             .collect();
-        // No skills: nothing to announce (the client's list stays empty).
-        if commands.is_empty() {
-            return;
-        }
         notify(
             &self.peer,
             session,
-            SessionUpdate::AvailableCommandsUpdate(
-                agent_client_protocol_schema::v1::AvailableCommandsUpdate::new(commands),
-            ),
+            SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(list)),
         );
     }
 
@@ -474,10 +532,11 @@ impl Server {
         let id = new_session_id(now_ms());
         let (config, cwd, delegation) = self.config(&r.cwd, id.as_str())?;
         let policy = config.approval.clone();
+        let call = config.call_config.clone();
         let agent = Agent::create(config, self.store.clone(), id)
             .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
         delegation.attach(agent.session_id().clone(), agent.mailbox());
-        let session = self.register(agent, cwd, policy)?;
+        let session = self.register(agent, cwd, policy, call)?;
         Ok(NewSessionResponse::new(session).modes(SessionMode::Ask.state()))
     }
 
@@ -486,6 +545,7 @@ impl Server {
         if !self.sessions.contains_key(&session) {
             let (config, cwd, delegation) = self.config(&r.cwd, &session)?;
             let policy = config.approval.clone();
+            let call = config.call_config.clone();
             let agent = Agent::resume(config, self.store.clone(), &SessionId::new(session.clone()))
                 .map_err(|e| match e {
                     ShellError::Store(StoreError::NotFound { .. }) => {
@@ -494,7 +554,7 @@ impl Server {
                     e => internal(format!("cannot load session {session}: {e}")),
                 })?;
             delegation.attach(agent.session_id().clone(), agent.mailbox());
-            self.register(agent, cwd, policy)?;
+            self.register(agent, cwd, policy, call)?;
         }
         let Some(live) = self.sessions.get_mut(&session) else {
             return Err(acp::Error::session_not_found(session));
@@ -508,6 +568,15 @@ impl Server {
         for ev in &events {
             for update in map::updates(ev, Mode::Replay, &live.cwd, &mut calls, &|_| true) {
                 notify(&self.peer, &session, update);
+            }
+            if let Some(active) = plan_mode(ev) {
+                live.mode = if active {
+                    SessionMode::Plan
+                } else if live.mode == SessionMode::Plan {
+                    SessionMode::Ask
+                } else {
+                    live.mode
+                };
             }
         }
         Ok(LoadSessionResponse::new().modes(live.mode.state()))
@@ -529,10 +598,70 @@ impl Server {
                 )),
             );
         }
-        let text = match prompt_text(&r.prompt) {
+        let mut text = match prompt_text(&r.prompt) {
             Ok(t) => t,
             Err(e) => return self.peer.respond::<()>(&id, Err(e)),
         };
+        let registry = crate::commands::Registry::standard();
+        if let Some((name, args)) = crate::commands::parse(text.trim_start())
+            && registry.get(name).is_some()
+        {
+            let mut host = crate::agent_cmd::AgentHost {
+                agent: &live.agent,
+                store: self.store.as_ref(),
+                facts: &live.facts,
+            };
+            let mut ids = crate::commands::CommandIds::new(now_ms());
+            let mut done = registry.execute(&mut host, &mut ids, name, args);
+            if done.switch.is_some() {
+                done = crate::commands::Done::error(
+                    "switching sessions is the client's: use session/load",
+                );
+            }
+            if name == "plan" && done.ok {
+                // The mode changes now, before the prompt's answer (the
+                // `plan/mode` event follows and finds it done).
+                let now = if args.trim() == "off" {
+                    if live.mode == SessionMode::Plan {
+                        SessionMode::Ask
+                    } else {
+                        live.mode
+                    }
+                } else {
+                    SessionMode::Plan
+                };
+                if now != live.mode {
+                    live.mode = now;
+                    notify(
+                        &self.peer,
+                        &session,
+                        SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(now.id())),
+                    );
+                }
+            }
+            let shown = match (&done.text, done.ok) {
+                (Some(t), true) => t.clone(),
+                (Some(t), false) => format!("error: {t}"),
+                (None, _) => String::new(),
+            };
+            if !shown.is_empty() {
+                notify(
+                    &self.peer,
+                    &session,
+                    SessionUpdate::AgentMessageChunk(ContentChunk::new(acp::ContentBlock::Text(
+                        acp::TextContent::new(format!("{shown}\n")),
+                    ))),
+                );
+            }
+            match done.message {
+                Some(message) => text = message,
+                None => {
+                    return self
+                        .peer
+                        .respond(&id, Ok(PromptResponse::new(acp::StopReason::EndTurn)));
+                }
+            }
+        }
         match live.agent.send(&text) {
             Ok(()) => {
                 live.prompt = Some(id);
@@ -551,10 +680,29 @@ impl Server {
         };
         let Some(mode) = SessionMode::parse(&r.mode_id.0) else {
             return Err(invalid_params(format!(
-                "unknown mode {:?} (modes: ask, accept-edits, auto)",
+                "unknown mode {:?} (modes: ask, accept-edits, auto, plan)",
                 r.mode_id.0
             )));
         };
+        if (mode == SessionMode::Plan) != (live.mode == SessionMode::Plan) {
+            if live.prompt.is_some() {
+                return Err(invalid_params(
+                    "plan mode is entered or left between prompts",
+                ));
+            }
+            let args = if mode == SessionMode::Plan {
+                ""
+            } else {
+                " off"
+            };
+            live.agent
+                .command(
+                    "plan",
+                    serde_json::json!({"args": args}),
+                    Some(COMMAND_TIMEOUT),
+                )
+                .map_err(|e| internal(format!("cannot switch plan mode: {e}")))?;
+        }
         live.mode = mode;
         Ok(SetSessionModeResponse::new())
     }
@@ -585,6 +733,29 @@ impl Server {
         };
         match event {
             AgentEvent::Event(ev) => {
+                if let EventData::ToolCall(c) = ev.data()
+                    && (c.name == crate::interact::EXIT_PLAN_MODE
+                        || c.name == crate::interact::ASK_USER_QUESTION)
+                {
+                    live.ask_call = Some(c.call_id.0.to_string());
+                }
+                if let Some(active) = plan_mode(&ev) {
+                    let now = if active {
+                        SessionMode::Plan
+                    } else if live.mode == SessionMode::Plan {
+                        SessionMode::Ask
+                    } else {
+                        live.mode
+                    };
+                    if now != live.mode {
+                        live.mode = now;
+                        notify(
+                            &self.peer,
+                            session,
+                            SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(now.id())),
+                        );
+                    }
+                }
                 let (policy, mode) = (&live.policy, live.mode);
                 let asks =
                     |tool: &str| policy.mode_for(tool) == ApprovalMode::Ask && !mode.allows(tool);
@@ -627,9 +798,16 @@ impl Server {
                 ..
             } => {
                 let args: Value = serde_json::from_str(&arguments).unwrap_or(Value::Null);
+                let mut fields = map::call_fields(&tool, &args, &live.cwd);
+                // A write or edit carries its change (issue 30 point 5).
+                if let Some((path, old, new)) = crate::diff::change(&tool, &arguments, &live.cwd) {
+                    fields = fields.content(vec![ToolCallContent::Diff(
+                        acp::Diff::new(live.cwd.join(path), new).old_text(old),
+                    )]);
+                }
                 let request = RequestPermissionRequest::new(
                     session.to_string(),
-                    ToolCallUpdate::new(call_id.clone(), map::call_fields(&tool, &args, &live.cwd)),
+                    ToolCallUpdate::new(call_id.clone(), fields),
                     vec![
                         PermissionOption::new(ALLOW_ONCE, "Allow", PermissionOptionKind::AllowOnce),
                         PermissionOption::new(
@@ -657,9 +835,157 @@ impl Server {
                         });
                     });
             }
+            AgentEvent::Asked {
+                id,
+                plugin,
+                request,
+            } if plugin == crate::interact::PLUGIN => {
+                let questions: Vec<Value> = request
+                    .get("questions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if questions.is_empty() || live.question.is_some() {
+                    live.agent.answer(id, dsh_std::Reply::Cancelled);
+                    return;
+                }
+                live.question = Some(Questioning {
+                    ask: id,
+                    call_id: live.ask_call.clone().unwrap_or_default(),
+                    questions,
+                    answers: Vec::new(),
+                });
+                self.ask_next(session);
+            }
+            AgentEvent::Asked { id, .. } => live.agent.answer(id, dsh_std::Reply::Cancelled),
             AgentEvent::Error(e) => eprintln_safe!("dsh acp: session {session}: {e}"),
             _ => {}
         }
+    }
+
+    /// Asks the client the next unanswered question of the session's
+    /// question ask: a permission request whose options are the choices
+    /// (a plan review also sends the plan as a `plan` update and carries
+    /// it as the request's content).
+    fn ask_next(&mut self, session: &str) {
+        let Some(live) = self.sessions.get_mut(session) else {
+            return;
+        };
+        let Some(q) = &live.question else {
+            return;
+        };
+        let Some(question) = q.questions.get(q.answers.len()) else {
+            return;
+        };
+        let s = |k: &str| question.get(k).and_then(Value::as_str).unwrap_or("");
+        let review = question
+            .get("intent")
+            .and_then(|i| i.get("kind"))
+            .and_then(Value::as_str)
+            == Some("plan-review");
+        let labels: Vec<String> = question
+            .get("options")
+            .and_then(Value::as_array)
+            .map(|o| {
+                o.iter()
+                    .filter_map(|o| o.get("label")?.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let options: Vec<PermissionOption> =
+            labels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let kind = if review && i > 0 {
+                        PermissionOptionKind::RejectOnce
+                    } else {
+                        PermissionOptionKind::AllowOnce
+                    };
+                    PermissionOption::new(format!("option-{i}"), l.clone(), kind)
+                })
+                .chain(labels.is_empty().then(|| {
+                    PermissionOption::new("option-ok", "OK", PermissionOptionKind::AllowOnce)
+                }))
+                .collect();
+        let mut content = Vec::new();
+        if !s("detail").is_empty() {
+            content.push(ToolCallContent::from(s("detail").to_string()));
+        }
+        if review {
+            let entries: Vec<PlanEntry> = s("detail")
+                .lines()
+                .filter_map(|l| l.trim_start().strip_prefix("- "))
+                .map(|l| PlanEntry::new(l, PlanEntryPriority::Medium, PlanEntryStatus::Pending))
+                .collect();
+            notify(&self.peer, session, SessionUpdate::Plan(Plan::new(entries)));
+        }
+        let title = if s("header").is_empty() {
+            s("question").to_string()
+        } else {
+            format!("{}: {}", s("header"), s("question"))
+        };
+        let fields = ToolCallUpdateFields::new()
+            .title(title)
+            .kind(ToolKind::Think)
+            .content(content);
+        let request = RequestPermissionRequest::new(
+            session.to_string(),
+            ToolCallUpdate::new(q.call_id.clone(), fields),
+            options,
+        );
+        let tx = self.tx.clone();
+        let session = session.to_string();
+        self.peer
+            .request("session/request_permission", &request, move |answer| {
+                let _ = tx.send(Msg::Question { session, answer });
+            });
+    }
+
+    /// Records the client's choice for the current question; asks the
+    /// next one or answers the agent.
+    fn question_answer(&mut self, session: &str, answer: Result<Value, CallError>) {
+        let Some(live) = self.sessions.get_mut(session) else {
+            return;
+        };
+        let Some(q) = live.question.as_mut() else {
+            return;
+        };
+        let selected = match answer.map(serde_json::from_value::<RequestPermissionResponse>) {
+            Ok(Ok(RequestPermissionResponse {
+                outcome: RequestPermissionOutcome::Selected(selected),
+                ..
+            })) => Some(selected.option_id.0.to_string()),
+            _ => None,
+        };
+        let Some(selected) = selected else {
+            // Dismissed or failed: the ask is withdrawn.
+            let ask = q.ask;
+            live.question = None;
+            live.agent.answer(ask, dsh_std::Reply::Cancelled);
+            return;
+        };
+        let question = q
+            .questions
+            .get(q.answers.len())
+            .cloned()
+            .unwrap_or(Value::Null);
+        let label = selected
+            .strip_prefix("option-")
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| question.get("options")?.get(i)?.get("label")?.as_str());
+        let picked: Vec<&str> = label.into_iter().collect();
+        q.answers
+            .push(serde_json::json!({"id": question.get("id").cloned().unwrap_or(Value::Null), "selected": picked}));
+        if q.answers.len() < q.questions.len() {
+            return self.ask_next(session);
+        }
+        let (ask, answers) = (q.ask, std::mem::take(&mut q.answers));
+        live.question = None;
+        live.agent.answer(
+            ask,
+            dsh_std::Reply::Plugin(serde_json::json!({"answers": answers})),
+        );
     }
 
     fn permission_answer(
@@ -706,6 +1032,22 @@ impl Server {
             );
         }
         live.agent.answer_approval(approval, decision);
+    }
+}
+
+/// How long a plugin command (`/plan`, a plan mode switch) may take.
+const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The `active` of a `plan/mode` event.
+fn plan_mode(ev: &dsh_core::session::SessionEvent) -> Option<bool> {
+    match ev.data() {
+        EventData::Plugin(p) if p.event_type == crate::interact::PLAN_MODE => {
+            serde_json::from_str::<Value>(p.data.get())
+                .ok()?
+                .get("active")?
+                .as_bool()
+        }
+        _ => None,
     }
 }
 

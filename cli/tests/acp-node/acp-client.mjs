@@ -141,6 +141,25 @@ const script = {
     { turn: { text: ["Tests pass."] } },
     // Prompt 4: streams, then stalls until cancelled.
     { fault: { kind: "stall", turn: { text: ["Partial ", "answer ", "never ", "finished"] }, afterEvents: 3 } },
+    // Third process, plan mode (issue 30): a write refused, the plan
+    // approved through a permission request, the write then asked and run.
+    { turn: { toolCalls: [{ id: "call_early", name: "write",
+      arguments: ['{"file_path":"plan.txt","content":"early\\n"}'] }] } },
+    { turn: { toolCalls: [{ id: "call_exit", name: "exit_plan_mode",
+      arguments: ['{"plan":"# Plan file\\n- write plan.txt\\n- say so"}'] }] } },
+    { turn: { toolCalls: [{ id: "call_planned", name: "write",
+      arguments: ['{"file_path":"plan.txt","content":"planned\\n"}'] }] } },
+    { turn: { text: ["Planned."] } },
+    // A question answered through a permission request.
+    { turn: { toolCalls: [{ id: "call_ask", name: "ask_user_question",
+      arguments: ['{"questions":[{"id":"lang","question":"Which language?","options":[{"label":"Rust"},{"label":"Go"}]}]}'] }] } },
+    { turn: { text: ["Go it is."] } },
+    // Always allow: the first bash asks, the second does not.
+    { turn: { toolCalls: [{ id: "call_always1", name: "bash",
+      arguments: ['{"command":"echo one","description":"one"}'] }] } },
+    { turn: { toolCalls: [{ id: "call_always2", name: "bash",
+      arguments: ['{"command":"echo two","description":"two"}'] }] } },
+    { turn: { text: ["Both ran."] } },
   ],
 };
 const scriptPath = join(work, "script.json");
@@ -188,6 +207,7 @@ function startAgent() {
 
 // ---- the client ----------------------------------------------------------
 let permissionAnswer = "allow_once";
+let questionAnswer = "option-0";
 let onChunk = null;
 // The SDK runs notification handlers asynchronously: a response can
 // resolve before the handlers of the updates sent ahead of it have run.
@@ -209,6 +229,10 @@ const app = acp
   .client({ name: "dsh-acp-node-test" })
   .onRequest(acp.methods.client.session.requestPermission, async ({ params }) => {
     permissionRequests.push(params);
+    // A question's options are its choices (`option-N`).
+    if (params.options[0].optionId.startsWith("option-")) {
+      return { outcome: { outcome: "selected", optionId: questionAnswer } };
+    }
     return { outcome: { outcome: "selected", optionId: permissionAnswer } };
   })
   .onRequest(acp.methods.client.fs.readTextFile, async ({ params }) => {
@@ -339,6 +363,134 @@ check(JSON.stringify(users) === JSON.stringify(["Write two lines to notes.txt", 
   `the replay carries the three prompts, got ${JSON.stringify(users)}`);
 check(replayed.includes("plan") && replayed.includes("tool_call") && replayed.includes("tool_call_update"),
   `the replay carries plan and tool calls, got ${replayed.join(",")}`);
+
+// ---- a third process: slash commands, plan mode, a question -------------
+const third = startAgent();
+let planSession;
+permissionRequests.length = 0;
+await app.connectWith(third.stream, async (agent) => {
+  await agent.request(acp.methods.agent.initialize, {
+    protocolVersion: acp.PROTOCOL_VERSION,
+    clientCapabilities: { fs: { readTextFile: true, writeTextFile: true } },
+  });
+  const created = await agent.request(acp.methods.agent.session.new, { cwd: ws, mcpServers: [] });
+  planSession = created.sessionId;
+  check(created.modes.availableModes.some((m) => m.id === "plan"), "a plan mode is offered");
+  // A slash command runs without the model.
+  let mark = third.transcript.length;
+  const status = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId: planSession, prompt: [{ type: "text", text: "/status" }],
+  });
+  // The command list follows the session/new response.
+  const listed = wireUpdates(third, 0).find((u) => u.update.sessionUpdate === "available_commands_update");
+  const names = listed ? listed.update.availableCommands.map((c) => c.name) : [];
+  for (const n of ["plan", "compact", "model", "effort", "status", "sessions", "resume", "fork", "help", "permissions"]) {
+    check(names.includes(n), `available_commands_update lists /${n}: ${names.join(",")}`);
+  }
+  check(status.stopReason === "end_turn", `/status ends end_turn, got ${status.stopReason}`);
+  const said = wireUpdates(third, mark).filter((u) => u.update.sessionUpdate === "agent_message_chunk")
+    .map((u) => u.update.content.text).join("");
+  check(said.includes("model: deepseek-v4-flash"), `/status shows the model: ${said}`);
+
+  await agent.request(acp.methods.agent.session.setMode, { sessionId: planSession, modeId: "plan" });
+  mark = third.transcript.length;
+  questionAnswer = "option-0";
+  permissionAnswer = "allow_once";
+  const planned = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId: planSession, prompt: [{ type: "text", text: "Plan, then write plan.txt" }],
+  });
+  check(planned.stopReason === "end_turn", `the plan prompt ends end_turn, got ${planned.stopReason}`);
+  const u = wireUpdates(third, mark);
+  check(permissionRequests.length === 2, `a plan review and a write permission, got ${permissionRequests.length}`);
+  const review = permissionRequests[0];
+  check(review && review.toolCall.toolCallId === "call_exit"
+    && review.options.map((o) => o.name).join("|") === "Approve|Keep planning"
+    && review.toolCall.content[0].content.text.startsWith("# Plan file"),
+    `the review carries the plan and its choices: ${JSON.stringify(review)}`);
+  const planUpdate = u.find((x) => x.update.sessionUpdate === "plan");
+  check(planUpdate && planUpdate.update.entries.map((e) => e.content).join("|") === "write plan.txt|say so",
+    "the plan is sent as a plan update");
+  check(u.some((x) => x.update.sessionUpdate === "current_mode_update" && x.update.currentModeId === "ask"),
+    "approving the plan leaves plan mode");
+  check(permissionRequests[1] && permissionRequests[1].toolCall.toolCallId === "call_planned",
+    "the write after the plan asks");
+  const diff = permissionRequests[1] && permissionRequests[1].toolCall.content && permissionRequests[1].toolCall.content[0];
+  check(diff && diff.type === "diff" && diff.newText === "planned\n" && diff.path === join(ws, "plan.txt"),
+    `the write's permission request carries its diff: ${JSON.stringify(diff)}`);
+  check(buffers.get(join(ws, "plan.txt")) === "planned\n", "only the planned write ran");
+
+  questionAnswer = "option-1";
+  const asked = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId: planSession, prompt: [{ type: "text", text: "Ask me" }],
+  });
+  check(asked.stopReason === "end_turn", `the question prompt ends end_turn, got ${asked.stopReason}`);
+  const q = permissionRequests[2];
+  check(q && q.options.map((o) => o.name).join("|") === "Rust|Go", `the question's choices are the options: ${JSON.stringify(q)}`);
+
+  permissionAnswer = "allow_always";
+  const always = await agent.request(acp.methods.agent.session.prompt, {
+    sessionId: planSession, prompt: [{ type: "text", text: "Run two commands" }],
+  });
+  check(always.stopReason === "end_turn", `the always prompt ends end_turn, got ${always.stopReason}`);
+  check(permissionRequests.length === 4, `always-allow asks once, got ${permissionRequests.length - 3} requests`);
+
+  // `/plan` and `/plan off` typed as prompts switch the session mode.
+  mark = third.transcript.length;
+  for (const text of ["/plan", "/plan off"]) {
+    const r = await agent.request(acp.methods.agent.session.prompt, {
+      sessionId: planSession, prompt: [{ type: "text", text }],
+    });
+    check(r.stopReason === "end_turn", `${text} ends end_turn, got ${r.stopReason}`);
+  }
+  const switched = wireUpdates(third, mark).filter((x) => x.update.sessionUpdate === "current_mode_update")
+    .map((x) => x.update.currentModeId);
+  check(JSON.stringify(switched) === '["plan","ask"]', `/plan and /plan off switch the mode: ${JSON.stringify(switched)}`);
+});
+third.child.stdin.end();
+check((await third.exited) === 0, "the third dsh acp exits 0");
+{
+  const { spawnSync } = await import("node:child_process");
+  const { readdirSync, statSync } = await import("node:fs");
+  const find = (dir) => readdirSync(dir).flatMap((n) => {
+    const p = join(dir, n);
+    return statSync(p).isDirectory() ? find(p) : n === "session.jsonl" ? [p] : [];
+  });
+  const log = find(data).find((p) => p.includes(planSession));
+  check(log, "the plan session is stored");
+  if (log) {
+    const lines = readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const types = lines.map((l) => l.type);
+    const modes = lines.filter((l) => l.type === "plan/mode").map((l) => l.data.active);
+    check(JSON.stringify(modes) === "[true,false,true,false]", `plan/mode on, off, on, off: ${JSON.stringify(modes)}`);
+    check(types.includes("command/run") && types.includes("command/done"), "the /status command is logged");
+    const decided = lines.filter((l) => l.type === "approval/decided").map((l) => l.data.outcome);
+    check(JSON.stringify(decided) === '["allowed-once","allowed-once"]',
+      `the write's and the always-allowed bash's approvals are logged: ${JSON.stringify(decided)}`);
+    const asked = lines.filter((l) => l.type === "approval/asked").map((l) => l.data.callId);
+    check(JSON.stringify(asked) === '["call_planned","call_always1"]', `asked: ${JSON.stringify(asked)}`);
+    const answer = lines.filter((l) => l.type === "tool/result")
+      .map((l) => l.data.message.content[0].content[0].text).find((t) => t.startsWith('{"answers"'));
+    check(answer === '{"answers":[{"id":"lang","selected":["Go"]}]}', `the answer shape: ${answer}`);
+    for (const args of [["log", "check", log], ["replay", "--check", log]]) {
+      const r = spawnSync(dsh, args, { env, encoding: "utf8" });
+      check(r.status === 0, `dsh ${args.slice(0, 2).join(" ")} passes: ${r.stdout}${r.stderr}`);
+    }
+  }
+}
+
+// The first session's trail: allowed, rejected, allowed.
+{
+  const { readdirSync, statSync } = await import("node:fs");
+  const find = (dir) => readdirSync(dir).flatMap((n) => {
+    const p = join(dir, n);
+    return statSync(p).isDirectory() ? find(p) : n === "session.jsonl" ? [p] : [];
+  });
+  const log = find(data).find((p) => p.includes(sessionId));
+  const lines = log ? readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l)) : [];
+  const decided = lines.filter((l) => l.type === "approval/decided").map((l) => l.data.outcome);
+  check(JSON.stringify(decided) === '["allowed-once","rejected","allowed-once"]',
+    `the first session's approvals are logged: ${JSON.stringify(decided)}`);
+}
 
 mock.stdin.end();
 

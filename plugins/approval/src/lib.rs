@@ -104,6 +104,15 @@ impl ApprovalPolicy {
         }
     }
 
+    /// The policy as text: the default, then each override.
+    pub fn describe(&self) -> String {
+        let mut s = format!("default: {}", self.default.as_str());
+        for (tool, mode) in &self.overrides {
+            s.push_str(&format!("\n{tool}: {}", mode.as_str()));
+        }
+        s
+    }
+
     /// The default mode.
     pub fn default_mode(&self) -> ApprovalMode {
         self.default
@@ -155,16 +164,41 @@ impl ApprovalPolicy {
 /// ([`AgentEvent::ApprovalRequested`](dsh_runtime::AgentEvent)); the
 /// answer is resolved by the policy (`AllowAlways` sticks). A withdrawn ask
 /// (abort, disposal) is `cancelled`.
+///
+/// Every ask and its answer are logged as the reference logs them
+/// (session.md `approval/asked {id, toolName, callId?, reason?}`,
+/// `approval/decided {id, outcome}`); the id is `approval-<seq of the
+/// asked event>`, unique in the session. The plugin's command
+/// `permissions` shows the policy and edits one tool's mode (`/permissions`).
 #[derive(Clone, Debug, Default)]
 pub struct ApprovalPlugin {
     /// The policy, shared with whoever inspects or edits it.
     pub policy: Arc<Mutex<ApprovalPolicy>>,
+    /// Open asks: the tool token and the logged approval id.
+    asked: Vec<(u64, String)>,
+}
+
+/// Most asks open at once that the plugin tracks for the log (one per
+/// running tool call; the core runs at most a batch at a time).
+const MAX_OPEN_ASKS: usize = 1024;
+
+/// The logged `outcome` of a resolved approval (the reference's words).
+pub fn outcome_name(outcome: ApprovalOutcome) -> &'static str {
+    match outcome {
+        ApprovalOutcome::AllowedOnce => "allowed-once",
+        ApprovalOutcome::Rejected => "rejected",
+        ApprovalOutcome::Cancelled => "cancelled",
+        _ => "unavailable",
+    }
 }
 
 impl ApprovalPlugin {
     /// A plugin over `policy`.
     pub fn new(policy: Arc<Mutex<ApprovalPolicy>>) -> Self {
-        ApprovalPlugin { policy }
+        ApprovalPlugin {
+            policy,
+            asked: Vec::new(),
+        }
     }
 
     fn policy(&self) -> std::sync::MutexGuard<'_, ApprovalPolicy> {
@@ -178,7 +212,7 @@ impl Plugin for ApprovalPlugin {
     }
 
     fn seams(&self) -> Seams {
-        Seams::TOOL_PRE_EXECUTE | Seams::TOOL_APPROVAL
+        Seams::TOOL_PRE_EXECUTE | Seams::TOOL_APPROVAL | Seams::COMMAND
     }
 
     fn tool_pre_execute(
@@ -200,16 +234,72 @@ impl Plugin for ApprovalPlugin {
         reason: Option<&str>,
         _value: ApprovalOutcome,
     ) -> Flow<ApprovalOutcome> {
-        match cx.reply() {
-            None => Flow::Ask(Ask::Approval {
-                call_id: exec.call_id.0.clone(),
-                tool: exec.name.clone(),
-                arguments: exec.raw_arguments.clone(),
-                reason: reason.map(String::from),
-            }),
-            Some(Reply::Approval(d)) => Flow::Done(self.policy().resolve(&exec.name, Some(*d))),
-            Some(_) => Flow::Done(self.policy().resolve(&exec.name, None)),
+        let decision = match cx.reply() {
+            None => {
+                let id = format!("approval-{}", cx.next_seq());
+                let mut data = serde_json::json!({
+                    "id": id,
+                    "toolName": exec.name,
+                    "callId": exec.call_id.0,
+                });
+                if let Some(r) = reason {
+                    data["reason"] = serde_json::Value::from(r);
+                }
+                cx.append_plugin("approval/asked", &data);
+                if self.asked.len() < MAX_OPEN_ASKS {
+                    self.asked.push((exec.token, id));
+                }
+                return Flow::Ask(Ask::Approval {
+                    call_id: exec.call_id.0.clone(),
+                    tool: exec.name.clone(),
+                    arguments: exec.raw_arguments.clone(),
+                    reason: reason.map(String::from),
+                });
+            }
+            Some(Reply::Approval(d)) => Some(*d),
+            Some(_) => None,
+        };
+        let outcome = self.policy().resolve(&exec.name, decision);
+        if let Some(at) = self.asked.iter().position(|(t, _)| *t == exec.token) {
+            let (_, id) = self.asked.swap_remove(at);
+            cx.append_plugin(
+                "approval/decided",
+                &serde_json::json!({"id": id, "outcome": outcome_name(outcome)}),
+            );
         }
+        Flow::Done(outcome)
+    }
+
+    /// `permissions`: `{"args": ""}` shows the policy; `{"args": "TOOL
+    /// ask|auto|deny"}` sets one tool's mode. The result is the command
+    /// result `{"kind", "text"}`.
+    fn command(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        name: &str,
+        value: serde_json::Value,
+    ) -> Flow<serde_json::Value> {
+        if name != "permissions" {
+            return Flow::Next(value);
+        }
+        let args = value.get("args").and_then(|a| a.as_str()).unwrap_or("");
+        let words: Vec<&str> = args.split_whitespace().collect();
+        let result = match words.as_slice() {
+            [] => serde_json::json!({"kind": "success", "text": self.policy().describe()}),
+            [tool, mode] => match ApprovalMode::parse(mode) {
+                Some(m) if tool.len() <= 128 => {
+                    self.policy().set(*tool, m);
+                    serde_json::json!({"kind": "success", "text": format!("{tool}: {}", m.as_str())})
+                }
+                _ => {
+                    serde_json::json!({"kind": "error", "text": "usage: /permissions [TOOL ask|auto|deny]"})
+                }
+            },
+            _ => {
+                serde_json::json!({"kind": "error", "text": "usage: /permissions [TOOL ask|auto|deny]"})
+            }
+        };
+        Flow::Done(result)
     }
 }
 
