@@ -173,6 +173,10 @@ pub struct RunArgs {
     /// `dsh_runtime::replay`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Attach an image (PNG, JPEG, GIF or WebP) to the prompt; the model
+    /// must take images (`--images`). Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub image: Vec<PathBuf>,
     /// The prompt.
     pub prompt: String,
 }
@@ -199,6 +203,8 @@ pub struct Setup {
     pub render: RenderOptions,
     /// Whether to title the session (`--no-title`, `titles`).
     pub titles: bool,
+    /// Where attached images go (`None`: the model takes none).
+    pub images: Option<dsh_tools::Attachments>,
     /// The agent's subagents: attach the agent so that its background
     /// children can report back (a REPL; `run` ends after one turn).
     pub delegation: Arc<dsh_subagents::std_runner::Delegation>,
@@ -211,7 +217,9 @@ fn env_lookup(name: &str) -> Option<String> {
 /// Resolves provider and store and builds the agent configuration.
 pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<Setup, String> {
     let file = crate::config_file::load(&env_lookup)?;
-    let provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
+    let mut provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
+    // Images (issue 31) are kept content-addressed beside the sessions.
+    provider.attachments = args.store.dir().ok().map(|d| d.join("attachments"));
     let cwd = match &args.cwd {
         Some(d) => d.clone(),
         None => std::env::current_dir().map_err(|e| format!("dsh: no current directory: {e}"))?,
@@ -220,18 +228,27 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         .map_err(|e| format!("dsh: workspace {}: {e}", cwd.display()))?;
     let prompt = args.prompt_settings(&file)?;
     let store = args.store.open()?;
-    let bash = args
-        .tools
-        .over(&file.tools)
-        .bash_config(&provider.api_key_env);
+    let tool_args = args.tools.over(&file.tools);
+    let bash = tool_args.bash_config(&provider.api_key_env);
+    // Oversized tool results are kept out of the context (issue 31): whole
+    // under `<store dir>/spill/` (`session-<id>/`; bash's as it is read).
+    let spill = args.store.dir().ok().map(|d| d.join("spill"));
+    let spill_bytes = tool_args
+        .spill_bytes
+        .unwrap_or(dsh_tools::spill::DEFAULT_MAX_INLINE_BYTES);
     crate::tool_args::warn_unenforced(&bash);
     let max_retry_wait_ms = provider.client.max_retry_wait_ms();
     let tracing = crate::otel::tracing(&args.otel, &file)?;
+    let images = crate::shell::image_store(&provider);
     // The agent, and each subagent it starts, are built alike.
     let build = move || {
         let mut config =
             crate::shell::agent_config(&provider, cwd.clone(), interactive, approve_all, &prompt)?;
         config.tools = dsh_tools::ToolSet::standard(bash.clone());
+        if let Some(root) = &spill {
+            config.tools = std::mem::take(&mut config.tools).with_spill_dir(root.clone());
+        }
+        crate::shell::add_image_tools(&mut config.tools, &provider);
         // Pressure and overflow compaction against the model's context
         // window (loop.md CP-3 a, b); `/compact` in chat runs it by hand
         // (CP-3 c).
@@ -248,6 +265,12 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         if let Some(t) = &tracing {
             t.install(&mut config);
         }
+        // Last, so it bounds what the other plugins made of a result.
+        if let (Some(root), true) = (&spill, spill_bytes > 0) {
+            config.plugins.push(Box::new(dsh_tools::SpillPlugin::new(
+                dsh_tools::SpillConfig::new(root).with_max_inline_bytes(spill_bytes),
+            )));
+        }
         Ok(config)
     };
     let (config, delegation) = crate::shell::delegating(store.clone(), build)?;
@@ -261,6 +284,7 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         delegation,
         render,
         titles: !args.no_title && file.titles.unwrap_or(true),
+        images,
     })
 }
 
@@ -370,7 +394,18 @@ pub fn run(args: RunArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
-    let result = drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes);
+    let mut content = vec![dsh_core::ContentBlock::text(args.prompt.clone())];
+    for path in &args.image {
+        match attach_image(setup.images.as_ref(), path) {
+            Ok(block) => content.push(block),
+            Err(e) => {
+                eprintln_safe!("dsh run: {e}");
+                let _ = agent.close();
+                return Outcome::BadInput;
+            }
+        }
+    }
+    let result = drive_content(&agent, content, setup.render, args.json, args.yes);
     // The answer is out; the title gets a bounded wait before exit.
     titler.turn_ended(&agent);
     let title = titler.poll(&agent, TITLE_WAIT);
@@ -435,6 +470,49 @@ fn record(store: &dyn SessionStore, id: &SessionId, file: &std::path::Path) -> R
     std::fs::write(file, bytes).map_err(|e| e.to_string())
 }
 
+/// An image block for the file at `path`, stored in `store`; an error
+/// when the model takes no images or the file is not an image dsh takes.
+pub fn attach_image(
+    store: Option<&dsh_tools::Attachments>,
+    path: &std::path::Path,
+) -> Result<dsh_core::ContentBlock, String> {
+    let shown = path.display();
+    let Some(store) = store else {
+        return Err(format!(
+            "cannot attach {shown}: the model does not take images (pass --images, or set `images = true` in its [models.\"ID\"] table, for one that does)"
+        ));
+    };
+    let declared = dsh_tools::image::media_type_for_path(&path.to_string_lossy());
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot attach {shown}: {e}"))?;
+    let mut data = Vec::new();
+    io::Read::read_to_end(
+        &mut io::Read::take(file, dsh_tools::image::MAX_IMAGE_BYTES + 1),
+        &mut data,
+    )
+    .map_err(|e| format!("cannot attach {shown}: {e}"))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    store
+        .save_image(&data, declared, name)
+        .map(|attachment| dsh_core::ContentBlock::Image { attachment })
+        .map_err(|e| format!("cannot attach {shown}: {e}"))
+}
+
+/// [`drive_one_turn`] with a prompt of any content (text and images).
+pub fn drive_content(
+    agent: &Agent,
+    content: Vec<dsh_core::ContentBlock>,
+    render: RenderOptions,
+    json: bool,
+    approve_all: bool,
+) -> Result<TurnOutcome, String> {
+    drive(agent, Prompt::Content(content), render, json, approve_all)
+}
+
+enum Prompt<'a> {
+    Text(&'a str),
+    Content(Vec<dsh_core::ContentBlock>),
+}
+
 /// Sends `prompt`, renders (or prints as JSON) until the turn ends; answers
 /// approvals with `approve_all` (allow) or deny. Ctrl-C cancels the turn.
 pub fn drive_one_turn(
@@ -444,11 +522,25 @@ pub fn drive_one_turn(
     json: bool,
     approve_all: bool,
 ) -> Result<TurnOutcome, String> {
+    drive(agent, Prompt::Text(prompt), render, json, approve_all)
+}
+
+fn drive(
+    agent: &Agent,
+    prompt: Prompt<'_>,
+    render: RenderOptions,
+    json: bool,
+    approve_all: bool,
+) -> Result<TurnOutcome, String> {
     let (tx, rx) = mpsc::channel();
     spawn_forwarder(agent, tx.clone());
     install_ctrlc(tx);
     let mut out = io::stdout().lock();
-    agent.send(prompt).map_err(|e| e.to_string())?;
+    match prompt {
+        Prompt::Text(text) => agent.send(text),
+        Prompt::Content(content) => agent.send_content(content),
+    }
+    .map_err(|e| e.to_string())?;
     let mut renderer = Renderer::new(render);
     let spinner = !json && io::stdout().is_terminal();
     let mut waiting = true;

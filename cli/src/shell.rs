@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use dsh_core::LlmCallConfig;
 use dsh_deepseek::{
-    ClientOptions, DeepSeekClient, DeepSeekConfig, Profile, SessionHeader, provider_route,
+    ClientOptions, DeepSeekClient, DeepSeekConfig, Modality, ModelEntry, Profile, SessionHeader,
+    provider_route,
 };
 use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
 
@@ -79,12 +80,27 @@ pub fn agent_config(
     approve_all: bool,
     prompt: &PromptSettings,
 ) -> Result<AgentConfig, String> {
-    let config = DeepSeekConfig {
+    let mut config = DeepSeekConfig {
         api_key_env: provider.api_key_env.clone(),
         base_url: provider.base_url.as_ref().map(|u| u.expose().to_string()),
         stream_idle_timeout_ms: provider.client.idle_timeout_ms(),
         ..DeepSeekConfig::default()
     };
+    let store = image_store(provider);
+    if store.is_some() {
+        // The model takes images (issue 31): the adapter sends them.
+        match config.models.iter_mut().find(|m| m.id == provider.model) {
+            Some(m) => m.input_modalities = Some(vec![Modality::Text, Modality::Image]),
+            None => {
+                let mut m: ModelEntry = serde_json::from_value(
+                    serde_json::json!({"id": provider.model, "inputModalities": ["text", "image"]}),
+                )
+                .map_err(|e| format!("dsh: bad model entry: {e}"))?;
+                m.context_window = Some(config.default_context_window);
+                config.models.push(m);
+            }
+        }
+    }
     // Any OpenAI-compatible server: the tolerant decoder, neutral errors,
     // the session id only where it helps.
     let mut options = ClientOptions {
@@ -99,6 +115,13 @@ pub fn agent_config(
         // session header.
         options.wire = Some(Arc::new(dsh_anthropic::AnthropicWire::default()));
         options.session_header = SessionHeader::Never;
+    }
+    if let Some(store) = store {
+        options.attachments = Some(Arc::new(move |a: &dsh_core::ImageAttachment| {
+            store
+                .read(a)
+                .map_err(|e| dsh_core::LlmError::coded("ATTACHMENT_NOT_FOUND", &e))
+        }));
     }
     if let Some(placeholder) = provider.key_placeholder() {
         // A keyless endpoint (local server, the demo's mock) still gets a
@@ -151,6 +174,22 @@ pub fn agent_config(
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)
+}
+
+/// The image store of a model that takes images (`None`: no images).
+pub fn image_store(provider: &Provider) -> Option<dsh_tools::Attachments> {
+    provider
+        .attachments
+        .as_ref()
+        .filter(|_| provider.images)
+        .map(dsh_tools::Attachments::new)
+}
+
+/// Adds `read_image` to `tools` when the model takes images.
+pub fn add_image_tools(tools: &mut ToolSet, provider: &Provider) {
+    if let Some(store) = image_store(provider) {
+        tools.insert(Box::new(dsh_tools::ReadImageTool { store }));
+    }
 }
 
 /// The context window assumed when neither the user nor the server tells

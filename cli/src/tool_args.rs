@@ -65,6 +65,11 @@ pub struct ToolArgs {
     /// passes.
     #[arg(long)]
     pub tool_env_keep_secrets: bool,
+    /// Tool results over this many bytes are saved whole under the
+    /// session's spill folder and the model gets a preview and the path
+    /// (0: never) [default: 65536].
+    #[arg(long, value_name = "BYTES")]
+    pub spill_bytes: Option<usize>,
 }
 
 impl ToolArgs {
@@ -89,6 +94,7 @@ impl ToolArgs {
             tool_env_exclude: or_list(&self.tool_env_exclude, &file.tool_env_exclude),
             tool_env_keep_secrets: self.tool_env_keep_secrets
                 || file.tool_env_keep_secrets.unwrap_or(false),
+            spill_bytes: self.spill_bytes,
         }
     }
 
