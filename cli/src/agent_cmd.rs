@@ -245,10 +245,8 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
         let mut config =
             crate::shell::agent_config(&provider, cwd.clone(), interactive, approve_all, &prompt)?;
         config.tools = dsh_tools::ToolSet::standard(bash.clone());
-        if let Some(root) = &spill {
-            config.tools = std::mem::take(&mut config.tools).with_spill_dir(root.clone());
-        }
         crate::shell::add_image_tools(&mut config.tools, &provider);
+        crate::shell::add_web(&mut config, &provider, &tool_args);
         // Pressure and overflow compaction against the model's context
         // window (loop.md CP-3 a, b); `/compact` in chat runs it by hand
         // (CP-3 c).
@@ -266,10 +264,8 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
             t.install(&mut config);
         }
         // Last, so it bounds what the other plugins made of a result.
-        if let (Some(root), true) = (&spill, spill_bytes > 0) {
-            config.plugins.push(Box::new(dsh_tools::SpillPlugin::new(
-                dsh_tools::SpillConfig::new(root).with_max_inline_bytes(spill_bytes),
-            )));
+        if let Some(root) = &spill {
+            crate::shell::add_spill(&mut config, root, spill_bytes);
         }
         Ok(config)
     };

@@ -192,6 +192,67 @@ pub fn add_image_tools(tools: &mut ToolSet, provider: &Provider) {
     }
 }
 
+/// Keeps oversized tool results out of the context (issue 31): bash's full
+/// output and every result over `bytes` (0: never) go under `root`; push
+/// it after every other plugin, so it bounds what they made of a result.
+pub fn add_spill(config: &mut AgentConfig, root: &Path, bytes: usize) {
+    config.tools = std::mem::take(&mut config.tools).with_spill_dir(root);
+    if bytes > 0 {
+        config.plugins.push(Box::new(dsh_tools::SpillPlugin::new(
+            dsh_tools::SpillConfig::new(root).with_max_inline_bytes(bytes),
+        )));
+    }
+}
+
+/// Adds `web_fetch` and `web_search` (issue 31) to `config` unless
+/// `--no-web`, with the approval plugin that asks before fetching from a
+/// host not yet allowed in the session.
+pub fn add_web(config: &mut AgentConfig, provider: &Provider, tools: &crate::tool_args::ToolArgs) {
+    if tools.no_web {
+        return;
+    }
+    let mut policy = dsh_web::AddressPolicy::default();
+    for h in &tools.web_allow_host {
+        policy.allowed_hosts.insert(dsh_web::net::bare_host(h));
+    }
+    let mut fetch = dsh_web::FetchConfig::default();
+    fetch.policy = Arc::new(policy);
+    let deepseek_api = provider
+        .base_url
+        .as_ref()
+        .is_none_or(|u| u.expose().contains("api.deepseek.com"));
+    let exa_key = || crate::secrets::lookup("EXA_API_KEY").filter(|k| !k.is_empty());
+    let choice = tools.web_search.clone().unwrap_or_else(|| {
+        if deepseek_api {
+            "deepseek".into()
+        } else if exa_key().is_some() {
+            "exa".into()
+        } else {
+            "none".into()
+        }
+    });
+    let search: Option<Arc<dyn dsh_web::SearchProvider>> = match choice.as_str() {
+        "deepseek" => {
+            let env = provider.api_key_env.clone();
+            Some(Arc::new(dsh_web::DeepSeekSearch::new(Arc::new(move || {
+                crate::secrets::lookup(&env)
+            }))))
+        }
+        "exa" => Some(Arc::new(dsh_web::ExaSearch::new(Arc::new(move || {
+            crate::secrets::lookup("EXA_API_KEY")
+        })))),
+        _ => None,
+    };
+    for tool in dsh_web::tools(fetch, search) {
+        config.tools.insert(tool);
+    }
+    config
+        .plugins
+        .push(Box::new(dsh_web::WebFetchApproval::new(
+            tools.web_allow_host.iter().cloned(),
+        )));
+}
+
 /// The context window assumed when neither the user nor the server tells
 /// it: 32768 tokens. Small enough that compaction runs before most local
 /// servers overflow (llama.cpp, Ollama and LM Studio commonly run 4k to

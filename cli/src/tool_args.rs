@@ -70,6 +70,19 @@ pub struct ToolArgs {
     /// (0: never) [default: 65536].
     #[arg(long, value_name = "BYTES")]
     pub spill_bytes: Option<usize>,
+    /// Do not offer `web_fetch` and `web_search`.
+    #[arg(long)]
+    pub no_web: bool,
+    /// A host `web_fetch` may reach though it resolves to a loopback,
+    /// private or link-local address, and fetch from without asking
+    /// (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub web_allow_host: Vec<String>,
+    /// The `web_search` backend: `deepseek` (DeepSeek's own search, the
+    /// DeepSeek key), `exa` (`$EXA_API_KEY`) or `none` [default: deepseek
+    /// for DeepSeek's API, else exa when `$EXA_API_KEY` is set].
+    #[arg(long, value_name = "PROVIDER", value_parser = ["deepseek", "exa", "none"])]
+    pub web_search: Option<String>,
 }
 
 impl ToolArgs {
@@ -95,6 +108,9 @@ impl ToolArgs {
             tool_env_keep_secrets: self.tool_env_keep_secrets
                 || file.tool_env_keep_secrets.unwrap_or(false),
             spill_bytes: self.spill_bytes,
+            no_web: self.no_web,
+            web_allow_host: self.web_allow_host.clone(),
+            web_search: self.web_search.clone(),
         }
     }
 

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use dsh_core::jsonl::load_log;
-use dsh_core::session::{EventData, SessionEvent};
 use dsh_deepseek::mock::{MockServer, Script};
 use serde_json::json;
 
@@ -45,20 +44,20 @@ fn results(data: &Path) -> Vec<String> {
     transcripts(&data.join("dsh/sessions"), &mut logs);
     assert_eq!(logs.len(), 1, "{logs:?}");
     let bytes = std::fs::read(&logs[0]).unwrap();
-    let session = load_log(&bytes, &[]).unwrap().session;
-    let events: Vec<SessionEvent> = session.events().to_vec();
-    events
-        .iter()
-        .filter_map(|e| match e.data() {
-            EventData::ToolResult(r) => Some(
-                serde_json::to_value(r).unwrap()["content"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter_map(|b| b["text"].as_str().map(str::to_string))
-                    .collect::<String>(),
-            ),
-            _ => None,
+    // A valid log.
+    load_log(&bytes, &[]).unwrap();
+    String::from_utf8(bytes)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["type"] == "tool/result")
+        .map(|e| {
+            e["data"]["message"]["content"][0]["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(str::to_string))
+                .collect::<String>()
         })
         .collect()
 }

@@ -150,6 +150,8 @@ struct Live {
 
 /// How `dsh acp` was started.
 pub struct Options {
+    /// The store folder: spill files and image attachments go beneath it.
+    pub data_dir: Option<PathBuf>,
     /// The model endpoint.
     pub provider: ProviderArgs,
     /// Run `bash` in the client's terminal when it offers one.
@@ -323,7 +325,11 @@ impl Server {
         self.client = r.client_capabilities;
         let capabilities = AgentCapabilities::new()
             .load_session(true)
-            .prompt_capabilities(PromptCapabilities::new().embedded_context(true));
+            .prompt_capabilities(
+                PromptCapabilities::new()
+                    .embedded_context(true)
+                    .image(self.image_store().is_some()),
+            );
         let response = InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)
             .agent_info(
@@ -360,8 +366,10 @@ impl Server {
             .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
         let env = |name: &str| crate::secrets::lookup(name);
         let file = crate::config_file::load(&env).map_err(internal)?;
-        let provider =
+        let mut provider =
             crate::provider::resolve_with(&self.options.provider, &file, &env).map_err(internal)?;
+        let data_dir = self.options.data_dir.clone();
+        provider.attachments = data_dir.as_ref().map(|d| d.join("attachments"));
         // The config file's `system` / `append_system` apply here too.
         let prompt = crate::agent_cmd::AgentArgs::default()
             .prompt_settings(&file)
@@ -376,8 +384,18 @@ impl Server {
             let mut config =
                 crate::shell::agent_config(&provider, root.clone(), true, false, &prompt)?;
             client_tools(&mut config, &peer, &session, client_fs, client_terminal);
+            // Issue 31: images, web tools, spill (last).
+            crate::shell::add_image_tools(&mut config.tools, &provider);
+            crate::shell::add_web(&mut config, &provider, &crate::tool_args::ToolArgs::default());
             if let Some(t) = &tracing {
                 t.install(&mut config);
+            }
+            if let Some(d) = &data_dir {
+                crate::shell::add_spill(
+                    &mut config,
+                    &d.join("spill"),
+                    dsh_tools::spill::DEFAULT_MAX_INLINE_BYTES,
+                );
             }
             Ok(config)
         };
@@ -386,7 +404,42 @@ impl Server {
         Ok((config, cwd, delegation))
     }
 
-    /// Starts forwarding `agent`'s events to the loop and keeps the
+    /// A prompt's content: its text (as [`prompt_text`] joins it) and its
+/// images, stored in `store` (issue 31); images are refused when the model
+/// takes none.
+fn prompt_content(
+    blocks: &[acp::ContentBlock],
+    store: Option<&dsh_tools::Attachments>,
+) -> Result<Vec<dsh_core::ContentBlock>, acp::Error> {
+    use base64::Engine as _;
+    let mut images = Vec::new();
+    let mut rest = Vec::new();
+    for b in blocks {
+        match b {
+            acp::ContentBlock::Image(i) => {
+                let Some(store) = store else {
+                    return Err(invalid_params("the model does not take images"));
+                };
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(i.data.as_bytes())
+                    .map_err(|e| invalid_params(format!("the image is not base64: {e}")))?;
+                let attachment = store
+                    .save_image(&data, Some(i.mime_type.as_str()), None)
+                    .map_err(|e| invalid_params(format!("cannot take the image: {e}")))?;
+                images.push(dsh_core::ContentBlock::Image { attachment });
+            }
+            other => rest.push(other.clone()),
+        }
+    }
+    let mut content = Vec::new();
+    if !(rest.is_empty() && !images.is_empty()) {
+        content.push(dsh_core::ContentBlock::text(prompt_text(&rest)?));
+    }
+    content.extend(images);
+    Ok(content)
+}
+
+/// Starts forwarding `agent`'s events to the loop and keeps the
     /// session; fails (the agent is disposed) when no thread can start.
     fn register(
         &mut self,
@@ -467,7 +520,17 @@ impl Server {
         Ok(LoadSessionResponse::new().modes(live.mode.state()))
     }
 
+    /// The image store when the configured model takes images.
+    fn image_store(&self) -> Option<dsh_tools::Attachments> {
+        let env = |name: &str| crate::secrets::lookup(name);
+        let file = crate::config_file::load(&env).ok()?;
+        let mut provider = crate::provider::resolve_with(&self.options.provider, &file, &env).ok()?;
+        provider.attachments = self.options.data_dir.as_ref().map(|d| d.join("attachments"));
+        crate::shell::image_store(&provider)
+    }
+
     fn prompt(&mut self, id: RequestId, r: PromptRequest) {
+        let store = self.image_store();
         let session = r.session_id.0.to_string();
         let Some(live) = self.sessions.get_mut(&session) else {
             return self
@@ -483,11 +546,11 @@ impl Server {
                 )),
             );
         }
-        let text = match prompt_text(&r.prompt) {
-            Ok(t) => t,
+        let content = match Self::prompt_content(&r.prompt, store.as_ref()) {
+            Ok(c) => c,
             Err(e) => return self.peer.respond::<()>(&id, Err(e)),
         };
-        match live.agent.send(&text) {
+        match live.agent.send_content(content) {
             Ok(()) => {
                 live.prompt = Some(id);
                 live.cancel_requested = false;
