@@ -716,6 +716,7 @@ pub fn chat(args: ChatArgs) -> Outcome {
         setup.render,
         args.resume.is_some(),
         titler,
+        setup.images,
     );
     // Background subagents end with their parent (cause `parent`).
     setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
@@ -774,6 +775,7 @@ pub fn fork(args: ForkArgs) -> Outcome {
         setup.render,
         true,
         titler,
+        setup.images,
     );
     setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
     outcome
@@ -796,8 +798,52 @@ fn last_completed_turn(store: &dyn SessionStore, id: &SessionId) -> Result<u64, 
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
 /steer (they steer the running turn; the default), /followup TEXT, /cancel, \
-/compact (summarise the older history now), /quit; \
+/compact (summarise the older history now), /image FILE (attach an image to the next prompt), /quit; \
 Ctrl-C cancels a turn, Ctrl-C twice or Ctrl-D quits";
+
+/// The REPL's image hook (issue 31): `/image FILE`, or a line that is just
+/// the path of an image file (pasted or dropped), queues the image for the
+/// next prompt; returns the notice to show, `None` when the line is not
+/// about an image.
+fn image_line(
+    text: &str,
+    store: Option<&dsh_tools::Attachments>,
+    pending: &mut Vec<dsh_core::ContentBlock>,
+) -> Option<String> {
+    let unquote = |s: &str| s.trim().trim_matches(|c| c == '\'' || c == '"').to_string();
+    let path = match text.strip_prefix("/image") {
+        Some(rest) if rest.is_empty() || rest.starts_with(' ') => {
+            let p = unquote(rest);
+            if p.is_empty() {
+                return Some("usage: /image FILE (PNG, JPEG, GIF or WebP)".into());
+            }
+            p
+        }
+        _ => {
+            let p = unquote(text);
+            let is_image = dsh_tools::image::media_type_for_path(&p).is_some()
+                && !p.contains('\n')
+                && std::path::Path::new(&p).is_file();
+            if !is_image {
+                return None;
+            }
+            p
+        }
+    };
+    Some(match attach_image(store, std::path::Path::new(&path)) {
+        Ok(block) => {
+            let shown = match &block {
+                dsh_core::ContentBlock::Image { attachment: a } => {
+                    format!("{}x{} {}", a.width, a.height, a.media_type)
+                }
+                _ => String::new(),
+            };
+            pending.push(block);
+            format!("image attached ({shown}); it goes with your next prompt")
+        }
+        Err(e) => format!("error: {e}"),
+    })
+}
 
 /// How long `/compact` waits for the summary.
 const COMPACT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
@@ -810,7 +856,11 @@ fn repl(
     render: RenderOptions,
     resumed: bool,
     mut titler: Titler,
+    images: Option<dsh_tools::Attachments>,
 ) -> Outcome {
+    // Images queued by `/image FILE` or a pasted image path (issue 31) go
+    // with the next prompt.
+    let mut pending_images: Vec<dsh_core::ContentBlock> = Vec::new();
     let (tx, rx): (Sender<Ui>, Receiver<Ui>) = mpsc::channel();
     spawn_forwarder(&agent, tx.clone());
     spawn_stdin(tx.clone());
@@ -956,6 +1006,13 @@ fn repl(
                     continue;
                 }
                 let text = line.trim();
+                if let Some(notice) = image_line(text, images.as_ref(), &mut pending_images) {
+                    let _ = r.notice(&mut out, &notice);
+                    if !running {
+                        prompt(&mut out, running);
+                    }
+                    continue;
+                }
                 match text {
                     "" => {
                         if !running {
@@ -1007,7 +1064,11 @@ fn repl(
                         let result = if !running {
                             waiting = true;
                             running = true;
-                            if followup {
+                            if !pending_images.is_empty() {
+                                let mut content = vec![dsh_core::ContentBlock::text(body)];
+                                content.append(&mut pending_images);
+                                agent.send_content(content)
+                            } else if followup {
                                 agent.followup(body)
                             } else {
                                 agent.send(body)

@@ -246,6 +246,13 @@ pub fn add_web(config: &mut AgentConfig, provider: &Provider, tools: &crate::too
     for tool in dsh_web::tools(fetch, search) {
         config.tools.insert(tool);
     }
+    // A fetch asks per host (the plugin below), not per call.
+    if config.approval.mode_for("web_fetch") == ApprovalMode::Ask {
+        config.approval = config
+            .approval
+            .clone()
+            .with("web_fetch", ApprovalMode::Auto);
+    }
     config
         .plugins
         .push(Box::new(dsh_web::WebFetchApproval::new(

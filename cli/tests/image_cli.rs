@@ -133,3 +133,32 @@ fn a_model_without_images_gets_a_clear_error_and_no_tool() {
     let body = server.requests()[0].body_text();
     assert!(!body.contains("read_image"));
 }
+
+#[test]
+fn chat_image_command_attaches_to_the_next_prompt() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let bytes = png(7, 9);
+    std::fs::write(ws.path().join("shot.png"), &bytes).unwrap();
+    let server = mock(json!([{"turn": {"text": ["ok"]}}, {"turn": {"text": ["ok2"]}}]));
+    let mut child = dsh(data.path())
+        .current_dir(ws.path())
+        .args(["chat", "--images", "--base-url", &server.url()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin.write_all(b"/image shot.png\nwhat is this?\n").unwrap();
+    }
+    drop(child.stdin.take());
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("image attached (7x9 image/png)"), "{out}");
+    let body: Value = serde_json::from_slice(&server.requests()[0].body).unwrap();
+    let expected = format!("data:image/png;base64,{}", dsh_deepseek::base64(&bytes));
+    assert_eq!(image_urls(&body), vec![expected]);
+}

@@ -404,40 +404,44 @@ impl Server {
         Ok((config, cwd, delegation))
     }
 
-    /// A prompt's content: its text (as [`prompt_text`] joins it) and its
-/// images, stored in `store` (issue 31); images are refused when the model
-/// takes none.
-fn prompt_content(
-    blocks: &[acp::ContentBlock],
-    store: Option<&dsh_tools::Attachments>,
-) -> Result<Vec<dsh_core::ContentBlock>, acp::Error> {
-    use base64::Engine as _;
-    let mut images = Vec::new();
-    let mut rest = Vec::new();
-    for b in blocks {
-        match b {
-            acp::ContentBlock::Image(i) => {
-                let Some(store) = store else {
-                    return Err(invalid_params("the model does not take images"));
-                };
-                let data = base64::engine::general_purpose::STANDARD
-                    .decode(i.data.as_bytes())
-                    .map_err(|e| invalid_params(format!("the image is not base64: {e}")))?;
-                let attachment = store
-                    .save_image(&data, Some(i.mime_type.as_str()), None)
-                    .map_err(|e| invalid_params(format!("cannot take the image: {e}")))?;
-                images.push(dsh_core::ContentBlock::Image { attachment });
+    /// A prompt's content in order (issue 31): each run of text blocks
+    /// joined as [`prompt_text`] joins them, each image stored in `store`
+    /// as an image block (the reference keeps the order too); images are
+    /// refused when the model takes none.
+    fn prompt_content(
+        blocks: &[acp::ContentBlock],
+        store: Option<&dsh_tools::Attachments>,
+    ) -> Result<Vec<dsh_core::ContentBlock>, acp::Error> {
+        use base64::Engine as _;
+        let mut content = Vec::new();
+        let mut run: Vec<acp::ContentBlock> = Vec::new();
+        let mut images = 0usize;
+        for b in blocks {
+            let acp::ContentBlock::Image(i) = b else {
+                run.push(b.clone());
+                continue;
+            };
+            let Some(store) = store else {
+                return Err(invalid_params("the model does not take images"));
+            };
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(i.data.as_bytes())
+                .map_err(|e| invalid_params(format!("the image is not base64: {e}")))?;
+            let attachment = store
+                .save_image(&data, Some(i.mime_type.as_str()), None)
+                .map_err(|e| invalid_params(format!("cannot take the image: {e}")))?;
+            if !run.is_empty() {
+                content.push(dsh_core::ContentBlock::text(prompt_text(&run)?));
+                run.clear();
             }
-            other => rest.push(other.clone()),
+            content.push(dsh_core::ContentBlock::Image { attachment });
+            images += 1;
         }
+        if !run.is_empty() || images == 0 {
+            content.push(dsh_core::ContentBlock::text(prompt_text(&run)?));
+        }
+        Ok(content)
     }
-    let mut content = Vec::new();
-    if !(rest.is_empty() && !images.is_empty()) {
-        content.push(dsh_core::ContentBlock::text(prompt_text(&rest)?));
-    }
-    content.extend(images);
-    Ok(content)
-}
 
 /// Starts forwarding `agent`'s events to the loop and keeps the
     /// session; fails (the agent is disposed) when no thread can start.
