@@ -395,7 +395,12 @@ pub fn resolve_with(
             .unwrap_or(d.max_response_bytes),
         max_steps: f.max_steps.or(file.max_steps).unwrap_or(d.max_steps),
     };
-    let images = args.images || file.models.get(&model).and_then(|m| m.images).unwrap_or(false);
+    let images = args.images
+        || file
+            .models
+            .get(&model)
+            .and_then(|m| m.images)
+            .unwrap_or(false);
     Ok(Provider {
         api,
         base_url,

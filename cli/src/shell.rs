@@ -234,9 +234,9 @@ pub fn add_web(config: &mut AgentConfig, provider: &Provider, tools: &crate::too
     let search: Option<Arc<dyn dsh_web::SearchProvider>> = match choice.as_str() {
         "deepseek" => {
             let env = provider.api_key_env.clone();
-            Some(Arc::new(dsh_web::DeepSeekSearch::new(Arc::new(move || {
-                crate::secrets::lookup(&env)
-            }))))
+            Some(Arc::new(dsh_web::DeepSeekSearch::new(Arc::new(
+                move || crate::secrets::lookup(&env),
+            ))))
         }
         "exa" => Some(Arc::new(dsh_web::ExaSearch::new(Arc::new(move || {
             crate::secrets::lookup("EXA_API_KEY")
@@ -253,11 +253,9 @@ pub fn add_web(config: &mut AgentConfig, provider: &Provider, tools: &crate::too
             .clone()
             .with("web_fetch", ApprovalMode::Auto);
     }
-    config
-        .plugins
-        .push(Box::new(dsh_web::WebFetchApproval::new(
-            tools.web_allow_host.iter().cloned(),
-        )));
+    config.plugins.push(Box::new(dsh_web::WebFetchApproval::new(
+        tools.web_allow_host.iter().cloned(),
+    )));
 }
 
 /// The context window assumed when neither the user nor the server tells

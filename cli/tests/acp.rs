@@ -1367,7 +1367,10 @@ fn image_prompts_reach_a_model_that_takes_images() {
     let server = mock(r#"{"responses":[{"turn":{"text":["a picture"]}}]}"#);
     let mut c = Client::start_with(data.path(), &server.url(), &["--images"]);
     let r = c.initialize();
-    assert_eq!(r["result"]["agentCapabilities"]["promptCapabilities"]["image"], true);
+    assert_eq!(
+        r["result"]["agentCapabilities"]["promptCapabilities"]["image"],
+        true
+    );
     let session = c.new_session(1, &ws_path);
     // A 2x3 PNG header (all dsh reads of it).
     let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
@@ -1387,6 +1390,9 @@ fn image_prompts_reach_a_model_that_takes_images() {
     let (_, response) = c.until_response(2, None);
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
     let body = server.requests()[0].body_text();
-    assert!(body.contains(&format!("data:image/png;base64,{b64}")), "{body}");
+    assert!(
+        body.contains(&format!("data:image/png;base64,{b64}")),
+        "{body}"
+    );
     c.finish();
 }

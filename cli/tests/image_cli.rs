@@ -57,19 +57,43 @@ fn run_image_sends_the_image_in_the_provider_format() {
     let server = mock(json!([{"turn": {"text": ["a tiny picture"]}}]));
     let o = dsh(data.path())
         .current_dir(ws.path())
-        .args(["run", "--images", "--image", pic.to_str().unwrap(), "--base-url", &server.url(), "what is this?"])
+        .args([
+            "run",
+            "--images",
+            "--image",
+            pic.to_str().unwrap(),
+            "--base-url",
+            &server.url(),
+            "what is this?",
+        ])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let body: Value = serde_json::from_slice(&server.requests()[0].body).unwrap();
     let expected = format!("data:image/png;base64,{}", dsh_deepseek::base64(&bytes));
     assert_eq!(image_urls(&body), vec![expected]);
-    let user = body["messages"].as_array().unwrap().iter().find(|m| m["role"] == "user").unwrap();
-    assert_eq!(user["content"][0], json!({"type": "text", "text": "what is this?"}));
+    let user = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    assert_eq!(
+        user["content"][0],
+        json!({"type": "text", "text": "what is this?"})
+    );
     // Closing evidence (issue 31): the request body, truncated.
     let text = server.requests()[0].body_text();
     let at = text.find("image_url").unwrap();
-    eprintln!("image request body (truncated): …{}…", &text[at.saturating_sub(60)..(at + 120).min(text.len())]);
+    eprintln!(
+        "image request body (truncated): …{}…",
+        &text[at.saturating_sub(60)..(at + 120).min(text.len())]
+    );
 }
 
 #[test]
@@ -84,10 +108,22 @@ fn read_image_puts_the_image_in_the_next_request() {
     ]));
     let o = dsh(data.path())
         .current_dir(ws.path())
-        .args(["run", "--images", "--yes", "--base-url", &server.url(), "look"])
+        .args([
+            "run",
+            "--images",
+            "--yes",
+            "--base-url",
+            &server.url(),
+            "look",
+        ])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let reqs = server.requests();
     let first: Value = serde_json::from_slice(&reqs[0].body).unwrap();
     assert!(first["tools"].to_string().contains("\"read_image\""));
@@ -107,7 +143,14 @@ fn a_model_without_images_gets_a_clear_error_and_no_tool() {
     let server = mock(json!([{"turn": {"text": ["x"]}}]));
     let o = dsh(data.path())
         .current_dir(ws.path())
-        .args(["run", "--image", pic.to_str().unwrap(), "--base-url", &server.url(), "what?"])
+        .args([
+            "run",
+            "--image",
+            pic.to_str().unwrap(),
+            "--base-url",
+            &server.url(),
+            "what?",
+        ])
         .output()
         .unwrap();
     assert_ne!(o.status.code(), Some(0));
@@ -118,7 +161,15 @@ fn a_model_without_images_gets_a_clear_error_and_no_tool() {
     std::fs::write(ws.path().join("fake.png"), b"not a png").unwrap();
     let o = dsh(data.path())
         .current_dir(ws.path())
-        .args(["run", "--images", "--image", "fake.png", "--base-url", &server.url(), "what?"])
+        .args([
+            "run",
+            "--images",
+            "--image",
+            "fake.png",
+            "--base-url",
+            &server.url(),
+            "what?",
+        ])
         .output()
         .unwrap();
     assert_ne!(o.status.code(), Some(0));
@@ -129,7 +180,12 @@ fn a_model_without_images_gets_a_clear_error_and_no_tool() {
         .args(["run", "--base-url", &server.url(), "hi"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let body = server.requests()[0].body_text();
     assert!(!body.contains("read_image"));
 }
@@ -152,7 +208,9 @@ fn chat_image_command_attaches_to_the_next_prompt() {
     {
         use std::io::Write;
         let stdin = child.stdin.as_mut().unwrap();
-        stdin.write_all(b"/image shot.png\nwhat is this?\n").unwrap();
+        stdin
+            .write_all(b"/image shot.png\nwhat is this?\n")
+            .unwrap();
     }
     drop(child.stdin.take());
     let o = child.wait_with_output().unwrap();

@@ -38,7 +38,12 @@ fn last_tool_text(server: &MockServer) -> String {
         .unwrap()
         .iter()
         .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().map(str::to_string).unwrap_or_else(|| m["content"].to_string()))
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| m["content"].to_string())
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -52,8 +57,15 @@ fn big_page(bytes: usize) -> u16 {
             let Ok(mut s) = s else { continue };
             let mut buf = [0u8; 4096];
             let _ = s.read(&mut buf);
-            let body: String = (0..).map(|i| format!("line {i:07}\n")).take(bytes / 13).collect();
-            let _ = write!(s, "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            let body: String = (0..)
+                .map(|i| format!("line {i:07}\n"))
+                .take(bytes / 13)
+                .collect();
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
         }
     });
     port
@@ -64,13 +76,20 @@ fn a_fetch_of_a_private_address_is_refused() {
     let data = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let port = big_page(1000);
-    let server = mock(json!([fetch_call(&format!("http://127.0.0.1:{port}/")), {"turn": {"text": ["done"]}}]));
+    let server = mock(
+        json!([fetch_call(&format!("http://127.0.0.1:{port}/")), {"turn": {"text": ["done"]}}]),
+    );
     let o = dsh(data.path())
         .current_dir(ws.path())
         .args(["run", "--yes", "--base-url", &server.url(), "fetch it"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let t = last_tool_text(&server);
     // Closing evidence (issue 31).
     eprintln!("tool result: {t}");
@@ -87,10 +106,18 @@ fn without_approval_a_new_host_is_not_fetched() {
         .args(["run", "--base-url", &server.url(), "fetch it"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let t = last_tool_text(&server);
     assert!(!t.contains("Fetched"), "{t}");
-    assert!(t.to_lowercase().contains("den") || t.contains("approv") || t.contains("reject"), "{t}");
+    assert!(
+        t.to_lowercase().contains("den") || t.contains("approv") || t.contains("reject"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -100,19 +127,44 @@ fn a_large_web_result_from_an_allowed_host_is_spilled_and_paged() {
     // A 4.9 MB page: the fetch keeps its first 100 000 characters (the
     // reference's cap) and the spill keeps the result out of the context.
     let port = big_page(4_900_000);
-    let server = mock(json!([fetch_call(&format!("http://127.0.0.1:{port}/big")), {"turn": {"text": ["done"]}}]));
+    let server = mock(
+        json!([fetch_call(&format!("http://127.0.0.1:{port}/big")), {"turn": {"text": ["done"]}}]),
+    );
     let o = dsh(data.path())
         .current_dir(ws.path())
-        .args(["run", "--web-allow-host", "127.0.0.1", "--base-url", &server.url(), "fetch it"])
+        .args([
+            "run",
+            "--web-allow-host",
+            "127.0.0.1",
+            "--base-url",
+            &server.url(),
+            "fetch it",
+        ])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let t = last_tool_text(&server);
     assert!(t.len() <= 64 * 1024 + 64, "{}", t.len());
-    assert!(t.starts_with(&format!("Fetched http://127.0.0.1:{port}/big (HTTP 200)")), "{}", &t[..200]);
-    let notice = t.rsplit_once("Full formatted result stored at: ").unwrap().1;
+    assert!(
+        t.starts_with(&format!("Fetched http://127.0.0.1:{port}/big (HTTP 200)")),
+        "{}",
+        &t[..200]
+    );
+    let notice = t
+        .rsplit_once("Full formatted result stored at: ")
+        .unwrap()
+        .1;
     let path = notice.split_once(". Use read").unwrap().0;
     let whole = std::fs::read_to_string(path).unwrap();
     assert!(whole.contains("line 0007691\n"));
-    assert!(whole.ends_with("(Content truncated. Fetch a more specific URL or section for the full text.)"));
+    assert!(
+        whole.ends_with(
+            "(Content truncated. Fetch a more specific URL or section for the full text.)"
+        )
+    );
 }

@@ -527,7 +527,11 @@ impl ReadTool {
         // this machine's disk whatever the workspace's backend.
         let spill_ws = spill_workspace(raw, ctx);
         let ws = spill_ws.as_ref().unwrap_or(&ctx.workspace);
-        let files = if spill_ws.is_some() { &None } else { &self.files };
+        let files = if spill_ws.is_some() {
+            &None
+        } else {
+            &self.files
+        };
         let r = ws.resolve_for(raw, "read")?;
         let keep = self
             .config

@@ -69,8 +69,11 @@ impl Attachments {
 
     fn path_of(&self, id: &str) -> Option<PathBuf> {
         let hex = id.strip_prefix("sha256:")?;
-        (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
-            .then(|| self.root.join(format!("sha256-{hex}")))
+        (hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+        .then(|| self.root.join(format!("sha256-{hex}")))
     }
 
     /// Checks `data` (format, size, dimensions; `declared`, when given,
@@ -95,7 +98,10 @@ impl Attachments {
             let tmp = self.root.join(format!(
                 ".tmp-{}-{}",
                 std::process::id(),
-                attachment.attachment_id.as_str().trim_start_matches("sha256:")
+                attachment
+                    .attachment_id
+                    .as_str()
+                    .trim_start_matches("sha256:")
             ));
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
@@ -235,16 +241,20 @@ impl Tool for ReadImageTool {
             Ok(r) => r,
             Err(o) => return o,
         };
-        let file = match ctx
-            .workspace
-            .open_beneath(&r.relative, libc::O_RDONLY | libc::O_NONBLOCK, 0)
-        {
-            Ok(f) => f,
-            Err(e) => return ToolOutcome::error(format!("cannot read \"{}\": {e}", r.display)),
-        };
+        let file =
+            match ctx
+                .workspace
+                .open_beneath(&r.relative, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+            {
+                Ok(f) => f,
+                Err(e) => return ToolOutcome::error(format!("cannot read \"{}\": {e}", r.display)),
+            };
         match file.metadata() {
             Ok(m) if !m.is_file() => {
-                return ToolOutcome::error(format!("cannot read \"{}\": not a regular file", r.display));
+                return ToolOutcome::error(format!(
+                    "cannot read \"{}\": not a regular file",
+                    r.display
+                ));
             }
             Ok(m) if m.len() > MAX_IMAGE_BYTES => {
                 return ToolOutcome::error(format!(
@@ -316,7 +326,9 @@ mod tests {
         assert!(a.attachment_id.as_str().starts_with("sha256:"));
         assert_eq!(store.read(&a).unwrap(), data);
         // A declared type that the bytes contradict is refused.
-        let e = store.save_image(&data, Some("image/jpeg"), None).unwrap_err();
+        let e = store
+            .save_image(&data, Some("image/jpeg"), None)
+            .unwrap_err();
         assert!(e.contains("the bytes are image/png"), "{e}");
         // Too wide.
         let e = store.save_image(&png(4000, 1), None, None).unwrap_err();
@@ -324,7 +336,10 @@ mod tests {
         // Not an image.
         assert!(store.save_image(b"hello", None, None).is_err());
         // Tampered bytes are caught on read.
-        let path = dir.path().join("att").join(format!("sha256-{}", &a.attachment_id.as_str()[7..]));
+        let path = dir
+            .path()
+            .join("att")
+            .join(format!("sha256-{}", &a.attachment_id.as_str()[7..]));
         std::fs::write(&path, png(5, 5)).unwrap();
         assert!(store.read(&a).unwrap_err().contains("does not match"));
     }

@@ -48,8 +48,8 @@ pub use approval::{ApprovalDecision, ApprovalMode, ApprovalPlugin, ApprovalPolic
 pub use background::{BackgroundConfig, BashOutputTool, BashStartTool, BashStopTool, Jobs};
 pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
 pub use env::{EnvPolicy, Inherit};
-pub use image::{Attachments, ReadImageTool};
 pub use fs::{EditConfig, EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
+pub use image::{Attachments, ReadImageTool};
 pub use path::{PathError, Resolved, Workspace};
 pub use sandbox::{SandboxMode, SandboxPolicy, SandboxRoots};
 pub use search::{GlobTool, GrepTool, SearchConfig};

@@ -31,7 +31,8 @@ use dsh_runtime::{Cx, Flow, Plugin, Seams};
 pub const DEFAULT_MAX_INLINE_BYTES: usize = 64 * 1024;
 
 /// The reference's retrieval hint for a local spill file.
-pub const RETRIEVAL_HINT: &str = "Use read with offset/limit, or grep this path to search within it.";
+pub const RETRIEVAL_HINT: &str =
+    "Use read with offset/limit, or grep this path to search within it.";
 
 /// Where and when to spill.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,7 +110,13 @@ impl Plugin for SpillPlugin {
             return keep(content);
         };
         let dir = session_dir(&self.config.root, cx.session().id().as_str());
-        match spill_text(&text, self.config.max_inline_bytes, &dir, &exec.name, exec.call_id.as_str()) {
+        match spill_text(
+            &text,
+            self.config.max_inline_bytes,
+            &dir,
+            &exec.name,
+            exec.call_id.as_str(),
+        ) {
             Some(replaced) => keep(Some(vec![ContentBlock::Text { text: replaced }])),
             None => keep(content),
         }
@@ -159,7 +166,12 @@ pub fn encode_segment(raw: &str) -> String {
 
 /// Writes `content` to a new owner-only file in `dir` (made 0700), named
 /// after `tool` and `call_id`, never replacing an existing file.
-pub fn save_text(dir: &Path, tool: &str, call_id: &str, content: &[u8]) -> std::io::Result<PathBuf> {
+pub fn save_text(
+    dir: &Path,
+    tool: &str,
+    call_id: &str,
+    content: &[u8],
+) -> std::io::Result<PathBuf> {
     DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let base = format!("{}-{}", encode_segment(tool), encode_segment(call_id));
     let mut last = None;
@@ -209,7 +221,10 @@ pub fn head_tail(text: &str, budget: usize) -> (String, usize) {
     while !text.is_char_boundary(tail) {
         tail += 1;
     }
-    let (h, t) = (text.get(..head).unwrap_or(""), text.get(tail..).unwrap_or(""));
+    let (h, t) = (
+        text.get(..head).unwrap_or(""),
+        text.get(tail..).unwrap_or(""),
+    );
     (format!("{h}{t}"), text.len() - h.len() - t.len())
 }
 

@@ -386,7 +386,11 @@ impl Server {
             client_tools(&mut config, &peer, &session, client_fs, client_terminal);
             // Issue 31: images, web tools, spill (last).
             crate::shell::add_image_tools(&mut config.tools, &provider);
-            crate::shell::add_web(&mut config, &provider, &crate::tool_args::ToolArgs::default());
+            crate::shell::add_web(
+                &mut config,
+                &provider,
+                &crate::tool_args::ToolArgs::default(),
+            );
             if let Some(t) = &tracing {
                 t.install(&mut config);
             }
@@ -443,7 +447,7 @@ impl Server {
         Ok(content)
     }
 
-/// Starts forwarding `agent`'s events to the loop and keeps the
+    /// Starts forwarding `agent`'s events to the loop and keeps the
     /// session; fails (the agent is disposed) when no thread can start.
     fn register(
         &mut self,
@@ -528,8 +532,13 @@ impl Server {
     fn image_store(&self) -> Option<dsh_tools::Attachments> {
         let env = |name: &str| crate::secrets::lookup(name);
         let file = crate::config_file::load(&env).ok()?;
-        let mut provider = crate::provider::resolve_with(&self.options.provider, &file, &env).ok()?;
-        provider.attachments = self.options.data_dir.as_ref().map(|d| d.join("attachments"));
+        let mut provider =
+            crate::provider::resolve_with(&self.options.provider, &file, &env).ok()?;
+        provider.attachments = self
+            .options
+            .data_dir
+            .as_ref()
+            .map(|d| d.join("attachments"));
         crate::shell::image_store(&provider)
     }
 

@@ -114,11 +114,17 @@ pub fn validate_url(input: &str, max_len: usize) -> Result<Uri, WebError> {
             ));
         }
         None => {
-            return Err(WebError::new("WEB_INVALID_URL", format!("invalid URL: {input}")));
+            return Err(WebError::new(
+                "WEB_INVALID_URL",
+                format!("invalid URL: {input}"),
+            ));
         }
     }
     let Some(authority) = uri.authority() else {
-        return Err(WebError::new("WEB_INVALID_URL", format!("invalid URL: {input}")));
+        return Err(WebError::new(
+            "WEB_INVALID_URL",
+            format!("invalid URL: {input}"),
+        ));
     };
     if authority.as_str().contains('@') {
         return Err(WebError::new(
@@ -127,7 +133,10 @@ pub fn validate_url(input: &str, max_len: usize) -> Result<Uri, WebError> {
         ));
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(WebError::new("WEB_INVALID_URL", format!("invalid URL: {input}")));
+        return Err(WebError::new(
+            "WEB_INVALID_URL",
+            format!("invalid URL: {input}"),
+        ));
     }
     Ok(uri)
 }
@@ -160,7 +169,11 @@ fn join(base: &Uri, location: &str) -> String {
 
 /// Fetches `url` under `config`: the checks, redirects and caps of the
 /// module docs. Non-2xx statuses are results, not errors.
-pub fn fetch(url: &str, config: &FetchConfig, cancel: &CancelToken) -> Result<FetchResult, WebError> {
+pub fn fetch(
+    url: &str,
+    config: &FetchConfig,
+    cancel: &CancelToken,
+) -> Result<FetchResult, WebError> {
     let started = Instant::now();
     let agent_config = Agent::config_builder()
         .http_status_as_error(false)
@@ -186,20 +199,20 @@ pub fn fetch(url: &str, config: &FetchConfig, cancel: &CancelToken) -> Result<Fe
         // Resolve and check first, for a clear refusal; the resolver checks
         // again at connect time, so the connection goes to a checked address.
         let (_, host, port) = origin(&current);
-        config
-            .policy
-            .resolve(&host, port)
-            .map_err(|e| match e {
-                crate::net::AddressError::Blocked { .. } => {
-                    WebError::new("WEB_BLOCKED_URL", e.to_string())
-                }
-                crate::net::AddressError::NotFound(_) => {
-                    WebError::new("WEB_PROVIDER_ERROR", format!("web fetch failed: {e}"))
-                }
-            })?;
+        config.policy.resolve(&host, port).map_err(|e| match e {
+            crate::net::AddressError::Blocked { .. } => {
+                WebError::new("WEB_BLOCKED_URL", e.to_string())
+            }
+            crate::net::AddressError::NotFound(_) => {
+                WebError::new("WEB_PROVIDER_ERROR", format!("web fetch failed: {e}"))
+            }
+        })?;
         let response = agent
             .get(current.to_string())
-            .header("accept", "text/html, text/*;q=0.9, application/json;q=0.8, */*;q=0.1")
+            .header(
+                "accept",
+                "text/html, text/*;q=0.9, application/json;q=0.8, */*;q=0.1",
+            )
             .call()
             .map_err(|e| transport_error(e, started, config.timeout))?;
         let status = response.status().as_u16();
@@ -417,7 +430,8 @@ impl Tool for WebFetchTool {
                     "body": {"kind": r.kind, "content": r.content},
                     "truncated": r.truncated,
                 }));
-                o.meta = Some(json!({"url": r.url, "statusCode": r.status, "truncated": truncated}));
+                o.meta =
+                    Some(json!({"url": r.url, "statusCode": r.status, "truncated": truncated}));
                 o
             }
             Err(e) => web_error(e),

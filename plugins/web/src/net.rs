@@ -128,7 +128,11 @@ impl AddressPolicy {
         if self.allowed_hosts.contains(&host) {
             return Ok(addrs);
         }
-        let public: Vec<SocketAddr> = addrs.iter().copied().filter(|a| is_public(a.ip())).collect();
+        let public: Vec<SocketAddr> = addrs
+            .iter()
+            .copied()
+            .filter(|a| is_public(a.ip()))
+            .collect();
         match (public.is_empty(), addrs.first()) {
             (false, _) => Ok(public),
             (true, Some(first)) => Err(AddressError::Blocked {
@@ -196,7 +200,12 @@ mod tests {
         ] {
             assert!(!is_public(a.parse().unwrap()), "{a}");
         }
-        for a in ["93.184.216.34", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for a in [
+            "93.184.216.34",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(is_public(a.parse().unwrap()), "{a}");
         }
     }
@@ -207,7 +216,10 @@ mod tests {
         p.overrides
             .insert("public.example".into(), vec!["127.0.0.1".parse().unwrap()]);
         let e = p.resolve("public.example", 80).unwrap_err();
-        assert!(e.to_string().contains("non-public address 127.0.0.1"), "{e}");
+        assert!(
+            e.to_string().contains("non-public address 127.0.0.1"),
+            "{e}"
+        );
         assert!(p.resolve("169.254.169.254", 80).is_err());
         p.allowed_hosts.insert("public.example".into());
         assert_eq!(p.resolve("PUBLIC.example", 8).unwrap().len(), 1);

@@ -58,8 +58,12 @@ pub trait SearchProvider: Send + Sync {
     /// Its id (e.g. `deepseek-official`, `exa`).
     fn id(&self) -> &str;
     /// Searches `query` for at most `max_results` sources.
-    fn search(&self, query: &str, max_results: usize, cx: &SearchCx<'_>)
-    -> Result<SearchResult, WebError>;
+    fn search(
+        &self,
+        query: &str,
+        max_results: usize,
+        cx: &SearchCx<'_>,
+    ) -> Result<SearchResult, WebError>;
 }
 
 /// An API key source (read at call time; never logged).
@@ -89,8 +93,13 @@ fn post_json(
         .header("accept", "application/json")
         .send(body.to_string())
         .map_err(|e| match e {
-            ureq::Error::Timeout(_) => WebError::new("WEB_ABORTED", format!("{who} search timed out")),
-            other => WebError::new("WEB_PROVIDER_ERROR", format!("{who} search request failed: {other}")),
+            ureq::Error::Timeout(_) => {
+                WebError::new("WEB_ABORTED", format!("{who} search timed out"))
+            }
+            other => WebError::new(
+                "WEB_PROVIDER_ERROR",
+                format!("{who} search request failed: {other}"),
+            ),
         })?;
     let status = response.status().as_u16();
     let mut bytes = Vec::new();
@@ -99,7 +108,12 @@ fn post_json(
         .into_reader()
         .take(MAX_PROVIDER_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| WebError::new("WEB_PROVIDER_ERROR", format!("{who} search request failed: {e}")))?;
+        .map_err(|e| {
+            WebError::new(
+                "WEB_PROVIDER_ERROR",
+                format!("{who} search request failed: {e}"),
+            )
+        })?;
     if bytes.len() as u64 > MAX_PROVIDER_BYTES {
         return Err(WebError::new(
             "WEB_PROVIDER_ERROR",
@@ -110,7 +124,11 @@ fn post_json(
     if !(200..300).contains(&status) {
         let detail = parsed.as_ref().and_then(|v| {
             v.get("error")
-                .and_then(|e| e.as_str().map(str::to_string).or_else(|| e.get("message")?.as_str().map(str::to_string)))
+                .and_then(|e| {
+                    e.as_str()
+                        .map(str::to_string)
+                        .or_else(|| e.get("message")?.as_str().map(str::to_string))
+                })
                 .or_else(|| v.get("message")?.as_str().map(str::to_string))
         });
         return Err(WebError::new(
@@ -200,7 +218,12 @@ pub fn map_anthropic_response(response: &Value) -> Result<SearchResult, WebError
         if b.get("type").and_then(Value::as_str) != Some("text") {
             continue;
         }
-        for c in b.get("citations").and_then(Value::as_array).into_iter().flatten() {
+        for c in b
+            .get("citations")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if let (Some(url), Some(text)) = (opt_str(c, "url"), opt_str(c, "cited_text")) {
                 if !snippets.iter().any(|(u, _)| *u == url) {
                     snippets.push((url, text));
@@ -210,7 +233,12 @@ pub fn map_anthropic_response(response: &Value) -> Result<SearchResult, WebError
     }
     let mut sources: Vec<Source> = Vec::new();
     for block in results {
-        for item in block.get("content").and_then(Value::as_array).into_iter().flatten() {
+        for item in block
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if item.get("type").and_then(Value::as_str) != Some("web_search_result") {
                 continue;
             }
@@ -221,7 +249,10 @@ pub fn map_anthropic_response(response: &Value) -> Result<SearchResult, WebError
                 continue;
             }
             sources.push(Source {
-                snippet: snippets.iter().find(|(u, _)| *u == url).map(|(_, s)| s.clone()),
+                snippet: snippets
+                    .iter()
+                    .find(|(u, _)| *u == url)
+                    .map(|(_, s)| s.clone()),
                 title: opt_str(item, "title"),
                 published_at: opt_str(item, "page_age"),
                 url,
@@ -240,7 +271,12 @@ impl SearchProvider for DeepSeekSearch {
         "deepseek-official"
     }
 
-    fn search(&self, query: &str, _max: usize, cx: &SearchCx<'_>) -> Result<SearchResult, WebError> {
+    fn search(
+        &self,
+        query: &str,
+        _max: usize,
+        cx: &SearchCx<'_>,
+    ) -> Result<SearchResult, WebError> {
         let key = (self.key)().filter(|k| !k.is_empty()).ok_or_else(|| {
             WebError::new(
                 "WEB_PROVIDER_CREDENTIAL_MISSING",
@@ -331,7 +367,10 @@ impl SearchProvider for ExaSearch {
         });
         let response = post_json(
             &format!("{}/search", self.base_url.trim_end_matches('/')),
-            &[("authorization", format!("Bearer {key}")), ("x-api-key", key.clone())],
+            &[
+                ("authorization", format!("Bearer {key}")),
+                ("x-api-key", key.clone()),
+            ],
             &body,
             cx.timeout,
             "Exa",
@@ -498,7 +537,10 @@ impl WebSearchTool {
 impl core::fmt::Debug for WebSearchTool {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("WebSearchTool")
-            .field("provider", &self.provider.as_ref().map(|p| p.id().to_string()))
+            .field(
+                "provider",
+                &self.provider.as_ref().map(|p| p.id().to_string()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -508,7 +550,9 @@ impl Tool for WebSearchTool {
         let n = self.max_queries;
         let mut d = ToolDefinition::typed(
             "web_search",
-            &format!("Search the web for current information. Provide 1\u{2013}{n} queries in the required queries array. Returns an optional summary answer and a list of source URLs."),
+            format!(
+                "Search the web for current information. Provide 1\u{2013}{n} queries in the required queries array. Returns an optional summary answer and a list of source URLs."
+            ),
             json!({
                 "type": "object",
                 "properties": {
@@ -536,7 +580,11 @@ impl Tool for WebSearchTool {
             return ToolOutcome::error("queries must contain at least one query");
         }
         if raw.len() > self.max_queries {
-            let noun = if self.max_queries == 1 { "query" } else { "queries" };
+            let noun = if self.max_queries == 1 {
+                "query"
+            } else {
+                "queries"
+            };
             return ToolOutcome::error(format!(
                 "queries must contain at most {} {noun}",
                 self.max_queries

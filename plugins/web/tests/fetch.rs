@@ -18,7 +18,12 @@ use serde_json::{Value, json};
 
 /// A tiny HTTP/1.1 server: `route(path)` gives (status line, headers,
 /// body, delay between body chunks).
-type Reply = (&'static str, Vec<(String, String)>, Vec<u8>, Option<Duration>);
+type Reply = (
+    &'static str,
+    Vec<(String, String)>,
+    Vec<u8>,
+    Option<Duration>,
+);
 
 fn serve(route: impl Fn(&str) -> Reply + Send + Sync + 'static) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -54,7 +59,10 @@ fn handle(mut stream: TcpStream, route: &(dyn Fn(&str) -> Reply + Send + Sync)) 
     let mut body = vec![0u8; length];
     let _ = reader.read_exact(&mut body);
     let (status, headers, payload, delay) = route(&path);
-    let mut head = format!("HTTP/1.1 {status}\r\nconnection: close\r\ncontent-length: {}\r\n", payload.len());
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        payload.len()
+    );
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -161,43 +169,89 @@ fn code(o: &ToolOutcome) -> String {
 #[test]
 fn html_json_charset_and_status_are_rendered_as_the_reference() {
     let port = serve(site);
-    let tool = WebFetchTool { config: local_config() };
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/page")}));
+    let tool = WebFetchTool {
+        config: local_config(),
+    };
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/page")}),
+    );
     let t = text(&o);
-    assert!(t.starts_with(&format!("Fetched http://localhost:{port}/page (HTTP 200)\n\n")), "{t}");
+    assert!(
+        t.starts_with(&format!(
+            "Fetched http://localhost:{port}/page (HTTP 200)\n\n"
+        )),
+        "{t}"
+    );
     assert!(t.contains("# Hello"), "{t}");
     assert!(t.contains("[link](https://e.org/)"), "{t}");
     // Turndown's (and htmd's) list item: marker and three spaces.
     assert!(t.contains("-   one"), "{t}");
     assert!(!t.contains("alert(1)") && !t.contains("x{}"), "{t}");
-    assert_eq!(o.meta, Some(json!({"url": format!("http://localhost:{port}/page"), "statusCode": 200, "truncated": false})));
+    assert_eq!(
+        o.meta,
+        Some(
+            json!({"url": format!("http://localhost:{port}/page"), "statusCode": 200, "truncated": false})
+        )
+    );
     assert_eq!(o.value.as_ref().unwrap()["body"]["kind"], "html");
 
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/data.json")}));
-    assert_eq!(text(&o), format!("Fetched http://localhost:{port}/data.json (HTTP 200)\n\n{{\"a\":1}}"));
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/latin1")}));
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/data.json")}),
+    );
+    assert_eq!(
+        text(&o),
+        format!("Fetched http://localhost:{port}/data.json (HTTP 200)\n\n{{\"a\":1}}")
+    );
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/latin1")}),
+    );
     assert!(text(&o).ends_with("café"), "{}", text(&o));
     // A non-2xx status is a result, not an error.
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/missing")}));
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/missing")}),
+    );
     assert!(o.error.is_none());
-    assert!(text(&o).starts_with(&format!("Fetched http://localhost:{port}/missing (HTTP 404)")));
+    assert!(text(&o).starts_with(&format!(
+        "Fetched http://localhost:{port}/missing (HTTP 404)"
+    )));
 }
 
 #[test]
 fn refusals_have_typed_errors() {
     let port = serve(site);
-    let tool = WebFetchTool { config: local_config() };
+    let tool = WebFetchTool {
+        config: local_config(),
+    };
     let cases = [
         ("ftp://localhost/x".to_string(), "WEB_INVALID_URL"),
         ("file:///etc/passwd".to_string(), "WEB_INVALID_URL"),
-        (format!("http://user:pw@localhost:{port}/page"), "WEB_BLOCKED_URL"),
-        (format!("http://localhost:{port}/binary"), "WEB_UNSUPPORTED_CONTENT_TYPE"),
-        (format!("http://localhost:{port}/big"), "WEB_FETCH_TOO_LARGE"),
+        (
+            format!("http://user:pw@localhost:{port}/page"),
+            "WEB_BLOCKED_URL",
+        ),
+        (
+            format!("http://localhost:{port}/binary"),
+            "WEB_UNSUPPORTED_CONTENT_TYPE",
+        ),
+        (
+            format!("http://localhost:{port}/big"),
+            "WEB_FETCH_TOO_LARGE",
+        ),
         // Loopback, private and metadata addresses, by IP or by a
         // public-looking name that resolves inside.
         (format!("http://127.0.0.1:{port}/page"), "WEB_BLOCKED_URL"),
-        (format!("http://public.example:{port}/page"), "WEB_BLOCKED_URL"),
-        ("http://169.254.169.254/latest/meta-data/".to_string(), "WEB_BLOCKED_URL"),
+        (
+            format!("http://public.example:{port}/page"),
+            "WEB_BLOCKED_URL",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            "WEB_BLOCKED_URL",
+        ),
         ("http://[::1]/".to_string(), "WEB_BLOCKED_URL"),
         ("http://10.0.0.1/".to_string(), "WEB_BLOCKED_URL"),
     ];
@@ -205,27 +259,53 @@ fn refusals_have_typed_errors() {
         let o = run(&tool, json!({ "url": url }));
         assert_eq!(code(&o), expected, "{url}: {}", text(&o));
     }
-    let o = run(&tool, json!({"url": format!("http://public.example:{port}/page")}));
+    let o = run(
+        &tool,
+        json!({"url": format!("http://public.example:{port}/page")}),
+    );
     // Closing evidence (issue 31): a fetch refused for a private address.
     eprintln!("refused: {}", text(&o));
-    assert!(text(&o).contains("non-public address 127.0.0.1"), "{}", text(&o));
+    assert!(
+        text(&o).contains("non-public address 127.0.0.1"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
 fn redirects_same_origin_at_most_five() {
     let port = serve(site);
-    let tool = WebFetchTool { config: local_config() };
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/hop/5")}));
+    let tool = WebFetchTool {
+        config: local_config(),
+    };
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/hop/5")}),
+    );
     assert!(o.error.is_none(), "{}", text(&o));
-    assert!(text(&o).starts_with(&format!("Fetched http://localhost:{port}/hop/0 (HTTP 200)")), "{}", text(&o));
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/hop/6")}));
+    assert!(
+        text(&o).starts_with(&format!("Fetched http://localhost:{port}/hop/0 (HTTP 200)")),
+        "{}",
+        text(&o)
+    );
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/hop/6")}),
+    );
     assert_eq!(code(&o), "WEB_REDIRECT_BLOCKED");
     assert!(text(&o).contains("exceeded the maximum of 5 redirects"));
     // A redirect to 127.0.0.1 from an allowed name is cross-origin: not
     // followed (and 127.0.0.1 itself is not allowed).
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/to-loopback-ip")}));
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/to-loopback-ip")}),
+    );
     assert_eq!(code(&o), "WEB_REDIRECT_BLOCKED", "{}", text(&o));
-    assert!(text(&o).contains("cross-origin redirect to http://127.0.0.1:80"), "{}", text(&o));
+    assert!(
+        text(&o).contains("cross-origin redirect to http://127.0.0.1:80"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -235,10 +315,17 @@ fn a_redirect_on_the_same_name_is_checked_again_after_resolution() {
     // resolved and checked, so the second hop is refused.
     let port = serve(|p| match p {
         "/start" => ("302 Found", h("location", "/next"), Vec::new(), None),
-        _ => ("200 OK", h("content-type", "text/plain"), b"ok".to_vec(), None),
+        _ => (
+            "200 OK",
+            h("content-type", "text/plain"),
+            b"ok".to_vec(),
+            None,
+        ),
     });
     let mut policy = AddressPolicy::default();
-    policy.overrides.insert("b.test".into(), vec!["127.0.0.1".parse().unwrap()]);
+    policy
+        .overrides
+        .insert("b.test".into(), vec!["127.0.0.1".parse().unwrap()]);
     let mut config = FetchConfig::default();
     config.policy = Arc::new(policy);
     let tool = WebFetchTool { config };
@@ -252,17 +339,34 @@ fn a_slow_body_times_out() {
     let mut config = local_config();
     config.timeout = Duration::from_millis(500);
     let tool = WebFetchTool { config };
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/slow")}));
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/slow")}),
+    );
     assert_eq!(code(&o), "WEB_FETCH_TIMEOUT", "{}", text(&o));
 }
 
 #[test]
 fn long_bodies_are_cut_with_the_reference_footer() {
-    let port = serve(|_| ("200 OK", h("content-type", "text/plain"), vec![b'z'; 300_000], None));
-    let tool = WebFetchTool { config: local_config() };
-    let o = run(&tool, json!({"url": format!("http://localhost:{port}/long")}));
+    let port = serve(|_| {
+        (
+            "200 OK",
+            h("content-type", "text/plain"),
+            vec![b'z'; 300_000],
+            None,
+        )
+    });
+    let tool = WebFetchTool {
+        config: local_config(),
+    };
+    let o = run(
+        &tool,
+        json!({"url": format!("http://localhost:{port}/long")}),
+    );
     let t = text(&o);
-    assert!(t.ends_with("\n\n(Content truncated. Fetch a more specific URL or section for the full text.)"));
+    assert!(t.ends_with(
+        "\n\n(Content truncated. Fetch a more specific URL or section for the full text.)"
+    ));
     assert!(t.chars().count() <= 200_000);
     assert_eq!(o.value.as_ref().unwrap()["truncated"], true);
 }
@@ -273,7 +377,12 @@ impl SearchProvider for Mock {
     fn id(&self) -> &str {
         "mock"
     }
-    fn search(&self, query: &str, _max: usize, _cx: &SearchCx<'_>) -> Result<SearchResult, WebError> {
+    fn search(
+        &self,
+        query: &str,
+        _max: usize,
+        _cx: &SearchCx<'_>,
+    ) -> Result<SearchResult, WebError> {
         let mut seen = self.1.lock().unwrap();
         seen.push(query.to_string());
         self.0
@@ -298,12 +407,18 @@ fn search_merges_queries_and_formats_as_the_reference() {
         vec![
             SearchResult {
                 content: Some("answer one".into()),
-                sources: vec![src("https://a.org/1", Some("A"), Some("snip")), src("https://b.org/", None, None)],
+                sources: vec![
+                    src("https://a.org/1", Some("A"), Some("snip")),
+                    src("https://b.org/", None, None),
+                ],
                 truncated: false,
             },
             SearchResult {
                 content: None,
-                sources: vec![src("https://a.org/1", Some("A"), None), src("https://c.org/x", Some("C"), None)],
+                sources: vec![
+                    src("https://a.org/1", Some("A"), None),
+                    src("https://c.org/x", Some("C"), None),
+                ],
                 truncated: false,
             },
         ],
@@ -316,7 +431,13 @@ fn search_merges_queries_and_formats_as_the_reference() {
         text(&o),
         "### q one\n\nanswer one\n\nSources:\n- [A](https://a.org/1) \u{2014} snip\n- [b.org](https://b.org/)\n- [C](https://c.org/x)\n\nCite the relevant URLs above as markdown links in your answer."
     );
-    assert_eq!(o.meta.as_ref().unwrap()["sources"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        o.meta.as_ref().unwrap()["sources"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
     // Argument checks.
     let o = run(&tool, json!({"queries": []}));
     assert_eq!(text(&o), "Error: queries must contain at least one query");
@@ -350,9 +471,15 @@ fn exa_provider_against_a_mock_server() {
     exa.base_url = format!("http://127.0.0.1:{port}");
     let tool = WebSearchTool::new(Some(Arc::new(exa)));
     let sink = Arc::new(CollectingSink::new());
-    let c = ctx().with_events(sink.clone()).with_cancel(CancelToken::new());
+    let c = ctx()
+        .with_events(sink.clone())
+        .with_cancel(CancelToken::new());
     let o = tool.execute(
-        &ToolCallRequest { name: "web_search".into(), call_id: "c".into(), arguments: json!({"queries": ["x"]}) },
+        &ToolCallRequest {
+            name: "web_search".into(),
+            call_id: "c".into(),
+            arguments: json!({"queries": ["x"]}),
+        },
         &c,
     );
     assert_eq!(
@@ -387,7 +514,11 @@ fn deepseek_search_maps_server_tool_results_and_logs_the_request() {
     let sink = Arc::new(CollectingSink::new());
     let c = ctx().with_events(sink.clone());
     let o = tool.execute(
-        &ToolCallRequest { name: "web_search".into(), call_id: "c".into(), arguments: json!({"queries": ["q"]}) },
+        &ToolCallRequest {
+            name: "web_search".into(),
+            call_id: "c".into(),
+            arguments: json!({"queries": ["q"]}),
+        },
         &c,
     );
     assert_eq!(
@@ -396,8 +527,18 @@ fn deepseek_search_maps_server_tool_results_and_logs_the_request() {
     );
     let events = sink.take();
     assert_eq!(events.len(), 1);
-    let logged = format!("{:?} {}", events[0], serde_json::to_string(&events[0]).unwrap());
-    assert!(logged.contains("web/deepseek-search-llm-request"), "{logged}");
-    assert!(logged.contains("Perform a web search for the query: q"), "{logged}");
+    let logged = format!(
+        "{:?} {}",
+        events[0],
+        serde_json::to_string(&events[0]).unwrap()
+    );
+    assert!(
+        logged.contains("web/deepseek-search-llm-request"),
+        "{logged}"
+    );
+    assert!(
+        logged.contains("Perform a web search for the query: q"),
+        "{logged}"
+    );
     assert!(!logged.contains("sk-secret-key"));
 }
