@@ -542,3 +542,57 @@ fn deepseek_search_maps_server_tool_results_and_logs_the_request() {
     );
     assert!(!logged.contains("sk-secret-key"));
 }
+
+/// The reference's `web-search-round` recording (a UI snapshot: legacy
+/// header, chunks only, so `core/tests/loop_replay.rs` pins it as not
+/// loadable): its `web_search` call is valid under our schema and runs,
+/// merging both queries.
+#[test]
+fn the_recorded_web_search_round_call_runs_under_our_schema() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/conformance/sessions/apps-web__web-search-round__session.jsonl");
+    let text = std::fs::read_to_string(path).unwrap();
+    let block = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find_map(|e| {
+            let b = &e["data"]["chunk"]["block"];
+            (b["type"] == "tool-call").then(|| b.clone())
+        })
+        .expect("the recorded tool call");
+    assert_eq!(block["name"], "web_search");
+    let args: Value = serde_json::from_str(block["arguments"].as_str().unwrap()).unwrap();
+    let mock = Arc::new(Mock(
+        vec![
+            SearchResult {
+                content: None,
+                sources: vec![src("https://a.org/", Some("A"), None)],
+                truncated: false,
+            },
+            SearchResult {
+                content: None,
+                sources: vec![src("https://b.org/", Some("B"), None)],
+                truncated: false,
+            },
+        ],
+        Default::default(),
+    ));
+    let tool = WebSearchTool::new(Some(mock.clone()));
+    let def = tool.definition();
+    assert_eq!(def.schema.name, "web_search");
+    let violations = dsh_core::agent::schema::validate_value(&def.schema.parameters, &args, "");
+    assert!(violations.is_empty(), "{violations:?}");
+    let o = run(&tool, args);
+    assert_eq!(
+        *mock.1.lock().unwrap(),
+        vec![
+            "DeepSeek Harness snapshot search",
+            "DeepSeek Harness multi-query search"
+        ]
+    );
+    assert!(text_of_sources(&o).contains("- [A](https://a.org/)\n- [B](https://b.org/)"));
+}
+
+fn text_of_sources(o: &ToolOutcome) -> String {
+    text(o)
+}
