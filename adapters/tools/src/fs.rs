@@ -387,7 +387,7 @@ fn read_line_bounded(
 /// callers refuse anything that is not a regular file afterwards).
 /// The spill folder as a workspace when `raw` is an absolute path in it
 /// (`read` may page through spilled results outside the workspace).
-fn spill_workspace(raw: &str, ctx: &ToolContext) -> Option<Workspace> {
+pub(crate) fn spill_workspace(raw: &str, ctx: &ToolContext) -> Option<Workspace> {
     let root = ctx.spill_dir.as_ref()?;
     let path = Path::new(raw);
     (path.is_absolute() && path.starts_with(root) && path != root.as_path())

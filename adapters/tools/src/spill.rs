@@ -253,6 +253,62 @@ mod tests {
     use super::*;
 
     #[test]
+    fn read_and_grep_reach_a_spill_file_outside_the_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let text: String = (1..=5000).map(|i| format!("row {i}\n")).collect();
+        let path = save_text(
+            &root.path().join("session-s"),
+            "web_fetch",
+            "c1",
+            text.as_bytes(),
+        )
+        .unwrap();
+        let mut ctx = crate::ToolContext::new(crate::Workspace::new(ws.path()).unwrap());
+        let run = |ctx: &crate::ToolContext, name: &str, args: serde_json::Value| {
+            let set = crate::ToolSet::standard(crate::BashConfig::default());
+            let call = crate::ToolCallRequest {
+                name: name.into(),
+                call_id: "x".into(),
+                arguments: args,
+            };
+            let o = set.execute_request(&call, ctx);
+            (
+                o.error.is_some(),
+                plain_text(&o.content).unwrap_or_default(),
+            )
+        };
+        let p = path.display().to_string();
+        // Without a spill folder the path is outside the workspace.
+        assert!(run(&ctx, "read", serde_json::json!({"file_path": p})).0);
+        ctx.spill_dir = Some(root.path().to_path_buf());
+        let (err, out) = run(
+            &ctx,
+            "read",
+            serde_json::json!({"file_path": p, "offset": 4000, "limit": 2}),
+        );
+        assert!(
+            !err && out.contains("4000: row 4000\n4001: row 4001"),
+            "{out}"
+        );
+        let (err, out) = run(
+            &ctx,
+            "grep",
+            serde_json::json!({"pattern": "^row 4321$", "path": p}),
+        );
+        assert!(!err && out.contains("row 4321"), "{out}");
+        // Only beneath the folder: its parent stays out.
+        let parent = root
+            .path()
+            .parent()
+            .unwrap()
+            .join("x.txt")
+            .display()
+            .to_string();
+        assert!(run(&ctx, "read", serde_json::json!({"file_path": parent})).0);
+    }
+
+    #[test]
     fn head_tail_keeps_both_ends_within_budget() {
         let (p, omitted) = head_tail("abcdefghij", 4);
         assert_eq!(p, "abij");
