@@ -86,6 +86,10 @@ fn expected_system() -> String {
     for mode in [dsh_subagents::Mode::Spawn, dsh_subagents::Mode::Fork] {
         registry.register(dsh_subagents::definition(mode)).unwrap();
     }
+    // The web tools (issue 31), on unless `--no-web`.
+    for tool in dsh_web::tools(dsh_web::FetchConfig::default(), None) {
+        registry.register(tool.definition()).unwrap();
+    }
     let tools = registry.schemas();
     let assembly = dsh_system_prompt::SystemPrompt::new().apply(
         Assembly {
@@ -175,6 +179,8 @@ fn sp5_lc12_first_turn_body_and_a_stable_prefix_across_turns() {
             "subagent",
             "subagent_fork",
             "todo_write",
+            "web_fetch",
+            "web_search",
             "write"
         ]
     );

@@ -192,6 +192,16 @@ pub trait Wire: Send + Sync {
     fn headers(&self, key: &str) -> Vec<(&'static str, String)>;
     /// The JSON request body.
     fn body(&self, options: &GenerateOptions) -> Result<String, LlmError>;
+    /// The JSON request body with images read through `attachments`
+    /// (default: [`body`](Self::body), which has no image source).
+    fn body_with(
+        &self,
+        options: &GenerateOptions,
+        attachments: Option<&mut dyn crate::request::AttachmentSource>,
+    ) -> Result<String, LlmError> {
+        let _ = attachments;
+        self.body(options)
+    }
     /// A decoder for one response body, bounded to `max_event_bytes`.
     fn decoder(&self, max_event_bytes: usize) -> Box<dyn WireDecoder>;
     /// The typed error of a non-2xx response; `header` reads a response
@@ -693,15 +703,12 @@ impl DeepSeekClient {
         let key = self.api_key()?;
         let wire = self.options.wire.clone();
         let mut source = self.options.attachments.as_ref().map(AttachmentFn);
+        let source = source
+            .as_mut()
+            .map(|s| s as &mut dyn crate::request::AttachmentSource);
         let built = match &wire {
-            Some(w) => w.body(options),
-            None => build_request_body(
-                options,
-                &config,
-                source
-                    .as_mut()
-                    .map(|s| s as &mut dyn crate::request::AttachmentSource),
-            ),
+            Some(w) => w.body_with(options, source),
+            None => build_request_body(options, &config, source),
         };
         let body = match built {
             Ok(body) => body,
