@@ -94,6 +94,8 @@ fn expected_system() -> String {
     let assembly = dsh_system_prompt::SystemPrompt::new().apply(
         Assembly {
             tools,
+            // The web tools' guidance (issue 31).
+            sections: dsh_web::guidance(),
             ..Assembly::default()
         },
         None,

@@ -82,8 +82,30 @@ pub fn fetch_host(exec: &ToolExecution) -> Option<String> {
     uri.host().map(net::bare_host)
 }
 
-/// Asks before a `web_fetch` from a host not yet allowed in the session;
-/// a fetch that ran (approved or allowed) allows its host for the rest of
+/// The reference's system-prompt guidance for the two web tools
+/// (`tool:web_search` at 110, `tool:web_fetch` at 111).
+pub fn guidance() -> Vec<dsh_core::agent::prompt::PromptSection> {
+    use dsh_core::agent::prompt::PromptSection;
+    let n = search::MAX_QUERIES;
+    vec![
+        PromptSection::new(
+            "tool:web_search",
+            110,
+            format!(
+                "Use the web_search tool to discover current information on the web. The required queries array accepts 1\u{2013}{n} non-empty search queries; use a one-item array for a single search. It returns an optional answer plus a list of source URLs. Follow up with web_fetch when you need the full content of a specific result, and cite the relevant URLs as markdown links."
+            ),
+        ),
+        PromptSection::new(
+            "tool:web_fetch",
+            111,
+            "Use the web_fetch tool to retrieve the content of a specific HTTP(S) URL (for example a result from web_search). It returns the page content decoded to text. Cite the URL as a markdown link when you use its content.",
+        ),
+    ]
+}
+
+/// The web tools' plugin: their prompt guidance ([`guidance`]), and an ask
+/// before a `web_fetch` from a host not yet allowed in the session; a
+/// fetch that ran (approved or allowed) allows its host for the rest of
 /// the session. Register it after the approval policy.
 #[derive(Clone, Debug, Default)]
 pub struct WebFetchApproval {
@@ -115,6 +137,10 @@ impl Plugin for WebFetchApproval {
 
     fn seams(&self) -> Seams {
         Seams::TOOL_PRE_EXECUTE | Seams::TOOL_EXECUTE
+    }
+
+    fn sections(&mut self) -> Vec<dsh_core::agent::prompt::PromptSection> {
+        guidance()
     }
 
     fn tool_pre_execute(
