@@ -186,6 +186,10 @@ pub struct RunArgs {
     /// review a plan, so the turn ends with the plan presented).
     #[arg(long)]
     pub plan: bool,
+    /// Attach an image (PNG, JPEG, GIF or WebP) to the prompt; the model
+    /// must take images (`--images`). Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub image: Vec<PathBuf>,
     /// The prompt.
     pub prompt: String,
 }
@@ -212,6 +216,8 @@ pub struct Setup {
     pub render: RenderOptions,
     /// Whether to title the session (`--no-title`, `titles`).
     pub titles: bool,
+    /// Where attached images go (`None`: the model takes none).
+    pub images: Option<dsh_tools::Attachments>,
     /// The agent's subagents: attach the agent so that its background
     /// children can report back (a REPL; `run` ends after one turn).
     pub delegation: Arc<dsh_std::subagents::Delegation>,
@@ -250,7 +256,9 @@ pub fn setup_with(
     plan: bool,
 ) -> Result<Setup, String> {
     let file = crate::config_file::load(&env_lookup)?;
-    let provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
+    let mut provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
+    // Images (issue 31) are kept content-addressed beside the sessions.
+    provider.attachments = args.store.dir().ok().map(|d| d.join("attachments"));
     let cwd = match &args.cwd {
         Some(d) => d.clone(),
         None => std::env::current_dir().map_err(|e| format!("dsh: no current directory: {e}"))?,
@@ -260,10 +268,14 @@ pub fn setup_with(
     let prompt = args.prompt_settings(&file)?;
     let workspace = cwd.clone();
     let store = args.store.open()?;
-    let bash = args
-        .tools
-        .over(&file.tools)
-        .bash_config(&provider.api_key_env);
+    let tool_args = args.tools.over(&file.tools);
+    let bash = tool_args.bash_config(&provider.api_key_env);
+    // Oversized tool results are kept out of the context (issue 31): whole
+    // under `<store dir>/spill/` (`session-<id>/`; bash's as it is read).
+    let spill = args.store.dir().ok().map(|d| d.join("spill"));
+    let spill_bytes = tool_args
+        .spill_bytes
+        .unwrap_or(dsh_tools::spill::DEFAULT_MAX_INLINE_BYTES);
     crate::tool_args::warn_unenforced(&bash);
     let sandbox = match bash.sandbox.mode {
         dsh_tools::sandbox::SandboxMode::Off => "danger-full-access",
@@ -288,11 +300,14 @@ pub fn setup_with(
         ask,
     ));
     let installed = extensions.clone();
+    let images = crate::shell::image_store(&provider);
     // The agent, and each subagent it starts, are built alike.
     let build = move || {
         let mut config =
             crate::shell::agent_config(&provider, cwd.clone(), interactive, approve_all, &prompt)?;
         config.tools = dsh_tools::ToolSet::standard(bash.clone());
+        crate::shell::add_image_tools(&mut config.tools, &provider);
+        crate::shell::add_web(&mut config, &provider, &tool_args);
         // Pressure and overflow compaction against the model's context
         // window (loop.md CP-3 a, b); `/compact` in chat runs it by hand
         // (CP-3 c).
@@ -314,6 +329,10 @@ pub fn setup_with(
             p.apply(&mut config.approval);
         }
         interaction_plugins(&mut config, interactive, plan);
+        // Last, so it bounds what the other plugins made of a result.
+        if let Some(root) = &spill {
+            crate::shell::add_spill(&mut config, root, spill_bytes);
+        }
         Ok(config)
     };
     let (config, delegation) = crate::shell::delegating(store.clone(), build)?;
@@ -330,6 +349,7 @@ pub fn setup_with(
         extensions,
         sandbox,
         cwd: workspace,
+        images,
     })
 }
 
@@ -531,8 +551,19 @@ pub fn run(args: RunArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
+    let mut content = vec![dsh_core::ContentBlock::text(args.prompt.clone())];
+    for path in &args.image {
+        match attach_image(setup.images.as_ref(), path) {
+            Ok(block) => content.push(block),
+            Err(e) => {
+                eprintln_safe!("dsh run: {e}");
+                let _ = agent.close();
+                return Outcome::BadInput;
+            }
+        }
+    }
     let result = log_preset(&agent, args.agent.preset, &setup.sandbox)
-        .and_then(|()| drive_one_turn(&agent, &args.prompt, setup.render, args.json, args.yes));
+        .and_then(|()| drive_content(&agent, content, setup.render, args.json, args.yes));
     // The answer is out; the title gets a bounded wait before exit.
     titler.turn_ended(&agent);
     let title = titler.poll(&agent, TITLE_WAIT);
@@ -611,6 +642,49 @@ fn record(store: &dyn SessionStore, id: &SessionId, file: &std::path::Path) -> R
     std::fs::write(file, bytes).map_err(|e| e.to_string())
 }
 
+/// An image block for the file at `path`, stored in `store`; an error
+/// when the model takes no images or the file is not an image dsh takes.
+pub fn attach_image(
+    store: Option<&dsh_tools::Attachments>,
+    path: &std::path::Path,
+) -> Result<dsh_core::ContentBlock, String> {
+    let shown = path.display();
+    let Some(store) = store else {
+        return Err(format!(
+            "cannot attach {shown}: the model does not take images (pass --images, or set `images = true` in its [models.\"ID\"] table, for one that does)"
+        ));
+    };
+    let declared = dsh_tools::image::media_type_for_path(&path.to_string_lossy());
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot attach {shown}: {e}"))?;
+    let mut data = Vec::new();
+    io::Read::read_to_end(
+        &mut io::Read::take(file, dsh_tools::image::MAX_IMAGE_BYTES + 1),
+        &mut data,
+    )
+    .map_err(|e| format!("cannot attach {shown}: {e}"))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    store
+        .save_image(&data, declared, name)
+        .map(|attachment| dsh_core::ContentBlock::Image { attachment })
+        .map_err(|e| format!("cannot attach {shown}: {e}"))
+}
+
+/// [`drive_one_turn`] with a prompt of any content (text and images).
+pub fn drive_content(
+    agent: &Agent,
+    content: Vec<dsh_core::ContentBlock>,
+    render: RenderOptions,
+    json: bool,
+    approve_all: bool,
+) -> Result<TurnOutcome, String> {
+    drive(agent, Prompt::Content(content), render, json, approve_all)
+}
+
+enum Prompt<'a> {
+    Text(&'a str),
+    Content(Vec<dsh_core::ContentBlock>),
+}
+
 /// Sends `prompt`, renders (or prints as JSON) until the turn ends; answers
 /// approvals with `approve_all` (allow) or deny. Ctrl-C cancels the turn.
 pub fn drive_one_turn(
@@ -620,11 +694,25 @@ pub fn drive_one_turn(
     json: bool,
     approve_all: bool,
 ) -> Result<TurnOutcome, String> {
+    drive(agent, Prompt::Text(prompt), render, json, approve_all)
+}
+
+fn drive(
+    agent: &Agent,
+    prompt: Prompt<'_>,
+    render: RenderOptions,
+    json: bool,
+    approve_all: bool,
+) -> Result<TurnOutcome, String> {
     let (tx, rx) = mpsc::channel();
     spawn_forwarder(agent, tx.clone());
     install_ctrlc(tx);
     let mut out = io::stdout().lock();
-    agent.send(prompt).map_err(|e| e.to_string())?;
+    match prompt {
+        Prompt::Text(text) => agent.send(text),
+        Prompt::Content(content) => agent.send_content(content),
+    }
+    .map_err(|e| e.to_string())?;
     let mut renderer = Renderer::new(render);
     let spinner = !json && io::stdout().is_terminal();
     let mut waiting = true;
@@ -871,6 +959,7 @@ fn chat_loop(args: &AgentArgs, mut start: Start, plan: bool) -> Outcome {
             resumed,
             titler,
             &facts,
+            setup.images,
         );
         // Background subagents end with their parent (cause `parent`).
         setup.delegation.shutdown(SUBAGENT_SHUTDOWN);
@@ -906,6 +995,50 @@ fn last_completed_turn(store: &dyn SessionStore, id: &SessionId) -> Result<u64, 
         format!(
             "session {id} has no completed turn to fork yet (its first turn is still open); pass --at SEQ"
         )
+    })
+}
+
+/// The REPL's image hook (issue 31): `/image FILE`, or a line that is just
+/// the path of an image file (pasted or dropped), queues the image for the
+/// next prompt; returns the notice to show, `None` when the line is not
+/// about an image.
+fn image_line(
+    text: &str,
+    store: Option<&dsh_tools::Attachments>,
+    pending: &mut Vec<dsh_core::ContentBlock>,
+) -> Option<String> {
+    let unquote = |s: &str| s.trim().trim_matches(|c| c == '\'' || c == '"').to_string();
+    let path = match text.strip_prefix("/image") {
+        Some(rest) if rest.is_empty() || rest.starts_with(' ') => {
+            let p = unquote(rest);
+            if p.is_empty() {
+                return Some("usage: /image FILE (PNG, JPEG, GIF or WebP)".into());
+            }
+            p
+        }
+        _ => {
+            let p = unquote(text);
+            let is_image = dsh_tools::image::media_type_for_path(&p).is_some()
+                && !p.contains('\n')
+                && std::path::Path::new(&p).is_file();
+            if !is_image {
+                return None;
+            }
+            p
+        }
+    };
+    Some(match attach_image(store, std::path::Path::new(&path)) {
+        Ok(block) => {
+            let shown = match &block {
+                dsh_core::ContentBlock::Image { attachment: a } => {
+                    format!("{}x{} {}", a.width, a.height, a.media_type)
+                }
+                _ => String::new(),
+            };
+            pending.push(block);
+            format!("image attached ({shown}); it goes with your next prompt")
+        }
+        Err(e) => format!("error: {e}"),
     })
 }
 
@@ -1093,7 +1226,11 @@ fn repl(
     resumed: bool,
     mut titler: Titler,
     facts: &Facts,
+    images: Option<dsh_tools::Attachments>,
 ) -> ChatEnd {
+    // Images queued by `/image FILE` or a pasted image path (issue 31) go
+    // with the next prompt.
+    let mut pending_images: Vec<dsh_core::ContentBlock> = Vec::new();
     use crate::repl::{Action, Input, Repl};
     input.generation += 1;
     let generation = input.generation;
@@ -1184,10 +1321,31 @@ fn repl(
                 },
             },
         };
+        // `/image FILE` or a pasted image path (issue 31), unless the line
+        // answers an approval or a question.
+        let input = match input {
+            Input::Line(line) if !machine.answering() => {
+                match image_line(line.trim(), images.as_ref(), &mut pending_images) {
+                    Some(notice) => {
+                        let _ = r.notice(&mut out, &notice);
+                        if !machine.running() {
+                            prompt(&mut out, false);
+                        }
+                        continue;
+                    }
+                    None => Input::Line(line),
+                }
+            }
+            other => other,
+        };
         for action in machine.handle(input) {
             match action {
                 Action::Send { text, followup } => {
-                    let result = if followup {
+                    let result = if !pending_images.is_empty() {
+                        let mut content = vec![dsh_core::ContentBlock::text(text)];
+                        content.append(&mut pending_images);
+                        agent.send_content(content)
+                    } else if followup {
                         agent.followup(&text)
                     } else {
                         agent.send(&text)

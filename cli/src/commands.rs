@@ -251,7 +251,7 @@ impl Registry {
             ));
         }
         s.push_str(
-            "\n  /steer, /followup [TEXT], /cancel, /quit — lines typed during a turn steer it \
+            "\n  /image FILE — attach an image to the next prompt (or paste its path)\n  /steer, /followup [TEXT], /cancel, /quit — lines typed during a turn steer it \
              (/followup: queue them); Ctrl-C cancels a turn, Ctrl-C twice or Ctrl-D quits",
         );
         s

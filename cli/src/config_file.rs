@@ -109,6 +109,8 @@ pub struct ConfigFile {
 pub struct ModelFile {
     /// `--context-window` for this model.
     pub context_window: Option<u64>,
+    /// `--images`: the model takes image input.
+    pub images: Option<bool>,
 }
 
 /// The `[tools]` table: the keys of the tool flags.

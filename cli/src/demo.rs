@@ -125,6 +125,8 @@ fn demo(args: &DemoArgs) -> Result<bool, String> {
         api: crate::provider::Api::OpenAi,
         base_url: Some(crate::secrets::BaseUrl::new(server.url())),
         model: DEFAULT_MODEL.to_string(),
+        images: false,
+        attachments: None,
         api_key_env: "DSH_DEMO_API_KEY".to_string(),
         has_key: false,
         client: crate::provider::ClientSettings::default(),

@@ -30,6 +30,10 @@ pub struct ProviderArgs {
     /// Model id [default: deepseek-v4-flash].
     #[arg(long, value_name = "ID")]
     pub model: Option<String>,
+    /// The model takes image input (`--image`, `/image`, `read_image`, ACP
+    /// image prompts) [config: `[models."ID"] images = true`].
+    #[arg(long)]
+    pub images: bool,
     /// The environment variable holding the API key [default: DEEPSEEK_API_KEY].
     #[arg(long, value_name = "NAME")]
     pub api_key_env: Option<String>,
@@ -257,6 +261,11 @@ pub struct Provider {
     pub base_url: Option<BaseUrl>,
     /// Model id.
     pub model: String,
+    /// Whether the model takes images.
+    pub images: bool,
+    /// The attachment store images are kept in (set by the command from
+    /// its store folder; `None`: no images).
+    pub attachments: Option<std::path::PathBuf>,
     /// Name of the key variable.
     pub api_key_env: String,
     /// Whether the key variable is set (non-empty). A keyless local endpoint
@@ -386,9 +395,17 @@ pub fn resolve_with(
             .unwrap_or(d.max_response_bytes),
         max_steps: f.max_steps.or(file.max_steps).unwrap_or(d.max_steps),
     };
+    let images = args.images
+        || file
+            .models
+            .get(&model)
+            .and_then(|m| m.images)
+            .unwrap_or(false);
     Ok(Provider {
         api,
         base_url,
+        images,
+        attachments: None,
         model,
         api_key_env,
         has_key,

@@ -12,7 +12,7 @@ use crate::commands::{self, Registry};
 use dsh_std::ApprovalDecision;
 
 /// The REPL's own controls: not agent commands, not logged.
-pub const LOCAL_COMMANDS: &[&str] = &["quit", "exit", "steer", "followup", "cancel"];
+pub const LOCAL_COMMANDS: &[&str] = &["quit", "exit", "steer", "followup", "cancel", "image"];
 
 /// Most lines held back from piped input while a turn runs.
 const MAX_HELD: usize = 1024;
@@ -132,6 +132,11 @@ impl<R: Copy + PartialEq> Repl<R> {
             pending: VecDeque::new(),
             held: VecDeque::new(),
         }
+    }
+
+    /// Whether the next line answers an approval or a question.
+    pub fn answering(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Whether a turn runs.

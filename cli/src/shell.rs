@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use dsh_core::LlmCallConfig;
 use dsh_deepseek::{
-    ClientOptions, DeepSeekClient, DeepSeekConfig, Profile, SessionHeader, provider_route,
+    ClientOptions, DeepSeekClient, DeepSeekConfig, Modality, ModelEntry, Profile, SessionHeader,
+    provider_route,
 };
 use dsh_std::{AgentConfig, ApprovalMode, ApprovalPolicy, ToolSet};
 
@@ -91,12 +92,27 @@ pub fn agent_config(
     approve_all: bool,
     prompt: &PromptSettings,
 ) -> Result<AgentConfig, String> {
-    let config = DeepSeekConfig {
+    let mut config = DeepSeekConfig {
         api_key_env: provider.api_key_env.clone(),
         base_url: provider.base_url.as_ref().map(|u| u.expose().to_string()),
         stream_idle_timeout_ms: provider.client.idle_timeout_ms(),
         ..DeepSeekConfig::default()
     };
+    let store = image_store(provider);
+    if store.is_some() {
+        // The model takes images (issue 31): the adapter sends them.
+        match config.models.iter_mut().find(|m| m.id == provider.model) {
+            Some(m) => m.input_modalities = Some(vec![Modality::Text, Modality::Image]),
+            None => {
+                let mut m: ModelEntry = serde_json::from_value(
+                    serde_json::json!({"id": provider.model, "inputModalities": ["text", "image"]}),
+                )
+                .map_err(|e| format!("dsh: bad model entry: {e}"))?;
+                m.context_window = Some(config.default_context_window);
+                config.models.push(m);
+            }
+        }
+    }
     // Any OpenAI-compatible server: the tolerant decoder, neutral errors,
     // the session id only where it helps.
     let mut options = ClientOptions {
@@ -111,6 +127,13 @@ pub fn agent_config(
         // session header.
         options.wire = Some(Arc::new(dsh_anthropic::AnthropicWire::default()));
         options.session_header = SessionHeader::Never;
+    }
+    if let Some(store) = store {
+        options.attachments = Some(Arc::new(move |a: &dsh_core::ImageAttachment| {
+            store
+                .read(a)
+                .map_err(|e| dsh_core::LlmError::coded("ATTACHMENT_NOT_FOUND", &e))
+        }));
     }
     if let Some(placeholder) = provider.key_placeholder() {
         // A keyless endpoint (local server, the demo's mock) still gets a
@@ -163,6 +186,88 @@ pub fn agent_config(
     agent.workspace = Some(cwd);
     agent.approval = approval_policy(approve_all);
     Ok(agent)
+}
+
+/// The image store of a model that takes images (`None`: no images).
+pub fn image_store(provider: &Provider) -> Option<dsh_tools::Attachments> {
+    provider
+        .attachments
+        .as_ref()
+        .filter(|_| provider.images)
+        .map(dsh_tools::Attachments::new)
+}
+
+/// Adds `read_image` to `tools` when the model takes images.
+pub fn add_image_tools(tools: &mut ToolSet, provider: &Provider) {
+    if let Some(store) = image_store(provider) {
+        tools.insert(Box::new(dsh_tools::ReadImageTool { store }));
+    }
+}
+
+/// Keeps oversized tool results out of the context (issue 31): bash's full
+/// output and every result over `bytes` (0: never) go under `root`; push
+/// it after every other plugin, so it bounds what they made of a result.
+pub fn add_spill(config: &mut AgentConfig, root: &Path, bytes: usize) {
+    config.tools = std::mem::take(&mut config.tools).with_spill_dir(root);
+    if bytes > 0 {
+        config.plugins.push(Box::new(dsh_spill::SpillPlugin::new(
+            dsh_tools::SpillConfig::new(root).with_max_inline_bytes(bytes),
+        )));
+    }
+}
+
+/// Adds `web_fetch` and `web_search` (issue 31) to `config` unless
+/// `--no-web`, with the approval plugin that asks before fetching from a
+/// host not yet allowed in the session.
+pub fn add_web(config: &mut AgentConfig, provider: &Provider, tools: &crate::tool_args::ToolArgs) {
+    if tools.no_web {
+        return;
+    }
+    let mut policy = dsh_web::AddressPolicy::default();
+    for h in &tools.web_allow_host {
+        policy.allowed_hosts.insert(dsh_web::net::bare_host(h));
+    }
+    let mut fetch = dsh_web::FetchConfig::default();
+    fetch.policy = Arc::new(policy);
+    let deepseek_api = provider
+        .base_url
+        .as_ref()
+        .is_none_or(|u| u.expose().contains("api.deepseek.com"));
+    let exa_key = || crate::secrets::lookup("EXA_API_KEY").filter(|k| !k.is_empty());
+    let choice = tools.web_search.clone().unwrap_or_else(|| {
+        if deepseek_api {
+            "deepseek".into()
+        } else if exa_key().is_some() {
+            "exa".into()
+        } else {
+            "none".into()
+        }
+    });
+    let search: Option<Arc<dyn dsh_web::SearchProvider>> = match choice.as_str() {
+        "deepseek" => {
+            let env = provider.api_key_env.clone();
+            Some(Arc::new(dsh_web::DeepSeekSearch::new(Arc::new(
+                move || crate::secrets::lookup(&env),
+            ))))
+        }
+        "exa" => Some(Arc::new(dsh_web::ExaSearch::new(Arc::new(move || {
+            crate::secrets::lookup("EXA_API_KEY")
+        })))),
+        _ => None,
+    };
+    for tool in dsh_web::tools(fetch, search) {
+        config.tools.insert(tool);
+    }
+    // A fetch asks per host (the plugin below), not per call.
+    if config.approval.mode_for("web_fetch") == ApprovalMode::Ask {
+        config.approval = config
+            .approval
+            .clone()
+            .with("web_fetch", ApprovalMode::Auto);
+    }
+    config.plugins.push(Box::new(dsh_web::WebFetchApproval::new(
+        tools.web_allow_host.iter().cloned(),
+    )));
 }
 
 /// The context window assumed when neither the user nor the server tells

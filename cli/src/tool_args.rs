@@ -65,6 +65,24 @@ pub struct ToolArgs {
     /// passes.
     #[arg(long)]
     pub tool_env_keep_secrets: bool,
+    /// Tool results over this many bytes are saved whole under the
+    /// session's spill folder and the model gets a preview and the path
+    /// (0: never) [default: 65536].
+    #[arg(long, value_name = "BYTES")]
+    pub spill_bytes: Option<usize>,
+    /// Do not offer `web_fetch` and `web_search`.
+    #[arg(long)]
+    pub no_web: bool,
+    /// A host `web_fetch` may reach though it resolves to a loopback,
+    /// private or link-local address, and fetch from without asking
+    /// (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub web_allow_host: Vec<String>,
+    /// The `web_search` backend: `deepseek` (DeepSeek's own search, the
+    /// DeepSeek key), `exa` (`$EXA_API_KEY`) or `none` [default: deepseek
+    /// for DeepSeek's API, else exa when `$EXA_API_KEY` is set].
+    #[arg(long, value_name = "PROVIDER", value_parser = ["deepseek", "exa", "none"])]
+    pub web_search: Option<String>,
 }
 
 impl ToolArgs {
@@ -89,6 +107,10 @@ impl ToolArgs {
             tool_env_exclude: or_list(&self.tool_env_exclude, &file.tool_env_exclude),
             tool_env_keep_secrets: self.tool_env_keep_secrets
                 || file.tool_env_keep_secrets.unwrap_or(false),
+            spill_bytes: self.spill_bytes,
+            no_web: self.no_web,
+            web_allow_host: self.web_allow_host.clone(),
+            web_search: self.web_search.clone(),
         }
     }
 

@@ -1357,3 +1357,43 @@ fn requests_sent_right_before_end_of_input_are_answered() {
         vec![json!({"kind": "aborted", "reason": {"kind": "disposed"}})]
     );
 }
+
+/// Issue 31: with a model that takes images, `promptCapabilities.image` is
+/// true and an image prompt reaches the model in the provider's format.
+#[test]
+fn image_prompts_reach_a_model_that_takes_images() {
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let server = mock(r#"{"responses":[{"turn":{"text":["a picture"]}}]}"#);
+    let mut c = Client::start_with(data.path(), &server.url(), &["--images"]);
+    let r = c.initialize();
+    assert_eq!(
+        r["result"]["agentCapabilities"]["promptCapabilities"]["image"],
+        true
+    );
+    let session = c.new_session(1, &ws_path);
+    // A 2x3 PNG header (all dsh reads of it).
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    png.extend_from_slice(&2u32.to_be_bytes());
+    png.extend_from_slice(&3u32.to_be_bytes());
+    png.extend_from_slice(&[8, 2, 0, 0, 0, 0, 0, 0, 0]);
+    png.extend_from_slice(b"\0\0\0\0IEND\xaeB`\x82");
+    let b64 = dsh_deepseek::base64(&png);
+    c.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image", "mimeType": "image/png", "data": b64}
+        ]}),
+    );
+    let (_, response) = c.until_response(2, None);
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    let body = server.requests()[0].body_text();
+    assert!(
+        body.contains(&format!("data:image/png;base64,{b64}")),
+        "{body}"
+    );
+    c.finish();
+}

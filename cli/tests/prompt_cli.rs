@@ -100,10 +100,16 @@ fn expected_system(request: &Value) -> String {
                 .unwrap();
         }
     }
+    // The web tools (issue 31), on unless `--no-web`.
+    for tool in dsh_web::tools(dsh_web::FetchConfig::default(), None) {
+        registry.register(tool.definition()).unwrap();
+    }
     let tools = registry.schemas();
     let assembly = dsh_system_prompt::SystemPrompt::new().apply(
         Assembly {
             tools,
+            // The web tools' guidance (issue 31).
+            sections: dsh_web::guidance(),
             ..Assembly::default()
         },
         None,
@@ -191,6 +197,8 @@ fn sp5_lc12_first_turn_body_and_a_stable_prefix_across_turns() {
             "subagent",
             "subagent_fork",
             "todo_write",
+            "web_fetch",
+            "web_search",
             "write"
         ]
     );

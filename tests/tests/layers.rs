@@ -46,6 +46,11 @@ const FLOORS: &[(&str, &[&str])] = &[
             "dsh-compaction",
             "dsh-subagents",
             "dsh-otel",
+            "dsh-hooks",
+            "dsh-skills",
+            "dsh-web",
+            "dsh-spill",
+            "dsh-mcp",
         ],
     ),
     // Runtimes: the loops that carry the kernel's effects.

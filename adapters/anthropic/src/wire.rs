@@ -78,6 +78,14 @@ impl Wire for AnthropicWire {
         build_request_body(options, &self.request, None)
     }
 
+    fn body_with(
+        &self,
+        options: &GenerateOptions,
+        attachments: Option<&mut dyn dsh_deepseek::AttachmentSource>,
+    ) -> Result<String, LlmError> {
+        build_request_body(options, &self.request, attachments)
+    }
+
     fn decoder(&self, max_event_bytes: usize) -> Box<dyn WireDecoder> {
         Box::new(StreamDecoder::new(max_event_bytes))
     }

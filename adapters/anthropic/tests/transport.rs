@@ -122,3 +122,57 @@ fn overloaded_and_rate_limited_are_retryable_errors() {
     assert_eq!(f.code, "SERVER");
     assert!(!f.message.contains(KEY));
 }
+
+/// Issue 31: with an attachment service and a model that takes images, an
+/// image block goes out in the Messages API's base64 source form.
+#[test]
+fn images_go_out_as_base64_sources() {
+    let s = server(
+        json!([{"fault": {"kind": "raw", "body": vector("thinking_tool_use.sse"), "chunkSize": 11}}]),
+    );
+    let model: dsh_deepseek::ModelEntry =
+        serde_json::from_value(json!({"id": "claude-test", "inputModalities": ["text", "image"]}))
+            .unwrap();
+    let config = DeepSeekConfig {
+        base_url: Some(s.url()),
+        api_key_env: "ANTHROPIC_API_KEY".into(),
+        models: vec![model],
+        ..DeepSeekConfig::default()
+    };
+    let options = ClientOptions {
+        credentials: Some(Arc::new(|_: &str| Some(String::from(KEY)))),
+        proxy_from_env: false,
+        profile: Profile::Interop,
+        wire: Some(Arc::new(AnthropicWire::default())),
+        attachments: Some(Arc::new(|_: &dsh_core::ImageAttachment| Ok(vec![1, 2, 3]))),
+        ..ClientOptions::default()
+    };
+    let c = DeepSeekClient::with_options(config, options).unwrap();
+    let image: dsh_core::ImageAttachment = serde_json::from_value(json!({
+        "attachmentId": format!("sha256:{}", "0".repeat(64)),
+        "mediaType": "image/png", "width": 1, "height": 1, "bytes": 3
+    }))
+    .unwrap();
+    let o = GenerateOptions::new(
+        "anthropic",
+        "claude-test",
+        vec![Arc::new(Message::user(
+            "u",
+            vec![
+                ContentBlock::text("see"),
+                ContentBlock::Image { attachment: image },
+            ],
+        ))],
+    );
+    let stream = c.stream(&o, &CancelToken::new()).unwrap();
+    for item in stream {
+        item.unwrap();
+    }
+    let body: Value = serde_json::from_slice(&s.requests()[0].body).unwrap();
+    let part = &body["messages"][0]["content"][1];
+    assert_eq!(part["type"], "image");
+    assert_eq!(
+        part["source"],
+        json!({"type": "base64", "media_type": "image/png", "data": "AQID"})
+    );
+}

@@ -77,6 +77,20 @@ pub fn user_agent() -> String {
 /// returns the stored key, or `None` for a miss.
 pub type Credentials = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
+/// The durable attachment service (D-10): the stored bytes of an image
+/// block. With one, requests may carry images (for a model that takes
+/// them); without one an image in a request is `UNSUPPORTED_CONTENT`.
+pub type Attachments =
+    Arc<dyn Fn(&dsh_core::ImageAttachment) -> Result<Vec<u8>, LlmError> + Send + Sync>;
+
+struct AttachmentFn<'a>(&'a Attachments);
+
+impl crate::request::AttachmentSource for AttachmentFn<'_> {
+    fn read(&mut self, attachment: &dsh_core::ImageAttachment) -> Result<Vec<u8>, LlmError> {
+        (self.0)(attachment)
+    }
+}
+
 /// An API key. Its `Debug` output is redacted and it has no `Display`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey(String);
@@ -150,6 +164,9 @@ pub struct ClientOptions {
     /// Another API to speak instead of chat completions (`None`: chat
     /// completions).
     pub wire: Option<Arc<dyn Wire>>,
+    /// The attachment service images are read from (`None`: requests with
+    /// images are refused).
+    pub attachments: Option<Attachments>,
 }
 
 /// Where the session-id header is sent.
@@ -180,6 +197,16 @@ pub trait Wire: Send + Sync {
     fn headers(&self, key: &str) -> Vec<(&'static str, String)>;
     /// The JSON request body.
     fn body(&self, options: &GenerateOptions) -> Result<String, LlmError>;
+    /// The JSON request body with images read through `attachments`
+    /// (default: [`body`](Self::body), which has no image source).
+    fn body_with(
+        &self,
+        options: &GenerateOptions,
+        attachments: Option<&mut dyn crate::request::AttachmentSource>,
+    ) -> Result<String, LlmError> {
+        let _ = attachments;
+        self.body(options)
+    }
     /// A decoder for one response body, bounded to `max_event_bytes`.
     fn decoder(&self, max_event_bytes: usize) -> Box<dyn WireDecoder>;
     /// The typed error of a non-2xx response; `header` reads a response
@@ -240,6 +267,7 @@ impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             wire: None,
+            attachments: None,
             user_agent: None,
             user_id: None,
             credentials: None,
@@ -404,6 +432,7 @@ impl fmt::Debug for ClientOptions {
             .field("profile", &self.profile)
             .field("max_event_bytes", &self.max_event_bytes)
             .field("session_header", &self.session_header)
+            .field("attachments", &self.attachments.is_some())
             .finish()
     }
 }
@@ -681,12 +710,16 @@ impl DeepSeekClient {
         // D-4: one snapshot of the connection facts per call.
         let config = self.config.clone();
         let base_url = self.base_url();
-        precheck_images(options, &config, false)?;
+        precheck_images(options, &config, self.options.attachments.is_some())?;
         let key = self.api_key()?;
         let wire = self.options.wire.clone();
+        let mut source = self.options.attachments.as_ref().map(AttachmentFn);
+        let source = source
+            .as_mut()
+            .map(|s| s as &mut dyn crate::request::AttachmentSource);
         let built = match &wire {
-            Some(w) => w.body(options),
-            None => build_request_body(options, &config, None),
+            Some(w) => w.body_with(options, source),
+            None => build_request_body(options, &config, source),
         };
         let body = match built {
             Ok(body) => body,

@@ -211,12 +211,48 @@ impl Collected {
     }
 }
 
+/// Most bytes one stream's spill file receives (1 GiB); the rest is dropped.
+pub const MAX_SPILL_FILE_BYTES: u64 = 1 << 30;
+
+/// Creates a new owner-only spill file at `path` (its directory made 0700),
+/// or at `path` with `-1`, `-2`, … before the extension when taken: an
+/// earlier call's file is never replaced, and a planted link never followed.
+fn create_spill(path: &Path) -> Option<(File, PathBuf)> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = path.parent()?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .ok()?;
+    let stem = path.file_stem()?.to_string_lossy().into_owned();
+    for n in 0..100u32 {
+        let candidate = if n == 0 {
+            path.to_path_buf()
+        } else {
+            dir.join(format!("{stem}-{n}.txt"))
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&candidate)
+        {
+            Ok(f) => return Some((f, candidate)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// Reads `src` to the end into `out`, keeping the last `cap` bytes; with
 /// a spill path, everything is also written there once the cap is first
 /// exceeded. `out` is shared so the caller can take what was read even if
 /// an escaped process keeps the pipe open.
 fn collect(mut src: impl Read, cap: usize, spill_path: Option<PathBuf>, out: &Mutex<Collected>) {
     let mut spill: Option<File> = None;
+    let mut spilled: u64 = 0;
     let mut buf = [0u8; 8192];
     loop {
         let n = match src.read(&mut buf) {
@@ -227,20 +263,23 @@ fn collect(mut src: impl Read, cap: usize, spill_path: Option<PathBuf>, out: &Mu
         };
         let chunk = buf.get(..n).unwrap_or(&[]);
         if let Some(f) = spill.as_mut() {
-            let _ = f.write_all(chunk);
+            // The file is capped too: past the cap the rest is dropped.
+            if spilled.saturating_add(n as u64) <= MAX_SPILL_FILE_BYTES {
+                let _ = f.write_all(chunk);
+                spilled += n as u64;
+            }
         }
         let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
         out.tail.extend_from_slice(chunk);
         if out.tail.len() > cap {
             if !out.truncated {
                 out.truncated = true;
-                if let Some(p) = &spill_path {
-                    if let Ok(mut f) = File::create(p) {
-                        // The tail still holds everything read so far.
-                        if f.write_all(&out.tail).is_ok() {
-                            spill = Some(f);
-                            out.spill = Some(p.clone());
-                        }
+                if let Some((mut f, p)) = spill_path.as_deref().and_then(create_spill) {
+                    // The tail still holds everything read so far.
+                    if f.write_all(&out.tail).is_ok() {
+                        spilled = out.tail.len() as u64;
+                        spill = Some(f);
+                        out.spill = Some(p);
                     }
                 }
             }

@@ -385,6 +385,16 @@ fn read_line_bounded(
 /// Opens `r` for reading beneath the opened workspace (no symlink followed
 /// on the way; `O_NONBLOCK` keeps a FIFO from blocking the open, and
 /// callers refuse anything that is not a regular file afterwards).
+/// The spill folder as a workspace when `raw` is an absolute path in it
+/// (`read` may page through spilled results outside the workspace).
+pub(crate) fn spill_workspace(raw: &str, ctx: &ToolContext) -> Option<Workspace> {
+    let root = ctx.spill_dir.as_ref()?;
+    let path = Path::new(raw);
+    (path.is_absolute() && path.starts_with(root) && path != root.as_path())
+        .then(|| Workspace::new(root.clone()).ok())
+        .flatten()
+}
+
 fn open_checked(ws: &Workspace, verb: &str, r: &Resolved) -> Result<fs::File, ToolOutcome> {
     ws.open_beneath(&r.relative, libc::O_RDONLY | libc::O_NONBLOCK, 0)
         .map_err(|e| io_outcome(&e, verb, r))
@@ -513,7 +523,16 @@ impl ReadTool {
                 self.config.limit
             )));
         }
-        let r = ctx.workspace.resolve_for(raw, "read")?;
+        // A spill file (crate::spill) is read beneath the spill folder, from
+        // this machine's disk whatever the workspace's backend.
+        let spill_ws = spill_workspace(raw, ctx);
+        let ws = spill_ws.as_ref().unwrap_or(&ctx.workspace);
+        let files = if spill_ws.is_some() {
+            &None
+        } else {
+            &self.files
+        };
+        let r = ws.resolve_for(raw, "read")?;
         let keep = self
             .config
             .max_line_chars
@@ -522,7 +541,7 @@ impl ReadTool {
             .saturating_add(1);
         let size_limit = self.config.max_file_bytes;
         let setting = "ReadConfig::max_file_bytes";
-        let mut reader: Box<dyn BufRead> = match &self.files {
+        let mut reader: Box<dyn BufRead> = match files {
             Some(files) => match files.read(&r.path, &ctx.cancel) {
                 Ok(Some(text)) if text.len() as u64 > size_limit => {
                     return Err(too_large(
@@ -538,7 +557,7 @@ impl ReadTool {
                 Err(e) => return Err(backend_error(&e, "read", &r)),
             },
             None => {
-                let file = open_checked(&ctx.workspace, "read", &r)?;
+                let file = open_checked(ws, "read", &r)?;
                 let meta = file.metadata().map_err(|e| io_outcome(&e, "read", &r))?;
                 if !meta.is_file() {
                     return Err(not_regular("read", &r));

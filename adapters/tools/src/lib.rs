@@ -35,19 +35,23 @@ pub mod background;
 pub mod bash;
 pub mod env;
 pub mod fs;
+pub mod image;
 pub mod path;
 pub mod reap;
 pub mod sandbox;
 pub mod search;
+pub mod spill;
 pub mod todo;
 
 pub use background::{BackgroundConfig, BashOutputTool, BashStartTool, BashStopTool, Jobs};
 pub use bash::{BashConfig, BashTool, CommandOutput, CommandRun, CommandRunner, Runner};
 pub use env::{EnvPolicy, Inherit};
 pub use fs::{EditConfig, EditTool, Files, ReadConfig, ReadTool, TextFiles, WriteTool};
+pub use image::{Attachments, ReadImageTool};
 pub use path::{PathError, Resolved, Workspace};
 pub use sandbox::{SandboxMode, SandboxPolicy, SandboxRoots};
 pub use search::{GlobTool, GrepTool, SearchConfig};
+pub use spill::SpillConfig;
 pub use todo::TodoWriteTool;
 
 /// The cancellation token a running body observes: the one of
@@ -183,6 +187,7 @@ pub trait Tool: Send + Sync {
 #[derive(Default)]
 pub struct ToolSet {
     tools: BTreeMap<String, Box<dyn Tool>>,
+    spill_dir: Option<PathBuf>,
 }
 
 impl ToolSet {
@@ -225,6 +230,13 @@ impl ToolSet {
             set.insert(tool);
         }
         set
+    }
+
+    /// Sets the folder bash keeps its full output in as it is acquired
+    /// ([`ToolContext::spill_dir`] of every call [`run`](Self::run) makes).
+    pub fn with_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.spill_dir = Some(dir.into());
+        self
     }
 
     /// Adds (or replaces) a tool under its definition's name.
@@ -276,6 +288,7 @@ impl ToolSet {
             .with_cancel(cancel)
             .with_events(sink.clone());
         ctx.timeout = timeout;
+        ctx.spill_dir = self.spill_dir.clone();
         let outcome = self.execute(exec, &ctx);
         (outcome, sink.take())
     }

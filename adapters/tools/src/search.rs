@@ -85,7 +85,10 @@ fn str_arg<'a>(args: &'a Value, key: &str) -> Result<Option<&'a str>, ToolOutcom
 /// The start of a search: a directory or file inside the workspace.
 fn start_path(ctx: &ToolContext, args: &Value, verb: &str) -> Result<PathBuf, ToolOutcome> {
     let raw = str_arg(args, "path")?.filter(|p| !p.trim().is_empty());
-    let r = ctx.workspace.resolve_for(raw.unwrap_or("."), verb)?;
+    // A spill file (crate::spill) is searched beneath the spill folder.
+    let spill = raw.and_then(|p| crate::fs::spill_workspace(p, ctx));
+    let ws = spill.as_ref().unwrap_or(&ctx.workspace);
+    let r = ws.resolve_for(raw.unwrap_or("."), verb)?;
     if !r.path.exists() {
         return Err(crate::fs_error(
             format!("cannot {verb} \"{}\": not found", r.display),

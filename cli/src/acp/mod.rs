@@ -67,6 +67,7 @@ pub fn run(args: AcpArgs) -> Outcome {
     }
     let peer = rpc::Peer::with_config(Box::new(io::stdout()), config);
     let options = server::Options {
+        data_dir: args.store.dir().ok(),
         provider: args.provider,
         client_terminal: args.client_terminal,
         otel: args.otel,

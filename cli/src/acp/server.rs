@@ -186,6 +186,8 @@ struct Questioning {
 
 /// How `dsh acp` was started.
 pub struct Options {
+    /// The store folder: spill files and image attachments go beneath it.
+    pub data_dir: Option<PathBuf>,
     /// The model endpoint.
     pub provider: ProviderArgs,
     /// Run `bash` in the client's terminal when it offers one.
@@ -370,7 +372,11 @@ impl Server {
         self.client = r.client_capabilities;
         let capabilities = AgentCapabilities::new()
             .load_session(true)
-            .prompt_capabilities(PromptCapabilities::new().embedded_context(true));
+            .prompt_capabilities(
+                PromptCapabilities::new()
+                    .embedded_context(true)
+                    .image(self.image_store().is_some()),
+            );
         let response = InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)
             .agent_info(
@@ -407,8 +413,10 @@ impl Server {
             .map_err(|e| invalid_params(format!("cwd {}: {e}", cwd.display())))?;
         let env = |name: &str| crate::secrets::lookup(name);
         let file = crate::config_file::load(&env).map_err(internal)?;
-        let provider =
+        let mut provider =
             crate::provider::resolve_with(&self.options.provider, &file, &env).map_err(internal)?;
+        let data_dir = self.options.data_dir.clone();
+        provider.attachments = data_dir.as_ref().map(|d| d.join("attachments"));
         // The config file's `system` / `append_system` apply here too.
         let prompt = crate::agent_cmd::AgentArgs::default()
             .prompt_settings(&file)
@@ -434,16 +442,69 @@ impl Server {
             let mut config =
                 crate::shell::agent_config(&provider, root.clone(), true, false, &prompt)?;
             client_tools(&mut config, &peer, &session, client_fs, client_terminal);
+            // Issue 31: images, web tools, spill (last).
+            crate::shell::add_image_tools(&mut config.tools, &provider);
+            crate::shell::add_web(
+                &mut config,
+                &provider,
+                &crate::tool_args::ToolArgs::default(),
+            );
             if let Some(t) = &tracing {
                 t.install(&mut config);
             }
             extensions.install(&mut config);
             crate::agent_cmd::interaction_plugins(&mut config, true, false);
+            if let Some(d) = &data_dir {
+                crate::shell::add_spill(
+                    &mut config,
+                    &d.join("spill"),
+                    dsh_tools::spill::DEFAULT_MAX_INLINE_BYTES,
+                );
+            }
             Ok(config)
         };
         let (config, delegation) =
             crate::shell::delegating(self.store.clone(), build).map_err(internal)?;
         Ok((config, cwd, delegation))
+    }
+
+    /// A prompt's content in order (issue 31): each run of text blocks
+    /// joined as [`prompt_text`] joins them, each image stored in `store`
+    /// as an image block (the reference keeps the order too); images are
+    /// refused when the model takes none.
+    fn prompt_content(
+        blocks: &[acp::ContentBlock],
+        store: Option<&dsh_tools::Attachments>,
+    ) -> Result<Vec<dsh_core::ContentBlock>, acp::Error> {
+        use base64::Engine as _;
+        let mut content = Vec::new();
+        let mut run: Vec<acp::ContentBlock> = Vec::new();
+        let mut images = 0usize;
+        for b in blocks {
+            let acp::ContentBlock::Image(i) = b else {
+                run.push(b.clone());
+                continue;
+            };
+            let Some(store) = store else {
+                return Err(invalid_params("the model does not take images"));
+            };
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(i.data.as_bytes())
+                .map_err(|e| invalid_params(format!("the image is not base64: {e}")))?;
+            let attachment = store
+                .save_image(&data, Some(i.mime_type.as_str()), None)
+                .map_err(|e| invalid_params(format!("cannot take the image: {e}")))?;
+            if !run.is_empty() {
+                content.push(dsh_core::ContentBlock::text(prompt_text(&run)?));
+                run.clear();
+            }
+            content.push(dsh_core::ContentBlock::Image { attachment });
+            images += 1;
+        }
+        if !run.is_empty() || images == 0 {
+            content.push(dsh_core::ContentBlock::text(prompt_text(&run)?));
+        }
+        Ok(content)
     }
 
     /// Starts forwarding `agent`'s events to the loop and keeps the
@@ -582,7 +643,22 @@ impl Server {
         Ok(LoadSessionResponse::new().modes(live.mode.state()))
     }
 
+    /// The image store when the configured model takes images.
+    fn image_store(&self) -> Option<dsh_tools::Attachments> {
+        let env = |name: &str| crate::secrets::lookup(name);
+        let file = crate::config_file::load(&env).ok()?;
+        let mut provider =
+            crate::provider::resolve_with(&self.options.provider, &file, &env).ok()?;
+        provider.attachments = self
+            .options
+            .data_dir
+            .as_ref()
+            .map(|d| d.join("attachments"));
+        crate::shell::image_store(&provider)
+    }
+
     fn prompt(&mut self, id: RequestId, r: PromptRequest) {
+        let store = self.image_store();
         let session = r.session_id.0.to_string();
         let Some(live) = self.sessions.get_mut(&session) else {
             return self
@@ -598,9 +674,19 @@ impl Server {
                 )),
             );
         }
-        let mut text = match prompt_text(&r.prompt) {
-            Ok(t) => t,
+        let mut content = match Self::prompt_content(&r.prompt, store.as_ref()) {
+            Ok(c) => c,
             Err(e) => return self.peer.respond::<()>(&id, Err(e)),
+        };
+        // A prompt of text only may be a slash command.
+        let text = if r
+            .prompt
+            .iter()
+            .any(|b| matches!(b, acp::ContentBlock::Image(_)))
+        {
+            String::new()
+        } else {
+            prompt_text(&r.prompt).unwrap_or_default()
         };
         let registry = crate::commands::Registry::standard();
         if let Some((name, args)) = crate::commands::parse(text.trim_start())
@@ -654,7 +740,7 @@ impl Server {
                 );
             }
             match done.message {
-                Some(message) => text = message,
+                Some(message) => content = vec![dsh_core::ContentBlock::text(message)],
                 None => {
                     return self
                         .peer
@@ -662,7 +748,7 @@ impl Server {
                 }
             }
         }
-        match live.agent.send(&text) {
+        match live.agent.send_content(content) {
             Ok(()) => {
                 live.prompt = Some(id);
                 live.cancel_requested = false;

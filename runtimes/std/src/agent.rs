@@ -409,6 +409,16 @@ impl Agent {
         self.followup(text)
     }
 
+    /// Like [`send`](Self::send), with any content (text and images).
+    pub fn send_content(&self, content: Vec<ContentBlock>) -> Result<(), ShellError> {
+        let id = match self.ids.lock() {
+            Ok(mut ids) => ids.user_message_id(),
+            Err(e) => e.into_inner().user_message_id(),
+        };
+        let message = Message::user(id, content);
+        self.send_message(message, InboxTarget::NextTurn, true)
+    }
+
     /// `followup(text)`: queued for its own turn; wakes the agent.
     pub fn followup(&self, text: &str) -> Result<(), ShellError> {
         self.send_message(self.user_message(text), InboxTarget::NextTurn, true)
