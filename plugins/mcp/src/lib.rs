@@ -23,6 +23,7 @@ pub mod stdio;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use dsh_core::ToolSchema;
 use dsh_core::agent::prompt::Assembly;
 use dsh_core::agent::schema::check_schema;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
@@ -202,7 +203,11 @@ pub struct McpTool {
 impl McpTool {
     /// The body of `entry`, its definition taken from the server's listing.
     pub fn new(entry: ToolEntry) -> Self {
-        let listed = entry.server.tools().into_iter().find(|t| t.name == entry.raw);
+        let listed = entry
+            .server
+            .tools()
+            .into_iter()
+            .find(|t| t.name == entry.raw);
         let (description, schema) = match listed {
             Some(t) => (t.description, t.input_schema),
             None => (String::new(), serde_json::json!({"type": "object"})),
@@ -267,6 +272,41 @@ impl McpPlugin {
     }
 }
 
+impl McpPlugin {
+    /// Brings the MCP tools among `tools` in step with their servers'
+    /// latest listings (what [`Plugin::assemble`] does to the request).
+    pub fn refresh(&self, tools: &mut Vec<ToolSchema>) {
+        if self
+            .entries
+            .values()
+            .all(|(e, generation)| e.server.generation() == *generation)
+        {
+            return;
+        }
+        tools.retain_mut(|schema| {
+            let Some((entry, generation)) = self.entries.get(&schema.name) else {
+                return true;
+            };
+            if entry.server.generation() == *generation {
+                return true;
+            }
+            match entry
+                .server
+                .tools()
+                .into_iter()
+                .find(|t| t.name == entry.raw)
+            {
+                Some(t) => {
+                    schema.description = t.description;
+                    schema.parameters = t.input_schema;
+                    true
+                }
+                None => false,
+            }
+        });
+    }
+}
+
 impl Plugin for McpPlugin {
     fn name(&self) -> &str {
         "mcp"
@@ -276,30 +316,14 @@ impl Plugin for McpPlugin {
         Seams::ASSEMBLE
     }
 
-    fn assemble(&mut self, _cx: &mut Cx<'_>, _turn: u64, _step: u64, mut value: Assembly) -> Flow<Assembly> {
-        if self
-            .entries
-            .values()
-            .all(|(e, generation)| e.server.generation() == *generation)
-        {
-            return Flow::Next(value);
-        }
-        value.tools.retain_mut(|schema| {
-            let Some((entry, generation)) = self.entries.get(&schema.name) else {
-                return true;
-            };
-            if entry.server.generation() == *generation {
-                return true;
-            }
-            match entry.server.tools().into_iter().find(|t| t.name == entry.raw) {
-                Some(t) => {
-                    schema.description = t.description;
-                    schema.parameters = t.input_schema;
-                    true
-                }
-                None => false,
-            }
-        });
+    fn assemble(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        _turn: u64,
+        _step: u64,
+        mut value: Assembly,
+    ) -> Flow<Assembly> {
+        self.refresh(&mut value.tools);
         Flow::Next(value)
     }
 }

@@ -58,7 +58,10 @@ mod tests {
 
     #[test]
     fn clean_names_are_kept_verbatim() {
-        assert_eq!(public_tool_name("everything", "echo"), "mcp__everything__echo");
+        assert_eq!(
+            public_tool_name("everything", "echo"),
+            "mcp__everything__echo"
+        );
     }
 
     #[test]
@@ -73,8 +76,28 @@ mod tests {
         let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(n, format!("mcp__fs__read_file_{}", &hex[..12]));
         // A name colliding after replacement stays distinct.
-        assert_ne!(public_tool_name("fs", "read.file"), public_tool_name("fs", "read_file"));
-        assert_ne!(public_tool_name("fs", "read.file"), public_tool_name("fs", "read file"));
+        assert_ne!(
+            public_tool_name("fs", "read.file"),
+            public_tool_name("fs", "read_file")
+        );
+        assert_ne!(
+            public_tool_name("fs", "read.file"),
+            public_tool_name("fs", "read file")
+        );
+    }
+
+    #[test]
+    fn names_match_the_reference_algorithm() {
+        // Computed with the reference's `publicToolName` (node:crypto).
+        assert_eq!(
+            public_tool_name("fs", "read.file"),
+            "mcp__fs__read_file_a70c27002fc8"
+        );
+        assert_eq!(
+            public_tool_name("srv", &"x".repeat(100)),
+            "mcp__srv__xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx_d7bbf552cf70"
+        );
+        assert_eq!(public_tool_name("s", "a😀"), "mcp__s__a___48d8a12dd154");
     }
 
     #[test]

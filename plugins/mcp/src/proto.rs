@@ -203,7 +203,9 @@ pub fn parse_message(value: Value) -> Result<Incoming, ProtoError> {
         };
         let method = method.to_string();
         return Ok(match obj.remove("id") {
-            Some(id @ (Value::Number(_) | Value::String(_))) => Incoming::Request { id, method, params },
+            Some(id @ (Value::Number(_) | Value::String(_))) => {
+                Incoming::Request { id, method, params }
+            }
             Some(Value::Null) | None => Incoming::Notification { method, params },
             Some(_) => {
                 return Err(ProtoError::NotJsonRpc(
@@ -449,8 +451,10 @@ impl ToolListing {
         self.pages += 1;
         for t in tools {
             if self.tools.iter().any(|k| k.name == t.name) {
-                self.warnings
-                    .push(format!("the server listed tool {:?} twice; kept the first", t.name));
+                self.warnings.push(format!(
+                    "the server listed tool {:?} twice; kept the first",
+                    t.name
+                ));
                 continue;
             }
             if self.tools.len() >= MAX_TOOLS_PER_SERVER {
@@ -585,9 +589,15 @@ mod tests {
                 outcome: Ok(json!({"x":1}))
             }]
         );
-        let e = parse_line(br#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"no"}}"#)
-            .unwrap();
-        assert!(matches!(&e[0], Incoming::Response { id: Some(4), outcome: Err(RpcError { code: -1, .. }) }));
+        let e =
+            parse_line(br#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"no"}}"#).unwrap();
+        assert!(matches!(
+            &e[0],
+            Incoming::Response {
+                id: Some(4),
+                outcome: Err(RpcError { code: -1, .. })
+            }
+        ));
         let q = parse_line(br#"{"jsonrpc":"2.0","id":"s1","method":"ping"}"#).unwrap();
         assert!(matches!(&q[0], Incoming::Request { method, .. } if method == "ping"));
         let b = parse_line(
@@ -617,15 +627,20 @@ mod tests {
     #[test]
     fn initialize_negotiates_down_to_2025_03_26_and_refuses_others() {
         for v in SUPPORTED_PROTOCOL_VERSIONS {
-            let info = check_initialize(&json!({"protocolVersion": v, "capabilities": {"tools": {"listChanged": true}}}))
-                .unwrap();
+            let info = check_initialize(
+                &json!({"protocolVersion": v, "capabilities": {"tools": {"listChanged": true}}}),
+            )
+            .unwrap();
             assert_eq!(info.protocol_version, *v);
             assert!(info.tools_list_changed);
         }
         let e = check_initialize(&json!({"protocolVersion": "2024-11-05", "capabilities": {}}));
         assert!(matches!(e, Err(ProtoError::UnsupportedVersion(_))));
         assert!(check_initialize(&json!({"capabilities": {}})).is_err());
-        assert_eq!(initialize_params()["protocolVersion"], LATEST_PROTOCOL_VERSION);
+        assert_eq!(
+            initialize_params()["protocolVersion"],
+            LATEST_PROTOCOL_VERSION
+        );
     }
 
     #[test]
@@ -635,26 +650,46 @@ mod tests {
             .page(&json!({"tools": [{"name": "a"}, {"name": "a"}], "nextCursor": "c1"}))
             .unwrap();
         assert_eq!(next.as_deref(), Some("c1"));
-        assert_eq!(l.page(&json!({"tools": [{"name": "b"}], "nextCursor": "c1"})).unwrap(), None);
+        assert_eq!(
+            l.page(&json!({"tools": [{"name": "b"}], "nextCursor": "c1"}))
+                .unwrap(),
+            None
+        );
         assert_eq!(l.tools.len(), 2);
         assert_eq!(l.warnings.len(), 2);
 
         let mut big = ToolListing::new();
-        let many: Vec<Value> = (0..10_000).map(|i| json!({"name": format!("t{i}")})).collect();
-        assert_eq!(big.page(&json!({"tools": many, "nextCursor": "x"})).unwrap(), None);
+        let many: Vec<Value> = (0..10_000)
+            .map(|i| json!({"name": format!("t{i}")}))
+            .collect();
+        assert_eq!(
+            big.page(&json!({"tools": many, "nextCursor": "x"}))
+                .unwrap(),
+            None
+        );
         assert_eq!(big.tools.len(), MAX_TOOLS_PER_SERVER);
         assert!(big.warnings[0].contains("more than 1024 tools"));
-        assert!(ToolListing::new().page(&json!({"tools": [{"name": 1}]})).is_err());
+        assert!(
+            ToolListing::new()
+                .page(&json!({"tools": [{"name": 1}]}))
+                .is_err()
+        );
     }
 
     #[test]
     fn server_requests_are_answered_or_refused() {
         assert_eq!(answer_server_request("ping", &[]), Ok(json!({})));
         let roots = answer_server_request("roots/list", &[file_uri("/w/my proj")]).unwrap();
-        assert_eq!(roots, json!({"roots": [{"uri": "file:///w/my%20proj", "name": "my%20proj"}]}));
+        assert_eq!(
+            roots,
+            json!({"roots": [{"uri": "file:///w/my%20proj", "name": "my%20proj"}]})
+        );
         let e = answer_server_request("sampling/createMessage", &[]).unwrap_err();
         assert!(e.message.contains("sampling"));
-        assert_eq!(answer_server_request("x/y", &[]).unwrap_err().code, METHOD_NOT_FOUND);
+        assert_eq!(
+            answer_server_request("x/y", &[]).unwrap_err().code,
+            METHOD_NOT_FOUND
+        );
     }
 
     #[test]

@@ -95,7 +95,9 @@ fn cap(mut text: String) -> String {
         cut -= 1;
     }
     text.truncate(cut);
-    text.push_str(&format!("\n[MCP result truncated: {total} bytes, first {cut} kept]"));
+    text.push_str(&format!(
+        "\n[MCP result truncated: {total} bytes, first {cut} kept]"
+    ));
     text
 }
 
@@ -136,12 +138,18 @@ mod tests {
             text_of(&render_result(&json!({"content": []}), "echo")),
             "(echo returned no model-visible content)"
         );
-        let e = render_result(&json!({"content": [{"type": "text", "text": "bad"}], "isError": true}), "x");
+        let e = render_result(
+            &json!({"content": [{"type": "text", "text": "bad"}], "isError": true}),
+            "x",
+        );
         assert!(e.is_error());
         assert_eq!(text_of(&e), "Error: bad");
         let s = render_result(&json!({"content": [], "structuredContent": {"n": 1}}), "x");
         assert_eq!(text_of(&s), "{\"n\":1}");
-        assert_eq!(text_of(&render_result(&json!({"toolResult": [1]}), "x")), "[1]");
+        assert_eq!(
+            text_of(&render_result(&json!({"toolResult": [1]}), "x")),
+            "[1]"
+        );
         assert_eq!(text_of(&render_result(&json!({}), "x")), "(no output)");
     }
 

@@ -205,7 +205,9 @@ impl Server {
     fn spawn_spec(&self) -> Result<Spawn, String> {
         let Some(command) = self.config.command.clone() else {
             return Err(match &self.config.url {
-                Some(url) => format!("streamable HTTP ({url}) is not supported by this dsh build yet"),
+                Some(url) => {
+                    format!("streamable HTTP ({url}) is not supported by this dsh build yet")
+                }
                 None => "no `command`".into(),
             });
         };
@@ -279,7 +281,9 @@ impl Server {
             Ok(i) => i,
             Err(e) => return Err(fail(&conn, e)),
         };
-        let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(100));
+        let left = timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(100));
         if let Ok(mut i) = self.info.lock() {
             *i = Some(info.clone());
         }

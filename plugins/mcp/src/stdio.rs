@@ -159,7 +159,12 @@ impl Connection {
     /// `notifications/initialized`.
     pub fn initialize(&self, timeout: Duration) -> Result<ServerInfo, String> {
         let result = self
-            .request("initialize", Some(proto::initialize_params()), timeout, None)
+            .request(
+                "initialize",
+                Some(proto::initialize_params()),
+                timeout,
+                None,
+            )
             .map_err(|e| format!("initialize: {e}"))?;
         let info = proto::check_initialize(&result).map_err(|e| e.to_string())?;
         self.notify("notifications/initialized", None)
@@ -181,7 +186,12 @@ impl Connection {
         let mut cursor: Option<String> = None;
         loop {
             let result = self
-                .request("tools/list", proto::list_params(cursor.as_deref()), timeout, None)
+                .request(
+                    "tools/list",
+                    proto::list_params(cursor.as_deref()),
+                    timeout,
+                    None,
+                )
                 .map_err(|e| format!("tools/list: {e}"))?;
             match listing.page(&result).map_err(|e| e.to_string())? {
                 Some(next) => cursor = Some(next),
