@@ -100,6 +100,8 @@ pub struct AgentArgs {
     /// turn (config: `titles = false`).
     #[arg(long)]
     pub no_title: bool,
+    #[command(flatten)]
+    pub mcp: crate::mcp::McpArgs,
 }
 
 /// Largest `@FILE` a prompt flag reads.
@@ -227,6 +229,10 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
     crate::tool_args::warn_unenforced(&bash);
     let max_retry_wait_ms = provider.client.max_retry_wait_ms();
     let tracing = crate::otel::tracing(&args.otel, &file)?;
+    // MCP servers start once; subagents share their connections.
+    let mcp_servers = crate::mcp::servers(&file, &args.mcp)?;
+    let mcp = crate::mcp::start(&mcp_servers, &cwd, bash.env.clone());
+    let mcp_reported = std::sync::atomic::AtomicBool::new(false);
     // The agent, and each subagent it starts, are built alike.
     let build = move || {
         let mut config =
@@ -247,6 +253,10 @@ pub fn setup(args: &AgentArgs, interactive: bool, approve_all: bool) -> Result<S
             )));
         if let Some(t) = &tracing {
             t.install(&mut config);
+        }
+        if let Some(m) = &mcp {
+            let first = !mcp_reported.swap(true, std::sync::atomic::Ordering::Relaxed);
+            crate::mcp::install(m, &mut config, first);
         }
         Ok(config)
     };

@@ -34,6 +34,10 @@
 //! tool_env = "all"                     # all | core | none
 //! tool_env_exclude = ["AWS_*"]
 //! tool_env_keep_secrets = false
+//!
+//! [mcp_servers.everything]                 # codex's format (see `mcp`)
+//! command = "npx"
+//! args = ["-y", "@modelcontextprotocol/server-everything"]
 //! ```
 
 use std::io::Read;
@@ -92,6 +96,9 @@ pub struct ConfigFile {
     /// The `[tools]` table.
     #[serde(default)]
     pub tools: ToolsFile,
+    /// `[mcp_servers.NAME]` tables (codex's format).
+    #[serde(default)]
+    pub mcp_servers: dsh_mcp::ServersConfig,
 }
 
 /// A `[models."ID"]` table.

@@ -15,6 +15,7 @@ mod deepseek;
 mod demo;
 mod input;
 mod log;
+mod mcp;
 mod mock_server;
 mod otel;
 mod provider;
@@ -68,6 +69,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Agent Client Protocol server on stdin/stdout (for editors such as Zed).
     Acp(acp::AcpArgs),
+    /// MCP servers: list (with their tools), add, remove.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
 }
 
 /// What a command ended with.
@@ -118,10 +122,12 @@ fn main() -> ExitCode {
         Command::Fork(args) => agent_cmd::fork(args),
         Command::Demo(args) => demo::run(args),
         Command::Acp(args) => acp::run(args),
+        Command::Mcp(cmd) => mcp::run(cmd),
     };
     // Whatever tool processes are left (an agent not dropped before exit,
     // their escaped children) do not outlive dsh.
     dsh_tools::reap::end_all();
+    mcp::shutdown_all();
     otel::shutdown();
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,

@@ -1,0 +1,321 @@
+//! MCP servers through `dsh run` (issue 28): a scripted model calls an MCP
+//! tool; the log passes `dsh log check` and `dsh replay --check`; approval
+//! applies; a server that fails to start is reported once and the run goes
+//! on; `dsh mcp add/list/remove` edit the config file.
+//!
+//! The scripted server is `plugins/mcp/tests/fake_server.py` (python3
+//! standard library); `@modelcontextprotocol/server-everything` runs when
+//! `DSH_MCP_NODE_DIR` names the folder holding its `node_modules` (`.ci/run`
+//! installs it). Missing programs skip, or fail with `CI=true`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use dsh_deepseek::mock::{MockServer, Script};
+
+fn dsh(data: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
+    c.env("XDG_DATA_HOME", data)
+        .env("XDG_CONFIG_HOME", data.join("config"))
+        .env_remove("DEEPSEEK_API_KEY")
+        .env_remove("DEEPSEEK_BASE_URL")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn need(what: &str, found: bool) -> bool {
+    if found {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{what} is required when CI=true");
+    }
+    eprintln!("skipped: {what} not found");
+    false
+}
+
+fn python() -> Option<String> {
+    let ok = Command::new("python3")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    need("python3", ok).then(|| "python3".to_string())
+}
+
+fn fake_server() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/mcp/tests/fake_server.py")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn toml_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+fn write_config(dir: &Path, tables: &str) -> PathBuf {
+    let p = dir.join("mcp.toml");
+    std::fs::write(&p, tables).unwrap();
+    p
+}
+
+fn transcripts(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn events(log: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn of_type<'a>(events: &'a [serde_json::Value], ty: &str) -> Vec<&'a serde_json::Value> {
+    events.iter().filter(|e| e["type"] == ty).collect()
+}
+
+fn checks_and_replays(data: &Path, log: &Path) {
+    for args in [["log", "check"], ["replay", "--check"]] {
+        let o = dsh(data).args(args).arg(log).output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+}
+
+fn script(tool: &str, args: &str, answer: &str) -> String {
+    let args = serde_json::to_string(args).unwrap();
+    format!(
+        r#"{{"responses":[
+          {{"turn":{{"toolCalls":[{{"id":"c1","name":"{tool}","arguments":[{args}]}}]}}}},
+          {{"turn":{{"text":["{answer}"]}}}}
+        ]}}"#
+    )
+}
+
+fn mock(script: &str) -> MockServer {
+    MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
+}
+
+#[test]
+fn run_calls_an_mcp_tool_and_the_log_checks_and_replays() {
+    let Some(py) = python() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        data.path(),
+        &format!(
+            "[mcp_servers.fake]\ncommand = {}\nargs = [{}, \"normal\"]\n\n[mcp_servers.broken]\ncommand = \"/nonexistent/mcp-server\"\n",
+            toml_str(&py),
+            toml_str(&fake_server())
+        ),
+    );
+    let server = mock(&script(
+        "mcp__fake__echo",
+        r#"{"text":"hello"}"#,
+        "It said hello.",
+    ));
+    let o = dsh(data.path())
+        .args(["run", "--yes", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("--mcp-config")
+        .arg(&cfg)
+        .arg("echo hello")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("It said hello."), "{out}");
+    assert_eq!(
+        err.matches("MCP server \"broken\" failed to start").count(),
+        1,
+        "reported once: {err}"
+    );
+    let logs = transcripts(data.path());
+    assert_eq!(logs.len(), 1);
+    let ev = events(&logs[0]);
+    let calls = of_type(&ev, "tool/call");
+    assert_eq!(calls[0]["data"]["name"], "mcp__fake__echo", "{calls:?}");
+    let results = of_type(&ev, "tool/result");
+    let content = &results[0]["data"]["message"]["content"][0]["content"][0]["text"];
+    assert_eq!(content, "echo: hello", "{results:?}");
+    checks_and_replays(data.path(), &logs[0]);
+    // The server's stderr went to its log file, never to the terminal.
+    assert!(!err.contains("got tools/call"), "{err}");
+    let log = std::fs::read_to_string(data.path().join("dsh/mcp-logs/fake.log"))
+        .or_else(|_| std::fs::read_to_string(data.path().join("mcp-logs/fake.log")))
+        .unwrap_or_default();
+    assert!(log.contains("got tools/call"), "{log}");
+}
+
+#[test]
+fn without_yes_an_mcp_tool_is_asked_about_so_run_denies_it() {
+    let Some(py) = python() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        data.path(),
+        &format!(
+            "[mcp_servers.fake]\ncommand = {}\nargs = [{}, \"normal\"]\n",
+            toml_str(&py),
+            toml_str(&fake_server())
+        ),
+    );
+    let server = mock(&script("mcp__fake__echo", r#"{"text":"hello"}"#, "Denied."));
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("--mcp-config")
+        .arg(&cfg)
+        .arg("echo hello")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let ev = events(&transcripts(data.path())[0]);
+    let results = of_type(&ev, "tool/result");
+    let part = &results[0]["data"]["message"]["content"][0];
+    assert_eq!(part["isError"], true, "{results:?}");
+    assert_eq!(
+        part["content"][0]["text"],
+        "Error: the user rejected tool \"mcp__fake__echo\""
+    );
+    let log =
+        std::fs::read_to_string(data.path().join("dsh/mcp-logs/fake.log")).unwrap_or_default();
+    assert!(
+        !log.contains("got tools/call"),
+        "the server was never called: {log}"
+    );
+}
+
+#[test]
+fn run_uses_server_everything_over_stdio() {
+    let dir = std::env::var_os("DSH_MCP_NODE_DIR").map(PathBuf::from);
+    let entry = dir
+        .as_ref()
+        .map(|d| d.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !need(
+        "node and DSH_MCP_NODE_DIR with @modelcontextprotocol/server-everything",
+        node && entry.as_ref().is_some_and(|e| e.exists()),
+    ) {
+        return;
+    }
+    let entry = entry.unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        data.path(),
+        &format!(
+            "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{}, \"stdio\"]\nstartup_timeout_sec = 30\n",
+            toml_str(&entry.to_string_lossy())
+        ),
+    );
+    let server = mock(&script(
+        "mcp__everything__echo",
+        r#"{"message":"hi from dsh"}"#,
+        "Echoed.",
+    ));
+    let o = dsh(data.path())
+        .args(["run", "--yes", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("--mcp-config")
+        .arg(&cfg)
+        .arg("echo")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(!err.contains("failed to start"), "{err}");
+    let logs = transcripts(data.path());
+    let ev = events(&logs[0]);
+    let results = of_type(&ev, "tool/result");
+    let part = &results[0]["data"]["message"]["content"][0];
+    assert_eq!(
+        part["content"][0]["text"], "Echo: hi from dsh",
+        "{results:?}"
+    );
+    assert_eq!(part["isError"], false, "{results:?}");
+    checks_and_replays(data.path(), &logs[0]);
+}
+
+#[test]
+fn mcp_add_list_remove_edit_the_config_file() {
+    let Some(py) = python() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let cfg_dir = data.path().join("config/dsh");
+    std::fs::create_dir_all(&cfg_dir).unwrap();
+    std::fs::write(cfg_dir.join("config.toml"), "# mine\nmodel = \"m\"\n").unwrap();
+    let o = dsh(data.path())
+        .args([
+            "mcp",
+            "add",
+            "fake",
+            "--env",
+            "A=1",
+            "--",
+            &py,
+            &fake_server(),
+            "normal",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let written = std::fs::read_to_string(cfg_dir.join("config.toml")).unwrap();
+    assert!(written.starts_with("# mine\nmodel = \"m\"\n"), "{written}");
+    assert!(written.contains("[mcp_servers.fake]"), "{written}");
+    let again = dsh(data.path())
+        .args(["mcp", "add", "fake", "--", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    let list = dsh(data.path()).args(["mcp", "list"]).output().unwrap();
+    let out = text(&list.stdout);
+    assert_eq!(list.status.code(), Some(0), "{out}{}", text(&list.stderr));
+    assert!(out.contains("fake\tconnected"), "{out}");
+    assert!(out.contains("  mcp__fake__echo\tEchoes text"), "{out}");
+    let rm = dsh(data.path())
+        .args(["mcp", "remove", "fake"])
+        .output()
+        .unwrap();
+    assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+    assert_eq!(
+        std::fs::read_to_string(cfg_dir.join("config.toml")).unwrap(),
+        "# mine\nmodel = \"m\"\n\n"
+    );
+}
