@@ -274,6 +274,104 @@ fn run_uses_server_everything_over_stdio() {
     checks_and_replays(data.path(), &logs[0]);
 }
 
+/// `node` and server-everything's entry point, or `None` (skipped).
+fn everything() -> Option<PathBuf> {
+    let dir = std::env::var_os("DSH_MCP_NODE_DIR").map(PathBuf::from);
+    let entry = dir
+        .as_ref()
+        .map(|d| d.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    need(
+        "node and DSH_MCP_NODE_DIR with @modelcontextprotocol/server-everything",
+        node && entry.as_ref().is_some_and(|e| e.exists()),
+    )
+    .then(|| entry.unwrap())
+}
+
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn run_uses_server_everything_over_streamable_http() {
+    let Some(entry) = everything() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let preload = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/mcp/tests/loopback.cjs");
+    let mut child = Command::new("node")
+        .arg("--require")
+        .arg(&preload)
+        .arg(&entry)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let server = Child(child);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(n > 0, "server-everything exited before listening");
+        if line.contains("listening on port") {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        data.path(),
+        &format!(
+            "[mcp_servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\nbearer_token_env_var = \"DSH_TEST_MCP_TOKEN\"\nhttp_headers = {{ \"X-Dsh-Test\" = \"1\" }}\n"
+        ),
+    );
+    let mock_server = mock(&script(
+        "mcp__everything__echo",
+        r#"{"message":"over http"}"#,
+        "Echoed.",
+    ));
+    let o = dsh(data.path())
+        .env("DSH_TEST_MCP_TOKEN", "tok-canary-4711")
+        .args(["run", "--yes", "--base-url", &mock_server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("--mcp-config")
+        .arg(&cfg)
+        .arg("echo")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(!err.contains("failed to start"), "{err}");
+    let logs = transcripts(data.path());
+    let ev = events(&logs[0]);
+    let results = of_type(&ev, "tool/result");
+    let part = &results[0]["data"]["message"]["content"][0];
+    assert_eq!(part["content"][0]["text"], "Echo: over http", "{results:?}");
+    checks_and_replays(data.path(), &logs[0]);
+    let raw = std::fs::read_to_string(&logs[0]).unwrap();
+    assert!(
+        !raw.contains("tok-canary-4711"),
+        "the token never reaches the log"
+    );
+    drop(server);
+}
+
 #[test]
 fn mcp_add_list_remove_edit_the_config_file() {
     let Some(py) = python() else { return };

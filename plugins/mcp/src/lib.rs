@@ -4,7 +4,9 @@
 //!   handshake and version negotiation from
 //!   [`proto::LATEST_PROTOCOL_VERSION`] down to 2025-03-26, `tools/list`
 //!   pages, `notifications/cancelled`, answers to server requests);
-//! - [`stdio`]: the stdio transport (a child process, blocking threads);
+//! - [`stdio`]: a connection, and the stdio transport (a child process,
+//!   blocking threads);
+//! - [`http`]: the streamable-HTTP transport (ureq, blocking threads);
 //! - [`server`]: one server with reconnection and backoff;
 //! - [`Mcp`]: the servers of a session, their tools as [`dsh_tools::Tool`]
 //!   bodies (run through the tool seams like any tool: approval and hooks
@@ -14,6 +16,7 @@
 //! No async runtime: the transports are threads, as the rest of dsh.
 
 pub mod config;
+pub mod http;
 pub mod names;
 pub mod proto;
 pub mod render;

@@ -546,6 +546,125 @@ pub fn file_uri(path: &str) -> String {
     out
 }
 
+/// One server-sent event of a streamable-HTTP response.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `data` lines joined with `\n`.
+    pub data: String,
+    /// The `id`, if given (for `Last-Event-ID`).
+    pub id: Option<String>,
+}
+
+/// A capped `text/event-stream` parser: bytes in, events out; the last
+/// event id and the server's `retry` (ms) are kept for resumption.
+#[derive(Debug)]
+pub struct SseParser {
+    line: Vec<u8>,
+    data: String,
+    has_data: bool,
+    id: Option<String>,
+    /// The last event id seen.
+    pub last_id: Option<String>,
+    /// The server's `retry` in milliseconds, if sent.
+    pub retry_ms: Option<u64>,
+    max: usize,
+    skipping: bool,
+}
+
+impl SseParser {
+    /// A parser whose lines and events are capped at `max` bytes.
+    pub fn new(max: usize) -> Self {
+        SseParser {
+            line: Vec::new(),
+            data: String::new(),
+            has_data: false,
+            id: None,
+            last_id: None,
+            retry_ms: None,
+            max,
+            skipping: false,
+        }
+    }
+
+    /// Feeds `bytes`; finished events (or an overflow) go to `out`.
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Result<SseEvent, ProtoError>>) {
+        for &b in bytes {
+            if b == b'\n' {
+                if self.skipping {
+                    self.skipping = false;
+                    self.line.clear();
+                    continue;
+                }
+                let mut line = core::mem::take(&mut self.line);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                self.field(&line, out);
+                continue;
+            }
+            if self.skipping {
+                continue;
+            }
+            if self.line.len() >= self.max {
+                self.line.clear();
+                self.skipping = true;
+                self.data.clear();
+                self.has_data = false;
+                out.push(Err(ProtoError::LineTooLong { max: self.max }));
+                continue;
+            }
+            self.line.push(b);
+        }
+    }
+
+    fn field(&mut self, line: &[u8], out: &mut Vec<Result<SseEvent, ProtoError>>) {
+        if line.is_empty() {
+            if self.has_data {
+                let event = SseEvent {
+                    data: core::mem::take(&mut self.data),
+                    id: self.id.take(),
+                };
+                self.has_data = false;
+                out.push(Ok(event));
+            }
+            return;
+        }
+        if line.first() == Some(&b':') {
+            return;
+        }
+        let text = String::from_utf8_lossy(line);
+        let (name, value) = match text.split_once(':') {
+            Some((n, v)) => (n, v.strip_prefix(' ').unwrap_or(v)),
+            None => (text.as_ref(), ""),
+        };
+        match name {
+            "data" => {
+                if self.data.len() + value.len() + 1 > self.max {
+                    self.data.clear();
+                    self.has_data = false;
+                    out.push(Err(ProtoError::LineTooLong { max: self.max }));
+                    return;
+                }
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            "id" if !value.contains('\0') => {
+                self.id = Some(value.to_string());
+                self.last_id = Some(value.to_string());
+            }
+            "retry" => {
+                if let Ok(ms) = value.parse::<u64>() {
+                    self.retry_ms = Some(ms.min(60_000));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -689,6 +808,45 @@ mod tests {
         assert_eq!(
             answer_server_request("x/y", &[]).unwrap_err().code,
             METHOD_NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn sse_events_ids_retry_and_caps() {
+        let mut p = SseParser::new(64);
+        let mut out = Vec::new();
+        p.push(
+            b": comment\nretry: 1500\nid: e1\ndata: {\"a\":\ndata: 1}\n\n",
+            &mut out,
+        );
+        p.push(b"data: x\r\n\r", &mut out);
+        p.push(b"\n", &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Ok(SseEvent {
+                    data: "{\"a\":\n1}".into(),
+                    id: Some("e1".into())
+                }),
+                Ok(SseEvent {
+                    data: "x".into(),
+                    id: None
+                }),
+            ]
+        );
+        assert_eq!(p.retry_ms, Some(1500));
+        assert_eq!(p.last_id.as_deref(), Some("e1"));
+        out.clear();
+        p.push(&[b'a'; 200], &mut out);
+        p.push(b"\ndata: ok\n\n", &mut out);
+        assert_eq!(out.len(), 2);
+        assert!(out[0].is_err());
+        assert_eq!(
+            out[1],
+            Ok(SseEvent {
+                data: "ok".into(),
+                id: None
+            })
         );
     }
 

@@ -262,10 +262,50 @@ impl Server {
         })
     }
 
+    fn env_var(&self, name: &str) -> Option<String> {
+        match &self.cx.parent_env {
+            Some(p) => p
+                .iter()
+                .find(|(k, _)| k.to_str() == Some(name))
+                .and_then(|(_, v)| v.to_str().map(str::to_string)),
+            None => std::env::var(name).ok(),
+        }
+    }
+
+    fn http_wire(&self, url: &str) -> Result<crate::http::HttpWire, String> {
+        let mut headers: Vec<(String, String)> = self
+            .config
+            .http_headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (header, var) in &self.config.env_http_headers {
+            if let Some(v) = self.env_var(var) {
+                headers.push((header.clone(), v));
+            }
+        }
+        if let Some(var) = &self.config.bearer_token_env_var {
+            let token = self
+                .env_var(var)
+                .ok_or_else(|| format!("the bearer token variable {var} is not set"))?;
+            headers.push(("authorization".into(), format!("Bearer {token}")));
+        }
+        Ok(crate::http::HttpWire::new(
+            url,
+            headers,
+            self.config.startup_timeout(),
+        ))
+    }
+
     fn connect(&self) -> Result<Arc<Connection>, String> {
-        let spec = self.spawn_spec()?;
         let roots = vec![proto::file_uri(&self.cx.workspace.to_string_lossy())];
-        let conn = Connection::spawn(&spec, roots, self.hook())?;
+        let conn = match &self.config.url {
+            Some(url) => Connection::http(self.http_wire(url)?, roots, self.hook()),
+            None => {
+                let spec = self.spawn_spec()?;
+                Connection::spawn(&spec, roots, self.hook())?
+            }
+        };
         let timeout = self.config.startup_timeout();
         let started = Instant::now();
         let fail = |conn: &Connection, e: String| {

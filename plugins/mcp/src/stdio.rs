@@ -1,6 +1,8 @@
-//! The stdio transport: the server runs as a child process; one thread
-//! reads its stdout (line-framed JSON-RPC, capped), one drains its stderr
-//! into the server's log file, and callers block on their own request.
+//! A connection and the stdio transport: the server runs as a child
+//! process; one thread reads its stdout (line-framed JSON-RPC, capped),
+//! one drains its stderr into the server's log file, and callers block on
+//! their own request. The same [`Connection`] carries the streamable-HTTP
+//! transport ([`crate::http`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
@@ -75,13 +77,20 @@ type Waiter = SyncSender<Result<Value, CallError>>;
 /// thread: must not block on this connection).
 pub type NotificationHook = Arc<dyn Fn(&str, &Value) + Send + Sync>;
 
-/// One live connection to a stdio server.
+enum Wire {
+    Stdio(ChildStdin),
+    Http(Arc<crate::http::HttpWire>),
+}
+
+/// One live connection to a server.
 pub struct Connection {
-    writer: Mutex<Option<ChildStdin>>,
+    writer: Mutex<Option<Wire>>,
     pending: Mutex<BTreeMap<u64, Waiter>>,
     next_id: AtomicU64,
     closed: Mutex<Option<String>>,
-    child: Mutex<Child>,
+    child: Mutex<Option<Child>>,
+    me: Weak<Connection>,
+    hook: NotificationHook,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     roots: Vec<String>,
     info: Mutex<Option<ServerInfo>>,
@@ -123,12 +132,14 @@ impl Connection {
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
-        let conn = Arc::new(Connection {
-            writer: Mutex::new(stdin),
+        let conn = Arc::new_cyclic(|me| Connection {
+            writer: Mutex::new(stdin.map(Wire::Stdio)),
             pending: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(0),
             closed: Mutex::new(None),
-            child: Mutex::new(child),
+            child: Mutex::new(Some(child)),
+            me: me.clone(),
+            hook: on_notification.clone(),
             stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
             roots,
             info: Mutex::new(None),
@@ -155,6 +166,26 @@ impl Connection {
         Ok(conn)
     }
 
+    /// A connection over streamable HTTP (no handshake yet).
+    pub fn http(
+        wire: crate::http::HttpWire,
+        roots: Vec<String>,
+        on_notification: NotificationHook,
+    ) -> Arc<Connection> {
+        Arc::new_cyclic(|me| Connection {
+            writer: Mutex::new(Some(Wire::Http(Arc::new(wire)))),
+            pending: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(0),
+            closed: Mutex::new(None),
+            child: Mutex::new(None),
+            me: me.clone(),
+            hook: on_notification,
+            stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
+            roots,
+            info: Mutex::new(None),
+        })
+    }
+
     /// Runs the handshake: `initialize` (version negotiation), then
     /// `notifications/initialized`.
     pub fn initialize(&self, timeout: Duration) -> Result<ServerInfo, String> {
@@ -167,8 +198,14 @@ impl Connection {
             )
             .map_err(|e| format!("initialize: {e}"))?;
         let info = proto::check_initialize(&result).map_err(|e| e.to_string())?;
+        if let Some(http) = self.http_wire() {
+            http.set_protocol_version(&info.protocol_version);
+        }
         self.notify("notifications/initialized", None)
             .map_err(|e| format!("initialized: {e}"))?;
+        if let Some(http) = self.http_wire() {
+            http.listen(self.me.clone());
+        }
         if let Ok(mut i) = self.info.lock() {
             *i = Some(info.clone());
         }
@@ -272,12 +309,23 @@ impl Connection {
         }
     }
 
+    fn http_wire(&self) -> Option<Arc<crate::http::HttpWire>> {
+        match self.writer.lock().ok()?.as_ref()? {
+            Wire::Http(h) => Some(h.clone()),
+            Wire::Stdio(_) => None,
+        }
+    }
+
     fn write(&self, line: &[u8]) -> Result<(), String> {
+        if let Some(http) = self.http_wire() {
+            http.send(line.to_vec(), self.me.clone());
+            return Ok(());
+        }
         let mut w = self
             .writer
             .lock()
             .map_err(|_| "the writer is poisoned".to_string())?;
-        let Some(stdin) = w.as_mut() else {
+        let Some(Wire::Stdio(stdin)) = w.as_mut() else {
             return Err(self
                 .closed_reason()
                 .unwrap_or_else(|| "the server's stdin is closed".into()));
@@ -286,6 +334,30 @@ impl Connection {
             .write_all(line)
             .and_then(|()| stdin.flush())
             .map_err(|e| format!("cannot write to the server: {e}"))
+    }
+
+    /// Fails the waiting request `id` (an HTTP POST that got no answer).
+    pub(crate) fn fail_request(&self, id: u64, why: String) {
+        let waiter = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+        if let Some(w) = waiter {
+            let _ = w.try_send(Err(CallError::Closed(why)));
+        }
+    }
+
+    /// Whether request `id` still waits for its answer.
+    pub(crate) fn is_pending(&self, id: u64) -> bool {
+        self.pending
+            .lock()
+            .map(|p| p.contains_key(&id))
+            .unwrap_or(false)
+    }
+
+    /// Hands one parsed line from the server on (HTTP bodies and events).
+    pub(crate) fn receive(&self, line: &[u8]) -> Result<(), ProtoError> {
+        for m in proto::parse_line(line)? {
+            self.dispatch(m, &self.hook.clone());
+        }
+        Ok(())
     }
 
     /// Why the connection closed, once it has.
@@ -315,12 +387,15 @@ impl Connection {
                 *c = Some(why.clone());
             }
         }
-        if let Ok(mut w) = self.writer.lock() {
-            w.take();
+        let wire = self.writer.lock().ok().and_then(|mut w| w.take());
+        if let Some(Wire::Http(h)) = wire {
+            h.end_session();
         }
         if let Ok(mut child) = self.child.lock() {
-            let _ = child.kill();
-            let _ = child.wait();
+            if let Some(child) = child.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
         let waiters = match self.pending.lock() {
             Ok(mut p) => core::mem::take(&mut *p),
@@ -337,7 +412,7 @@ impl Connection {
         let mut status = None;
         for _ in 0..20 {
             if let Ok(mut child) = self.child.lock() {
-                if let Ok(Some(s)) = child.try_wait() {
+                if let Some(Ok(Some(s))) = child.as_mut().map(Child::try_wait) {
                     status = Some(s);
                     break;
                 }
@@ -389,8 +464,10 @@ impl Drop for Connection {
             w.take();
         }
         if let Ok(mut child) = self.child.lock() {
-            let _ = child.kill();
-            let _ = child.wait();
+            if let Some(child) = child.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
     }
 }
