@@ -139,6 +139,64 @@ pub fn install(mcp: &Mcp, config: &mut AgentConfig, report: bool) {
     config.plugins.push(Box::new(mcp.plugin(&taken)));
 }
 
+/// The servers an ACP client passes in `session/new` / `session/load`
+/// (stdio and streamable HTTP; SSE is reported and skipped). A name is
+/// made usable (`[A-Za-z0-9_-]`, at most 32).
+pub fn from_acp(servers: &[agent_client_protocol_schema::v1::McpServer]) -> ServersConfig {
+    use agent_client_protocol_schema::v1::McpServer;
+    let mut out = ServersConfig::new();
+    for s in servers {
+        let (name, config) = match s {
+            McpServer::Stdio(s) => {
+                let mut c = ServerConfig::stdio(s.command.to_string_lossy(), s.args.clone());
+                for v in &s.env {
+                    c.env.insert(v.name.clone(), v.value.clone());
+                }
+                (&s.name, c)
+            }
+            McpServer::Http(h) => {
+                let mut c = ServerConfig::http(h.url.clone());
+                for hd in &h.headers {
+                    c.http_headers.insert(hd.name.clone(), hd.value.clone());
+                }
+                (&h.name, c)
+            }
+            McpServer::Sse(s) => {
+                eprintln_safe!(
+                    "dsh: MCP server {:?}: the SSE transport is not supported (use streamable HTTP); skipped",
+                    s.name
+                );
+                continue;
+            }
+            _ => continue,
+        };
+        let mut clean: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(32)
+            .collect();
+        if clean.is_empty() {
+            clean = format!("server{}", out.len() + 1);
+        }
+        out.insert(clean, config);
+    }
+    out
+}
+
+/// The environment policy of MCP servers started for an ACP session: the
+/// tools' default, never the provider's key or the store URL.
+pub fn tool_env_policy(provider: &crate::provider::Provider) -> dsh_tools::EnvPolicy {
+    dsh_tools::EnvPolicy::default()
+        .with_secret(provider.api_key_env.clone())
+        .with_secret(crate::store::STORE_URL_ENV)
+}
+
 /// Closes every server this process started.
 pub fn shutdown_all() {
     if let Ok(mut s) = STARTED.lock() {

@@ -323,6 +323,9 @@ impl Server {
         self.client = r.client_capabilities;
         let capabilities = AgentCapabilities::new()
             .load_session(true)
+            // `mcpServers` of session/new and session/load: stdio (always)
+            // and streamable HTTP.
+            .mcp_capabilities(acp::McpCapabilities::new().http(true))
             .prompt_capabilities(PromptCapabilities::new().embedded_context(true));
         let response = InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(capabilities)
@@ -345,6 +348,7 @@ impl Server {
         &self,
         cwd: &std::path::Path,
         session: &str,
+        mcp_servers: &[acp::McpServer],
     ) -> Result<
         (
             dsh_std::AgentConfig,
@@ -369,6 +373,11 @@ impl Server {
         let client_fs = self.client.fs.read_text_file && self.client.fs.write_text_file;
         let client_terminal = self.options.client_terminal && self.client.terminal;
         let tracing = crate::otel::tracing(&self.options.otel, &file).map_err(internal)?;
+        // The config file's MCP servers, then the client's (issue 28).
+        let mut servers = file.mcp_servers.clone();
+        servers.extend(crate::mcp::from_acp(mcp_servers));
+        let mcp = crate::mcp::start(&servers, &cwd, crate::mcp::tool_env_policy(&provider));
+        let mcp_reported = std::sync::atomic::AtomicBool::new(false);
         let peer = self.peer.clone();
         let session = session.to_string();
         let root = cwd.clone();
@@ -378,6 +387,10 @@ impl Server {
             client_tools(&mut config, &peer, &session, client_fs, client_terminal);
             if let Some(t) = &tracing {
                 t.install(&mut config);
+            }
+            if let Some(m) = &mcp {
+                let first = !mcp_reported.swap(true, std::sync::atomic::Ordering::Relaxed);
+                crate::mcp::install(m, &mut config, first);
             }
             Ok(config)
         };
@@ -426,7 +439,7 @@ impl Server {
 
     fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {
         let id = new_session_id(now_ms());
-        let (config, cwd, delegation) = self.config(&r.cwd, id.as_str())?;
+        let (config, cwd, delegation) = self.config(&r.cwd, id.as_str(), &r.mcp_servers)?;
         let policy = config.approval.clone();
         let agent = Agent::create(config, self.store.clone(), id)
             .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
@@ -438,7 +451,7 @@ impl Server {
     fn load_session(&mut self, r: LoadSessionRequest) -> Result<LoadSessionResponse, acp::Error> {
         let session = r.session_id.0.to_string();
         if !self.sessions.contains_key(&session) {
-            let (config, cwd, delegation) = self.config(&r.cwd, &session)?;
+            let (config, cwd, delegation) = self.config(&r.cwd, &session, &r.mcp_servers)?;
             let policy = config.approval.clone();
             let agent = Agent::resume(config, self.store.clone(), &SessionId::new(session.clone()))
                 .map_err(|e| match e {
