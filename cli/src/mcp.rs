@@ -60,6 +60,15 @@ pub enum McpCommand {
         /// The server's name.
         name: String,
     },
+    /// The client of the MCP conformance suite
+    /// (`@modelcontextprotocol/conformance client --command ...`): connects
+    /// to URL over streamable HTTP, lists the tools and calls each once
+    /// with arguments made from its schema, printing each result.
+    #[command(hide = true)]
+    ConformanceClient {
+        /// The test server's URL (the suite appends it).
+        url: String,
+    },
 }
 
 /// The servers of a run: the config file's, then `--mcp-config`'s.
@@ -270,6 +279,7 @@ pub fn run(cmd: McpCommand) -> Outcome {
                 Outcome::BadInput
             }
         },
+        McpCommand::ConformanceClient { url } => conformance_client(&url),
         McpCommand::Remove { name } => match remove(&name) {
             Ok(path) => {
                 println_safe!("removed MCP server {name} from {}", path.display());
@@ -281,6 +291,52 @@ pub fn run(cmd: McpCommand) -> Outcome {
             }
         },
     }
+}
+
+/// Arguments for a call made from `schema`: every property gets a value
+/// of its type (numbers 1, strings "test", booleans true).
+fn sample_arguments(schema: &serde_json::Value) -> serde_json::Value {
+    let mut args = serde_json::Map::new();
+    if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+        for (name, p) in props {
+            let v = match p.get("type").and_then(|t| t.as_str()) {
+                Some("number") | Some("integer") => serde_json::json!(1),
+                Some("boolean") => serde_json::json!(true),
+                Some("array") => serde_json::json!([]),
+                Some("object") => serde_json::json!({}),
+                _ => serde_json::json!("test"),
+            };
+            args.insert(name.clone(), v);
+        }
+    }
+    serde_json::Value::Object(args)
+}
+
+fn conformance_client(url: &str) -> Outcome {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let mut config = ServerConfig::http(url);
+    config.startup_timeout_sec = Some(20.0);
+    config.tool_timeout_sec = Some(20.0);
+    let server = dsh_mcp::Server::start("conformance", config, dsh_mcp::Context::new(cwd));
+    if let Status::Failed(e) = server.status() {
+        eprintln_safe!("dsh: conformance client: {e}");
+        return Outcome::CheckFailed;
+    }
+    for t in server.tools() {
+        let args = sample_arguments(&t.input_schema);
+        let outcome = server.call_tool(&t.name, &args, &dsh_tools::CancelToken::new(), None);
+        let text: Vec<String> = outcome
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                dsh_core::ContentBlock::Text { text, .. } => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
+        println_safe!("{}: {}", t.name, text.join(" "));
+    }
+    server.shutdown();
+    Outcome::Ok
 }
 
 fn config_path() -> Result<PathBuf, String> {

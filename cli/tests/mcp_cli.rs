@@ -372,6 +372,44 @@ fn run_uses_server_everything_over_streamable_http() {
     drop(server);
 }
 
+/// The official conformance suite (`@modelcontextprotocol/conformance`,
+/// client mode) against `dsh mcp conformance-client`: the scenarios dsh
+/// passes. (Not here: `tools_call`, whose test server in 0.1.10 answers
+/// every request after `initialize` with HTTP 500 "Already connected to a
+/// transport"; elicitation, which dsh refuses; `auth/*`: no OAuth yet.)
+#[test]
+fn the_conformance_suite_passes_initialize_and_sse_retry() {
+    let dir = std::env::var_os("DSH_MCP_NODE_DIR").map(PathBuf::from);
+    let bin = dir
+        .as_ref()
+        .map(|d| d.join("node_modules/.bin/conformance"));
+    if !need(
+        "DSH_MCP_NODE_DIR with @modelcontextprotocol/conformance",
+        bin.as_ref().is_some_and(|b| b.exists()),
+    ) {
+        return;
+    }
+    let bin = bin.unwrap();
+    for (scenario, passed) in [("initialize", "Passed: 1/1"), ("sse-retry", "Passed: 3/3")] {
+        let out = tempfile::tempdir().unwrap();
+        let o = Command::new(&bin)
+            .args(["client", "--command"])
+            .arg(format!(
+                "{} mcp conformance-client",
+                env!("CARGO_BIN_EXE_dsh")
+            ))
+            .args(["--scenario", scenario, "-o"])
+            .arg(out.path())
+            .current_dir(out.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let all = format!("{}{}", text(&o.stdout), text(&o.stderr));
+        assert!(all.contains(passed), "{scenario}: {all}");
+        assert!(all.contains("OVERALL: PASSED"), "{scenario}: {all}");
+    }
+}
+
 #[test]
 fn mcp_add_list_remove_edit_the_config_file() {
     let Some(py) = python() else { return };
