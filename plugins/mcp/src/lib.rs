@@ -8,6 +8,7 @@
 //!   blocking threads);
 //! - [`http`]: the streamable-HTTP transport (ureq, blocking threads);
 //! - [`server`]: one server with reconnection and backoff;
+//! - [`resources`]: servers' resources as two tools (as codex offers them);
 //! - [`Mcp`]: the servers of a session, their tools as [`dsh_tools::Tool`]
 //!   bodies (run through the tool seams like any tool: approval and hooks
 //!   apply) and the [`McpPlugin`] kernel plugin that keeps the request's
@@ -20,6 +21,7 @@ pub mod http;
 pub mod names;
 pub mod proto;
 pub mod render;
+pub mod resources;
 pub mod server;
 pub mod stdio;
 
@@ -171,13 +173,29 @@ impl Mcp {
         (out, collisions)
     }
 
-    /// The tool bodies of [`entries`](Self::entries).
+    /// The tool bodies of [`entries`](Self::entries), and, when a server
+    /// has resources, [`resources::LIST_TOOL`] and [`resources::READ_TOOL`]
+    /// (codex's names) unless `taken` has them.
     pub fn tools(&self, taken: &[&str]) -> (Vec<Box<dyn Tool>>, Vec<String>) {
         let (entries, collisions) = self.entries(taken);
-        let tools = entries
+        let mut tools: Vec<Box<dyn Tool>> = entries
             .into_iter()
             .map(|e| Box::new(McpTool::new(e)) as Box<dyn Tool>)
             .collect();
+        let with_resources: Vec<Arc<Server>> = self
+            .servers
+            .iter()
+            .filter(|s| s.info().is_some_and(|i| i.resources))
+            .cloned()
+            .collect();
+        if !with_resources.is_empty() {
+            for kind in [resources::Kind::List, resources::Kind::Read] {
+                let tool = resources::ResourceTool::new(kind, with_resources.clone());
+                if !taken.contains(&tool.definition().schema.name.as_str()) {
+                    tools.push(Box::new(tool));
+                }
+            }
+        }
         (tools, collisions)
     }
 

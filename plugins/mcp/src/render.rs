@@ -77,7 +77,7 @@ pub fn render_result(result: &Value, tool: &str) -> ToolOutcome {
         }
         Some(content) => content_text(content, tool),
     };
-    let text = cap(text);
+    let text = cap_text(text);
     if is_error {
         ToolOutcome::error(text)
     } else {
@@ -85,7 +85,8 @@ pub fn render_result(result: &Value, tool: &str) -> ToolOutcome {
     }
 }
 
-fn cap(mut text: String) -> String {
+/// `text` cut to [`MAX_RENDERED_BYTES`] with a marker.
+pub fn cap_text(mut text: String) -> String {
     if text.len() <= MAX_RENDERED_BYTES {
         return text;
     }

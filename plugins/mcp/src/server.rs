@@ -486,6 +486,18 @@ impl Server {
         }
     }
 
+    /// Sends any request (resources, prompts) within the tool timeout.
+    pub fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        cancel: &CancelToken,
+    ) -> Result<Value, String> {
+        let conn = self.connection()?;
+        conn.request(method, params, self.config.tool_timeout(), Some(cancel))
+            .map_err(|e| format!("MCP server {:?}: {method}: {e}", self.name))
+    }
+
     /// Closes the connection (the child is killed).
     pub fn shutdown(&self) {
         if let Ok(mut state) = self.state.lock() {

@@ -51,7 +51,7 @@ for raw in sys.stdin:
     method = msg["method"]
     mid = msg.get("id")
     if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": VERSION, "capabilities": {"tools": {"listChanged": True}}, "serverInfo": {"name": "fake", "version": "1"}}})
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": VERSION, "capabilities": {"tools": {"listChanged": True}, "resources": {}}, "serverInfo": {"name": "fake", "version": "1"}}})
     elif method == "tools/list":
         state["listed"] += 1
         all_tools = tools()
@@ -106,5 +106,15 @@ for raw in sys.stdin:
             send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "it failed"}], "isError": True}})
         else:
             send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32602, "message": "unknown tool " + name}})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [
+            {"name": "readme", "uri": "mem:///readme", "mimeType": "text/plain", "description": "The readme"}
+        ]}})
+    elif method == "resources/read":
+        uri = msg["params"]["uri"]
+        if uri == "mem:///readme":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"contents": [{"uri": uri, "text": "read me first"}]}})
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32002, "message": "Resource not found"}})
     elif mid is not None:
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + method}})

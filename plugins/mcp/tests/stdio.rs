@@ -133,6 +133,35 @@ fn handshake_pagination_and_calls() {
 }
 
 #[test]
+fn resources_are_listed_and_read_through_two_tools() {
+    let Some(f) = start("normal") else { return };
+    let listed = text(&call(&f, "list_mcp_resources", json!({})));
+    assert_eq!(
+        listed,
+        "fake: readme <mem:///readme> text/plain — The readme"
+    );
+    let read = call(
+        &f,
+        "read_mcp_resource",
+        json!({"server": "fake", "uri": "mem:///readme"}),
+    );
+    assert_eq!(text(&read), "read me first");
+    let missing = call(
+        &f,
+        "read_mcp_resource",
+        json!({"server": "fake", "uri": "mem:///nope"}),
+    );
+    assert!(missing.is_error());
+    assert!(
+        text(&missing).contains("Resource not found"),
+        "{}",
+        text(&missing)
+    );
+    let unknown = call(&f, "list_mcp_resources", json!({"server": "other"}));
+    assert_eq!(code(&unknown).as_deref(), Some("UNKNOWN_SERVER"));
+}
+
+#[test]
 fn roots_answer_the_workspace_and_the_environment_follows_the_policy() {
     let Some(f) = start_with("normal", |c| {
         c.env.insert("EXTRA".into(), "x".into());
@@ -312,7 +341,7 @@ fn list_changed_relists_and_a_removed_tool_is_refused() {
     let mut schemas: Vec<dsh_core::ToolSchema> =
         tools.iter().map(|t| t.definition().schema).collect();
     plugin.refresh(&mut schemas);
-    assert_eq!(schemas.len(), 5, "nothing changes before the notification");
+    assert_eq!(schemas.len(), 7, "nothing changes before the notification");
     assert_eq!(
         text(&call(&f, "mcp__fake__echo", json!({"text": "x"}))),
         "echo: x"
@@ -329,7 +358,7 @@ fn list_changed_relists_and_a_removed_tool_is_refused() {
         !names.contains(&"mcp__fake__fail"),
         "the next request drops it: {names:?}"
     );
-    assert_eq!(names.len(), 4);
+    assert_eq!(names.len(), 6);
     let ctx = ToolContext::new(Workspace::new(f.dir.path()).unwrap());
     let o = fail.execute(
         &ToolCallRequest {
