@@ -436,3 +436,46 @@ fn protocol_2025_03_26_is_accepted_and_older_refused() {
         );
     }
 }
+
+/// A server written with the official Python SDK (PyPI `mcp`, in the
+/// venv `DSH_MCP_PYTHON` names): its tool and its resource through dsh.
+#[test]
+fn a_python_sdk_server_serves_its_tool_and_resource() {
+    let py = std::env::var("DSH_MCP_PYTHON").ok();
+    let ok = py.as_ref().is_some_and(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import mcp.server"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    });
+    if !ok {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("DSH_MCP_PYTHON with the PyPI package mcp is required when CI=true");
+        }
+        eprintln!("skipped: DSH_MCP_PYTHON (a python with PyPI mcp) not set");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_server.py");
+    let mut servers = ServersConfig::new();
+    let mut c = ServerConfig::stdio(py.unwrap(), vec![server.to_string_lossy().into_owned()]);
+    c.startup_timeout_sec = Some(30.0);
+    servers.insert("py".into(), c);
+    let mcp = Mcp::start(&servers, &Context::new(dir.path()));
+    assert_eq!(mcp.reports(), Vec::<String>::new());
+    let f = Fixture { mcp, dir };
+    assert_eq!(
+        text(&call(&f, "mcp__py__add", json!({"a": 2, "b": 3}))),
+        "2 + 3 = 5"
+    );
+    let listed = text(&call(&f, "list_mcp_resources", json!({})));
+    assert!(listed.contains("<notes://today>"), "{listed}");
+    let read = call(
+        &f,
+        "read_mcp_resource",
+        json!({"server": "py", "uri": "notes://today"}),
+    );
+    assert_eq!(text(&read), "buy milk");
+    assert!(f.mcp.servers()[0].info().unwrap().prompts);
+}
