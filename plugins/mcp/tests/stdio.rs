@@ -479,3 +479,69 @@ fn a_python_sdk_server_serves_its_tool_and_resource() {
     assert_eq!(text(&read), "buy milk");
     assert!(f.mcp.servers()[0].info().unwrap().prompts);
 }
+
+/// `@modelcontextprotocol/server-filesystem` (npm, `DSH_MCP_NODE_DIR`):
+/// reads a file of the workspace (the root dsh answers to `roots/list`),
+/// refuses one outside it as an error result, and its read tools carry
+/// `readOnlyHint`.
+#[test]
+fn server_filesystem_reads_inside_the_workspace_only() {
+    let entry = std::env::var_os("DSH_MCP_NODE_DIR").map(|d| {
+        PathBuf::from(d).join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+    });
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !(node && entry.as_ref().is_some_and(|e| e.exists())) {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("node and DSH_MCP_NODE_DIR with server-filesystem are required when CI=true");
+        }
+        eprintln!("skipped: node or DSH_MCP_NODE_DIR with server-filesystem not found");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::write(ws.join("note.txt"), "inside\n").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = std::fs::canonicalize(outside.path())
+        .unwrap()
+        .join("secret.txt");
+    std::fs::write(&secret, "outside\n").unwrap();
+    let mut servers = ServersConfig::new();
+    let mut c = ServerConfig::stdio(
+        "node",
+        vec![
+            entry.unwrap().to_string_lossy().into_owned(),
+            ws.to_string_lossy().into_owned(),
+        ],
+    );
+    c.startup_timeout_sec = Some(30.0);
+    servers.insert("fs".into(), c);
+    let mcp = Mcp::start(&servers, &Context::new(&ws));
+    assert_eq!(mcp.reports(), Vec::<String>::new());
+    let (entries, _) = mcp.entries(&[]);
+    let read = entries
+        .iter()
+        .find(|e| e.public == "mcp__fs__read_text_file")
+        .unwrap();
+    assert!(read.read_only);
+    let f = Fixture { mcp, dir };
+    let path = ws.join("note.txt").to_string_lossy().into_owned();
+    assert_eq!(
+        text(&call(&f, "mcp__fs__read_text_file", json!({"path": path}))),
+        "inside\n"
+    );
+    let o = call(
+        &f,
+        "mcp__fs__read_text_file",
+        json!({"path": secret.to_string_lossy()}),
+    );
+    assert!(o.is_error(), "{o:?}");
+    assert!(
+        text(&o).contains("Access denied") || text(&o).contains("outside"),
+        "{}",
+        text(&o)
+    );
+}
