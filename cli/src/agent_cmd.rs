@@ -718,7 +718,7 @@ fn last_completed_turn(store: &dyn SessionStore, id: &SessionId) -> Result<u64, 
 
 const HELP: &str = "commands: /followup (lines typed during a turn queue as follow-ups), \
 /steer (they steer the running turn; the default), /followup TEXT, /cancel, \
-/compact (summarise the older history now), /quit; \
+/compact (summarise the older history now), /mcp:SERVER:PROMPT key=value (an MCP prompt), /quit; \
 Ctrl-C cancels a turn, Ctrl-C twice or Ctrl-D quits";
 
 /// How long `/compact` waits for the summary.
@@ -887,6 +887,9 @@ fn repl(
                     "/quit" | "/exit" => break,
                     "/help" => {
                         let _ = r.notice(&mut out, HELP);
+                        if let Some(h) = crate::mcp::prompt_help() {
+                            let _ = r.notice(&mut out, &h);
+                        }
                         if !running {
                             prompt(&mut out, running);
                         }
@@ -922,6 +925,19 @@ fn repl(
                         prompt(&mut out, running);
                     }
                     _ => {
+                        // `/mcp:SERVER:PROMPT key=value ...`: an MCP prompt.
+                        let expanded = match crate::mcp::expand_prompt(text) {
+                            Some(Ok(t)) => t,
+                            Some(Err(e)) => {
+                                let _ = r.notice(&mut out, &format!("error: {e}"));
+                                if !running {
+                                    prompt(&mut out, running);
+                                }
+                                continue;
+                            }
+                            None => text.to_string(),
+                        };
+                        let text = expanded.as_str();
                         let (followup, body) = match text.strip_prefix("/followup ") {
                             Some(rest) => (true, rest),
                             None => (!steer, text),

@@ -206,6 +206,58 @@ pub fn tool_env_policy(provider: &crate::provider::Provider) -> dsh_tools::EnvPo
         .with_secret(crate::store::STORE_URL_ENV)
 }
 
+/// Parses `/mcp:SERVER:PROMPT key=value ...`; `None` for any other line.
+pub fn parse_prompt_command(
+    line: &str,
+) -> Option<Result<(String, String, std::collections::BTreeMap<String, String>), String>> {
+    let rest = line.strip_prefix("/mcp:")?;
+    let mut words = rest.split_whitespace();
+    let head = words.next().unwrap_or("");
+    let Some((server, prompt)) = head.split_once(':') else {
+        return Some(Err("usage: /mcp:SERVER:PROMPT key=value ...".into()));
+    };
+    let mut args = std::collections::BTreeMap::new();
+    for w in words {
+        let Some((k, v)) = w.split_once('=') else {
+            return Some(Err(format!("{w:?}: prompt arguments are key=value")));
+        };
+        args.insert(k.to_string(), v.to_string());
+    }
+    Some(Ok((server.to_string(), prompt.to_string(), args)))
+}
+
+/// A chat line naming an MCP prompt, expanded to the prompt's text
+/// (`prompts/get`); `None` when the line is not `/mcp:...`.
+pub fn expand_prompt(line: &str) -> Option<Result<String, String>> {
+    let parsed = parse_prompt_command(line)?;
+    Some(parsed.and_then(|(server, prompt, args)| {
+        let started = STARTED
+            .lock()
+            .map_err(|_| "MCP state poisoned".to_string())?;
+        let mcp = started
+            .iter()
+            .find(|m| m.servers().iter().any(|s| s.name() == server))
+            .ok_or_else(|| format!("no MCP server {server:?}"))?;
+        mcp.get_prompt(&server, &prompt, &args)
+    }))
+}
+
+/// The MCP prompts as chat commands, for `/help` (`None`: there are none).
+pub fn prompt_help() -> Option<String> {
+    let started = STARTED.lock().ok()?;
+    let mut lines = Vec::new();
+    for m in started.iter() {
+        for p in m.prompts() {
+            let args: String = p.arguments.iter().map(|a| format!(" {a}=…")).collect();
+            lines.push(format!(
+                "/mcp:{}:{}{args}  {}",
+                p.server, p.name, p.description
+            ));
+        }
+    }
+    (!lines.is_empty()).then(|| format!("MCP prompts:\n{}", lines.join("\n")))
+}
+
 /// Closes every server this process started.
 pub fn shutdown_all() {
     if let Ok(mut s) = STARTED.lock() {
@@ -493,6 +545,22 @@ enabled = false
         assert!(e.offers("echo") && !e.offers("add"));
         assert!(!f.mcp_servers["docs"].is_enabled());
         assert!(crate::config_file::parse("[mcp_servers.x]\ncommand = \"a\"\nnope = 1\n").is_err());
+    }
+
+    #[test]
+    fn prompt_commands_parse() {
+        assert!(parse_prompt_command("hello").is_none());
+        let (s, p, a) = parse_prompt_command("/mcp:py:review path=src/lib.rs")
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.as_str(), p.as_str()), ("py", "review"));
+        assert_eq!(a["path"], "src/lib.rs");
+        assert!(parse_prompt_command("/mcp:py").unwrap().is_err());
+        assert!(
+            parse_prompt_command("/mcp:py:review loose")
+                .unwrap()
+                .is_err()
+        );
     }
 
     #[test]

@@ -45,6 +45,20 @@ pub struct Mcp {
     servers: Vec<Arc<Server>>,
 }
 
+/// One prompt a server offers (a slash command in `dsh chat`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PromptInfo {
+    /// The server's name.
+    pub server: String,
+    /// The prompt's name.
+    pub name: String,
+    /// Its argument names.
+    pub arguments: Vec<String>,
+    /// Its description.
+    pub description: String,
+}
+
 /// One MCP tool as dsh offers it.
 #[derive(Clone, Debug)]
 pub struct ToolEntry {
@@ -204,6 +218,84 @@ impl Mcp {
     pub fn plugin(&self, taken: &[&str]) -> McpPlugin {
         let (entries, _) = self.entries(taken);
         McpPlugin::new(entries)
+    }
+
+    /// Every prompt of the servers that have prompts: (server, prompt,
+    /// argument names, description). Each server is asked now.
+    pub fn prompts(&self) -> Vec<PromptInfo> {
+        let mut out = Vec::new();
+        let cancel = dsh_tools::CancelToken::new();
+        for s in &self.servers {
+            if !s.info().is_some_and(|i| i.prompts) {
+                continue;
+            }
+            let Ok(r) = s.request("prompts/list", None, &cancel) else {
+                continue;
+            };
+            let items = r
+                .get("prompts")
+                .and_then(serde_json::Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            for p in items.iter().take(proto::MAX_TOOLS_PER_SERVER) {
+                let Some(name) = p.get("name").and_then(serde_json::Value::as_str) else {
+                    continue;
+                };
+                let arguments = p
+                    .get("arguments")
+                    .and_then(serde_json::Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.get("name").and_then(serde_json::Value::as_str))
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.push(PromptInfo {
+                    server: s.name().to_string(),
+                    name: name.to_string(),
+                    arguments,
+                    description: p
+                        .get("description")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The text of prompt `name` of `server` with `arguments`
+    /// (`prompts/get`): its messages' text, joined with blank lines.
+    pub fn get_prompt(
+        &self,
+        server: &str,
+        name: &str,
+        arguments: &BTreeMap<String, String>,
+    ) -> Result<String, String> {
+        let s = self
+            .servers
+            .iter()
+            .find(|s| s.name() == server)
+            .ok_or_else(|| format!("no MCP server {server:?}"))?;
+        let r = s.request(
+            "prompts/get",
+            Some(serde_json::json!({"name": name, "arguments": arguments})),
+            &dsh_tools::CancelToken::new(),
+        )?;
+        let messages = r
+            .get("messages")
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| format!("prompts/get {name}: no messages"))?;
+        let parts: Vec<String> = messages
+            .iter()
+            .map(|m| {
+                let content = m.get("content").cloned().unwrap_or(serde_json::Value::Null);
+                render::content_text(std::slice::from_ref(&content), name)
+            })
+            .collect();
+        Ok(render::cap_text(parts.join("\n\n")))
     }
 
     /// Closes every connection.

@@ -478,6 +478,21 @@ fn a_python_sdk_server_serves_its_tool_and_resource() {
     );
     assert_eq!(text(&read), "buy milk");
     assert!(f.mcp.servers()[0].info().unwrap().prompts);
+    let prompts = f.mcp.prompts();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    assert_eq!(
+        (prompts[0].server.as_str(), prompts[0].name.as_str()),
+        ("py", "review")
+    );
+    assert_eq!(prompts[0].arguments, ["path"]);
+    let args = [("path".to_string(), "src/lib.rs".to_string())]
+        .into_iter()
+        .collect();
+    assert_eq!(
+        f.mcp.get_prompt("py", "review", &args).unwrap(),
+        "Please review src/lib.rs."
+    );
+    assert!(f.mcp.get_prompt("nope", "review", &args).is_err());
 }
 
 /// `@modelcontextprotocol/server-filesystem` (npm, `DSH_MCP_NODE_DIR`):
