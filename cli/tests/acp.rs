@@ -1393,9 +1393,23 @@ fn session_new_starts_the_clients_mcp_servers() {
             {"name": "fake", "command": "python3", "args": [script, "normal"], "env": [{"name": "X", "value": "1"}]}
         ]}),
     );
-    let (_, r) = c.until_response(1, None);
+    let (before, r) = c.until_response(1, None);
     let session = r["result"]["sessionId"].as_str().unwrap().to_string();
-    c.prompt(2, &session, "echo");
+    assert!(updates(&before, "available_commands_update").is_empty());
+    // The server's prompts are offered as commands, after the response.
+    let next = c.next();
+    let before = vec![next];
+    let offered = updates(&before, "available_commands_update");
+    assert_eq!(offered.len(), 1, "{before:?}");
+    assert_eq!(
+        offered[0]["availableCommands"][0]["name"], "mcp:fake:greet",
+        "{offered:?}"
+    );
+    assert_eq!(
+        offered[0]["availableCommands"][0]["input"]["hint"], "who=…",
+        "{offered:?}"
+    );
+    c.prompt(2, &session, "/mcp:fake:greet who=Ada");
     let (before, response) = c.until_response(2, Some("allow_once"));
     assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
     let done = updates(&before, "tool_call_update");
@@ -1403,5 +1417,9 @@ fn session_new_starts_the_clients_mcp_servers() {
     assert_eq!(last["status"], "completed", "{before:?}");
     assert!(last.to_string().contains("echo: from acp"), "{last}");
     c.finish();
-    log_check(data.path(), &transcript(data.path(), &session));
+    let log = transcript(data.path(), &session);
+    log_check(data.path(), &log);
+    // The prompt the model got is the MCP prompt's text.
+    let raw = std::fs::read_to_string(&log).unwrap();
+    assert!(raw.contains("Say hello to Ada."), "{raw}");
 }

@@ -166,6 +166,9 @@ struct Server {
     initialized: bool,
     client: ClientCapabilities,
     sessions: HashMap<String, Live>,
+    /// MCP prompts to offer once the session/new or session/load response
+    /// is out (the client knows the session id then).
+    offers: Vec<(String, dsh_mcp::Mcp)>,
 }
 
 /// Serves until the input ends, the output fails or a termination signal
@@ -207,6 +210,7 @@ pub fn serve(
         initialized: false,
         client: ClientCapabilities::default(),
         sessions: HashMap::new(),
+        offers: Vec::new(),
     };
     while let Ok(msg) = rx.recv() {
         match msg {
@@ -297,11 +301,13 @@ impl Server {
             ClientRequest::InitializeRequest(r) => self.initialize(&id, r),
             ClientRequest::NewSessionRequest(r) => {
                 let result = self.new_session(r);
-                self.peer.respond(&id, result)
+                self.peer.respond(&id, result);
+                self.send_offers();
             }
             ClientRequest::LoadSessionRequest(r) => {
                 let result = self.load_session(r);
-                self.peer.respond(&id, result)
+                self.peer.respond(&id, result);
+                self.send_offers();
             }
             ClientRequest::PromptRequest(r) => self.prompt(id, r),
             ClientRequest::SetSessionModeRequest(r) => {
@@ -354,6 +360,7 @@ impl Server {
             dsh_std::AgentConfig,
             PathBuf,
             Arc<dsh_subagents::std_runner::Delegation>,
+            Option<dsh_mcp::Mcp>,
         ),
         acp::Error,
     > {
@@ -378,6 +385,7 @@ impl Server {
         servers.extend(crate::mcp::from_acp(mcp_servers));
         let mcp = crate::mcp::start(&servers, &cwd, crate::mcp::tool_env_policy(&provider));
         let mcp_reported = std::sync::atomic::AtomicBool::new(false);
+        let session_mcp = mcp.clone();
         let peer = self.peer.clone();
         let session = session.to_string();
         let root = cwd.clone();
@@ -396,7 +404,53 @@ impl Server {
         };
         let (config, delegation) =
             crate::shell::delegating(self.store.clone(), build).map_err(internal)?;
-        Ok((config, cwd, delegation))
+        Ok((config, cwd, delegation, session_mcp))
+    }
+
+    /// Offers the MCP servers' prompts as commands (`available_commands`):
+    /// `/mcp:SERVER:PROMPT key=value ...` in a prompt expands to the
+    /// prompt's text.
+    fn offer_mcp_prompts(&mut self, session: &str, mcp: Option<&dsh_mcp::Mcp>) {
+        if let Some(m) = mcp {
+            self.offers.push((session.to_string(), m.clone()));
+        }
+    }
+
+    fn send_offers(&mut self) {
+        for (session, mcp) in core::mem::take(&mut self.offers) {
+            self.send_offer(&session, &mcp);
+        }
+    }
+
+    fn send_offer(&self, session: &str, mcp: &dsh_mcp::Mcp) {
+        let commands: Vec<acp::AvailableCommand> = mcp
+            .prompts()
+            .into_iter()
+            .map(|p| {
+                let hint: Vec<String> = p.arguments.iter().map(|a| format!("{a}=…")).collect();
+                let mut c = acp::AvailableCommand::new(
+                    format!("mcp:{}:{}", p.server, p.name),
+                    if p.description.is_empty() {
+                        format!("MCP prompt {} of {}", p.name, p.server)
+                    } else {
+                        p.description.clone()
+                    },
+                );
+                if !hint.is_empty() {
+                    c = c.input(acp::AvailableCommandInput::Unstructured(
+                        acp::UnstructuredCommandInput::new(hint.join(" ")),
+                    ));
+                }
+                c
+            })
+            .collect();
+        if !commands.is_empty() {
+            notify(
+                &self.peer,
+                session,
+                SessionUpdate::AvailableCommandsUpdate(acp::AvailableCommandsUpdate::new(commands)),
+            );
+        }
     }
 
     /// Starts forwarding `agent`'s events to the loop and keeps the
@@ -439,19 +493,20 @@ impl Server {
 
     fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {
         let id = new_session_id(now_ms());
-        let (config, cwd, delegation) = self.config(&r.cwd, id.as_str(), &r.mcp_servers)?;
+        let (config, cwd, delegation, mcp) = self.config(&r.cwd, id.as_str(), &r.mcp_servers)?;
         let policy = config.approval.clone();
         let agent = Agent::create(config, self.store.clone(), id)
             .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
         delegation.attach(agent.session_id().clone(), agent.mailbox());
         let session = self.register(agent, cwd, policy)?;
+        self.offer_mcp_prompts(&session, mcp.as_ref());
         Ok(NewSessionResponse::new(session).modes(SessionMode::Ask.state()))
     }
 
     fn load_session(&mut self, r: LoadSessionRequest) -> Result<LoadSessionResponse, acp::Error> {
         let session = r.session_id.0.to_string();
         if !self.sessions.contains_key(&session) {
-            let (config, cwd, delegation) = self.config(&r.cwd, &session, &r.mcp_servers)?;
+            let (config, cwd, delegation, mcp) = self.config(&r.cwd, &session, &r.mcp_servers)?;
             let policy = config.approval.clone();
             let agent = Agent::resume(config, self.store.clone(), &SessionId::new(session.clone()))
                 .map_err(|e| match e {
@@ -462,6 +517,7 @@ impl Server {
                 })?;
             delegation.attach(agent.session_id().clone(), agent.mailbox());
             self.register(agent, cwd, policy)?;
+            self.offer_mcp_prompts(&session, mcp.as_ref());
         }
         let Some(live) = self.sessions.get_mut(&session) else {
             return Err(acp::Error::session_not_found(session));
@@ -499,6 +555,12 @@ impl Server {
         let text = match prompt_text(&r.prompt) {
             Ok(t) => t,
             Err(e) => return self.peer.respond::<()>(&id, Err(e)),
+        };
+        // `/mcp:SERVER:PROMPT key=value ...`: an MCP prompt (issue 28).
+        let text = match crate::mcp::expand_prompt(text.trim()) {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => return self.peer.respond::<()>(&id, Err(invalid_params(e))),
+            None => text,
         };
         match live.agent.send(&text) {
             Ok(()) => {

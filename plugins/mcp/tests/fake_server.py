@@ -51,7 +51,7 @@ for raw in sys.stdin:
     method = msg["method"]
     mid = msg.get("id")
     if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": VERSION, "capabilities": {"tools": {"listChanged": True}, "resources": {}}, "serverInfo": {"name": "fake", "version": "1"}}})
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": VERSION, "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}}, "serverInfo": {"name": "fake", "version": "1"}}})
     elif method == "tools/list":
         state["listed"] += 1
         all_tools = tools()
@@ -106,6 +106,15 @@ for raw in sys.stdin:
             send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "it failed"}], "isError": True}})
         else:
             send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32602, "message": "unknown tool " + name}})
+    elif method == "prompts/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"prompts": [
+            {"name": "greet", "description": "Greets someone", "arguments": [{"name": "who", "required": True}]}
+        ]}})
+    elif method == "prompts/get":
+        who = (msg["params"].get("arguments") or {}).get("who", "nobody")
+        send({"jsonrpc": "2.0", "id": mid, "result": {"messages": [
+            {"role": "user", "content": {"type": "text", "text": "Say hello to %s." % who}}
+        ]}})
     elif method == "resources/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [
             {"name": "readme", "uri": "mem:///readme", "mimeType": "text/plain", "description": "The readme"}
