@@ -206,10 +206,11 @@ pub fn tool_env_policy(provider: &crate::provider::Provider) -> dsh_tools::EnvPo
         .with_secret(crate::store::STORE_URL_ENV)
 }
 
+/// A parsed `/mcp:SERVER:PROMPT key=value ...`: server, prompt, arguments.
+pub type PromptCommand = (String, String, std::collections::BTreeMap<String, String>);
+
 /// Parses `/mcp:SERVER:PROMPT key=value ...`; `None` for any other line.
-pub fn parse_prompt_command(
-    line: &str,
-) -> Option<Result<(String, String, std::collections::BTreeMap<String, String>), String>> {
+pub fn parse_prompt_command(line: &str) -> Option<Result<PromptCommand, String>> {
     let rest = line.strip_prefix("/mcp:")?;
     let mut words = rest.split_whitespace();
     let head = words.next().unwrap_or("");

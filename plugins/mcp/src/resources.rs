@@ -42,20 +42,20 @@ impl ResourceTool {
         ResourceTool { kind, servers }
     }
 
-    fn server(&self, name: &str) -> Result<&Arc<Server>, ToolOutcome> {
+    fn server(&self, name: &str) -> Result<&Arc<Server>, Box<ToolOutcome>> {
         self.servers
             .iter()
             .find(|s| s.name() == name)
             .ok_or_else(|| {
                 let names: Vec<&str> = self.servers.iter().map(|s| s.name()).collect();
-                ToolOutcome::coded_error(
+                Box::new(ToolOutcome::coded_error(
                     format!(
                         "no MCP server {name:?} with resources (servers: {})",
                         names.join(", ")
                     ),
                     "McpError",
                     "UNKNOWN_SERVER",
-                )
+                ))
             })
     }
 }
@@ -93,7 +93,7 @@ impl Tool for ResourceTool {
                 let chosen: Vec<&Arc<Server>> = match arg("server") {
                     Some(name) => match self.server(name) {
                         Ok(s) => vec![s],
-                        Err(e) => return e,
+                        Err(e) => return *e,
                     },
                     None => self.servers.iter().collect(),
                 };
@@ -118,7 +118,7 @@ impl Tool for ResourceTool {
                 };
                 let s = match self.server(name) {
                     Ok(s) => s,
-                    Err(e) => return e,
+                    Err(e) => return *e,
                 };
                 match s.request("resources/read", Some(json!({"uri": uri})), &ctx.cancel) {
                     Ok(r) => ToolOutcome::success(vec![ContentBlock::text(
