@@ -560,3 +560,39 @@ fn server_filesystem_reads_inside_the_workspace_only() {
         text(&o)
     );
 }
+
+/// An HTTP server that is not there: reported once at start, with the
+/// reason; the bearer token named by the config never shows in it.
+#[test]
+fn an_unreachable_http_server_is_reported_without_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = ServerConfig::http(format!("http://127.0.0.1:{port}/mcp"));
+    c.bearer_token_env_var = Some("TOKEN_VAR".into());
+    c.startup_timeout_sec = Some(5.0);
+    let mut servers = ServersConfig::new();
+    servers.insert("web".into(), c);
+    let mut cx = Context::new(dir.path());
+    cx.parent_env = Some(vec![("TOKEN_VAR".into(), "tok-canary-99".into())]);
+    let mcp = Mcp::start(&servers, &cx);
+    let reports = mcp.reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(reports[0].contains("failed to start"), "{reports:?}");
+    assert!(!reports[0].contains("tok-canary-99"), "{reports:?}");
+    // A missing token variable is its own clear error.
+    let mut c = ServerConfig::http(format!("http://127.0.0.1:{port}/mcp"));
+    c.bearer_token_env_var = Some("NOT_SET_ANYWHERE".into());
+    let mut servers = ServersConfig::new();
+    servers.insert("web".into(), c);
+    let mut cx = Context::new(dir.path());
+    cx.parent_env = Some(Vec::new());
+    let reports = Mcp::start(&servers, &cx).reports();
+    assert!(
+        reports[0].contains("NOT_SET_ANYWHERE is not set"),
+        "{reports:?}"
+    );
+}
