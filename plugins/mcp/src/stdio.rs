@@ -25,6 +25,10 @@ pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
 /// Bytes of stderr kept for reports (the tail).
 pub const STDERR_TAIL_BYTES: usize = 2048;
 
+/// A tool call that keeps reporting progress runs at most this many times
+/// its timeout.
+pub const MAX_PROGRESS_EXTENSION: u32 = 10;
+
 /// Most requests in flight on one connection.
 pub const MAX_PENDING: usize = 256;
 
@@ -94,6 +98,8 @@ pub struct Connection {
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     roots: Vec<String>,
     info: Mutex<Option<ServerInfo>>,
+    /// When each waiting `tools/call` last reported progress.
+    progress: Mutex<BTreeMap<u64, Instant>>,
 }
 
 impl core::fmt::Debug for Connection {
@@ -143,6 +149,7 @@ impl Connection {
             stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
             roots,
             info: Mutex::new(None),
+            progress: Mutex::new(BTreeMap::new()),
         });
         if let Some(stderr) = stderr {
             let tail = conn.stderr_tail.clone();
@@ -183,6 +190,7 @@ impl Connection {
             stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
             roots,
             info: Mutex::new(None),
+            progress: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -258,20 +266,36 @@ impl Connection {
             }
             pending.insert(id, tx);
         }
+        // A tool call asks for progress; each report restarts its timeout
+        // (at most MAX_PROGRESS_EXTENSION times the timeout in all).
+        let mut params = params;
+        if method == "tools/call" {
+            if let Some(Value::Object(p)) = params.as_mut() {
+                p.insert("_meta".into(), serde_json::json!({"progressToken": id}));
+            }
+        }
         if let Err(e) = self.write(&proto::request_line(id, method, params)) {
             self.forget(id);
             return Err(CallError::Closed(e));
         }
-        let deadline = Instant::now() + timeout;
-        loop {
+        let started = Instant::now();
+        let hard = started + timeout.saturating_mul(MAX_PROGRESS_EXTENSION);
+        let result = loop {
             let now = Instant::now();
+            let last = self
+                .progress
+                .lock()
+                .ok()
+                .and_then(|p| p.get(&id).copied())
+                .unwrap_or(started);
+            let deadline = (last + timeout).min(hard);
             let wait = deadline
                 .saturating_duration_since(now)
                 .min(Duration::from_millis(50));
             match rx.recv_timeout(wait) {
-                Ok(r) => return r,
+                Ok(r) => break r,
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(CallError::Closed(
+                    break Err(CallError::Closed(
                         self.closed_reason()
                             .unwrap_or_else(|| "the reader stopped".into()),
                     ));
@@ -279,15 +303,19 @@ impl Connection {
                 Err(RecvTimeoutError::Timeout) => {
                     if cancel.is_some_and(CancelToken::is_cancelled) {
                         self.cancel_request(id, "the turn was cancelled");
-                        return Err(CallError::Cancelled);
+                        break Err(CallError::Cancelled);
                     }
                     if Instant::now() >= deadline {
                         self.cancel_request(id, "timeout");
-                        return Err(CallError::Timeout(timeout));
+                        break Err(CallError::Timeout(timeout));
                     }
                 }
             }
+        };
+        if let Ok(mut p) = self.progress.lock() {
+            p.remove(&id);
         }
+        result
     }
 
     /// Sends a notification.
@@ -453,7 +481,19 @@ impl Connection {
                 let answer = proto::answer_server_request(&method, &self.roots);
                 let _ = self.write(&proto::response_line(&id, answer));
             }
-            Incoming::Notification { method, params } => hook(&method, &params),
+            Incoming::Notification { method, params } => {
+                if method == "notifications/progress" {
+                    if let Some(id) = params.get("progressToken").and_then(Value::as_u64) {
+                        let waiting = self.pending.lock().is_ok_and(|p| p.contains_key(&id));
+                        if waiting {
+                            if let Ok(mut p) = self.progress.lock() {
+                                p.insert(id, Instant::now());
+                            }
+                        }
+                    }
+                }
+                hook(&method, &params)
+            }
         }
     }
 }

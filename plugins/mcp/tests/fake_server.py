@@ -73,6 +73,14 @@ for raw in sys.stdin:
             os._exit(3)
         if MODE == "hang":
             continue
+        if MODE == "progress":
+            import time
+            token = (msg["params"].get("_meta") or {}).get("progressToken")
+            for i in range(6):
+                time.sleep(0.25)
+                send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": i, "total": 6}})
+            send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "slow but alive"}]}})
+            continue
         if MODE == "malformed":
             sys.stdout.write('{"jsonrpc": "2.0", "id": \n')
             sys.stdout.flush()

@@ -241,6 +241,17 @@ fn a_server_that_never_answers_times_out_and_is_told_to_cancel() {
 }
 
 #[test]
+fn progress_reports_restart_the_call_timeout() {
+    // 1.5 s of work with a report every 0.25 s, under a 0.8 s timeout.
+    let Some(f) = start_with("progress", |c| c.tool_timeout_sec = Some(0.8)) else {
+        return;
+    };
+    let o = call(&f, "mcp__fake__echo", json!({"text": "x"}));
+    assert!(!o.is_error(), "{o:?}");
+    assert_eq!(text(&o), "slow but alive");
+}
+
+#[test]
 fn a_cancelled_turn_cancels_the_call() {
     let Some(f) = start("hang") else { return };
     let (tools, _) = f.mcp.tools(&[]);
