@@ -174,6 +174,66 @@ fn run_calls_an_mcp_tool_and_the_log_checks_and_replays() {
     assert!(log.contains("got tools/call"), "{log}");
 }
 
+/// Subagents inherit the parent's MCP servers over the same connections:
+/// the child calls the tool; the server was started once.
+#[test]
+fn a_subagent_uses_the_parents_mcp_connection() {
+    let Some(py) = python() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        data.path(),
+        &format!(
+            "[mcp_servers.fake]\ncommand = {}\nargs = [{}, \"normal\"]\n",
+            toml_str(&py),
+            toml_str(&fake_server())
+        ),
+    );
+    let script = r#"{"responses":[
+      {"turn":{"toolCalls":[{"id":"p1","name":"subagent","arguments":["{\"description\": \"echo\", \"prompt\": \"Echo child.\", \"run_in_background\": false}"]}]}},
+      {"turn":{"toolCalls":[{"id":"k1","name":"mcp__fake__echo","arguments":["{\"text\":\"child\"}"]}]}},
+      {"turn":{"text":["The child echoed."]}},
+      {"turn":{"text":["Done."]}}
+    ]}"#;
+    let server = mock(script);
+    let o = dsh(data.path())
+        .args(["run", "--yes", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("--mcp-config")
+        .arg(&cfg)
+        .arg("delegate")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let logs = transcripts(data.path());
+    assert_eq!(logs.len(), 2, "{out}{err}");
+    let child = logs
+        .iter()
+        .find(|l| {
+            std::fs::read_to_string(l)
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap()
+                .contains("parentSession")
+        })
+        .unwrap();
+    let ev = events(child);
+    let results = of_type(&ev, "tool/result");
+    let part = &results[0]["data"]["message"]["content"][0];
+    assert_eq!(part["content"][0]["text"], "echo: child", "{results:?}");
+    let log = std::fs::read_to_string(data.path().join("dsh/mcp-logs/fake.log")).unwrap();
+    assert_eq!(
+        log.matches("got initialize").count(),
+        1,
+        "one shared connection: {log}"
+    );
+    for l in &logs {
+        checks_and_replays(data.path(), l);
+    }
+}
+
 #[test]
 fn without_yes_an_mcp_tool_is_asked_about_so_run_denies_it() {
     let Some(py) = python() else { return };
