@@ -234,6 +234,50 @@ fn a_subagent_uses_the_parents_mcp_connection() {
     }
 }
 
+/// `auto_approve_read_only = true`: a tool annotated `readOnlyHint` runs
+/// without asking (here: in `run` without `--yes`, where asking denies).
+#[test]
+fn read_only_tools_run_unasked_when_the_server_allows_it() {
+    let Some(py) = python() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        data.path(),
+        &format!(
+            "[mcp_servers.fake]\ncommand = {}\nargs = [{}, \"normal\"]\nauto_approve_read_only = true\n",
+            toml_str(&py),
+            toml_str(&fake_server())
+        ),
+    );
+    let server = mock(&script("mcp__fake__env", "{}", "Listed."));
+    let o = dsh(data.path())
+        .args(["run", "--base-url", &server.url(), "--cwd"])
+        .arg(ws.path())
+        .arg("--mcp-config")
+        .arg(&cfg)
+        .arg("env")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let ev = events(&transcripts(data.path())[0]);
+    let results = of_type(&ev, "tool/result");
+    let part = &results[0]["data"]["message"]["content"][0];
+    assert_eq!(part["isError"], false, "{results:?}");
+    assert!(
+        part["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("PATH"),
+        "{results:?}"
+    );
+}
+
 #[test]
 fn without_yes_an_mcp_tool_is_asked_about_so_run_denies_it() {
     let Some(py) = python() else { return };
