@@ -383,9 +383,11 @@ impl Server {
                 State::Up(c) => match c.closed_reason() {
                     None => return Ok(c.clone()),
                     Some(why) => {
+                        // The backoff counts from when the server went away.
+                        let since = c.closed_at().unwrap_or_else(Instant::now);
                         *state = State::Down {
                             failures: 0,
-                            retry_at: Instant::now() + backoff(0),
+                            retry_at: since + backoff(0),
                             last_error: why,
                         };
                     }

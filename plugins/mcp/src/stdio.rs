@@ -92,6 +92,7 @@ pub struct Connection {
     pending: Mutex<BTreeMap<u64, Waiter>>,
     next_id: AtomicU64,
     closed: Mutex<Option<String>>,
+    closed_at: Mutex<Option<Instant>>,
     child: Mutex<Option<Child>>,
     me: Weak<Connection>,
     hook: NotificationHook,
@@ -143,6 +144,7 @@ impl Connection {
             pending: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(0),
             closed: Mutex::new(None),
+            closed_at: Mutex::new(None),
             child: Mutex::new(Some(child)),
             me: me.clone(),
             hook: on_notification.clone(),
@@ -184,6 +186,7 @@ impl Connection {
             pending: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(0),
             closed: Mutex::new(None),
+            closed_at: Mutex::new(None),
             child: Mutex::new(None),
             me: me.clone(),
             hook: on_notification,
@@ -393,6 +396,11 @@ impl Connection {
         self.closed.lock().ok().and_then(|c| c.clone())
     }
 
+    /// When the connection closed, once it has.
+    pub fn closed_at(&self) -> Option<Instant> {
+        self.closed_at.lock().ok().and_then(|c| *c)
+    }
+
     /// Whether the connection is still usable.
     pub fn is_open(&self) -> bool {
         self.closed_reason().is_none()
@@ -413,6 +421,9 @@ impl Connection {
         if let Ok(mut c) = self.closed.lock() {
             if c.is_none() {
                 *c = Some(why.clone());
+                if let Ok(mut at) = self.closed_at.lock() {
+                    *at = Some(Instant::now());
+                }
             }
         }
         let wire = self.writer.lock().ok().and_then(|mut w| w.take());

@@ -607,3 +607,69 @@ fn an_unreachable_http_server_is_reported_without_its_token() {
         "{reports:?}"
     );
 }
+
+/// Streamable HTTP against a scripted server (tests/fake_http_server.py):
+/// the session id and negotiated version go on every later request, the
+/// bearer token too; JSON and SSE answers; a body that is not JSON-RPC
+/// closes the connection with a typed error; an ended session (404) is
+/// reported, and the next call after the backoff starts a new session.
+#[test]
+fn streamable_http_sessions_answers_and_expiry() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("http.log");
+    let mut child = std::process::Command::new(&py)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_http_server.py"))
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(child);
+    let mut c = ServerConfig::http(format!("http://127.0.0.1:{}/mcp", port.trim()));
+    c.bearer_token_env_var = Some("TOKEN_VAR".into());
+    let mut servers = ServersConfig::new();
+    servers.insert("web".into(), c);
+    let mut cx = Context::new(dir.path());
+    cx.parent_env = Some(vec![("TOKEN_VAR".into(), "tok".into())]);
+    let mcp = Mcp::start(&servers, &cx);
+    assert_eq!(mcp.reports(), Vec::<String>::new());
+    let f = Fixture { mcp, dir };
+    assert_eq!(text(&call(&f, "mcp__web__echo", json!({}))), "echo in s1");
+    assert_eq!(text(&call(&f, "mcp__web__sse", json!({}))), "sse in s1");
+    let seen = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        seen.contains("tools/call session=s1 version=2025-06-18 auth=yes"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("initialize session=None version=None auth=yes"),
+        "{seen}"
+    );
+    // The session ends; the next request is refused with 404.
+    assert_eq!(
+        text(&call(&f, "mcp__web__expire", json!({}))),
+        "expire in s1"
+    );
+    let o = call(&f, "mcp__web__echo", json!({}));
+    assert_eq!(code(&o).as_deref(), Some("CONNECTION_CLOSED"), "{o:?}");
+    assert!(text(&o).contains("ended the session"), "{}", text(&o));
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(text(&call(&f, "mcp__web__echo", json!({}))), "echo in s2");
+    // Not JSON-RPC: the connection closes with a typed error.
+    let o = call(&f, "mcp__web__bad", json!({}));
+    assert_eq!(code(&o).as_deref(), Some("CONNECTION_CLOSED"), "{o:?}");
+    assert!(text(&o).contains("not JSON"), "{}", text(&o));
+}
