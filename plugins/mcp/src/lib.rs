@@ -61,6 +61,7 @@ pub struct PromptInfo {
 
 /// One MCP tool as dsh offers it.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ToolEntry {
     /// The model-facing name (`mcp__<server>__<tool>`, normalised).
     pub public: String,

@@ -128,6 +128,7 @@ impl LineFramer {
 
 /// A JSON-RPC error object.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RpcError {
     /// The code.
     pub code: i64,
@@ -308,6 +309,7 @@ pub fn initialize_params() -> Value {
 
 /// What a server said about itself in `initialize`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ServerInfo {
     /// The negotiated protocol version.
     pub protocol_version: String,
@@ -368,6 +370,7 @@ pub fn list_params(cursor: Option<&str>) -> Option<Value> {
 
 /// One tool as a server lists it.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RemoteTool {
     /// The server's own name for it (sent back in `tools/call`).
     pub name: String,
@@ -548,6 +551,7 @@ pub fn file_uri(path: &str) -> String {
 
 /// One server-sent event of a streamable-HTTP response.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SseEvent {
     /// The `data` lines joined with `\n`.
     pub data: String,

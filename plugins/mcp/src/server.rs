@@ -34,6 +34,7 @@ pub fn backoff(failures: u32) -> Duration {
 
 /// What every server of a session shares.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Context {
     /// The workspace (default working directory; `roots/list`).
     pub workspace: PathBuf,

@@ -62,6 +62,7 @@ impl core::fmt::Display for CallError {
 
 /// How to start a stdio server.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Spawn {
     /// The program.
     pub command: String,
