@@ -29,6 +29,9 @@ pub const STDERR_TAIL_BYTES: usize = 2048;
 /// its timeout.
 pub const MAX_PROGRESS_EXTENSION: u32 = 10;
 
+/// Most lines queued for a server's stdin.
+pub const MAX_QUEUED_LINES: usize = 64;
+
 /// Most requests in flight on one connection.
 pub const MAX_PENDING: usize = 256;
 
@@ -83,7 +86,9 @@ type Waiter = SyncSender<Result<Value, CallError>>;
 pub type NotificationHook = Arc<dyn Fn(&str, &Value) + Send + Sync>;
 
 enum Wire {
-    Stdio(ChildStdin),
+    /// Lines for the writer thread that owns the child's stdin: a server
+    /// that stops reading blocks that thread, never a caller.
+    Stdio(SyncSender<Vec<u8>>),
     Http(Arc<crate::http::HttpWire>),
 }
 
@@ -141,7 +146,7 @@ impl Connection {
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let conn = Arc::new_cyclic(|me| Connection {
-            writer: Mutex::new(stdin.map(Wire::Stdio)),
+            writer: Mutex::new(stdin.and_then(spawn_writer).map(Wire::Stdio)),
             pending: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(0),
             closed: Mutex::new(None),
@@ -357,15 +362,17 @@ impl Connection {
             .writer
             .lock()
             .map_err(|_| "the writer is poisoned".to_string())?;
-        let Some(Wire::Stdio(stdin)) = w.as_mut() else {
+        let Some(Wire::Stdio(lines)) = w.as_mut() else {
             return Err(self
                 .closed_reason()
                 .unwrap_or_else(|| "the server's stdin is closed".into()));
         };
-        stdin
-            .write_all(line)
-            .and_then(|()| stdin.flush())
-            .map_err(|e| format!("cannot write to the server: {e}"))
+        lines.try_send(line.to_vec()).map_err(|e| match e {
+            std::sync::mpsc::TrySendError::Full(_) => {
+                format!("the server is not reading its input ({MAX_QUEUED_LINES} lines waiting)")
+            }
+            std::sync::mpsc::TrySendError::Disconnected(_) => "the server's stdin is closed".into(),
+        })
     }
 
     /// Fails the waiting request `id` (an HTTP POST that got no answer).
@@ -522,6 +529,23 @@ impl Drop for Connection {
             }
         }
     }
+}
+
+/// Starts the thread writing queued lines to `stdin`; `None` when no
+/// thread can start.
+fn spawn_writer(mut stdin: ChildStdin) -> Option<SyncSender<Vec<u8>>> {
+    let (tx, rx) = sync_channel::<Vec<u8>>(MAX_QUEUED_LINES);
+    std::thread::Builder::new()
+        .name("dsh-mcp-writer".into())
+        .spawn(move || {
+            while let Ok(line) = rx.recv() {
+                if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
+                    return;
+                }
+            }
+        })
+        .ok()?;
+    Some(tx)
 }
 
 fn read_loop(mut stdout: impl Read, conn: Weak<Connection>, hook: NotificationHook) {
