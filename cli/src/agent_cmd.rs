@@ -105,6 +105,8 @@ pub struct AgentArgs {
     /// ask; `full-auto`: nothing asks).
     #[arg(long, value_enum, value_name = "PRESET")]
     pub preset: Option<crate::preset::Preset>,
+    #[command(flatten)]
+    pub mcp: crate::mcp::McpArgs,
 }
 
 /// Largest `@FILE` a prompt flag reads.
@@ -301,6 +303,10 @@ pub fn setup_with(
     ));
     let installed = extensions.clone();
     let images = crate::shell::image_store(&provider);
+    // MCP servers start once; subagents share their connections.
+    let mcp_servers = crate::mcp::servers(&file, &args.mcp)?;
+    let mcp = crate::mcp::start(&mcp_servers, &cwd, bash.env.clone());
+    let mcp_reported = std::sync::atomic::AtomicBool::new(false);
     // The agent, and each subagent it starts, are built alike.
     let build = move || {
         let mut config =
@@ -329,6 +335,10 @@ pub fn setup_with(
             p.apply(&mut config.approval);
         }
         interaction_plugins(&mut config, interactive, plan);
+        if let Some(m) = &mcp {
+            let first = !mcp_reported.swap(true, std::sync::atomic::Ordering::Relaxed);
+            crate::mcp::install(m, &mut config, first);
+        }
         // Last, so it bounds what the other plugins made of a result.
         if let Some(root) = &spill {
             crate::shell::add_spill(&mut config, root, spill_bytes);
@@ -1189,7 +1199,7 @@ impl crate::commands::Host for AgentHost<'_> {
                 )),
                 Err(e) => Done::error(e.to_string()),
             },
-            Builtin::Help => Done::success(""),
+            Builtin::Help => Done::success(crate::mcp::prompt_help().unwrap_or_default()),
             // `/NAME` goes to the model as typed and the skills plugin
             // loads that skill.
             Builtin::Skills if self.facts.skills.is_empty() => Done::success("no skills found"),
@@ -1260,8 +1270,19 @@ fn repl(
     // terminal a line typed during a turn steers it, and only a line typed
     // after a question answers it.)
     let piped = !io::stdin().is_terminal();
+    // The skills go to the model as typed (`/NAME`: the skills plugin
+    // loads that skill).
+    let mut registry = crate::commands::Registry::standard();
+    for (name, description) in &facts.skills {
+        let _ = registry.register(crate::commands::Command::new(
+            name,
+            description,
+            None,
+            crate::commands::Handler::Prompt,
+        ));
+    }
     let mut machine: Repl<ApprovalRequestId> = Repl::new(
-        crate::commands::Registry::standard(),
+        registry,
         piped,
         io::stdout().is_terminal(),
     );
@@ -1341,6 +1362,17 @@ fn repl(
         for action in machine.handle(input) {
             match action {
                 Action::Send { text, followup } => {
+                    // `/mcp:SERVER:PROMPT key=value ...`: an MCP prompt.
+                    let text = match crate::mcp::expand_prompt(text.trim()) {
+                        Some(Ok(t)) => t,
+                        Some(Err(e)) => {
+                            let _ = r.notice(&mut out, &format!("error: {e}"));
+                            // No turn started.
+                            pending.push_back(Input::Running(false));
+                            continue;
+                        }
+                        None => text,
+                    };
                     let result = if !pending_images.is_empty() {
                         let mut content = vec![dsh_core::ContentBlock::text(text)];
                         content.append(&mut pending_images);

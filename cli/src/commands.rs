@@ -30,6 +30,9 @@ pub enum Handler {
     Builtin(Builtin),
     /// A kernel plugin command of this name (`Plugin::command`).
     Plugin(String),
+    /// Not run by the front end: the line goes to the model as typed (a
+    /// skill's `/NAME`, which the skills plugin loads).
+    Prompt,
 }
 
 /// The commands the front end itself carries out.
@@ -207,6 +210,12 @@ impl Registry {
         &self.commands
     }
 
+    /// Whether `/name` goes to the model as typed ([`Handler::Prompt`]).
+    pub fn is_prompt(&self, name: &str) -> bool {
+        self.get(name)
+            .is_some_and(|c| matches!(c.handler, Handler::Prompt))
+    }
+
     /// The command `name`.
     pub fn get(&self, name: &str) -> Option<&Command> {
         self.commands.iter().find(|c| c.name == name)
@@ -370,11 +379,27 @@ impl Registry {
             return Done::error(format!("cannot log the command: {e}"));
         }
         let done = match &command.handler {
-            Handler::Builtin(Builtin::Help) => Done::success(self.help()),
+            Handler::Builtin(Builtin::Help) => {
+                // The host may add what only it knows (MCP prompts).
+                let mut text = self.help();
+                if let Some(more) = host.builtin(Builtin::Help, args).text
+                    && !more.is_empty()
+                {
+                    text.push('\n');
+                    text.push_str(&more);
+                }
+                Done::success(text)
+            }
             Handler::Builtin(b) => host.builtin(*b, args),
             Handler::Plugin(p) => match host.plugin(p, json!({"args": args})) {
                 Ok(v) => Done::from_value(&v),
                 Err(e) => Done::error(e),
+            },
+            Handler::Prompt => Done {
+                ok: true,
+                text: None,
+                message: Some(format!("/{name}{args}")),
+                switch: None,
             },
         };
         let mut data = json!({"commandId": id, "kind": if done.ok { "success" } else { "error" }});

@@ -37,6 +37,10 @@
 //! tool_env = "all"                     # all | core | none
 //! tool_env_exclude = ["AWS_*"]
 //! tool_env_keep_secrets = false
+//!
+//! [mcp_servers.everything]                 # codex's format (see `mcp`)
+//! command = "npx"
+//! args = ["-y", "@modelcontextprotocol/server-everything"]
 //! ```
 
 use std::io::Read;
@@ -101,6 +105,9 @@ pub struct ConfigFile {
     pub skills: Option<Vec<PathBuf>>,
     /// Folders whose own hooks run (as `dsh trust`).
     pub trusted_folders: Option<Vec<PathBuf>>,
+    /// `[mcp_servers.NAME]` tables (codex's format).
+    #[serde(default)]
+    pub mcp_servers: dsh_mcp::ServersConfig,
 }
 
 /// A `[models."ID"]` table.

@@ -20,6 +20,7 @@ mod input;
 mod interact;
 mod line_edit;
 mod log;
+mod mcp;
 mod mock_server;
 mod otel;
 mod preset;
@@ -78,6 +79,9 @@ enum Command {
     Acp(acp::AcpArgs),
     /// Trust a folder so its own hooks run (`--list`, `--revoke`).
     Trust(trust::TrustArgs),
+    /// MCP servers: list (with their tools), add, remove.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
 }
 
 /// What a command ended with.
@@ -129,10 +133,12 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Acp(args) => acp::run(args),
         Command::Trust(args) => trust::run(args),
+        Command::Mcp(cmd) => mcp::run(cmd),
     };
     // Whatever tool processes are left (an agent not dropped before exit,
     // their escaped children) do not outlive dsh.
     dsh_tools::reap::end_all();
+    mcp::shutdown_all();
     otel::shutdown();
     match outcome {
         Outcome::Ok => ExitCode::SUCCESS,

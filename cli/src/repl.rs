@@ -378,7 +378,10 @@ impl<R: Copy + PartialEq> Repl<R> {
             Some(rest) => (true, rest),
             None => (!self.steer, text),
         };
-        if !followup && let Some((name, args)) = commands::parse(text) {
+        if !followup
+            && let Some((name, args)) = commands::parse(text)
+            && !self.registry.is_prompt(name)
+        {
             match self.registry.get(name) {
                 Some(c) if self.running && !c.during_turn => {
                     out.push(Action::Notice(format!("(/{name} runs between turns)")));

@@ -324,10 +324,9 @@ fn initialize_reports_protocol_1_and_honest_capabilities() {
         result["agentCapabilities"]["promptCapabilities"]["audio"],
         false
     );
-    assert_eq!(
-        result["agentCapabilities"]["mcpCapabilities"]["http"],
-        false
-    );
+    // MCP servers of session/new: stdio always, streamable HTTP too
+    // (issue 28).
+    assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["http"], true);
     assert_eq!(result["authMethods"], json!([]));
     assert_eq!(result["agentInfo"]["name"], "dsh");
     // A client asking for a later version is answered with the one spoken.
@@ -1396,4 +1395,71 @@ fn image_prompts_reach_a_model_that_takes_images() {
         "{body}"
     );
     c.finish();
+}
+
+/// Issue 28: `session/new` starts the client's `mcpServers`; the model
+/// calls an MCP tool through the permission flow; nothing of the server
+/// reaches stdout but JSON-RPC; the log checks.
+#[test]
+fn session_new_starts_the_clients_mcp_servers() {
+    let ok = Command::new("python3")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "python3 is required when CI=true"
+        );
+        eprintln!("skipped: python3 not found");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/mcp/tests/fake_server.py");
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = mock(
+        r#"{"responses":[
+          {"turn":{"toolCalls":[{"id":"m1","name":"mcp__fake__echo","arguments":["{\"text\":\"from acp\"}"]}]}},
+          {"turn":{"text":["Done."]}}
+        ]}"#,
+    );
+    let mut c = Client::start(data.path(), &server.url());
+    c.initialize();
+    c.request(
+        1,
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": [
+            {"name": "fake", "command": "python3", "args": [script, "normal"], "env": [{"name": "X", "value": "1"}]}
+        ]}),
+    );
+    let (before, r) = c.until_response(1, None);
+    let session = r["result"]["sessionId"].as_str().unwrap().to_string();
+    assert!(updates(&before, "available_commands_update").is_empty());
+    // The server's prompts are offered as commands, after the response.
+    let next = c.next();
+    let before = vec![next];
+    let offered = updates(&before, "available_commands_update");
+    assert_eq!(offered.len(), 1, "{before:?}");
+    let greet = offered[0]["availableCommands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "mcp:fake:greet")
+        .unwrap_or_else(|| panic!("no mcp:fake:greet in {offered:?}"));
+    assert_eq!(greet["input"]["hint"], "who=…", "{offered:?}");
+    c.prompt(2, &session, "/mcp:fake:greet who=Ada");
+    let (before, response) = c.until_response(2, Some("allow_once"));
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    let done = updates(&before, "tool_call_update");
+    let last = done.last().unwrap();
+    assert_eq!(last["status"], "completed", "{before:?}");
+    assert!(last.to_string().contains("echo: from acp"), "{last}");
+    c.finish();
+    let log = transcript(data.path(), &session);
+    log_check(data.path(), &log);
+    // The prompt the model got is the MCP prompt's text.
+    let raw = std::fs::read_to_string(&log).unwrap();
+    assert!(raw.contains("Say hello to Ada."), "{raw}");
 }

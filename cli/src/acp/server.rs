@@ -204,6 +204,9 @@ struct Server {
     initialized: bool,
     client: ClientCapabilities,
     sessions: HashMap<String, Live>,
+    /// MCP prompts to offer once the session/new or session/load response
+    /// is out (the client knows the session id then).
+    offers: Vec<(String, dsh_mcp::Mcp)>,
 }
 
 /// Serves until the input ends, the output fails or a termination signal
@@ -245,6 +248,7 @@ pub fn serve(
         initialized: false,
         client: ClientCapabilities::default(),
         sessions: HashMap::new(),
+        offers: Vec::new(),
     };
     while let Ok(msg) = rx.recv() {
         match msg {
@@ -372,6 +376,9 @@ impl Server {
         self.client = r.client_capabilities;
         let capabilities = AgentCapabilities::new()
             .load_session(true)
+            // `mcpServers` of session/new and session/load: stdio (always)
+            // and streamable HTTP.
+            .mcp_capabilities(acp::McpCapabilities::new().http(true))
             .prompt_capabilities(
                 PromptCapabilities::new()
                     .embedded_context(true)
@@ -398,11 +405,13 @@ impl Server {
         &self,
         cwd: &std::path::Path,
         session: &str,
+        mcp_servers: &[acp::McpServer],
     ) -> Result<
         (
             dsh_std::AgentConfig,
             PathBuf,
             Arc<dsh_std::subagents::Delegation>,
+            Option<dsh_mcp::Mcp>,
         ),
         acp::Error,
     > {
@@ -424,6 +433,12 @@ impl Server {
         let client_fs = self.client.fs.read_text_file && self.client.fs.write_text_file;
         let client_terminal = self.options.client_terminal && self.client.terminal;
         let tracing = crate::otel::tracing(&self.options.otel, &file).map_err(internal)?;
+        // The config file's MCP servers, then the client's (issue 28).
+        let mut servers = file.mcp_servers.clone();
+        servers.extend(crate::mcp::from_acp(mcp_servers));
+        let mcp = crate::mcp::start(&servers, &cwd, crate::mcp::tool_env_policy(&provider));
+        let mcp_reported = std::sync::atomic::AtomicBool::new(false);
+        let session_mcp = mcp.clone();
         let peer = self.peer.clone();
         let session = session.to_string();
         let root = cwd.clone();
@@ -454,6 +469,10 @@ impl Server {
             }
             extensions.install(&mut config);
             crate::agent_cmd::interaction_plugins(&mut config, true, false);
+            if let Some(m) = &mcp {
+                let first = !mcp_reported.swap(true, std::sync::atomic::Ordering::Relaxed);
+                crate::mcp::install(m, &mut config, first);
+            }
             if let Some(d) = &data_dir {
                 crate::shell::add_spill(
                     &mut config,
@@ -465,7 +484,51 @@ impl Server {
         };
         let (config, delegation) =
             crate::shell::delegating(self.store.clone(), build).map_err(internal)?;
-        Ok((config, cwd, delegation))
+        Ok((config, cwd, delegation, session_mcp))
+    }
+
+    /// Offers the MCP servers' prompts as commands (`available_commands`):
+    /// `/mcp:SERVER:PROMPT key=value ...` in a prompt expands to the
+    /// prompt's text.
+    fn offer_mcp_prompts(&mut self, session: &str, mcp: Option<&dsh_mcp::Mcp>) {
+        if let Some(m) = mcp {
+            self.offers.push((session.to_string(), m.clone()));
+        }
+    }
+
+    /// The MCP prompts of `session`'s servers as commands.
+    fn mcp_commands(&self, session: &str) -> Vec<acp::AvailableCommand> {
+        let mut out = Vec::new();
+        for (s, mcp) in &self.offers {
+            if s == session {
+                out.extend(Self::prompt_commands(mcp));
+            }
+        }
+        out
+    }
+
+    fn prompt_commands(mcp: &dsh_mcp::Mcp) -> Vec<acp::AvailableCommand> {
+        mcp
+            .prompts()
+            .into_iter()
+            .map(|p| {
+                let hint: Vec<String> = p.arguments.iter().map(|a| format!("{a}=…")).collect();
+                let mut c = acp::AvailableCommand::new(
+                    format!("mcp:{}:{}", p.server, p.name),
+                    if p.description.is_empty() {
+                        format!("MCP prompt {} of {}", p.name, p.server)
+                    } else {
+                        p.description.clone()
+                    },
+                );
+                if !hint.is_empty() {
+                    c = c.input(acp::AvailableCommandInput::Unstructured(
+                        acp::UnstructuredCommandInput::new(hint.join(" ")),
+                    ));
+                }
+                c
+            })
+            .collect()
     }
 
     /// A prompt's content in order (issue 31): each run of text blocks
@@ -581,6 +644,7 @@ impl Server {
                     .into_iter()
                     .map(|(name, description)| AvailableCommand::new(name, description)),
             )
+            .chain(self.mcp_commands(session))
             .collect();
         notify(
             &self.peer,
@@ -591,20 +655,21 @@ impl Server {
 
     fn new_session(&mut self, r: NewSessionRequest) -> Result<NewSessionResponse, acp::Error> {
         let id = new_session_id(now_ms());
-        let (config, cwd, delegation) = self.config(&r.cwd, id.as_str())?;
+        let (config, cwd, delegation, mcp) = self.config(&r.cwd, id.as_str(), &r.mcp_servers)?;
         let policy = config.approval.clone();
         let call = config.call_config.clone();
         let agent = Agent::create(config, self.store.clone(), id)
             .map_err(|e| internal(format!("cannot start the agent: {e}")))?;
         delegation.attach(agent.session_id().clone(), agent.mailbox());
         let session = self.register(agent, cwd, policy, call)?;
+        self.offer_mcp_prompts(&session, mcp.as_ref());
         Ok(NewSessionResponse::new(session).modes(SessionMode::Ask.state()))
     }
 
     fn load_session(&mut self, r: LoadSessionRequest) -> Result<LoadSessionResponse, acp::Error> {
         let session = r.session_id.0.to_string();
         if !self.sessions.contains_key(&session) {
-            let (config, cwd, delegation) = self.config(&r.cwd, &session)?;
+            let (config, cwd, delegation, mcp) = self.config(&r.cwd, &session, &r.mcp_servers)?;
             let policy = config.approval.clone();
             let call = config.call_config.clone();
             let agent = Agent::resume(config, self.store.clone(), &SessionId::new(session.clone()))
@@ -616,6 +681,7 @@ impl Server {
                 })?;
             delegation.attach(agent.session_id().clone(), agent.mailbox());
             self.register(agent, cwd, policy, call)?;
+            self.offer_mcp_prompts(&session, mcp.as_ref());
         }
         let Some(live) = self.sessions.get_mut(&session) else {
             return Err(acp::Error::session_not_found(session));
@@ -747,6 +813,12 @@ impl Server {
                         .respond(&id, Ok(PromptResponse::new(acp::StopReason::EndTurn)));
                 }
             }
+        }
+        // `/mcp:SERVER:PROMPT key=value ...`: an MCP prompt (issue 28).
+        match crate::mcp::expand_prompt(text.trim()) {
+            Some(Ok(t)) => content = vec![dsh_core::ContentBlock::text(t)],
+            Some(Err(e)) => return self.peer.respond::<()>(&id, Err(invalid_params(e))),
+            None => {}
         }
         match live.agent.send_content(content) {
             Ok(()) => {
