@@ -19,8 +19,9 @@ use crate::{
 /// giving up (6.5: "re-read until the stored revision is stable").
 const MAX_LOAD_PASSES: usize = 8;
 
-/// Coordinator settings.
-#[derive(Clone, Debug)]
+/// Coordinator settings (the default: no extra known types, no shadow
+/// validation).
+#[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct CoordinatorConfig {
     /// Event types this runtime knows beyond the core list (session.md Q5):
@@ -35,15 +36,6 @@ pub struct CoordinatorConfig {
     /// cost of one in-memory copy of each tracked log and a second
     /// validation of each event. The reference does not validate appends.
     pub validate_appends: bool,
-}
-
-impl Default for CoordinatorConfig {
-    fn default() -> Self {
-        CoordinatorConfig {
-            extra_known_types: Vec::new(),
-            validate_appends: false,
-        }
-    }
 }
 
 impl CoordinatorConfig {

@@ -301,8 +301,9 @@ pub enum Input {
     ToolDone {
         /// The call's token.
         token: u64,
-        /// Its result.
-        outcome: ToolOutcome,
+        /// Its result (boxed: it is large, and every chunk travels in the
+        /// same enum).
+        outcome: Box<ToolOutcome>,
         /// Tool-owned events the body emitted (TL-24), appended first.
         events: Vec<EventData>,
     },
@@ -351,7 +352,7 @@ pub fn feed<D: Dispatch + ?Sized>(
             events,
         } => {
             d.done(Job::Tool(token));
-            kernel.tool_done(now, token, outcome, events)
+            kernel.tool_done(now, token, *outcome, events)
         }
         Input::Answer { id, reply } => {
             d.done(Job::Side(id));

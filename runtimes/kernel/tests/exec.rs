@@ -137,7 +137,7 @@ fn a_tool_turn_runs_through_carry_and_feed() {
     let outcome = ToolOutcome::success(vec![ContentBlock::text("ok")]);
     let input = Input::ToolDone {
         token: exec_.token,
-        outcome,
+        outcome: Box::new(outcome),
         events: Vec::new(),
     };
     exec::feed(&mut k, &mut d, input).unwrap();

@@ -373,7 +373,7 @@ impl Dispatch for Io {
                 smol::unblock(move || tools.run(&exec, workspace, cancel, timeout)).await;
             let input = Input::ToolDone {
                 token,
-                outcome,
+                outcome: Box::new(outcome),
                 events,
             };
             let _ = tx.send(Msg::Feed(input)).await;

@@ -885,7 +885,7 @@ impl Dispatch for Io {
             let (outcome, events) = toolset.run(&exec, workspace, cancel, timeout);
             let _ = tx.send(feed(Input::ToolDone {
                 token,
-                outcome,
+                outcome: Box::new(outcome),
                 events,
             }));
         })
