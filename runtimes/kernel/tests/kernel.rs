@@ -1047,3 +1047,49 @@ fn a_steer_at_turn_stopping_continues_the_same_turn() {
         "{types:?}"
     );
 }
+
+/// A guard plugin (TL-9 step 7): denies tool `slow` with a reason.
+struct NoSlow;
+
+impl Plugin for NoSlow {
+    fn name(&self) -> &str {
+        "no-slow"
+    }
+    fn seams(&self) -> Seams {
+        Seams::TOOL_GUARD
+    }
+    fn tool_guard(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        exec: &dsh_core::agent::ToolExecution,
+        value: Option<String>,
+    ) -> Flow<Option<String>> {
+        if exec.name == "slow" {
+            return Flow::Done(Some(String::from("slow tools are off")));
+        }
+        Flow::Next(value)
+    }
+}
+
+#[test]
+fn a_guard_plugin_denies_a_call_before_its_body() {
+    // The seam comes from the seam table: the kernel raises it for the
+    // plugin that claims it, and a denial never reaches the body.
+    let mut k = kernel(vec![Box::new(NoSlow)]);
+    let fx = drain(&mut k, NOW);
+    let attempt = started_model(&fx).expect("a model call");
+    for c in tool_call() {
+        k.model_chunk(NOW, attempt, c).unwrap();
+    }
+    k.model_end(NOW, attempt).unwrap();
+    let fx = drain(&mut k, NOW);
+    assert!(started_tool(&fx).is_none(), "the body must not run");
+    let result = k
+        .session()
+        .events()
+        .iter()
+        .find(|e| e.event_type() == "tool/result")
+        .expect("a tool result")
+        .to_json();
+    assert!(result.contains("Error: slow tools are off"), "{result}");
+}
