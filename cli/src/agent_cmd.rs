@@ -304,7 +304,7 @@ pub fn setup_with(
     let installed = extensions.clone();
     let images = crate::shell::image_store(&provider);
     // MCP servers start once; subagents share their connections.
-    let mcp_servers = crate::mcp::servers(&file, &args.mcp)?;
+    let mcp_servers = crate::mcp::servers(&file, &args.mcp, &cwd)?;
     let mcp = crate::mcp::start(&mcp_servers, &cwd, bash.env.clone());
     let mcp_reported = std::sync::atomic::AtomicBool::new(false);
     // The agent, and each subagent it starts, are built alike.
@@ -1281,11 +1281,8 @@ fn repl(
             crate::commands::Handler::Prompt,
         ));
     }
-    let mut machine: Repl<ApprovalRequestId> = Repl::new(
-        registry,
-        piped,
-        io::stdout().is_terminal(),
-    );
+    let mut machine: Repl<ApprovalRequestId> =
+        Repl::new(registry, piped, io::stdout().is_terminal());
     let (held, ended) = std::mem::take(&mut input.leftover);
     machine.take_over(held, ended);
     let mut ids = crate::commands::CommandIds::new(now_ms());

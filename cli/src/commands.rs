@@ -486,21 +486,25 @@ mod tests {
         );
         assert!(
             r.register(Command::new(
-                "skills",
-                "List skills",
+                "release-notes",
+                "Write release notes",
                 None,
-                Handler::Plugin("skills".into())
+                Handler::Prompt
             ))
             .is_ok()
         );
-        assert!(r.help().contains("/skills — List skills"));
+        assert!(r.help().contains("/release-notes — Write release notes"));
+        assert!(r.is_prompt("release-notes") && !r.is_prompt("skills"));
     }
 
     #[test]
     fn completion_offers_matching_names() {
         let r = Registry::standard();
         assert_eq!(r.complete("/pl"), vec!["/plan"]);
-        assert_eq!(r.complete("/s"), vec!["/sessions", "/status", "/steer"]);
+        assert_eq!(
+            r.complete("/s"),
+            vec!["/sessions", "/skills", "/status", "/steer"]
+        );
         assert!(r.complete("/plan x").is_empty());
         assert!(r.complete("plan").is_empty());
     }

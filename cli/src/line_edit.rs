@@ -231,7 +231,7 @@ mod tests {
         typed(&mut e, "/s");
         assert_eq!(
             e.byte(b'\t'),
-            vec![Edit::Show("/sessions  /status  /steer".into())]
+            vec![Edit::Show("/sessions  /skills  /status  /steer".into())]
         );
         typed(&mut e, "t");
         assert_eq!(e.byte(b'\t'), vec![Edit::Show("/status  /steer".into())]);

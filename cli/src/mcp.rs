@@ -75,30 +75,55 @@ pub enum McpCommand {
 pub fn servers(
     file: &crate::config_file::ConfigFile,
     args: &McpArgs,
+    cwd: &Path,
 ) -> Result<ServersConfig, String> {
     let mut servers = file.mcp_servers.clone();
+    // A trusted workspace's own `.dsh/config.toml` (its `[mcp_servers]`
+    // only): a project folder is hostile until the user trusts it.
+    let project = dsh_hooks::config::project_root(cwd).join(".dsh/config.toml");
+    if project.is_file() {
+        if crate::trust::is_trusted(cwd) {
+            servers.extend(read_servers_file(&project, false)?);
+        } else {
+            eprintln_safe!(
+                "dsh: {} is not read: the workspace is not trusted (dsh trust)",
+                project.display()
+            );
+        }
+    }
     if let Some(path) = &args.mcp_config {
-        let extra = read_servers_file(path)?;
+        let extra = read_servers_file(path, true)?;
         servers.extend(extra);
     }
     Ok(servers)
 }
 
-fn read_servers_file(path: &Path) -> Result<ServersConfig, String> {
+/// The `[mcp_servers]` of a TOML file; `only`: no other key is allowed
+/// (`--mcp-config`), else other keys are ignored (a project's config).
+fn read_servers_file(path: &Path, only: bool) -> Result<ServersConfig, String> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct File {
         #[serde(default)]
         mcp_servers: ServersConfig,
     }
-    let fail = |what: String| format!("dsh: --mcp-config {}: {what}", path.display());
+    #[derive(serde::Deserialize)]
+    struct Lenient {
+        #[serde(default)]
+        mcp_servers: ServersConfig,
+    }
+    let fail = |what: String| format!("dsh: {}: {what}", path.display());
     let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
     if meta.len() > 1024 * 1024 {
         return Err(fail("larger than 1 MiB".into()));
     }
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let f: File = toml::from_str(&text).map_err(|e| fail(e.to_string().trim().to_string()))?;
-    Ok(f.mcp_servers)
+    let parsed = if only {
+        toml::from_str::<File>(&text).map(|f| f.mcp_servers)
+    } else {
+        toml::from_str::<Lenient>(&text).map(|f| f.mcp_servers)
+    };
+    parsed.map_err(|e| fail(e.to_string().trim().to_string()))
 }
 
 /// Starts `servers` for an agent in `cwd`: stderr logs under the data
@@ -280,7 +305,10 @@ pub fn run(cmd: McpCommand) -> Outcome {
                     return Outcome::BadInput;
                 }
             };
-            let servers = match servers(&file, &args) {
+            let cwd = cwd
+                .or_else(|| std::env::current_dir().ok())
+                .unwrap_or_else(|| PathBuf::from("."));
+            let servers = match servers(&file, &args, &cwd) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln_safe!("{e}");
@@ -291,9 +319,6 @@ pub fn run(cmd: McpCommand) -> Outcome {
                 println_safe!("no MCP servers configured");
                 return Outcome::Ok;
             }
-            let cwd = cwd
-                .or_else(|| std::env::current_dir().ok())
-                .unwrap_or_else(|| PathBuf::from("."));
             let Some(mcp) = start(&servers, &cwd, dsh_tools::EnvPolicy::default()) else {
                 return Outcome::Ok;
             };

@@ -481,10 +481,16 @@ fn acp_offers_the_skills_as_available_commands() {
     drop(stdin);
     let _ = child.wait();
     let v = found.expect("an available_commands_update");
+    // The skill follows the built-in commands in the one list.
+    let list = v["params"]["update"]["availableCommands"]
+        .as_array()
+        .unwrap();
     assert_eq!(
-        v["params"]["update"]["availableCommands"],
-        serde_json::json!([{"name": "release-notes", "description": "Write release notes."}])
+        list.last(),
+        Some(&serde_json::json!({"name": "release-notes", "description": "Write release notes."})),
+        "{list:?}"
     );
+    assert!(list.iter().any(|c| c["name"] == "skills"), "{list:?}");
 }
 
 /// Every `session.jsonl` under `dir`, parsed.

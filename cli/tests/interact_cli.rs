@@ -683,7 +683,7 @@ fn tab_completes_commands_on_a_terminal() {
     p.exp_string("> ").unwrap();
     p.send("/s\t").unwrap();
     p.flush().unwrap();
-    p.exp_string("/sessions  /status  /steer").unwrap();
+    p.exp_string("/sessions  /skills  /status  /steer").unwrap();
     p.send_control('u').unwrap();
     p.send_control('d').unwrap();
     p.exp_eof().unwrap();

@@ -559,3 +559,45 @@ fn mcp_add_list_remove_edit_the_config_file() {
         "# mine\nmodel = \"m\"\n\n"
     );
 }
+
+/// Issue 28: a workspace's own `.dsh/config.toml` adds its MCP servers only
+/// once the user trusts the folder (`dsh trust`); before, it is named and
+/// not read.
+#[test]
+fn a_workspace_config_adds_servers_only_when_trusted() {
+    let Some(py) = python() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::create_dir_all(ws_path.join(".dsh")).unwrap();
+    std::fs::write(
+        ws_path.join(".dsh/config.toml"),
+        format!(
+            "model = \"ignored here\"\n[mcp_servers.proj]\ncommand = {}\nargs = [{}, \"normal\"]\n",
+            toml_str(&py),
+            toml_str(&fake_server())
+        ),
+    )
+    .unwrap();
+    let list = |data: &Path| {
+        let o = dsh(data)
+            .current_dir(&ws_path)
+            .args(["mcp", "list"])
+            .output()
+            .unwrap();
+        (text(&o.stdout), text(&o.stderr), o.status.code())
+    };
+    let (out, err, code) = list(data.path());
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("no MCP servers configured"), "{out}");
+    assert!(err.contains("not trusted"), "{err}");
+    let t = dsh(data.path())
+        .args(["trust", ws_path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(t.status.code(), Some(0), "{}", text(&t.stderr));
+    let (out, err, code) = list(data.path());
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("proj\tconnected"), "{out}{err}");
+    assert!(out.contains("mcp__proj__echo"), "{out}");
+}

@@ -508,8 +508,7 @@ impl Server {
     }
 
     fn prompt_commands(mcp: &dsh_mcp::Mcp) -> Vec<acp::AvailableCommand> {
-        mcp
-            .prompts()
+        mcp.prompts()
             .into_iter()
             .map(|p| {
                 let hint: Vec<String> = p.arguments.iter().map(|a| format!("{a}=…")).collect();

@@ -8,11 +8,11 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, SessionId, StreamChunk};
 use dsh_approval::{ApprovalMode, ApprovalPolicy};
+use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, SessionId, StreamChunk};
 use dsh_host::{ScriptedProvider, ScriptedReply};
-use dsh_spill::{SpillConfig, SpillPlugin};
 use dsh_smol::{Agent, AgentConfig};
+use dsh_spill::{SpillConfig, SpillPlugin};
 
 use dsh_web::{AddressPolicy, FetchConfig, WebFetchApproval};
 
