@@ -296,8 +296,11 @@ pub enum Effect {
     },
     /// Tell subscribers.
     Publish(AgentEvent),
-    /// Disposal finished: nothing runs, everything is persisted. Emitted
-    /// once; the runtime may drop the kernel.
+    /// Disposal finished: nothing runs, and every event is persisted
+    /// unless the last write failed, which [`Kernel::store_error`] then
+    /// reports. Emitted once; the runtime may drop the kernel.
+    ///
+    /// [`Kernel::store_error`]: crate::Kernel::store_error
     Finished,
 }
 
