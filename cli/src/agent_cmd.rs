@@ -65,10 +65,10 @@ fn terminal_columns() -> usize {
         return c;
     }
     #[cfg(unix)]
-    if let Ok(size) = rustix::termios::tcgetwinsize(io::stdout()) {
-        if size.ws_col > 0 {
-            return usize::from(size.ws_col);
-        }
+    if let Ok(size) = rustix::termios::tcgetwinsize(io::stdout())
+        && size.ws_col > 0
+    {
+        return usize::from(size.ws_col);
     }
     80
 }
@@ -603,11 +603,11 @@ pub fn run(args: RunArgs) -> Outcome {
         );
         return Outcome::CheckFailed;
     }
-    if let Some(file) = &args.record {
-        if let Err(e) = record(setup.store.as_ref(), &id, file) {
-            eprintln_safe!("dsh run: cannot record to {}: {e}", file.display());
-            return Outcome::CheckFailed;
-        }
+    if let Some(file) = &args.record
+        && let Err(e) = record(setup.store.as_ref(), &id, file)
+    {
+        eprintln_safe!("dsh run: cannot record to {}: {e}", file.display());
+        return Outcome::CheckFailed;
     }
     match result {
         Ok(outcome) => {

@@ -162,14 +162,14 @@ pub unsafe fn capture(names: &[String]) {
 /// asked for, the captured value (the variable is no longer in the
 /// environment); for any other, the environment's value.
 pub fn lookup(name: &str) -> Option<String> {
-    if let Some(c) = CAPTURED.get() {
-        if c.names.iter().any(|n| n == name) {
-            return c
-                .values
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, s)| s.expose().to_string());
-        }
+    if let Some(c) = CAPTURED.get()
+        && c.names.iter().any(|n| n == name)
+    {
+        return c
+            .values
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.expose().to_string());
     }
     std::env::var(name).ok()
 }
@@ -202,10 +202,10 @@ pub unsafe fn scrub_base_url_args(args: &[OsString]) -> bool {
             i += 1;
             continue;
         };
-        if let Some(value) = args.get(at).and_then(|a| a.to_str()) {
-            if let Some(range) = userinfo_range(&value[offset..]) {
-                hits.push((at, range.start + offset..range.end + offset));
-            }
+        if let Some(value) = args.get(at).and_then(|a| a.to_str())
+            && let Some(range) = userinfo_range(&value[offset..])
+        {
+            hits.push((at, range.start + offset..range.end + offset));
         }
         i += 1;
     }

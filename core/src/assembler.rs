@@ -349,11 +349,12 @@ impl BlockAssembler {
         match chunk {
             StreamChunk::TextDelta { index, text }
             | StreamChunk::ReasoningDelta { index, text } => {
-                if self.hot == Hot::Text && self.hot_index == *index {
-                    if let Some(partial) = self.partials.get_mut(self.hot_pos) {
-                        partial.buf.push(text);
-                        return;
-                    }
+                if self.hot == Hot::Text
+                    && self.hot_index == *index
+                    && let Some(partial) = self.partials.get_mut(self.hot_pos)
+                {
+                    partial.buf.push(text);
+                    return;
                 }
                 let is_text = matches!(chunk, StreamChunk::TextDelta { .. });
                 self.text_delta(*index, text, is_text);
@@ -363,11 +364,12 @@ impl BlockAssembler {
                 head,
                 arguments_delta,
             } => {
-                if self.hot == Hot::Tool && self.hot_index == *index {
-                    if let Some(partial) = self.partials.get_mut(self.hot_pos) {
-                        partial.tool_delta(head, arguments_delta);
-                        return;
-                    }
+                if self.hot == Hot::Tool
+                    && self.hot_index == *index
+                    && let Some(partial) = self.partials.get_mut(self.hot_pos)
+                {
+                    partial.tool_delta(head, arguments_delta);
+                    return;
                 }
                 self.tool_call_delta(*index, head, arguments_delta);
             }
@@ -431,10 +433,10 @@ impl BlockAssembler {
     /// BA-6: the first close wins and overrides the deltas.
     fn block_end(&mut self, index: u64, block: &ContentBlock) {
         let pos = self.slot(index, || Kind::from_type(block.block_type()));
-        if let Some(partial) = self.partials.get_mut(pos) {
-            if partial.closed.is_none() {
-                partial.close(block.clone());
-            }
+        if let Some(partial) = self.partials.get_mut(pos)
+            && partial.closed.is_none()
+        {
+            partial.close(block.clone());
         }
         if self.hot_pos == pos {
             self.hot = Hot::None;
@@ -447,10 +449,10 @@ impl BlockAssembler {
         match chunk {
             StreamChunk::BlockEnd { index, block } => {
                 let pos = self.slot(index, || Kind::from_type(block.block_type()));
-                if let Some(partial) = self.partials.get_mut(pos) {
-                    if partial.closed.is_none() {
-                        partial.close(*block);
-                    }
+                if let Some(partial) = self.partials.get_mut(pos)
+                    && partial.closed.is_none()
+                {
+                    partial.close(*block);
                 }
                 if self.hot_pos == pos {
                     self.hot = Hot::None;

@@ -137,15 +137,15 @@ impl LlmError {
         if failure.code.is_empty() {
             return Err(InvalidFailure::EmptyCode);
         }
-        if let Some(status) = failure.status {
-            if !(100..=599).contains(&status) {
-                return Err(InvalidFailure::StatusOutOfRange(status));
-            }
+        if let Some(status) = failure.status
+            && !(100..=599).contains(&status)
+        {
+            return Err(InvalidFailure::StatusOutOfRange(status));
         }
-        if let Some(ms) = failure.provider_retry_after_ms {
-            if !ms.is_finite() || ms <= 0.0 {
-                return Err(InvalidFailure::BadRetryAfter);
-            }
+        if let Some(ms) = failure.provider_retry_after_ms
+            && (!ms.is_finite() || ms <= 0.0)
+        {
+            return Err(InvalidFailure::BadRetryAfter);
         }
         if failure.request_id.as_deref() == Some("") {
             return Err(InvalidFailure::EmptyRequestId);

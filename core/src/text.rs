@@ -395,10 +395,10 @@ impl ToolCallHead {
     /// `self` when it already has this id and name (a pointer copy),
     /// otherwise a new head: the interning step of a delta producer.
     pub fn reuse(last: &mut Option<ToolCallHead>, id: &str, name: Option<&str>) -> ToolCallHead {
-        if let Some(head) = last {
-            if head.is(id, name) {
-                return head.clone();
-            }
+        if let Some(head) = last
+            && head.is(id, name)
+        {
+            return head.clone();
         }
         let head = ToolCallHead::new(id, name);
         *last = Some(head.clone());

@@ -33,16 +33,15 @@ fn mutate(bytes: &[u8], event_type: &str, edit: impl Fn(&mut Value)) -> (Vec<u8>
     let mut seq = None;
     for line in text.split_inclusive('\n') {
         let body = line.trim_end_matches('\n');
-        if seq.is_none() {
-            if let Ok(mut v) = serde_json::from_str::<Value>(body) {
-                if v["type"] == event_type {
-                    edit(&mut v["data"]);
-                    seq = v["seq"].as_u64();
-                    out.push_str(&serde_json::to_string(&v).unwrap());
-                    out.push('\n');
-                    continue;
-                }
-            }
+        if seq.is_none()
+            && let Ok(mut v) = serde_json::from_str::<Value>(body)
+            && v["type"] == event_type
+        {
+            edit(&mut v["data"]);
+            seq = v["seq"].as_u64();
+            out.push_str(&serde_json::to_string(&v).unwrap());
+            out.push('\n');
+            continue;
         }
         out.push_str(line);
     }
@@ -76,10 +75,10 @@ fn replay(bytes: &[u8]) -> String {
 fn strict_rejects(bytes: &[u8], seq: u64) -> bool {
     let mut d = Decoder::strict();
     for line in bytes.split(|b| *b == b'\n').skip(1) {
-        if let Ok(Record::One(r)) = d.decode_line(line) {
-            if r.seq() == Some(seq) {
-                return matches!(r, Decoded::Invalid(_));
-            }
+        if let Ok(Record::One(r)) = d.decode_line(line)
+            && r.seq() == Some(seq)
+        {
+            return matches!(r, Decoded::Invalid(_));
         }
     }
     panic!("seq {seq} not found");

@@ -236,10 +236,10 @@ impl Run {
 
     fn track(&mut self) {
         // The last CallModel is the open attempt until an end is accepted.
-        if let Some(c) = self.t.calls.last() {
-            if self.open_attempt.is_none_or(|a| a < c.attempt) {
-                self.open_attempt = Some(c.attempt);
-            }
+        if let Some(c) = self.t.calls.last()
+            && self.open_attempt.is_none_or(|a| a < c.attempt)
+        {
+            self.open_attempt = Some(c.attempt);
         }
     }
 
@@ -340,15 +340,14 @@ impl Run {
                 }
             }
             Op::StreamError => {
-                if let Some(a) = self.attempt() {
-                    if self
+                if let Some(a) = self.attempt()
+                    && self
                         .t
                         .agent
                         .handle_stream_error(now, a, HookError::msg("consumer failed"))
                         .is_ok()
-                    {
-                        self.open_attempt = Some(u64::MAX);
-                    }
+                {
+                    self.open_attempt = Some(u64::MAX);
                 }
             }
             Op::ToolOk(k, conclude, ctx) => {
@@ -374,27 +373,25 @@ impl Run {
                 }
             }
             Op::ToolFail(k) => {
-                if let Some(exec) = self.pick_tool(k) {
-                    if self
+                if let Some(exec) = self.pick_tool(k)
+                    && self
                         .t
                         .agent
                         .handle_tool_failure(now, exec.token, HookError::msg("runner died"))
                         .is_ok()
-                    {
-                        self.runner_failed.push((exec.turn, exec.step));
-                    }
+                {
+                    self.runner_failed.push((exec.turn, exec.step));
                 }
             }
             Op::Answer(fail) => {
-                if let Some((id, call)) = self.t.pending.first().cloned() {
-                    if self
+                if let Some((id, call)) = self.t.pending.first().cloned()
+                    && self
                         .t
                         .agent
                         .complete_hook(now, id, default_answer(&call, fail))
                         .is_ok()
-                    {
-                        self.t.pending.remove(0);
-                    }
+                {
+                    self.t.pending.remove(0);
                 }
             }
             Op::Timeout(ms) => {

@@ -522,12 +522,11 @@ impl DeepSeekClient {
         let after_scheme = path_part.split_once("://").map_or(path_part, |(_, r)| r);
         let bare = !after_scheme.contains('/');
         if bare && !is_deepseek_url(path_part) {
-            if let Ok(memo) = self.shared.endpoint.lock() {
-                if let Some((b, url)) = memo.as_ref() {
-                    if *b == base {
-                        return vec![url.clone()];
-                    }
-                }
+            if let Ok(memo) = self.shared.endpoint.lock()
+                && let Some((b, url)) = memo.as_ref()
+                && *b == base
+            {
+                return vec![url.clone()];
             }
             return vec![join("/v1/chat/completions"), join("/chat/completions")];
         }
@@ -544,10 +543,10 @@ impl DeepSeekClient {
 
     /// A fresh agent, or the pooled one of the last clean call.
     fn agent(&self, ua: String) -> Agent {
-        if let Ok(mut slot) = self.shared.agent.lock() {
-            if let Some(agent) = slot.take() {
-                return agent;
-            }
+        if let Ok(mut slot) = self.shared.agent.lock()
+            && let Some(agent) = slot.take()
+        {
+            return agent;
         }
         let agent_config = Agent::config_builder()
             .http_status_as_error(false)
@@ -735,10 +734,10 @@ impl DeepSeekClient {
         if let Some(id) = &self.options.user_id {
             headers.push(("x-deepseek-harness-user-id", id.clone()));
         }
-        if let Some(sid) = &options.session_id {
-            if self.session_header_for(&base_url) {
-                headers.push(("x-deepseek-harness-session-id", sid.as_str().to_string()));
-            }
+        if let Some(sid) = &options.session_id
+            && self.session_header_for(&base_url)
+        {
+            headers.push(("x-deepseek-harness-session-id", sid.as_str().to_string()));
         }
         if options.purpose == Some(Purpose::Compaction) {
             headers.push(("x-deepseek-harness-compact", String::from("1")));
@@ -1012,11 +1011,13 @@ impl fmt::Debug for DeepSeekStream {
 impl Drop for DeepSeekStream {
     fn drop(&mut self) {
         self.watch.close();
-        if self.released && !self.watch.fired() && !self.cancel.is_cancelled() {
-            if let Ok(mut slot) = self.shared.agent.lock() {
-                *slot = Some(self.agent.clone());
-                return;
-            }
+        if self.released
+            && !self.watch.fired()
+            && !self.cancel.is_cancelled()
+            && let Ok(mut slot) = self.shared.agent.lock()
+        {
+            *slot = Some(self.agent.clone());
+            return;
         }
         self.agent.clone().shutdown();
     }
@@ -1318,10 +1319,11 @@ impl Iterator for DeepSeekStream {
                         self.state = State::Pending(request);
                         continue;
                     }
-                    if (200..300).contains(&status) && !request.tried.is_empty() {
-                        if let Ok(mut memo) = self.shared.endpoint.lock() {
-                            *memo = Some((self.base_raw.clone(), url.clone()));
-                        }
+                    if (200..300).contains(&status)
+                        && !request.tried.is_empty()
+                        && let Ok(mut memo) = self.shared.endpoint.lock()
+                    {
+                        *memo = Some((self.base_raw.clone(), url.clone()));
                     }
                     match self.open(response) {
                         Ok(reader) => {

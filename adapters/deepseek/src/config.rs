@@ -245,10 +245,10 @@ pub fn is_http_url(url: &str) -> bool {
 impl DeepSeekConfig {
     /// D-3 validation.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.thinking == Some(Thinking::Disabled) {
-            if let Some(e) = self.reasoning_effort.filter(|e| *e != Effort::Off) {
-                return Err(ConfigError::EffortWithThinkingDisabled(e));
-            }
+        if self.thinking == Some(Thinking::Disabled)
+            && let Some(e) = self.reasoning_effort.filter(|e| *e != Effort::Off)
+        {
+            return Err(ConfigError::EffortWithThinkingDisabled(e));
         }
         if self.api_key_env.is_empty() {
             return Err(ConfigError::EmptyApiKeyEnv);
@@ -269,10 +269,10 @@ impl DeepSeekConfig {
             self.max_request_image_bytes,
             MAX_SAFE,
         )?;
-        if let Some(url) = &self.base_url {
-            if !is_http_url(url) {
-                return Err(ConfigError::InvalidBaseUrl);
-            }
+        if let Some(url) = &self.base_url
+            && !is_http_url(url)
+        {
+            return Err(ConfigError::InvalidBaseUrl);
         }
         for (i, m) in self.models.iter().enumerate() {
             let bad = |why: &str| Err(ConfigError::InvalidModel(alloc::format!("#{i} {why}")));

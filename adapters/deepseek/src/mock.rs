@@ -902,11 +902,11 @@ impl Chunked<'_> {
             if ms.is_some_and(|ms| start.elapsed() >= Duration::from_millis(ms)) {
                 return Ok(true);
             }
-            if let Some(k) = keep_alive_ms {
-                if last_ping.elapsed() >= Duration::from_millis(k) {
-                    self.chunk(b": keep-alive\n\n")?;
-                    last_ping = Instant::now();
-                }
+            if let Some(k) = keep_alive_ms
+                && last_ping.elapsed() >= Duration::from_millis(k)
+            {
+                self.chunk(b": keep-alive\n\n")?;
+                last_ping = Instant::now();
             }
             match self.stream.read(&mut sink) {
                 Ok(0) => return Ok(false),

@@ -422,10 +422,11 @@ impl Pattern {
             nlist.clear();
             for i in 0..clist.dense.len() {
                 let pc = clist.dense[i];
-                if let Some(Inst::Unit(p)) = self.prog.get(pc) {
-                    if p.matches(u) && self.add(&mut nlist, pc + 1, pos + 1, &units) {
-                        return true;
-                    }
+                if let Some(Inst::Unit(p)) = self.prog.get(pc)
+                    && p.matches(u)
+                    && self.add(&mut nlist, pc + 1, pos + 1, &units)
+                {
+                    return true;
                 }
             }
             core::mem::swap(&mut clist, &mut nlist);

@@ -115,16 +115,16 @@ pub fn wire_thinking(
     // Rule 3.
     let effort = requested.or(config.reasoning_effort);
     // Rule 4.
-    if let (Some(Thinking::Disabled), Some(e)) = (config.thinking, effort) {
-        if e != Effort::Off {
-            return Err(LlmError::coded(
-                codes::UNSUPPORTED_REASONING_EFFORT,
-                &format!(
-                    "DeepSeek deployment does not support reasoning effort \"{}\"",
-                    e.as_str()
-                ),
-            ));
-        }
+    if let (Some(Thinking::Disabled), Some(e)) = (config.thinking, effort)
+        && e != Effort::Off
+    {
+        return Err(LlmError::coded(
+            codes::UNSUPPORTED_REASONING_EFFORT,
+            &format!(
+                "DeepSeek deployment does not support reasoning effort \"{}\"",
+                e.as_str()
+            ),
+        ));
     }
     Ok(match effort {
         // Rule 5.

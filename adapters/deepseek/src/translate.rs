@@ -376,17 +376,17 @@ impl Translator {
                         continue;
                     };
                     // T-5: the latest id and name win.
-                    if let Some(id) = call.id.0.as_deref() {
-                        if block.id.as_deref() != Some(id) {
-                            block.id = Some(String::from(id));
-                            block.head = None;
-                        }
+                    if let Some(id) = call.id.0.as_deref()
+                        && block.id.as_deref() != Some(id)
+                    {
+                        block.id = Some(String::from(id));
+                        block.head = None;
                     }
-                    if let Some(name) = call.name.0.as_deref() {
-                        if block.name.as_deref() != Some(name) {
-                            block.name = Some(String::from(name));
-                            block.head = None;
-                        }
+                    if let Some(name) = call.name.0.as_deref()
+                        && block.name.as_deref() != Some(name)
+                    {
+                        block.name = Some(String::from(name));
+                        block.head = None;
                     }
                     if block.id.as_deref().is_none_or(str::is_empty)
                         && self.profile == Profile::Interop
@@ -496,12 +496,12 @@ impl Translator {
                     for (i, call) in calls.iter_mut().enumerate() {
                         let Value::Object(call) = call else { continue };
                         call.entry("index").or_insert(Value::from(i));
-                        if let Some(Value::Object(f)) = call.get_mut("function") {
-                            if let Some(args) = f.get_mut("arguments") {
-                                if !args.is_string() && !args.is_null() {
-                                    *args = Value::String(args.to_string());
-                                }
-                            }
+                        if let Some(Value::Object(f)) = call.get_mut("function")
+                            && let Some(args) = f.get_mut("arguments")
+                            && !args.is_string()
+                            && !args.is_null()
+                        {
+                            *args = Value::String(args.to_string());
                         }
                     }
                 }

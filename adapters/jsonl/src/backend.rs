@@ -208,10 +208,10 @@ impl JsonlBackend {
                 .frame(p, out)
                 .map_err(|e| StoreError::io("compress a batch", e))?;
         }
-        if let Ok(mut pool) = self.compressors.lock() {
-            if pool.len() < MAX_IDLE_COMPRESSORS {
-                pool.push(frames);
-            }
+        if let Ok(mut pool) = self.compressors.lock()
+            && pool.len() < MAX_IDLE_COMPRESSORS
+        {
+            pool.push(frames);
         }
         Ok(())
     }

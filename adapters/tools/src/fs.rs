@@ -739,10 +739,10 @@ fn write_run(
         "Created file"
     };
     let mut diffs = Vec::new();
-    if let Some(old) = &before {
-        if old != content {
-            diffs.push(diff(&r, old, content));
-        }
+    if let Some(old) = &before
+        && old != content
+    {
+        diffs.push(diff(&r, old, content));
     }
     let value = json!({
         "path": r.display,

@@ -162,12 +162,12 @@ pub fn check_image(
     let Some(media_type) = sniff_media_type(data) else {
         return Err("the bytes are not a PNG, JPEG, GIF or WebP image".into());
     };
-    if let Some(d) = declared {
-        if d != media_type {
-            return Err(format!(
-                "the name declares {d}, but the bytes are {media_type}; rename the file to match its format"
-            ));
-        }
+    if let Some(d) = declared
+        && d != media_type
+    {
+        return Err(format!(
+            "the name declares {d}, but the bytes are {media_type}; rename the file to match its format"
+        ));
     }
     let size = imagesize::blob_size(data)
         .map_err(|e| format!("cannot read the image's dimensions: {e}"))?;

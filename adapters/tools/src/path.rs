@@ -242,10 +242,10 @@ impl Workspace {
         let Ok(relative) = path.strip_prefix(&self.canonical).map(Path::to_path_buf) else {
             return Err(PathError::Outside { resolved: path });
         };
-        if let Ok(meta) = fs::symlink_metadata(&path) {
-            if meta.file_type().is_symlink() {
-                return Err(PathError::DanglingSymlink);
-            }
+        if let Ok(meta) = fs::symlink_metadata(&path)
+            && meta.file_type().is_symlink()
+        {
+            return Err(PathError::DanglingSymlink);
         }
         let display = if relative.as_os_str().is_empty() {
             self.root.display().to_string()

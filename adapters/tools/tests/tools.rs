@@ -103,10 +103,10 @@ fn reference_tools() -> Vec<Value> {
     let log = fs::read_to_string(path).unwrap();
     for line in log.lines() {
         let v: Value = serde_json::from_str(line).unwrap();
-        if v["type"] == "request/header" {
-            if let Some(tools) = v["data"]["header"]["tools"].as_array() {
-                return tools.clone();
-            }
+        if v["type"] == "request/header"
+            && let Some(tools) = v["data"]["header"]["tools"].as_array()
+        {
+            return tools.clone();
         }
     }
     panic!("no request/header with tools");

@@ -631,11 +631,11 @@ impl Agent {
             let range = self.announced..len;
             self.announced = len;
             // Coalesce with a trailing Appended range.
-            if let Some(Output::Appended(last)) = self.outputs.back_mut() {
-                if last.end == range.start {
-                    last.end = range.end;
-                    return;
-                }
+            if let Some(Output::Appended(last)) = self.outputs.back_mut()
+                && last.end == range.start
+            {
+                last.end = range.end;
+                return;
             }
             self.outputs.push_back(Output::Appended(range));
         }

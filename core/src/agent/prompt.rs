@@ -194,10 +194,10 @@ pub fn runtime_context_candidate(
             },
         )
     };
-    if let RetainedContext::Retained { text, .. } = retained {
-        if *text == snapshot {
-            return None;
-        }
+    if let RetainedContext::Retained { text, .. } = retained
+        && *text == snapshot
+    {
+        return None;
     }
     Some((snapshot, source))
 }

@@ -289,13 +289,13 @@ fn comparable_with(e: &SessionEvent, canonical_headers: bool) -> String {
     match serde_json::from_str::<Value>(&line) {
         Ok(Value::Object(mut m)) => {
             m.shift_remove("time");
-            if let (true, EventData::RequestHeader(h)) = (canonical_headers, e.data()) {
-                if let (Some(Value::Object(data)), Ok(header)) = (
+            if let (true, EventData::RequestHeader(h)) = (canonical_headers, e.data())
+                && let (Some(Value::Object(data)), Ok(header)) = (
                     m.get_mut("data"),
                     serde_json::to_value(h.header.canonical()),
-                ) {
-                    data.insert("header".into(), header);
-                }
+                )
+            {
+                data.insert("header".into(), header);
             }
             Value::Object(m).to_string()
         }
@@ -510,17 +510,17 @@ impl Driver {
         flush_foreign(&self.rec, &mut self.agent, now);
         let pos = self.pos();
         let mut queued = Vec::new();
-        if let Some(e) = self.rec.get(pos) {
-            if let EventData::InboxSpliced(s) = e.data() {
-                if s.outcome.is_none() && s.removed_count.is_none() {
-                    for m in &s.inserted {
-                        let target = target_of(s);
-                        let wake = target == InboxTarget::NextStep;
-                        queued.push(Queued::Send((**m).clone(), target, wake));
-                    }
-                    return queued;
-                }
+        if let Some(e) = self.rec.get(pos)
+            && let EventData::InboxSpliced(s) = e.data()
+            && s.outcome.is_none()
+            && s.removed_count.is_none()
+        {
+            for m in &s.inserted {
+                let target = target_of(s);
+                let wake = target == InboxTarget::NextStep;
+                queued.push(Queued::Send((**m).clone(), target, wake));
             }
+            return queued;
         }
         if let Some((cause, keep)) = self.rec.cancels_at(pos) {
             queued.push(Queued::Cancel(cause, keep));
@@ -1288,12 +1288,11 @@ impl Driver {
                 _ => false,
             });
         self.waiting = Waiting::Nothing;
-        if !failed_finish {
-            if let Some(e) = self.rec.error_at(pos) {
-                if matches!(next.data(), EventData::StepEnd(_)) {
-                    return self.agent.handle_stream_error(now, attempt, e).is_ok();
-                }
-            }
+        if !failed_finish
+            && let Some(e) = self.rec.error_at(pos)
+            && matches!(next.data(), EventData::StepEnd(_))
+        {
+            return self.agent.handle_stream_error(now, attempt, e).is_ok();
         }
         self.agent.handle_stream_end(now, attempt).is_ok()
     }
@@ -1352,10 +1351,10 @@ impl Driver {
             outcome.concludes_turn = true;
         }
         // A call aborted in flight: the cancel came first.
-        if r.error.as_ref().is_some_and(|e| e.code == "ABORTED") {
-            if let Some((cause, keep)) = self.rec.cancels_at(after) {
-                self.agent.cancel(now, cause, keep);
-            }
+        if r.error.as_ref().is_some_and(|e| e.code == "ABORTED")
+            && let Some((cause, keep)) = self.rec.cancels_at(after)
+        {
+            self.agent.cancel(now, cause, keep);
         }
         self.agent.handle_tool_result(now, token, outcome).is_ok()
     }

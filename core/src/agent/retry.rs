@@ -395,10 +395,10 @@ impl RetryPolicy {
         if !self.covers(&failure.code) {
             return RetrySchedule::Delegate;
         }
-        if let Some(max) = self.max_retries() {
-            if previous >= max {
-                return RetrySchedule::Delegate;
-            }
+        if let Some(max) = self.max_retries()
+            && previous >= max
+        {
+            return RetrySchedule::Delegate;
         }
         let retry = previous.saturating_add(1);
         let delay_ms = match failure.provider_retry_after_ms {

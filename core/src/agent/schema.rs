@@ -297,12 +297,12 @@ pub fn check_schema_at(schema: &Value, root: &str) -> Vec<String> {
                 if let Some(declared) = node.get("const") {
                     if !scalar_matches(ty, declared) {
                         violations.push(format!("{path}.const must be a {ty} value"));
-                    } else if let (true, Some(Value::Array(entries))) = (enum_valid, allowed) {
-                        if !entries.iter().any(|e| same_scalar(e, declared)) {
-                            violations.push(format!(
-                                "{path}.const must be one of {path}.enum when both are declared"
-                            ));
-                        }
+                    } else if let (true, Some(Value::Array(entries))) = (enum_valid, allowed)
+                        && !entries.iter().any(|e| same_scalar(e, declared))
+                    {
+                        violations.push(format!(
+                            "{path}.const must be one of {path}.enum when both are declared"
+                        ));
                     }
                 }
             }
@@ -527,10 +527,10 @@ fn enter<'a>(node: &'a Value, value: &'a Value, path: String) -> Entered<'a> {
                     return one(&format!("must be one of {}", js_stringify(allowed)));
                 }
             }
-            if let Some(c) = node.get("const") {
-                if !same_scalar(c, value) {
-                    return one(&format!("must be {}", js_stringify(c)));
-                }
+            if let Some(c) = node.get("const")
+                && !same_scalar(c, value)
+            {
+                return one(&format!("must be {}", js_stringify(c)));
             }
             Entered::Done(Vec::new())
         }

@@ -171,10 +171,10 @@ impl ToolRegistry {
         if self.tools.contains_key(&name) {
             return Err(ToolRegistryError::Duplicate { name });
         }
-        if let Some(t) = tool.timeout_ms {
-            if !(t.is_finite() && t > 0.0) {
-                return Err(ToolRegistryError::BadTimeout { name });
-            }
+        if let Some(t) = tool.timeout_ms
+            && !(t.is_finite() && t > 0.0)
+        {
+            return Err(ToolRegistryError::BadTimeout { name });
         }
         let mut violations = Vec::new();
         if tool.validate_arguments {
@@ -251,10 +251,10 @@ impl ToolRegistry {
                         out.push(t.schema.clone());
                     }
                 }
-            } else if let Some(t) = self.tools.get(name) {
-                if !out.iter().any(|s: &ToolSchema| s.name == *name) {
-                    out.push(t.schema.clone());
-                }
+            } else if let Some(t) = self.tools.get(name)
+                && !out.iter().any(|s: &ToolSchema| s.name == *name)
+            {
+                out.push(t.schema.clone());
             }
         }
         Ok(out)

@@ -298,13 +298,12 @@ impl Decoder {
     fn keep_text(&mut self, e: &mut SessionEvent, line: &[u8]) {
         self.scratch.clear();
         write_event_json(e, &mut self.scratch);
-        if self.scratch.as_slice() != line {
-            if let Ok(raw) = core::str::from_utf8(line)
+        if self.scratch.as_slice() != line
+            && let Ok(raw) = core::str::from_utf8(line)
                 .map_err(|_| ())
                 .and_then(|s| RawValue::from_string(s.to_owned()).map_err(|_| ()))
-            {
-                e.set_verbatim(raw);
-            }
+        {
+            e.set_verbatim(raw);
         }
     }
 
@@ -1452,7 +1451,7 @@ mod tests {
                         // Mostly plain bytes, so the first special one
                         // lands at every position of a word.
                         let r = (state >> 16) as usize;
-                        if r % 4 == 0 {
+                        if r.is_multiple_of(4) {
                             alphabet[(r / 4) % alphabet.len()]
                         } else {
                             b'a' + (r % 26) as u8

@@ -59,12 +59,12 @@ pub(crate) fn reduce(event_type: &str, data: &Value) -> Option<Value> {
     };
     // The reference's legacy `trigger` (persistence.md LG1): only beside
     // `turn`, and an object with a non-empty string `kind`; else malformed.
-    if event_type == types::TURN_START {
-        if let Some(t) = o.get("trigger") {
-            let kind = t.get("kind").and_then(Value::as_str);
-            if o.len() != 2 || !t.is_object() || kind.is_none_or(str::is_empty) {
-                return None;
-            }
+    if event_type == types::TURN_START
+        && let Some(t) = o.get("trigger")
+    {
+        let kind = t.get("kind").and_then(Value::as_str);
+        if o.len() != 2 || !t.is_object() || kind.is_none_or(str::is_empty) {
+            return None;
         }
     }
     let mut r = only(o, keys);
@@ -82,12 +82,12 @@ pub(crate) fn reduce(event_type: &str, data: &Value) -> Option<Value> {
         }
         types::TOOL_CALL => {
             // Arguments as a JSON value (an older shape): its JSON text.
-            if let Some(args) = r.get_mut("arguments") {
-                if !args.is_string() {
-                    let mut text = Vec::new();
-                    write_value_js(&mut text, args);
-                    *args = Value::String(String::from_utf8(text).ok()?);
-                }
+            if let Some(args) = r.get_mut("arguments")
+                && !args.is_string()
+            {
+                let mut text = Vec::new();
+                write_value_js(&mut text, args);
+                *args = Value::String(String::from_utf8(text).ok()?);
             }
         }
         types::TOOL_RESULT => {

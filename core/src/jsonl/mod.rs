@@ -144,20 +144,20 @@ pub fn decode_header_line(line: &[u8]) -> Result<SessionHeader, LogError> {
         return Err(not_header());
     };
     let id_text = obj.get("id").and_then(Value::as_str).unwrap_or("");
-    if let Some(v) = obj.get("version").filter(|v| v.is_number()) {
-        if v.as_u64() != Some(0) {
-            let newer = v.as_f64().is_some_and(|n| n > 0.0);
-            let message = if newer {
-                format!(
-                    "session \"{id_text}\" uses log format v{v}, but this harness reads only v0: the log was written by a newer harness \u{2014} upgrade the harness to open it"
-                )
-            } else {
-                format!(
-                    "session \"{id_text}\" uses log format v{v}, older than the supported v0, and this build ships no upgrade path for it"
-                )
-            };
-            return Err(LogError::FormatUnsupported { message });
-        }
+    if let Some(v) = obj.get("version").filter(|v| v.is_number())
+        && v.as_u64() != Some(0)
+    {
+        let newer = v.as_f64().is_some_and(|n| n > 0.0);
+        let message = if newer {
+            format!(
+                "session \"{id_text}\" uses log format v{v}, but this harness reads only v0: the log was written by a newer harness \u{2014} upgrade the harness to open it"
+            )
+        } else {
+            format!(
+                "session \"{id_text}\" uses log format v{v}, older than the supported v0, and this build ships no upgrade path for it"
+            )
+        };
+        return Err(LogError::FormatUnsupported { message });
     }
     let safe = |k: &str| {
         obj.get(k)

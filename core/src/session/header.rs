@@ -64,13 +64,13 @@ impl SessionHeader {
                 "createdAt must be a non-negative safe integer",
             ));
         }
-        if let Some(cwd) = &self.cwd {
-            if !is_absolute_path(cwd) {
-                return Err(HeaderError::new(
-                    "HD5",
-                    format!("cwd must be an absolute path, got \"{cwd}\""),
-                ));
-            }
+        if let Some(cwd) = &self.cwd
+            && !is_absolute_path(cwd)
+        {
+            return Err(HeaderError::new(
+                "HD5",
+                format!("cwd must be an absolute path, got \"{cwd}\""),
+            ));
         }
         if self.seed_length.is_some_and(|n| n > MAX_SAFE_INTEGER) {
             return Err(HeaderError::new(
@@ -78,13 +78,13 @@ impl SessionHeader {
                 "seedLength must be a non-negative safe integer",
             ));
         }
-        if let Some(origin) = &self.origin {
-            if origin != "subagent" {
-                return Err(HeaderError::new(
-                    "HD8",
-                    format!("origin must be \"subagent\" when present, got \"{origin}\""),
-                ));
-            }
+        if let Some(origin) = &self.origin
+            && origin != "subagent"
+        {
+            return Err(HeaderError::new(
+                "HD8",
+                format!("origin must be \"subagent\" when present, got \"{origin}\""),
+            ));
         }
         if self.delegation_depth.is_some_and(|n| n > MAX_SAFE_INTEGER) {
             return Err(HeaderError::new(

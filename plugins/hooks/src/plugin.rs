@@ -409,12 +409,13 @@ impl Plugin for HooksPlugin {
             self.rewrites.retain(|(id, _)| *id != exec.call_id.0);
             self.rewrites.push((exec.call_id.0.clone(), input));
         }
-        if merged.decision == Merged::Ask && self.dialect == Dialect::ClaudeCode {
-            if let PreToolDecision::Allow = value {
-                return Flow::Next(PreToolDecision::Ask {
-                    reason: merged.reason.clone(),
-                });
-            }
+        if merged.decision == Merged::Ask
+            && self.dialect == Dialect::ClaudeCode
+            && let PreToolDecision::Allow = value
+        {
+            return Flow::Next(PreToolDecision::Ask {
+                reason: merged.reason.clone(),
+            });
         }
         Flow::Next(value)
     }

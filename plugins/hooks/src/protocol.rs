@@ -168,10 +168,11 @@ pub fn parse_output(
             out.reason = Some(out.stderr.clone());
         }
     }
-    if exit_code == Some(0) && out.stdout.starts_with('{') {
-        if let Ok(Value::Object(parsed)) = serde_json::from_str::<Value>(&out.stdout) {
-            apply_structured(&mut out, &parsed, expected_event);
-        }
+    if exit_code == Some(0)
+        && out.stdout.starts_with('{')
+        && let Ok(Value::Object(parsed)) = serde_json::from_str::<Value>(&out.stdout)
+    {
+        apply_structured(&mut out, &parsed, expected_event);
     }
     out
 }
@@ -273,12 +274,11 @@ pub fn merge(outputs: &[HookOutput]) -> MergedOutcome {
     for out in outputs {
         let r = out.decision.map_or(0, Decision::rank);
         max = max.max(r);
-        if r >= 2 {
-            if let (Some(reason), Some(list)) = (&out.reason, reasons.get_mut(usize::from(r))) {
-                if !reason.is_empty() {
-                    list.push(reason);
-                }
-            }
+        if r >= 2
+            && let (Some(reason), Some(list)) = (&out.reason, reasons.get_mut(usize::from(r)))
+            && !reason.is_empty()
+        {
+            list.push(reason);
         }
         if out.continue_ == Some(false) && !merged.stop {
             merged.stop = true;

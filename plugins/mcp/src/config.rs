@@ -107,10 +107,10 @@ impl ServerConfig {
             ("startup_timeout_sec", self.startup_timeout_sec),
             ("tool_timeout_sec", self.tool_timeout_sec),
         ] {
-            if let Some(v) = v {
-                if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
-                    return Err(format!("`{key}` must be a number of seconds in (0, 86400]"));
-                }
+            if let Some(v) = v
+                && !(v.is_finite() && v > 0.0 && v <= 86_400.0)
+            {
+                return Err(format!("`{key}` must be a number of seconds in (0, 86400]"));
             }
         }
         Ok(())
@@ -137,10 +137,10 @@ impl ServerConfig {
     /// Whether raw tool `name` is offered (`enabled_tools`, then
     /// `disabled_tools`).
     pub fn offers(&self, name: &str) -> bool {
-        if let Some(only) = &self.enabled_tools {
-            if !only.iter().any(|t| t == name) {
-                return false;
-            }
+        if let Some(only) = &self.enabled_tools
+            && !only.iter().any(|t| t == name)
+        {
+            return false;
         }
         !self.disabled_tools.iter().any(|t| t == name)
     }

@@ -120,10 +120,10 @@ impl HttpWire {
         let spawned = std::thread::Builder::new()
             .name("dsh-mcp-http".into())
             .spawn(move || me.post(&body, id, &conn));
-        if let Err(e) = spawned {
-            if let (Some(id), Some(c)) = (id, conn2.upgrade()) {
-                c.fail_request(id, format!("cannot start the HTTP thread: {e}"));
-            }
+        if let Err(e) = spawned
+            && let (Some(id), Some(c)) = (id, conn2.upgrade())
+        {
+            c.fail_request(id, format!("cannot start the HTTP thread: {e}"));
         }
     }
 
@@ -145,10 +145,9 @@ impl HttpWire {
             .headers()
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
+            && let Ok(mut s) = self.session.lock()
         {
-            if let Ok(mut s) = self.session.lock() {
-                *s = Some(sid.chars().take(256).collect());
-            }
+            *s = Some(sid.chars().take(256).collect());
         }
         let status = resp.status().as_u16();
         if status == 202 || status == 204 {
@@ -296,10 +295,10 @@ impl HttpWire {
                 let req = me
                     .common_get(me.agent.get(&me.url))
                     .header("accept", "text/event-stream");
-                if let Ok(r) = req.call() {
-                    if r.status().is_success() {
-                        me.read_stream(r.into_body().into_reader(), None, &conn, MAX_RESUMES);
-                    }
+                if let Ok(r) = req.call()
+                    && r.status().is_success()
+                {
+                    me.read_stream(r.into_body().into_reader(), None, &conn, MAX_RESUMES);
                 }
             });
     }

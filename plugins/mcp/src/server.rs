@@ -255,10 +255,10 @@ impl Server {
     fn hook(&self) -> NotificationHook {
         let me = self.me.clone();
         Arc::new(move |method: &str, _params: &Value| {
-            if method == "notifications/tools/list_changed" {
-                if let Some(s) = me.upgrade() {
-                    s.relist_in_background();
-                }
+            if method == "notifications/tools/list_changed"
+                && let Some(s) = me.upgrade()
+            {
+                s.relist_in_background();
             }
         })
     }
@@ -346,11 +346,11 @@ impl Server {
         if let Ok(mut w) = self.warnings.lock() {
             *w = listing.warnings;
         }
-        if let Ok(mut t) = self.tools.lock() {
-            if *t != tools {
-                *t = tools;
-                self.generation.fetch_add(1, Ordering::SeqCst);
-            }
+        if let Ok(mut t) = self.tools.lock()
+            && *t != tools
+        {
+            *t = tools;
+            self.generation.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -362,10 +362,10 @@ impl Server {
         let spawned = std::thread::Builder::new()
             .name("dsh-mcp-relist".into())
             .spawn(move || {
-                if let Ok(conn) = me.connection() {
-                    if let Ok(listing) = conn.list_tools(me.config.startup_timeout()) {
-                        me.install(listing);
-                    }
+                if let Ok(conn) = me.connection()
+                    && let Ok(listing) = conn.list_tools(me.config.startup_timeout())
+                {
+                    me.install(listing);
                 }
                 me.relisting.store(false, Ordering::SeqCst);
             });

@@ -278,10 +278,10 @@ impl Connection {
         // A tool call asks for progress; each report restarts its timeout
         // (at most MAX_PROGRESS_EXTENSION times the timeout in all).
         let mut params = params;
-        if method == "tools/call" {
-            if let Some(Value::Object(p)) = params.as_mut() {
-                p.insert("_meta".into(), serde_json::json!({"progressToken": id}));
-            }
+        if method == "tools/call"
+            && let Some(Value::Object(p)) = params.as_mut()
+        {
+            p.insert("_meta".into(), serde_json::json!({"progressToken": id}));
         }
         if let Err(e) = self.write(&proto::request_line(id, method, params)) {
             self.forget(id);
@@ -426,23 +426,23 @@ impl Connection {
     /// Closes the connection: kills the child, fails every waiting request
     /// with `why`.
     pub fn close(&self, why: String) {
-        if let Ok(mut c) = self.closed.lock() {
-            if c.is_none() {
-                *c = Some(why.clone());
-                if let Ok(mut at) = self.closed_at.lock() {
-                    *at = Some(Instant::now());
-                }
+        if let Ok(mut c) = self.closed.lock()
+            && c.is_none()
+        {
+            *c = Some(why.clone());
+            if let Ok(mut at) = self.closed_at.lock() {
+                *at = Some(Instant::now());
             }
         }
         let wire = self.writer.lock().ok().and_then(|mut w| w.take());
         if let Some(Wire::Http(h)) = wire {
             h.end_session();
         }
-        if let Ok(mut child) = self.child.lock() {
-            if let Some(child) = child.as_mut() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+        if let Ok(mut child) = self.child.lock()
+            && let Some(child) = child.as_mut()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
         }
         let waiters = match self.pending.lock() {
             Ok(mut p) => core::mem::take(&mut *p),
@@ -458,11 +458,11 @@ impl Connection {
         // Give the child a moment to be reaped so its status is known.
         let mut status = None;
         for _ in 0..20 {
-            if let Ok(mut child) = self.child.lock() {
-                if let Some(Ok(Some(s))) = child.as_mut().map(Child::try_wait) {
-                    status = Some(s);
-                    break;
-                }
+            if let Ok(mut child) = self.child.lock()
+                && let Some(Ok(Some(s))) = child.as_mut().map(Child::try_wait)
+            {
+                status = Some(s);
+                break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -501,14 +501,12 @@ impl Connection {
                 let _ = self.write(&proto::response_line(&id, answer));
             }
             Incoming::Notification { method, params } => {
-                if method == "notifications/progress" {
-                    if let Some(id) = params.get("progressToken").and_then(Value::as_u64) {
-                        let waiting = self.pending.lock().is_ok_and(|p| p.contains_key(&id));
-                        if waiting {
-                            if let Ok(mut p) = self.progress.lock() {
-                                p.insert(id, Instant::now());
-                            }
-                        }
+                if method == "notifications/progress"
+                    && let Some(id) = params.get("progressToken").and_then(Value::as_u64)
+                {
+                    let waiting = self.pending.lock().is_ok_and(|p| p.contains_key(&id));
+                    if waiting && let Ok(mut p) = self.progress.lock() {
+                        p.insert(id, Instant::now());
                     }
                 }
                 hook(&method, &params)
@@ -522,11 +520,11 @@ impl Drop for Connection {
         if let Ok(mut w) = self.writer.lock() {
             w.take();
         }
-        if let Ok(mut child) = self.child.lock() {
-            if let Some(child) = child.as_mut() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+        if let Ok(mut child) = self.child.lock()
+            && let Some(child) = child.as_mut()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }

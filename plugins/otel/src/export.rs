@@ -234,13 +234,13 @@ impl ExportConfig {
             (None, None, None) => return Ok(None),
         };
         for var in [ENV_TRACES_PROTOCOL, ENV_PROTOCOL] {
-            if let Some(p) = set(var) {
-                if p.trim() != "http/protobuf" {
-                    return Err(ConfigError(format!(
-                        "{var}: dsh exports OTLP as http/protobuf only, not {:?}",
-                        p.trim()
-                    )));
-                }
+            if let Some(p) = set(var)
+                && p.trim() != "http/protobuf"
+            {
+                return Err(ConfigError(format!(
+                    "{var}: dsh exports OTLP as http/protobuf only, not {:?}",
+                    p.trim()
+                )));
             }
         }
         let mut config = ExportConfig::new(endpoint);

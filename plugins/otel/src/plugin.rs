@@ -298,10 +298,10 @@ impl OtelPlugin {
             if let MessageSource::Model { model, .. } = &message.source {
                 a.span.set_str(attr::RESPONSE_MODEL, model);
             }
-            if let Some(u) = usage {
-                if a.span.attr(attr::USAGE_INPUT_TOKENS).is_none() {
-                    set_usage(&mut a.span, u);
-                }
+            if let Some(u) = usage
+                && a.span.attr(attr::USAGE_INPUT_TOKENS).is_none()
+            {
+                set_usage(&mut a.span, u);
             }
             if let Some(c) = content {
                 a.span.set(attr::OUTPUT_MESSAGES, AttrValue::Str(c));
@@ -348,10 +348,10 @@ impl OtelPlugin {
             return;
         }
         let parts = self.parts(message);
-        if let Some(turn) = self.turn.as_mut() {
-            if turn.input.len() < MAX_SPAN_EVENTS {
-                turn.input.push(json!({"role": "user", "parts": parts}));
-            }
+        if let Some(turn) = self.turn.as_mut()
+            && turn.input.len() < MAX_SPAN_EVENTS
+        {
+            turn.input.push(json!({"role": "user", "parts": parts}));
         }
     }
 
@@ -598,10 +598,11 @@ impl OtelPlugin {
     /// Moves the start of the step's next attempt to `time` while no
     /// attempt is open.
     fn mark(&mut self, time: i64) {
-        if let Some(turn) = self.turn.as_mut() {
-            if turn.attempt.is_none() && turn.step.is_some() {
-                turn.mark = Some(time);
-            }
+        if let Some(turn) = self.turn.as_mut()
+            && turn.attempt.is_none()
+            && turn.step.is_some()
+        {
+            turn.mark = Some(time);
         }
     }
 }

@@ -45,10 +45,10 @@ fn digest(tag: &[u8], session: &str, n: u64) -> [u8; 32] {
 
 /// An all-zero id is invalid in OTLP; the last byte becomes 1.
 fn nonzero(id: &mut [u8]) {
-    if id.iter().all(|b| *b == 0) {
-        if let Some(last) = id.last_mut() {
-            *last = 1;
-        }
+    if id.iter().all(|b| *b == 0)
+        && let Some(last) = id.last_mut()
+    {
+        *last = 1;
     }
 }
 

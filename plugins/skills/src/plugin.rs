@@ -283,10 +283,11 @@ pub fn entries(skills: &[Skill]) -> Vec<Entry> {
 pub fn invoked_names(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for word in text.split_whitespace() {
-        if let Some(name) = word.strip_prefix('/') {
-            if is_skill_name(name) && !out.iter().any(|n| n == name) {
-                out.push(name.to_string());
-            }
+        if let Some(name) = word.strip_prefix('/')
+            && is_skill_name(name)
+            && !out.iter().any(|n| n == name)
+        {
+            out.push(name.to_string());
         }
     }
     out
@@ -323,13 +324,13 @@ impl Plugin for SkillsPlugin {
         let mut published = false;
         let mut visible: Option<Vec<Entry>> = None;
         for e in session.events().iter().rev() {
-            if let EventData::UserMessage(m) = e.data() {
-                if let Some(en) = entries_of(&m.source) {
-                    published = true;
-                    if surface.nodes.contains(&e.seq()) {
-                        visible = Some(en);
-                        break;
-                    }
+            if let EventData::UserMessage(m) = e.data()
+                && let Some(en) = entries_of(&m.source)
+            {
+                published = true;
+                if surface.nodes.contains(&e.seq()) {
+                    visible = Some(en);
+                    break;
                 }
             }
         }

@@ -347,11 +347,11 @@ impl Plugin for SystemPrompt {
         _step: u64,
         value: Assembly,
     ) -> Flow<Assembly> {
-        if let Some(source) = self.facts.as_mut() {
-            if self.cached.as_ref().is_none_or(|(t, _)| *t != turn) {
-                let text = source.gather().render(&utc_date(cx.now()));
-                self.cached = Some((turn, text));
-            }
+        if let Some(source) = self.facts.as_mut()
+            && self.cached.as_ref().is_none_or(|(t, _)| *t != turn)
+        {
+            let text = source.gather().render(&utc_date(cx.now()));
+            self.cached = Some((turn, text));
         }
         let facts = self.cached.as_ref().map(|(_, text)| text.as_str());
         Flow::Next(self.apply(value, facts))

@@ -165,15 +165,14 @@ impl Plugin for WebFetchApproval {
     }
 
     fn tool_execute(&mut self, _cx: &mut Cx<'_>, value: ToolDispatch) -> Flow<ToolDispatch> {
-        if let ToolDispatch::Run(exec) = &value {
-            if exec.name == "web_fetch" {
-                if let Some(host) = fetch_host(exec) {
-                    self.allowed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(host);
-                }
-            }
+        if let ToolDispatch::Run(exec) = &value
+            && exec.name == "web_fetch"
+            && let Some(host) = fetch_host(exec)
+        {
+            self.allowed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(host);
         }
         Flow::Next(value)
     }

@@ -224,10 +224,10 @@ pub fn map_anthropic_response(response: &Value) -> Result<SearchResult, WebError
             .into_iter()
             .flatten()
         {
-            if let (Some(url), Some(text)) = (opt_str(c, "url"), opt_str(c, "cited_text")) {
-                if !snippets.iter().any(|(u, _)| *u == url) {
-                    snippets.push((url, text));
-                }
+            if let (Some(url), Some(text)) = (opt_str(c, "url"), opt_str(c, "cited_text"))
+                && !snippets.iter().any(|(u, _)| *u == url)
+            {
+                snippets.push((url, text));
             }
         }
     }
@@ -412,14 +412,14 @@ pub fn merge(queries: &[String], results: &[SearchResult], max: usize) -> Search
     let mut dropped = false;
     'merge: for rank in 0..ranks {
         for r in results {
-            if let Some(s) = r.sources.get(rank) {
-                if !sources.iter().any(|k| k.url == s.url) {
-                    if sources.len() == max {
-                        dropped = true;
-                        break 'merge;
-                    }
-                    sources.push(s.clone());
+            if let Some(s) = r.sources.get(rank)
+                && !sources.iter().any(|k| k.url == s.url)
+            {
+                if sources.len() == max {
+                    dropped = true;
+                    break 'merge;
                 }
+                sources.push(s.clone());
             }
         }
     }

@@ -41,11 +41,11 @@ fn turn(agent: &Agent, prompt: &str) -> Result<(), Box<dyn Error>> {
     for event in events.iter() {
         match event {
             AgentEvent::Event(e) => {
-                if let EventData::AssistantChunk(c) = e.data() {
-                    if let ChunkView::TextDelta { text, .. } = c.view() {
-                        print!("{text}");
-                        std::io::stdout().flush()?;
-                    }
+                if let EventData::AssistantChunk(c) = e.data()
+                    && let ChunkView::TextDelta { text, .. } = c.view()
+                {
+                    print!("{text}");
+                    std::io::stdout().flush()?;
                 }
             }
             AgentEvent::ApprovalRequested {

@@ -67,10 +67,10 @@ impl Agent {
     /// scanned once; the surface is checked once per proposed step.
     pub(super) fn retained_context(&mut self) -> RetainedContext {
         for e in self.session.events_from(self.scanned) {
-            if let EventData::UserMessage(m) = e.data() {
-                if is_runtime_context_source(&m.source) {
-                    self.newest_context = Some((e.seq(), message_text(m)));
-                }
+            if let EventData::UserMessage(m) = e.data()
+                && is_runtime_context_source(&m.source)
+            {
+                self.newest_context = Some((e.seq(), message_text(m)));
             }
         }
         self.scanned = self.session.len();

@@ -19,11 +19,9 @@ impl Agent {
             self.ask_request_error(now, failed, ErrorPhase::AlwaysFirst);
             return;
         }
-        if executor {
-            if let Some(record) = self.schedule_retry(&failed) {
-                self.start_retry_wait(now, record);
-                return;
-            }
+        if executor && let Some(record) = self.schedule_retry(&failed) {
+            self.start_retry_wait(now, record);
+            return;
         }
         self.ask_request_error(now, failed, ErrorPhase::Final);
     }

@@ -38,14 +38,13 @@ impl Agent {
             claimed.extend(s.removed.iter().cloned());
             self.commit_splice(now, s);
         }
-        if target == InboxTarget::NextTurn {
-            if let Ok(Some(s)) = self
+        if target == InboxTarget::NextTurn
+            && let Ok(Some(s)) = self
                 .inbox
                 .plan(InboxTarget::NextTurn, 0, 1, Vec::new(), true)
-            {
-                claimed.extend(s.removed.iter().cloned());
-                self.commit_splice(now, s);
-            }
+        {
+            claimed.extend(s.removed.iter().cloned());
+            self.commit_splice(now, s);
         }
         for message in &claimed {
             self.emit(Output::Notify(Notification::Claimed {
@@ -248,19 +247,19 @@ impl Agent {
 
     pub(super) fn seed(&self) -> LlmCallConfig {
         let folded = self.session.request_header();
-        if self.header_logged {
-            if let Some(h) = folded {
-                let mut config = h.config.clone();
-                if let Some(d) = h.adapter_defaults {
-                    if d.reasoning_effort == Some(true) {
-                        config.reasoning_effort = None;
-                    }
-                    if d.max_tokens == Some(true) {
-                        config.max_tokens = None;
-                    }
+        if self.header_logged
+            && let Some(h) = folded
+        {
+            let mut config = h.config.clone();
+            if let Some(d) = h.adapter_defaults {
+                if d.reasoning_effort == Some(true) {
+                    config.reasoning_effort = None;
                 }
-                return config;
+                if d.max_tokens == Some(true) {
+                    config.max_tokens = None;
+                }
             }
+            return config;
         }
         let o = &self.config.options;
         let mut config = LlmCallConfig::new(
@@ -446,10 +445,10 @@ impl Agent {
         // replaced by `call-<position>` before the message is recorded, so
         // the call and its result stay paired.
         for (i, block) in content.iter_mut().enumerate() {
-            if let ContentBlock::ToolCall { id, .. } = block {
-                if id.0.is_empty() {
-                    *id = CallId(format!("call-{i}"));
-                }
+            if let ContentBlock::ToolCall { id, .. } = block
+                && id.0.is_empty()
+            {
+                *id = CallId(format!("call-{i}"));
             }
         }
         let replay_state = stream

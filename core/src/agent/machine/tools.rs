@@ -552,20 +552,20 @@ impl Agent {
         let Some(exec) = self.exec_of(i) else {
             return Next::Wait;
         };
-        if !outcome.is_error() {
-            if let (Some(value), Some(schema)) = (
+        if !outcome.is_error()
+            && let (Some(value), Some(schema)) = (
                 outcome.value.as_ref(),
                 self.config
                     .tools
                     .get(&exec.name)
                     .and_then(|t| t.output_schema.as_ref()),
-            ) {
-                let violations = validate_value(schema, value, "value");
-                if !violations.is_empty() {
-                    let contexts = core::mem::take(&mut outcome.additional_contexts);
-                    outcome = ToolOutcome::invalid_output(&exec.name, &violations)
-                        .with_contexts(contexts);
-                }
+            )
+        {
+            let violations = validate_value(schema, value, "value");
+            if !violations.is_empty() {
+                let contexts = core::mem::take(&mut outcome.additional_contexts);
+                outcome =
+                    ToolOutcome::invalid_output(&exec.name, &violations).with_contexts(contexts);
             }
         }
         let outcome = self.cancellation_replacement(outcome, true);
@@ -655,10 +655,11 @@ impl Agent {
             data,
             Some(SurfaceIntent::append_citing(alloc::vec![call_seq])),
         );
-        if !outcome.is_error() && outcome.concludes_turn {
-            if let Some(p) = self.tool_phase() {
-                p.concluded = true;
-            }
+        if !outcome.is_error()
+            && outcome.concludes_turn
+            && let Some(p) = self.tool_phase()
+        {
+            p.concluded = true;
         }
         for context in outcome.additional_contexts {
             if let Err(e) = self.send_queued(now, context, InboxTarget::NextStep, false) {

@@ -146,10 +146,10 @@ fn make_plan() -> Result<Plan, &'static str> {
     )?;
     let exec_path = String::from_utf8_lossy(&out).trim_end().to_string();
     let inner = Path::new(&exec_path).join("git");
-    if let Ok(inner) = std::fs::canonicalize(inner) {
-        if !executable.contains(&inner) {
-            executable.push(inner);
-        }
+    if let Ok(inner) = std::fs::canonicalize(inner)
+        && !executable.contains(&inner)
+    {
+        executable.push(inner);
     }
     Ok(Plan { git, executable })
 }
