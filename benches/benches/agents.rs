@@ -229,24 +229,29 @@ fn case(model: &str, store_kind: &str, n: usize, url: Option<String>) {
         let mut agents = Vec::with_capacity(n);
         let mut providers = Vec::with_capacity(n);
         for i in 0..n {
-            let mut c = AgentConfig::new(
-                deepseek(url.clone().unwrap_or_default()),
-                LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
-            );
-            c.client_options = client_options();
-            if let Some(replies) = &replies {
-                let p = Arc::new(Scripted {
-                    replies: replies.clone(),
-                    next: AtomicUsize::new(0),
-                    calls: Mutex::new(Vec::with_capacity(2)),
-                });
-                providers.push(p.clone());
-                c.provider = Some(p);
-            }
+            let provider: Arc<dyn ModelProvider> = match &replies {
+                Some(replies) => {
+                    let p = Arc::new(Scripted {
+                        replies: replies.clone(),
+                        next: AtomicUsize::new(0),
+                        calls: Mutex::new(Vec::with_capacity(2)),
+                    });
+                    providers.push(p.clone());
+                    p
+                }
+                None => Arc::new(
+                    DeepSeekClient::with_options(
+                        deepseek(url.clone().unwrap_or_default()),
+                        client_options(),
+                    )
+                    .map_err(|e| format!("client {i}: {e}"))?,
+                ),
+            };
+            let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
+            let mut c = AgentConfig::new(provider, call, &cwd);
             let mut tools = ToolSet::new();
             tools.insert(Box::new(Echo));
             c.tools = tools;
-            c.cwd = cwd.clone();
             let agent = Agent::create(c, store.clone(), SessionId::new(format!("a{i}")))
                 .await
                 .map_err(|e| format!("create agent {i}: {e}"))?;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use dsh_core::jsonl::decode_header_line;
 use dsh_core::{LlmCallConfig, SessionId};
-use dsh_deepseek::DeepSeekConfig;
+use dsh_deepseek::{DeepSeekClient, DeepSeekConfig};
 use dsh_smol::{Agent, AgentConfig};
 use dsh_store::SessionStore;
 
@@ -126,20 +126,20 @@ fn main() {
     let before = status_kib("VmRSS:");
     let hwm_before = status_kib("VmHWM:");
     let (after, hwm) = smol::block_on(async {
-        let mut c = AgentConfig::new(
-            DeepSeekConfig {
-                base_url: url.clone(),
-                stream_idle_timeout_ms: 600_000,
-                ..DeepSeekConfig::default()
-            },
-            LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
-        );
-        c.client_options = dsh_deepseek::ClientOptions {
+        let model = DeepSeekConfig {
+            base_url: url.clone(),
+            stream_idle_timeout_ms: 600_000,
+            ..DeepSeekConfig::default()
+        };
+        let options = dsh_deepseek::ClientOptions {
             credentials: Some(Arc::new(|_: &str| Some(String::from("sk-bench")))),
             proxy_from_env: false,
             ..dsh_deepseek::ClientOptions::default()
         };
-        c.cwd = cwd.clone();
+        let client = DeepSeekClient::with_options(model, options).expect("client");
+        let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
+        let mut c = AgentConfig::new(Arc::new(client), call, &cwd);
+        c.tools = dsh_smol::ToolSet::new();
         let agent = Agent::resume(c, store.clone(), &id).await.expect("resume");
         let mut after = status_kib("VmRSS:");
         let mut hwm = status_kib("VmHWM:");

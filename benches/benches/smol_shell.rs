@@ -74,15 +74,16 @@ fn client_options() -> ClientOptions {
 }
 
 fn config(server: &MockServer, cwd: &std::path::Path) -> AgentConfig {
+    let client =
+        DeepSeekClient::with_options(deepseek(server.url()), client_options()).expect("client");
     let mut c = AgentConfig::new(
-        deepseek(server.url()),
+        Arc::new(client),
         LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
+        cwd,
     );
-    c.client_options = client_options();
     let mut tools = ToolSet::new();
     tools.insert(Box::new(Echo));
     c.tools = tools;
-    c.cwd = cwd.to_path_buf();
     c
 }
 

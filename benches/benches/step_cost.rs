@@ -280,10 +280,8 @@ fn std_turn(steps: u64, shadow: bool, work: &std::path::Path) -> (Duration, Dura
 
 fn smol_turn(steps: u64, work: &std::path::Path) -> (Duration, Duration) {
     let provider = Arc::new(Scripted(Mutex::new(script(steps).into_iter())));
-    let mut config = dsh_smol::AgentConfig::new(Default::default(), call_config());
-    config.provider = Some(provider);
+    let mut config = dsh_smol::AgentConfig::new(provider, call_config(), work);
     config.tools = tools();
-    config.cwd = work.to_path_buf();
     smol::block_on(async {
         let id: SessionId = dsh_std::new_session_id();
         let agent = dsh_smol::Agent::create(config, store(false), id)

@@ -54,7 +54,10 @@ const FLOORS: &[(&str, &[&str])] = &[
         ],
     ),
     // Runtimes: the loops that carry the kernel's effects.
-    ("runtimes", &["dsh-std", "dsh-smol", "dsh-embedded"]),
+    (
+        "runtimes",
+        &["dsh-shell", "dsh-std", "dsh-smol", "dsh-embedded"],
+    ),
     // Front ends.
     ("cli", &["dsh-cli"]),
     // Test and measurement crates, published by nobody.

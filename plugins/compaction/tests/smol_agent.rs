@@ -50,11 +50,11 @@ fn pressure_then_manual_compaction_in_smol() {
         .unwrap(),
     );
     let mut config = AgentConfig::new(
-        dsh_deepseek::DeepSeekConfig::default(),
+        provider.clone(),
         LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
+        std::env::temp_dir(),
     );
-    config.provider = Some(provider.clone());
-    config.cwd = std::env::temp_dir();
+    config.tools = dsh_smol::ToolSet::new();
     config
         .plugins
         .push(Box::new(Compaction::new(CompactionConfig::default())));

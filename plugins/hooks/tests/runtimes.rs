@@ -80,11 +80,11 @@ fn stop_once_in_the_smol_runtime() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let mut config = dsh_smol::AgentConfig::new(
-        dsh_deepseek::DeepSeekConfig::default(),
+        provider.clone(),
         LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
+        std::env::temp_dir(),
     );
-    config.provider = Some(provider.clone());
-    config.cwd = std::env::temp_dir();
+    config.tools = dsh_smol::ToolSet::new();
     config.plugins.push(Box::new(plugin()));
     let id = SessionId::from("smol-hooks");
     smol::block_on(async {

@@ -57,9 +57,8 @@ fn smol_parent_spawns_a_linked_child() {
         ))
     });
     let delegation = Delegation::new(store.clone(), factory);
-    let mut config = dsh_smol::AgentConfig::new(dsh_deepseek::DeepSeekConfig::default(), call);
-    config.provider = Some(parent_model.clone());
-    config.cwd = work.path().to_path_buf();
+    let mut config = dsh_smol::AgentConfig::new(parent_model.clone(), call, work.path());
+    config.tools = dsh_smol::ToolSet::new();
     config.plugins.push(Box::new(delegation.plugin()));
     for tool in delegation.tools() {
         config.tools.insert(tool);

@@ -69,11 +69,11 @@ fn web_fetch_runs_in_smol_with_spill_and_the_address_guard() {
         .unwrap(),
     );
     let mut config = AgentConfig::new(
-        dsh_deepseek::DeepSeekConfig::default(),
+        provider.clone(),
         LlmCallConfig::new("deepseek", "deepseek-v4-flash"),
+        std::env::temp_dir(),
     );
-    config.provider = Some(provider.clone());
-    config.cwd = std::env::temp_dir();
+    config.tools = dsh_smol::ToolSet::new();
     config.approval = ApprovalPolicy::new(ApprovalMode::Auto);
     let mut policy = AddressPolicy::default();
     policy.allowed_hosts.insert("localhost".into());

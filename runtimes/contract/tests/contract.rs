@@ -197,10 +197,7 @@ fn run_smol(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run 
     let batches: Option<Batches> = s.record.then(Batches::default);
     let store = recorded(dir, s.failing_store, batches.clone());
     let config = || {
-        let mut c =
-            dsh_smol::AgentConfig::new(dsh_deepseek::DeepSeekConfig::default(), s.call.clone());
-        c.provider = Some(provider.clone());
-        c.cwd = work.to_path_buf();
+        let mut c = dsh_smol::AgentConfig::new(provider.clone(), s.call.clone(), work);
         c.tools = (s.tools)(&probe);
         c.plugins = (s.plugins)();
         c.tool_timeout = s.tool_timeout;
@@ -784,12 +781,7 @@ fn a_failed_write_of_the_turn_end_is_reported_everywhere() {
 
     let dir = tempfile::tempdir().unwrap();
     let store = filling_up(dir.path(), 1);
-    let mut c = dsh_smol::AgentConfig::new(
-        dsh_deepseek::DeepSeekConfig::default(),
-        LlmCallConfig::new("p", "m"),
-    );
-    c.provider = Some(reply());
-    c.cwd = root.clone();
+    let mut c = dsh_smol::AgentConfig::new(reply(), LlmCallConfig::new("p", "m"), &root);
     c.clock = Clock::Fixed(NOW);
     c.ids = IdMode::Sequential;
     smol::block_on(async {
@@ -845,14 +837,6 @@ fn the_default_tool_deadline_is_none_everywhere() {
             Arc::new(ScriptedProvider::new([])),
             LlmCallConfig::new("p", "m"),
             "."
-        )
-        .tool_timeout,
-        Duration::ZERO
-    );
-    assert_eq!(
-        dsh_smol::AgentConfig::new(
-            dsh_deepseek::DeepSeekConfig::default(),
-            LlmCallConfig::new("p", "m")
         )
         .tool_timeout,
         Duration::ZERO

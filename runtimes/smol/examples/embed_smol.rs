@@ -19,9 +19,9 @@ use dsh_core::LlmCallConfig;
 use dsh_core::agent::AgentStatus;
 use dsh_core::session::{ChunkView, EventData};
 use dsh_deepseek::mock::{MockServer, Script};
-use dsh_deepseek::{ClientOptions, DEFAULT_API_KEY_ENV, DeepSeekConfig};
+use dsh_deepseek::{ClientOptions, DEFAULT_API_KEY_ENV, DeepSeekClient, DeepSeekConfig};
 use dsh_smol::{
-    Agent, AgentConfig, AgentEvent, ApprovalDecision, ApprovalMode, ApprovalPolicy, ToolSet,
+    Agent, AgentConfig, AgentEvent, ApprovalDecision, ApprovalMode, ApprovalPolicy, ModelProvider,
 };
 
 /// The mock's one agent turn: a `write` call (which asks for approval),
@@ -81,31 +81,28 @@ fn main() -> Result<(), Box<dyn Error>> {
     let dir = tempfile::tempdir()?; // sessions and the tools' workspace
 
     // The model: DeepSeek with the key from the environment, or the mock.
-    let mock = match std::env::var_os(DEFAULT_API_KEY_ENV) {
-        Some(_) => None,
-        None => Some(MockServer::start(Script::from_json(SCRIPT)?)?),
+    let mut mock = None;
+    let client = if std::env::var_os(DEFAULT_API_KEY_ENV).is_some() {
+        DeepSeekClient::new(DeepSeekConfig::default())?
+    } else {
+        let server = MockServer::start(Script::from_json(SCRIPT)?)?;
+        let model = DeepSeekConfig {
+            base_url: Some(server.url()),
+            ..DeepSeekConfig::default()
+        };
+        let options = ClientOptions {
+            credentials: Some(Arc::new(|_: &str| Some(String::from("sk-mock")))),
+            proxy_from_env: false,
+            ..ClientOptions::default()
+        };
+        mock = Some(server);
+        DeepSeekClient::with_options(model, options)?
     };
+    let client: Arc<dyn ModelProvider> = Arc::new(client);
     let config = || {
         let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
-        let mut config = match &mock {
-            None => AgentConfig::new(DeepSeekConfig::default(), call),
-            Some(server) => {
-                let model = DeepSeekConfig {
-                    base_url: Some(server.url()),
-                    ..DeepSeekConfig::default()
-                };
-                let mut config = AgentConfig::new(model, call);
-                config.client_options = ClientOptions {
-                    credentials: Some(Arc::new(|_: &str| Some(String::from("sk-mock")))),
-                    proxy_from_env: false,
-                    ..ClientOptions::default()
-                };
-                config
-            }
-        };
-        config.tools = ToolSet::builtin();
+        let mut config = AgentConfig::new(client.clone(), call, dir.path());
         config.approval = ApprovalPolicy::new(ApprovalMode::Ask); // every tool call asks
-        config.cwd = dir.path().to_path_buf();
         config
     };
 

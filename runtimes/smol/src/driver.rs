@@ -1,46 +1,22 @@
 //! The agent task: a thin loop that owns the kernel, feeds it every input
 //! that arrives on the agent's channel, and carries out its effects.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_channel::{Receiver, Sender};
-use dsh_core::agent::{AgentStatus, InboxTarget, ModelCall, ToolExecution};
+use dsh_core::SessionId;
+use dsh_core::agent::{AgentStatus, ModelCall, ToolExecution};
 use dsh_core::session::{Session, SessionEvent};
-use dsh_core::{Message, SessionId};
-use dsh_deepseek::DeepSeekClient;
-use dsh_host::{ModelProvider, ProviderPrepare, job_token, run_model, run_side};
+use dsh_host::{ModelProvider, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
-use dsh_runtime::{AgentEvent, Ids, Kernel, KernelError, Plugin, TurnSummary};
+use dsh_runtime::{AgentEvent, Kernel, TurnSummary};
+use dsh_shell::{Answer, Callers, Host, Msg, Started};
 use dsh_store::{Cancel, SessionStore, StoreError};
 
 use crate::{Agent, AgentConfig, ShellError};
-use dsh_approval::ApprovalPlugin;
 use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
-
-/// Everything that reaches an agent task.
-/// The large payloads are boxed: every agent's channel keeps a block of
-/// 31 slots of this size alive (issue 34: 9.7 KB per idle agent unboxed).
-pub(crate) enum Msg {
-    /// An input for the kernel (a handle call, or work in flight).
-    Feed(Input),
-    Send {
-        message: Box<Message>,
-        target: InboxTarget,
-        wakeup: bool,
-        reply: Sender<Result<(), KernelError>>,
-    },
-    Subscribe(Sender<AgentEvent>),
-    WaitIdle(Sender<TurnSummary>),
-    Dispose(Option<Sender<Option<String>>>),
-    Command {
-        name: String,
-        args: Box<serde_json::Value>,
-        reply: Sender<Result<serde_json::Value, String>>,
-    },
-}
 
 #[allow(clippy::large_enum_variant)] // one per loop iteration, never stored
 enum Wake {
@@ -104,64 +80,35 @@ pub(crate) async fn fork_session(
 
 /// Builds the kernel and starts the agent task.
 pub(crate) fn spawn(
-    mut config: AgentConfig,
+    config: AgentConfig,
     store: Arc<dyn SessionStore>,
     session: Session,
     flushed: u64,
 ) -> Result<Agent, ShellError> {
-    let provider: Arc<dyn ModelProvider> = match config.provider.clone() {
-        Some(p) => p,
-        None => Arc::new(
-            DeepSeekClient::with_options(config.model.clone(), config.client_options.clone())
-                .map_err(|e| ShellError::Config(e.to_string()))?,
-        ),
-    };
-    let registry = config
-        .tools
-        .registry()
-        .map_err(|e| ShellError::Config(format!("{e:?}")))?;
-    let workspace = Workspace::new(config.cwd.clone()).map_err(|e| {
-        ShellError::Config(format!(
-            "workspace {} is not usable: {e}",
-            config.cwd.display()
-        ))
-    })?;
-    let seed = config.id_seed.unwrap_or_else(|| fastrand::u64(..));
-    let mut k = dsh_runtime::AgentConfig::new(config.call_config.clone());
-    k.system_prompt = config.system_prompt.clone();
-    k.tools = registry;
-    k.tool_timeout_ms = Some(config.tool_timeout.as_millis() as u64).filter(|ms| *ms > 0);
-    k.retry_policy = config.retry_policy.clone();
-    k.max_response_bytes = config.max_response_bytes;
-    k.max_steps_per_turn = config.max_steps_per_turn;
-    k.ids = config.ids;
-    k.seed = seed;
-    let mut plugins: Vec<Box<dyn Plugin>> = vec![
-        Box::new(ProviderPrepare(provider.clone())),
-        Box::new(ApprovalPlugin::new(Arc::new(Mutex::new(
-            config.approval.clone(),
-        )))),
-    ];
-    plugins.append(&mut config.plugins);
-    let kernel = Kernel::new(k, session, flushed, plugins)?;
+    let Started {
+        kernel,
+        provider,
+        tools,
+        workspace,
+        clock,
+        ids,
+        ..
+    } = config.start(session, flushed)?;
     let id = kernel.id().clone();
-    let mut ids = Ids::new(config.ids, seed ^ 0xD1B5_4A32_D192_ED03);
-    ids.continue_after(kernel.session());
     let (tx, rx) = async_channel::unbounded();
     let running = Arc::new(AtomicBool::new(false));
     let io = Io {
         id: id.clone(),
-        clock: config.clock.clone(),
+        clock,
         store,
         provider,
-        tools: Arc::new(std::mem::take(&mut config.tools)),
+        tools,
         workspace,
         tx: tx.clone(),
         running: running.clone(),
-        subscribers: Vec::new(),
+        callers: Callers::new(),
         jobs: Jobs::new(),
         batch: None,
-        commands: BTreeMap::new(),
     };
     let driver = Driver {
         kernel,
@@ -206,9 +153,9 @@ struct Driver {
     kernel: Kernel,
     rx: Receiver<Msg>,
     io: Io,
-    idle_waiters: Vec<Sender<TurnSummary>>,
+    idle_waiters: Vec<Answer<TurnSummary>>,
     /// Set once disposal began: who waits for it.
-    disposing: Option<Vec<Sender<Option<String>>>>,
+    disposing: Option<Vec<Answer<Option<String>>>>,
 }
 
 /// The smol runtime's I/O for the shared executor: streams, tool bodies,
@@ -222,12 +169,10 @@ struct Io {
     workspace: Workspace,
     tx: Sender<Msg>,
     running: Arc<AtomicBool>,
-    subscribers: Vec<Sender<AgentEvent>>,
+    callers: Callers,
     jobs: Jobs,
     /// The batch [`Dispatch::persist`] left for the driver to write.
     batch: Option<Vec<SessionEvent>>,
-    /// Callers of running plugin commands, by command id.
-    commands: BTreeMap<u64, Sender<Result<serde_json::Value, String>>>,
 }
 
 impl Driver {
@@ -268,44 +213,20 @@ impl Driver {
                 .map_err(|e| e.to_string());
             exec::written(&mut self.kernel, &mut self.io, r);
         }
-        if self.io.subscribers.is_empty() {
+        if !self.io.callers.has_subscribers() {
             self.kernel.set_publish_events(false);
         }
     }
 
     fn handle(&mut self, msg: Msg) {
-        let now = self.io.now();
-        match msg {
-            Msg::Feed(input) => {
-                let _ = exec::feed(&mut self.kernel, &mut self.io, input);
-            }
-            Msg::Send {
-                message,
-                target,
-                wakeup,
-                reply,
-            } => {
-                let r = self.kernel.send(now, *message, target, wakeup);
-                let _ = reply.try_send(r);
-            }
-            Msg::Subscribe(tx) => {
-                self.io.subscribers.push(tx);
-                self.kernel.set_publish_events(true);
-            }
-            Msg::WaitIdle(reply) => self.idle_waiters.push(reply),
-            Msg::Command { name, args, reply } => match self.kernel.command(now, &name, *args) {
-                Ok(id) => {
-                    self.io.commands.insert(id, reply);
-                }
-                Err(e) => {
-                    let _ = reply.try_send(Err(e.to_string()));
-                }
-            },
-            Msg::Dispose(reply) => {
+        match dsh_shell::handle(&mut self.kernel, &mut self.io, msg) {
+            Some(Msg::WaitIdle(reply)) => self.idle_waiters.push(reply),
+            Some(Msg::Dispose(reply)) => {
                 let waiters = self.disposing.get_or_insert_with(Vec::new);
                 waiters.extend(reply);
                 let _ = exec::feed(&mut self.kernel, &mut self.io, Input::Dispose);
             }
+            _ => {}
         }
     }
 
@@ -316,7 +237,7 @@ impl Driver {
         }
         let summary = self.kernel.summary();
         for w in self.idle_waiters.drain(..) {
-            let _ = w.try_send(summary.clone());
+            w(summary.clone());
         }
     }
 
@@ -329,11 +250,11 @@ impl Driver {
         exec::released(&mut self.io, released.map_err(|e| e.to_string()));
         let summary = self.kernel.summary();
         for w in self.idle_waiters.drain(..) {
-            let _ = w.try_send(summary.clone());
+            w(summary.clone());
         }
         let unsaved = self.kernel.store_error().map(str::to_string);
         for w in self.disposing.take().unwrap_or_default() {
-            let _ = w.try_send(unsaved.clone());
+            w(unsaved.clone());
         }
         self.rx.close();
     }
@@ -350,7 +271,7 @@ impl Dispatch for Io {
         let provider = self.provider.clone();
         smol::unblock(move || {
             run_model(&*provider, &call, &cancel, |input| {
-                tx.send_blocking(Msg::Feed(input)).is_ok()
+                tx.send_blocking(Msg::Work(input)).is_ok()
             });
         })
         .detach();
@@ -376,7 +297,7 @@ impl Dispatch for Io {
                 outcome: Box::new(outcome),
                 events,
             };
-            let _ = tx.send(Msg::Feed(input)).await;
+            let _ = tx.send(Msg::Work(input)).await;
         })
         .detach();
         Ok(())
@@ -390,7 +311,7 @@ impl Dispatch for Io {
         let provider = self.provider.clone();
         smol::unblock(move || {
             run_side(&*provider, id, &request, &cancel, |input| {
-                let _ = tx.send_blocking(Msg::Feed(input));
+                let _ = tx.send_blocking(Msg::Work(input));
             });
         })
         .detach();
@@ -409,9 +330,7 @@ impl Dispatch for Io {
     }
 
     fn command_done(&mut self, id: u64, result: &Result<serde_json::Value, String>) {
-        if let Some(reply) = self.commands.remove(&id) {
-            let _ = reply.try_send(result.clone());
-        }
+        self.callers.command_done(id, result);
     }
 
     fn publish(&mut self, event: AgentEvent) {
@@ -419,11 +338,13 @@ impl Dispatch for Io {
             self.running
                 .store(*s == AgentStatus::Running, Ordering::Release);
         }
-        if self.subscribers.is_empty() {
-            return;
-        }
-        self.subscribers
-            .retain(|s| s.try_send(event.clone()).is_ok());
+        self.callers.publish(&event);
+    }
+}
+
+impl Host for Io {
+    fn callers(&mut self) -> &mut Callers {
+        &mut self.callers
     }
 }
 
@@ -433,7 +354,7 @@ mod tests {
     /// alive while it idles; a slot stays small.
     #[test]
     fn a_channel_message_is_small() {
-        let size = core::mem::size_of::<super::Msg>();
+        let size = core::mem::size_of::<dsh_shell::Msg>();
         assert!(size <= 128, "Msg is {size} bytes");
         eprintln!("Msg is {size} bytes");
     }

@@ -9,8 +9,8 @@
 //! kernel's, the same as in `dsh-std` (design.md "Shells").
 //!
 //! Nothing blocks the executor:
-//! - model streams ([`ModelProvider`]: the DeepSeek client unless
-//!   [`AgentConfig::provider`] names another) are read on the blocking pool
+//! - model streams ([`AgentConfig::provider`], a [`ModelProvider`] such as
+//!   the DeepSeek client) are read on the blocking pool
 //!   (`smol::unblock`); a cancelled attempt cancels the stream's
 //!   [`CancelToken`](dsh_deepseek::CancelToken), which interrupts the
 //!   blocked read at once;
@@ -42,7 +42,6 @@
 mod driver;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,104 +49,20 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_channel::{Receiver, Sender};
-use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget};
-use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId};
-use dsh_deepseek::{ClientOptions, DeepSeekConfig};
+use dsh_core::{ContentBlock, Message, SessionId};
 use dsh_runtime::Ids;
 use dsh_store::SessionStore;
 
 pub use dsh_approval::{ApprovalDecision, ApprovalMode, ApprovalPolicy};
 pub use dsh_host::{Clock, ModelProvider, ShellError};
 pub use dsh_runtime::{AgentEvent, ApprovalRequestId, IdMode, Plugin, Reply, TurnSummary};
+pub use dsh_shell::{AgentConfig, LoopOptions};
 pub use dsh_tools;
 pub use dsh_tools::{Tool, ToolSet};
 
-use driver::Msg;
 use dsh_runtime::exec::Input;
-
-/// Everything needed to run an agent.
-pub struct AgentConfig {
-    /// The DeepSeek adapter configuration (base URL, API-key variable,
-    /// idle watchdog, models).
-    pub model: DeepSeekConfig,
-    /// Transport settings (credentials service, timeouts, proxy).
-    pub client_options: ClientOptions,
-    /// Another model backend instead of the DeepSeek client (tests, the
-    /// contract suite); `None`: the client over `model`.
-    pub provider: Option<Arc<dyn ModelProvider>>,
-    /// The call config of every request: provider route, model, max
-    /// tokens, and the effort, temperature and stop sequences that fill
-    /// each request seed lacking them.
-    pub call_config: LlmCallConfig,
-    /// The system prompt, one section.
-    pub system_prompt: Option<String>,
-    /// The tools the model may call (`dsh-tools`); the file tools are
-    /// confined to `cwd`.
-    pub tools: ToolSet,
-    /// `ask | auto | deny` per tool (TL-10); an `AllowAlways` answer
-    /// switches the tool to `auto` for the rest of the session.
-    pub approval: ApprovalPolicy,
-    /// Deadline of a tool body without its own `timeoutMs` (TL-14);
-    /// `Duration::ZERO`: none.
-    pub tool_timeout: Duration,
-    /// The working directory (recorded in the session header, given to tools).
-    pub cwd: PathBuf,
-    /// The route's retry policy; `None`: the R-3 defaults.
-    pub retry_policy: Option<RetryPolicy>,
-    /// Seed of the id/jitter generator; `None`: random.
-    pub id_seed: Option<u64>,
-    /// How ids are minted (test hook: [`IdMode::Sequential`]).
-    pub ids: IdMode,
-    /// Time source (test hook: [`Clock::Fixed`]).
-    pub clock: Clock,
-    /// Plugins, in order, after the shell's own (provider `prepare`,
-    /// approval policy).
-    pub plugins: Vec<Box<dyn Plugin>>,
-    /// The most one model response may add, in bytes
-    /// ([`dsh_runtime::AgentConfig::max_response_bytes`]).
-    pub max_response_bytes: u64,
-    /// The most steps one turn may take, `None`: no limit
-    /// ([`dsh_runtime::AgentConfig::max_steps_per_turn`]).
-    pub max_steps_per_turn: Option<u64>,
-}
-
-impl fmt::Debug for AgentConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AgentConfig")
-            .field("call_config", &self.call_config)
-            .field("tools", &self.tools.names())
-            .field("approval", &self.approval)
-            .field("cwd", &self.cwd)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AgentConfig {
-    /// A config for `call_config` over `model`, with no tools, auto
-    /// approval, no tool deadline, the current directory, default retries,
-    /// the system clock and random UUID ids.
-    pub fn new(model: DeepSeekConfig, call_config: LlmCallConfig) -> Self {
-        AgentConfig {
-            model,
-            client_options: ClientOptions::default(),
-            provider: None,
-            call_config,
-            system_prompt: None,
-            tools: ToolSet::new(),
-            approval: ApprovalPolicy::default(),
-            tool_timeout: Duration::ZERO,
-            cwd: std::env::current_dir().unwrap_or_default(),
-            retry_policy: None,
-            id_seed: None,
-            ids: IdMode::Uuid,
-            clock: Clock::System,
-            plugins: Vec::new(),
-            max_response_bytes: dsh_runtime::DEFAULT_MAX_RESPONSE_BYTES,
-            max_steps_per_turn: Some(dsh_runtime::DEFAULT_MAX_STEPS_PER_TURN),
-        }
-    }
-}
+use dsh_shell::{Answer, Msg};
 
 /// A live event subscription: a [`futures_core::Stream`] of
 /// [`AgentEvent`]s that ends when the agent stops.
@@ -254,7 +169,7 @@ impl Agent {
         target: InboxTarget,
         wakeup: bool,
     ) -> Result<(), ShellError> {
-        let (reply, answer) = async_channel::bounded(1);
+        let (reply, answer) = answer();
         self.tx
             .send(Msg::Send {
                 message: Box::new(message),
@@ -302,7 +217,7 @@ impl Agent {
     /// Waits until the agent is idle with nothing pending (IB-13
     /// `when_idle`) and returns how the last turn ended.
     pub async fn wait_idle(&self, timeout: Option<Duration>) -> Result<TurnSummary, ShellError> {
-        let (reply, answer) = async_channel::bounded(1);
+        let (reply, answer) = answer();
         self.tx
             .send(Msg::WaitIdle(reply))
             .await
@@ -327,7 +242,7 @@ impl Agent {
         name: &str,
         args: serde_json::Value,
     ) -> Result<serde_json::Value, ShellError> {
-        let (reply, answer) = async_channel::bounded(1);
+        let (reply, answer) = answer();
         self.tx
             .send(Msg::Command {
                 name: name.to_string(),
@@ -349,7 +264,8 @@ impl Agent {
     /// A new live subscription; it sees events from now on.
     pub fn subscribe(&self) -> Subscription {
         let (tx, rx) = async_channel::unbounded();
-        let _ = self.tx.try_send(Msg::Subscribe(tx));
+        let sink = move |e: &AgentEvent| tx.try_send(e.clone()).is_ok();
+        let _ = self.tx.try_send(Msg::Subscribe(Box::new(sink)));
         Subscription { rx: Box::pin(rx) }
     }
 
@@ -395,7 +311,7 @@ impl Agent {
     /// reached the store: [`ShellError::NotSaved`] with the last failed
     /// write's message when it did not.
     pub async fn close(mut self) -> Result<(), ShellError> {
-        let (reply, done) = async_channel::bounded(1);
+        let (reply, done) = answer();
         let mut unsaved = None;
         if self.tx.send(Msg::Dispose(Some(reply))).await.is_ok() {
             unsaved = done.recv().await.ok().flatten();
@@ -414,4 +330,16 @@ impl Drop for Agent {
             task.detach();
         }
     }
+}
+
+/// A one-shot answer channel: the [`Answer`] a call carries and the
+/// receiver its caller waits on.
+fn answer<T: Send + 'static>() -> (Answer<T>, Receiver<T>) {
+    let (tx, rx) = async_channel::bounded(1);
+    (
+        Box::new(move |value| {
+            let _ = tx.try_send(value);
+        }),
+        rx,
+    )
 }

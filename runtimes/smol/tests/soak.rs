@@ -190,10 +190,11 @@ fn run(soak: Soak) {
     let results = smol::block_on(async {
         let tasks: Vec<_> = (0..soak.agents)
             .map(|i| {
-                let mut cfg = config(&server);
                 // Stalls end by the idle watchdog; every failure is retried
                 // with short local delays; a 1 s Retry-After is honored.
-                cfg.model.stream_idle_timeout_ms = 400;
+                let mut model = deepseek_config(server.url());
+                model.stream_idle_timeout_ms = 400;
+                let mut cfg = config_for(model);
                 cfg.retry_policy = Some(RetryPolicy::Always {
                     backoff: Backoff {
                         initial_delay_ms: 20.0,

@@ -1,207 +1,25 @@
 //! The [`Agent`] handle and its driver thread: a thin loop that carries the
 //! kernel's effects to threads.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::workers::Workers;
-use dsh_approval::{ApprovalDecision, ApprovalPlugin, ApprovalPolicy};
-use dsh_core::agent::{
-    self as core_agent, AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExecution,
-};
+use dsh_approval::ApprovalDecision;
+use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExecution};
 use dsh_core::session::{EventData, SessionEvent};
-use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId};
+use dsh_core::{ContentBlock, Message, SessionId};
 pub use dsh_host::ShellError;
-use dsh_host::{
-    Clock, ModelProvider, ProviderPrepare, absolute_cwd, job_token, run_model, run_side,
-};
+use dsh_host::{Clock, ModelProvider, absolute_cwd, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Dispatch, Input, Job, Jobs};
-use dsh_runtime::{
-    AgentEvent, ApprovalRequestId, IdMode, Ids, Kernel, KernelError, Plugin, Reply, TurnSummary,
-};
+use dsh_runtime::{AgentEvent, ApprovalRequestId, Ids, Kernel, Reply, TurnSummary};
 use dsh_store::SessionStore;
 use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
-/// Loop options of the core (HEAD deltas and the retry executor).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LoopOptions {
-    /// Run the `llm-retry` executor at the request-error seam (logs
-    /// `llm/retry`).
-    pub retry_executor: bool,
-    /// [HEAD Δ] keep the delivered text of a cancelled stream.
-    pub interrupted_prefix: bool,
-    /// [HEAD Δ] latch wakes that arrive while an aborted turn winds down.
-    pub wake_latch: bool,
-}
-
-impl Default for LoopOptions {
-    fn default() -> Self {
-        LoopOptions {
-            retry_executor: true,
-            interrupted_prefix: true,
-            wake_latch: true,
-        }
-    }
-}
-
-/// Everything needed to run an agent.
-pub struct AgentConfig {
-    /// Where model calls go.
-    pub provider: Arc<dyn ModelProvider>,
-    /// The call config of every request: provider route, model, max
-    /// tokens, and the effort, temperature and stop sequences that fill
-    /// each request seed lacking them.
-    pub call_config: LlmCallConfig,
-    /// The system prompt (one section; `{{var}}` references are rendered).
-    pub system_prompt: Option<String>,
-    /// The tools.
-    pub tools: ToolSet,
-    /// The workspace the file tools are confined to (`None`: `cwd`).
-    pub workspace: Option<PathBuf>,
-    /// A workspace already opened (e.g. the parent's, for a subagent): the
-    /// agent's tools use this handle instead of opening `workspace` (or
-    /// `cwd`) by path, so a directory moved in at that path since it was
-    /// opened is not followed. `None` (the default): opened at start.
-    pub opened_workspace: Option<Workspace>,
-    /// `ask | auto | deny` per tool.
-    pub approval: ApprovalPolicy,
-    /// Deadline of a tool body whose definition names none (TL-14);
-    /// `Duration::ZERO` (the default): none. Bash keeps its own executor
-    /// default (TL-21).
-    pub tool_timeout: Duration,
-    /// Working directory (the session header's `cwd`; where `bash` runs).
-    pub cwd: PathBuf,
-    /// Core loop options.
-    pub loop_options: LoopOptions,
-    /// Time source (test hook: [`Clock::Fixed`]).
-    pub clock: Clock,
-    /// Id source (test hook: [`IdMode::Sequential`]).
-    pub ids: IdMode,
-    /// Plugins, in order, after the shell's own (provider `prepare`,
-    /// approval policy).
-    pub plugins: Vec<Box<dyn Plugin>>,
-    /// The retry policy; `None`: the kernel's default.
-    pub retry_policy: Option<dsh_core::agent::retry::RetryPolicy>,
-    /// The most one model response may add, in bytes
-    /// ([`dsh_runtime::AgentConfig::max_response_bytes`]).
-    pub max_response_bytes: u64,
-    /// The most steps one turn may take, `None`: no limit
-    /// ([`dsh_runtime::AgentConfig::max_steps_per_turn`]).
-    pub max_steps_per_turn: Option<u64>,
-}
-
-impl core::fmt::Debug for AgentConfig {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("AgentConfig")
-            .field("call_config", &self.call_config)
-            .field("tools", &self.tools.names())
-            .field("approval", &self.approval)
-            .field("cwd", &self.cwd)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AgentConfig {
-    /// A config with the built-in tools confined to `cwd`, policy `auto`,
-    /// no tool deadline, the system clock and UUID ids.
-    pub fn new(
-        provider: Arc<dyn ModelProvider>,
-        call_config: LlmCallConfig,
-        cwd: impl Into<PathBuf>,
-    ) -> Self {
-        AgentConfig {
-            provider,
-            call_config,
-            system_prompt: None,
-            tools: ToolSet::builtin(),
-            workspace: None,
-            opened_workspace: None,
-            approval: ApprovalPolicy::default(),
-            tool_timeout: Duration::ZERO,
-            cwd: cwd.into(),
-            loop_options: LoopOptions::default(),
-            clock: Clock::System,
-            ids: IdMode::Uuid,
-            plugins: Vec::new(),
-            retry_policy: None,
-            max_response_bytes: dsh_runtime::DEFAULT_MAX_RESPONSE_BYTES,
-            max_steps_per_turn: Some(dsh_runtime::DEFAULT_MAX_STEPS_PER_TURN),
-        }
-    }
-
-    /// The kernel's configuration derived from this one.
-    pub fn kernel_config(&self) -> Result<dsh_runtime::AgentConfig, ShellError> {
-        let tools = self
-            .tools
-            .registry()
-            .map_err(|e| ShellError::Config(format!("tool registry: {e}")))?;
-        let mut k = dsh_runtime::AgentConfig::new(self.call_config.clone());
-        k.system_prompt = self.system_prompt.clone();
-        k.tools = tools;
-        k.tool_timeout_ms = Some(self.tool_timeout.as_millis() as u64).filter(|ms| *ms > 0);
-        k.retry_executor = self.loop_options.retry_executor;
-        k.interrupted_prefix = self.loop_options.interrupted_prefix;
-        k.wake_latch = self.loop_options.wake_latch;
-        k.retry_policy = self.retry_policy.clone();
-        k.max_response_bytes = self.max_response_bytes;
-        k.max_steps_per_turn = self.max_steps_per_turn;
-        k.ids = self.ids;
-        k.seed = crate::clock::os_seed();
-        Ok(k)
-    }
-
-    /// The core's configuration derived from this one (fails on an invalid
-    /// tool definition).
-    pub fn core_config(&self) -> Result<core_agent::AgentConfig, ShellError> {
-        self.kernel_config()?
-            .core_config()
-            .map_err(|e| ShellError::Config(e.to_string()))
-    }
-
-    /// The tools' workspace: [`opened_workspace`](Self::opened_workspace)
-    /// when set (a clone sharing its handle), else opened now from
-    /// `workspace` or `cwd`.
-    pub fn workspace(&self) -> Result<Workspace, ShellError> {
-        if let Some(opened) = &self.opened_workspace {
-            return Ok(opened.clone());
-        }
-        let root = self.workspace.as_ref().unwrap_or(&self.cwd);
-        Workspace::new(root)
-            .map_err(|e| ShellError::Config(format!("workspace {}: {e}", root.display())))
-    }
-}
-
-/// What reaches the driver thread.
-enum Msg {
-    /// An input for the kernel: from a handle call (`counted`, for
-    /// `wait_idle`) or from work in flight (a stream, a tool body, a side
-    /// call) and disposal.
-    Feed {
-        input: Input,
-        counted: bool,
-    },
-    Send {
-        message: Message,
-        target: InboxTarget,
-        wakeup: bool,
-        reply: SyncSender<Result<(), KernelError>>,
-    },
-    Subscribe(Sender<AgentEvent>),
-    Snapshot(SyncSender<Vec<SessionEvent>>),
-    Append {
-        data: EventData,
-        reply: SyncSender<Result<u64, KernelError>>,
-    },
-    Command {
-        name: String,
-        args: serde_json::Value,
-        reply: SyncSender<Result<serde_json::Value, String>>,
-    },
-}
+pub use dsh_shell::{AgentConfig, LoopOptions};
+use dsh_shell::{Answer, Callers, Host, Msg, Started};
 
 #[derive(Default)]
 struct SharedState {
@@ -301,21 +119,20 @@ impl Agent {
     }
 
     fn start(
-        mut config: AgentConfig,
+        config: AgentConfig,
         store: Arc<dyn SessionStore>,
         session: dsh_core::session::Session,
         stored: u64,
     ) -> Result<Agent, ShellError> {
-        let workspace = config.workspace()?;
-        let kernel_config = config.kernel_config()?;
-        let mut plugins: Vec<Box<dyn Plugin>> = vec![
-            Box::new(ProviderPrepare(config.provider.clone())),
-            Box::new(ApprovalPlugin::new(Arc::new(Mutex::new(
-                config.approval.clone(),
-            )))),
-        ];
-        plugins.append(&mut config.plugins);
-        let kernel = Kernel::new(kernel_config, session, stored, plugins)?;
+        let Started {
+            kernel,
+            provider,
+            tools,
+            workspace,
+            clock,
+            ids,
+            ..
+        } = config.start(session, stored)?;
         let id = kernel.id().clone();
         let (tx, rx) = mpsc::channel();
         let shared = Arc::new(Shared {
@@ -327,22 +144,19 @@ impl Agent {
             }),
             cv: Condvar::new(),
         });
-        let mut ids = Ids::new(config.ids, crate::clock::os_seed());
-        ids.continue_after(kernel.session());
         let ids = Mutex::new(ids);
         let io = Io {
             id: id.clone(),
-            clock: config.clock.clone(),
-            provider: config.provider.clone(),
-            toolset: Arc::new(std::mem::take(&mut config.tools)),
+            clock,
+            provider,
+            toolset: tools,
             workspace,
             store,
             tx: tx.clone(),
             shared: shared.clone(),
-            subscribers: Vec::new(),
+            callers: Callers::new(),
             jobs: Jobs::new(),
             workers: Workers::new(),
-            commands: BTreeMap::new(),
         };
         let driver = Driver {
             kernel,
@@ -437,10 +251,7 @@ impl Agent {
     /// Cancels the running turn (LC-33); `keep_inbox` keeps pending input.
     pub fn cancel(&self, cause: CancelCause, keep_inbox: bool) {
         let input = Input::Cancel { cause, keep_inbox };
-        let _ = self.submit(Msg::Feed {
-            input,
-            counted: true,
-        });
+        let _ = self.submit(Msg::Feed(input));
     }
 
     /// Answers an [`AgentEvent::ApprovalRequested`]. An unknown or stale id
@@ -456,18 +267,18 @@ impl Agent {
             id: request.0,
             reply,
         };
-        let _ = self.submit(Msg::Feed {
-            input,
-            counted: true,
-        });
+        let _ = self.submit(Msg::Feed(input));
     }
 
     /// Appends a foreign event (a plugin's, e.g. `session/title`) at the
     /// end of the log; returns its seq. It is written with the next batch
     /// (at once when the agent is quiet).
     pub fn append_event(&self, data: EventData) -> Result<u64, ShellError> {
-        let (reply, answer) = mpsc::sync_channel(1);
-        self.submit(Msg::Append { data, reply })?;
+        let (reply, answer) = answer();
+        self.submit(Msg::Append {
+            data: Box::new(data),
+            reply,
+        })?;
         match answer.recv() {
             Ok(r) => r.map_err(ShellError::from),
             Err(_) => Err(ShellError::Disposed),
@@ -477,7 +288,9 @@ impl Agent {
     /// A receiver of every live event from now on.
     pub fn subscribe(&self) -> Receiver<AgentEvent> {
         let (tx, rx) = mpsc::channel();
-        let _ = self.submit(Msg::Subscribe(tx));
+        let _ = self.submit(Msg::Subscribe(Box::new(move |e: &AgentEvent| {
+            tx.send(e.clone()).is_ok()
+        })));
         rx
     }
 
@@ -489,10 +302,10 @@ impl Agent {
         args: serde_json::Value,
         timeout: Option<Duration>,
     ) -> Result<serde_json::Value, ShellError> {
-        let (reply, answer) = mpsc::sync_channel(1);
+        let (reply, answer) = answer();
         self.submit(Msg::Command {
             name: name.to_string(),
-            args,
+            args: Box::new(args),
             reply,
         })?;
         let result = match timeout {
@@ -515,7 +328,7 @@ impl Agent {
 
     /// The session events so far (a copy).
     pub fn events(&self) -> Result<Vec<SessionEvent>, ShellError> {
-        let (reply, answer) = mpsc::sync_channel(1);
+        let (reply, answer) = answer();
         self.submit(Msg::Snapshot(reply))?;
         answer.recv().map_err(|_| ShellError::Disposed)
     }
@@ -588,7 +401,7 @@ impl Agent {
 
     fn shutdown(&mut self) {
         if let Some(handle) = self.driver.take() {
-            let _ = self.tx.send(feed(Input::Dispose));
+            let _ = self.tx.send(Msg::Feed(Input::Dispose));
             let _ = handle.join();
         }
     }
@@ -608,12 +421,12 @@ fn deliver(
     target: InboxTarget,
     wakeup: bool,
 ) -> Result<(), ShellError> {
-    let (reply, answer) = mpsc::sync_channel(1);
+    let (reply, answer) = answer();
     submit(
         tx,
         shared,
         Msg::Send {
-            message,
+            message: Box::new(message),
             target,
             wakeup,
             reply,
@@ -681,11 +494,9 @@ struct Io {
     store: Arc<dyn SessionStore>,
     tx: Sender<Msg>,
     shared: Arc<Shared>,
-    subscribers: Vec<Sender<AgentEvent>>,
+    callers: Callers,
     jobs: Jobs,
     workers: Workers,
-    /// Callers of running plugin commands, by command id.
-    commands: BTreeMap<u64, SyncSender<Result<serde_json::Value, String>>>,
 }
 
 impl Driver {
@@ -728,10 +539,7 @@ impl Driver {
     /// Carries out the kernel's effects until it is drained (the store is
     /// called on this thread, so no write is left running).
     fn carry(&mut self) {
-        let _ = exec::carry(&mut self.kernel, &mut self.io);
-        if self.io.subscribers.is_empty() {
-            self.kernel.set_publish_events(false);
-        }
+        self.io.settle(&mut self.kernel);
     }
 
     /// How long to wait for the kernel's next deadline (measured on a
@@ -764,50 +572,10 @@ impl Driver {
     }
 
     fn handle(&mut self, msg: Msg) {
-        let now = self.io.now();
-        let counted = match msg {
-            Msg::Feed { input, counted } => {
-                let _ = exec::feed(&mut self.kernel, &mut self.io, input);
-                counted
-            }
-            Msg::Send {
-                message,
-                target,
-                wakeup,
-                reply,
-            } => {
-                let r = self.kernel.send(now, message, target, wakeup);
-                self.carry();
-                let _ = reply.send(r);
-                true
-            }
-            Msg::Subscribe(tx) => {
-                self.io.subscribers.push(tx);
-                self.kernel.set_publish_events(true);
-                true
-            }
-            Msg::Snapshot(reply) => {
-                let _ = reply.send(self.kernel.session().events().to_vec());
-                true
-            }
-            Msg::Append { data, reply } => {
-                let r = self.kernel.append_event(now, data);
-                self.carry();
-                let _ = reply.send(r);
-                true
-            }
-            Msg::Command { name, args, reply } => {
-                match self.kernel.command(now, &name, args) {
-                    Ok(id) => {
-                        self.io.commands.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e.to_string()));
-                    }
-                }
-                true
-            }
-        };
+        let counted = !matches!(msg, Msg::Work(_));
+        // This shell tracks idleness and disposal itself: it sends neither
+        // `WaitIdle` nor `Dispose`, so nothing comes back.
+        let _ = dsh_shell::handle(&mut self.kernel, &mut self.io, msg);
         if counted {
             // Published with the quiescence flag in `publish_state`, so a
             // waiter never sees the count without the state it produced.
@@ -923,9 +691,7 @@ impl Dispatch for Io {
     }
 
     fn command_done(&mut self, id: u64, result: &Result<serde_json::Value, String>) {
-        if let Some(reply) = self.commands.remove(&id) {
-            let _ = reply.send(result.clone());
-        }
+        self.callers.command_done(id, result);
     }
 
     fn publish(&mut self, event: AgentEvent) {
@@ -934,18 +700,39 @@ impl Dispatch for Io {
         {
             st.status = Some(*s);
         }
-        if self.subscribers.is_empty() {
-            return;
+        self.callers.publish(&event);
+    }
+}
+
+impl Host for Io {
+    fn callers(&mut self) -> &mut Callers {
+        &mut self.callers
+    }
+
+    /// Carries the call's effects before its caller is answered (the store
+    /// is written on this thread, so no write is left running).
+    fn settle(&mut self, kernel: &mut Kernel) {
+        let _ = exec::carry(kernel, self);
+        if !self.callers.has_subscribers() {
+            kernel.set_publish_events(false);
         }
-        self.subscribers.retain(|s| s.send(event.clone()).is_ok());
     }
 }
 
 /// An input from work (a stream, a tool body, a side call): not a handle
 /// call, so not counted for `wait_idle`.
 fn feed(input: Input) -> Msg {
-    Msg::Feed {
-        input,
-        counted: false,
-    }
+    Msg::Work(input)
+}
+
+/// A one-shot answer channel: the [`Answer`] a call carries and the
+/// receiver its caller waits on.
+fn answer<T: Send + 'static>() -> (Answer<T>, Receiver<T>) {
+    let (tx, rx) = mpsc::sync_channel(1);
+    (
+        Box::new(move |value| {
+            let _ = tx.send(value);
+        }),
+        rx,
+    )
 }

@@ -3,19 +3,7 @@
 
 use dsh_runtime::Rng;
 
-/// 64 bits from the OS (falls back to the clock and the address of a stack
-/// value if the OS source fails).
-pub fn os_seed() -> u64 {
-    let mut buf = [0u8; 8];
-    match getrandom::fill(&mut buf) {
-        Ok(()) => u64::from_le_bytes(buf),
-        Err(_) => {
-            let t = dsh_host::Clock::System.now_ms() as u64;
-            let local = 0u8;
-            t ^ ((&local as *const u8 as u64).rotate_left(32))
-        }
-    }
-}
+pub use dsh_shell::os_seed;
 
 /// A fresh random session id (UUID v4).
 pub fn new_session_id() -> dsh_core::SessionId {

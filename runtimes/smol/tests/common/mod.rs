@@ -9,7 +9,7 @@ use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::session::{EventData, InvariantChecker, SessionEvent, TurnEndReason};
 use dsh_core::{ContentBlock, LlmCallConfig, SessionId};
 use dsh_deepseek::mock::{MockServer, Script};
-use dsh_deepseek::{ClientOptions, DeepSeekConfig};
+use dsh_deepseek::{ClientOptions, DeepSeekClient, DeepSeekConfig};
 use dsh_smol::AgentConfig;
 use dsh_store::{Cancel, SessionStore};
 use dsh_tools::{Tool, ToolCallRequest, ToolContext, ToolSet};
@@ -81,15 +81,20 @@ pub fn client_options() -> ClientOptions {
 }
 
 pub fn config(server: &MockServer) -> AgentConfig {
+    config_for(deepseek_config(server.url()))
+}
+
+/// [`config`] over a client of `model`.
+pub fn config_for(model: DeepSeekConfig) -> AgentConfig {
+    let client = DeepSeekClient::with_options(model, client_options()).expect("client");
     let mut c = AgentConfig::new(
-        deepseek_config(server.url()),
+        Arc::new(client),
         LlmCallConfig::new("deepseek", MODEL),
+        std::env::temp_dir(),
     );
-    c.client_options = client_options();
     let mut tools = ToolSet::new();
     tools.insert(Box::new(Echo));
     c.tools = tools;
-    c.cwd = std::env::temp_dir();
     c
 }
 
