@@ -12,7 +12,7 @@ use dsh_core::session::{Session, SessionEvent};
 use dsh_host::{ModelProvider, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
 use dsh_runtime::{AgentEvent, Kernel, TurnSummary};
-use dsh_shell::{Answer, Callers, Host, Msg, Started};
+use dsh_shell::{Answer, Callers, Host, Msg};
 use dsh_store::{Cancel, SessionStore, StoreError};
 
 use crate::{Agent, AgentConfig, ShellError};
@@ -85,25 +85,18 @@ pub(crate) fn spawn(
     session: Session,
     flushed: u64,
 ) -> Result<Agent, ShellError> {
-    let Started {
-        kernel,
-        provider,
-        tools,
-        workspace,
-        clock,
-        ids,
-        ..
-    } = config.start(session, flushed)?;
+    let started = config.start(session, flushed)?;
+    let kernel = started.kernel;
     let id = kernel.id().clone();
     let (tx, rx) = async_channel::unbounded();
     let running = Arc::new(AtomicBool::new(false));
     let io = Io {
         id: id.clone(),
-        clock,
+        clock: started.clock,
         store,
-        provider,
-        tools,
-        workspace,
+        provider: started.provider,
+        tools: started.tools,
+        workspace: started.workspace,
         tx: tx.clone(),
         running: running.clone(),
         callers: Callers::new(),
@@ -123,7 +116,7 @@ pub(crate) fn spawn(
         tx,
         running,
         task: Some(task),
-        ids: Mutex::new(ids),
+        ids: Mutex::new(started.ids),
     })
 }
 

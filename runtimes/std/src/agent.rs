@@ -19,7 +19,7 @@ use dsh_store::SessionStore;
 use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
 pub use dsh_shell::{AgentConfig, LoopOptions};
-use dsh_shell::{Answer, Callers, Host, Msg, Started};
+use dsh_shell::{Answer, Callers, Host, Msg};
 
 #[derive(Default)]
 struct SharedState {
@@ -124,15 +124,8 @@ impl Agent {
         session: dsh_core::session::Session,
         stored: u64,
     ) -> Result<Agent, ShellError> {
-        let Started {
-            kernel,
-            provider,
-            tools,
-            workspace,
-            clock,
-            ids,
-            ..
-        } = config.start(session, stored)?;
+        let hosted = config.start(session, stored)?;
+        let (kernel, ids) = (hosted.kernel, Mutex::new(hosted.ids));
         let id = kernel.id().clone();
         let (tx, rx) = mpsc::channel();
         let shared = Arc::new(Shared {
@@ -144,13 +137,12 @@ impl Agent {
             }),
             cv: Condvar::new(),
         });
-        let ids = Mutex::new(ids);
         let io = Io {
             id: id.clone(),
-            clock,
-            provider,
-            toolset: tools,
-            workspace,
+            clock: hosted.clock,
+            provider: hosted.provider,
+            toolset: hosted.tools,
+            workspace: hosted.workspace,
             store,
             tx: tx.clone(),
             shared: shared.clone(),
