@@ -7,43 +7,19 @@
 //! Needs `python3` and `bash`: without them the Python cases skip with a
 //! printed reason, and fail when `CI=true`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dsh_deepseek::mock::{MockServer, Script};
 use serde_json::Value;
+use support::needs;
 
 fn dsh(data: &Path, home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env("XDG_CONFIG_HOME", data.join("config"))
-        .env("HOME", home)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null());
+    let mut c = support::dsh(data);
+    c.env("HOME", home);
     c
-}
-
-fn have(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// `false` (with a printed reason) when `program` is missing; a failure
-/// under `CI=true`.
-fn needs(program: &str) -> bool {
-    if have(program) {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{program} is required when CI=true"
-    );
-    eprintln!("skipped: {program} is not installed");
-    false
 }
 
 struct Ws {

@@ -2,26 +2,13 @@
 //! to a model that takes images, in the provider's format; a model that
 //! does not gets a clear error before any request.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use dsh_deepseek::mock::{MockServer, Script};
 use serde_json::{Value, json};
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn mock(responses: Value) -> MockServer {
-    let script = json!({ "responses": responses }).to_string();
-    MockServer::start_on(Script::from_json(&script).unwrap(), 0).unwrap()
-}
+use support::{dsh, mock_responses as mock};
 
 /// A PNG of `w`x`h` as far as headers go (all dsh reads).
 fn png(w: u32, h: u32) -> Vec<u8> {

@@ -13,48 +13,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use support::{dsh, mock, text};
-
-fn transcripts(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in rd {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            transcripts(&p, out);
-        } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
-            out.push(p);
-        }
-    }
-}
+use support::{checks_and_replays, dsh, events, mock, text, transcripts};
 
 /// Every stored log under `data`, each checked by `dsh log check` and
 /// `dsh replay --check`; their lines as JSON (header first).
 fn logs(data: &Path) -> Vec<Vec<Value>> {
-    let mut paths = Vec::new();
-    transcripts(&data.join("dsh"), &mut paths);
-    paths.sort();
+    let paths = transcripts(&data.join("dsh"));
     assert!(!paths.is_empty(), "no session stored");
     paths
         .iter()
         .map(|p| {
-            for args in [&["log", "check"][..], &["replay", "--check"][..]] {
-                let o = dsh(data).args(args).arg(p).output().unwrap();
-                assert_eq!(
-                    o.status.code(),
-                    Some(0),
-                    "dsh {args:?} {}: {}{}",
-                    p.display(),
-                    text(&o.stdout),
-                    text(&o.stderr)
-                );
-            }
-            std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect()
+            checks_and_replays(data, p);
+            events(p)
         })
         .collect()
 }

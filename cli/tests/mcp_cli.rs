@@ -8,44 +8,15 @@
 //! `DSH_MCP_NODE_DIR` names the folder holding its `node_modules` (`.ci/run`
 //! installs it). Missing programs skip, or fail with `CI=true`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use dsh_deepseek::mock::{MockServer, Script};
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env("XDG_CONFIG_HOME", data.join("config"))
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn need(what: &str, found: bool) -> bool {
-    if found {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{what} is required when CI=true");
-    }
-    eprintln!("skipped: {what} not found");
-    false
-}
+use support::{checks_and_replays, dsh, events, have, mock, need, needs, text, transcripts};
 
 fn python() -> Option<String> {
-    let ok = Command::new("python3")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    need("python3", ok).then(|| "python3".to_string())
+    needs("python3").then(|| "python3".to_string())
 }
 
 fn fake_server() -> String {
@@ -65,48 +36,8 @@ fn write_config(dir: &Path, tables: &str) -> PathBuf {
     p
 }
 
-fn transcripts(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
-
-fn events(log: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn of_type<'a>(events: &'a [serde_json::Value], ty: &str) -> Vec<&'a serde_json::Value> {
     events.iter().filter(|e| e["type"] == ty).collect()
-}
-
-fn checks_and_replays(data: &Path, log: &Path) {
-    for args in [["log", "check"], ["replay", "--check"]] {
-        let o = dsh(data).args(args).arg(log).output().unwrap();
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{args:?}: {}{}",
-            text(&o.stdout),
-            text(&o.stderr)
-        );
-    }
 }
 
 fn script(tool: &str, args: &str, answer: &str) -> String {
@@ -117,10 +48,6 @@ fn script(tool: &str, args: &str, answer: &str) -> String {
           {{"turn":{{"text":["{answer}"]}}}}
         ]}}"#
     )
-}
-
-fn mock(script: &str) -> MockServer {
-    MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
 }
 
 #[test]
@@ -329,11 +256,7 @@ fn run_uses_server_everything_over_stdio() {
     let entry = dir
         .as_ref()
         .map(|d| d.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
-    let node = Command::new("node")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+    let node = have("node");
     if !need(
         "node and DSH_MCP_NODE_DIR with @modelcontextprotocol/server-everything",
         node && entry.as_ref().is_some_and(|e| e.exists()),
@@ -384,11 +307,7 @@ fn everything() -> Option<PathBuf> {
     let entry = dir
         .as_ref()
         .map(|d| d.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
-    let node = Command::new("node")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+    let node = have("node");
     need(
         "node and DSH_MCP_NODE_DIR with @modelcontextprotocol/server-everything",
         node && entry.as_ref().is_some_and(|e| e.exists()),

@@ -1,47 +1,22 @@
 //! Issue 31, spill: oversized tool results are kept out of the context and
 //! saved whole; the model pages through them with `read`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use dsh_core::jsonl::load_log;
-use dsh_deepseek::mock::{MockServer, Script};
 use serde_json::json;
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
+use support::{dsh, mock_responses as mock, transcripts};
 
 fn call(id: &str, name: &str, args: serde_json::Value) -> serde_json::Value {
     json!({"turn": {"toolCalls": [{"id": id, "name": name, "arguments": [args.to_string()]}]}})
 }
 
-fn mock(responses: Vec<serde_json::Value>) -> MockServer {
-    let script = json!({ "responses": responses }).to_string();
-    MockServer::start_on(Script::from_json(&script).unwrap(), 0).unwrap()
-}
-
-fn transcripts(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            transcripts(&p, out);
-        } else if p.extension().is_some_and(|x| x == "jsonl") {
-            out.push(p);
-        }
-    }
-}
-
 /// The texts of every `tool/result` of the only stored session.
 fn results(data: &Path) -> Vec<String> {
-    let mut logs = Vec::new();
-    transcripts(&data.join("dsh/sessions"), &mut logs);
+    let logs = transcripts(&data.join("dsh/sessions"));
     assert_eq!(logs.len(), 1, "{logs:?}");
     let bytes = std::fs::read(&logs[0]).unwrap();
     // A valid log.

@@ -4,27 +4,14 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use dsh_deepseek::mock::{MockServer, Script};
+use dsh_deepseek::mock::MockServer;
 use serde_json::{Value, json};
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env_remove("EXA_API_KEY")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn mock(responses: Value) -> MockServer {
-    let script = json!({ "responses": responses }).to_string();
-    MockServer::start_on(Script::from_json(&script).unwrap(), 0).unwrap()
-}
+use support::{dsh, mock_responses as mock};
 
 fn fetch_call(url: &str) -> Value {
     json!({"turn": {"toolCalls": [{"id": "f1", "name": "web_fetch", "arguments": [json!({"url": url}).to_string()]}]}})

@@ -1,5 +1,7 @@
-//! Helpers shared by the security tests of the CLI (`secrets_cli.rs`,
-//! `terminal_text.rs`).
+//! Helpers shared by the CLI's integration tests: the `dsh` command with
+//! private directories, the scripted mock model, the stored transcripts,
+//! and the checks for outside programs (skip with a printed reason, fail
+//! under `CI=true`).
 
 #![allow(dead_code)]
 
@@ -16,6 +18,7 @@ pub fn dsh(data: &Path) -> Command {
         .env("XDG_CONFIG_HOME", data.join("config"))
         .env_remove("DEEPSEEK_API_KEY")
         .env_remove("DEEPSEEK_BASE_URL")
+        .env_remove("EXA_API_KEY")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null());
     c
@@ -29,6 +32,76 @@ pub fn text(b: &[u8]) -> String {
 /// The mock server playing `script` on a free loopback port.
 pub fn mock(script: &str) -> MockServer {
     MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
+}
+
+/// The mock server playing `{"responses": responses}` on a free loopback
+/// port.
+pub fn mock_responses(responses: impl Into<serde_json::Value>) -> MockServer {
+    let script = serde_json::json!({ "responses": responses.into() }).to_string();
+    mock(&script)
+}
+
+/// Every stored transcript (`session.jsonl`) under `dir`, in path order;
+/// none when `dir` does not exist.
+pub fn transcripts(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = files(dir)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "session.jsonl"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The lines of the JSONL file `log`, as JSON.
+pub fn events(log: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Asserts that `dsh log check` and `dsh replay --check` accept `log`.
+pub fn checks_and_replays(data: &Path, log: &Path) {
+    for args in [&["log", "check"][..], &["replay", "--check"][..]] {
+        let o = dsh(data).args(args).arg(log).output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "dsh {args:?} {}: {}{}",
+            log.display(),
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+}
+
+/// Whether `program --version` runs and succeeds.
+pub fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `true` when `found`; else `false` with a printed reason (the test
+/// skips), or a failure under `CI=true`, where every outside program the
+/// tests use must be there.
+pub fn need(what: &str, found: bool) -> bool {
+    if found {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{what} is required when CI=true"
+    );
+    eprintln!("skipped: {what} not found");
+    false
+}
+
+/// [`need`] of `program` ([`have`]).
+pub fn needs(program: &str) -> bool {
+    need(program, have(program))
 }
 
 /// Runs `cmd` (already `run` with its provider flags) on the prompt

@@ -8,7 +8,9 @@
 //!   `prepare`, the approval policy) and the handle's id source;
 //! - [`Msg`], the calls a handle sends its driver, answered by [`handle`]
 //!   through a shell's [`Host`] (its [`Dispatch`](dsh_runtime::exec::Dispatch)
-//!   plus the [`Callers`] it keeps).
+//!   plus the [`Callers`] it keeps);
+//! - where a session comes from: [`create_session`], [`resume_session`],
+//!   [`fork_session`], [`adopt_session`] (blocking store calls).
 //!
 //! An embedder uses a shell, not this crate; a new hosted shell uses both
 //! this crate and the kernel's effect executor ([`dsh_runtime::exec`]).
@@ -19,6 +21,8 @@
 
 mod config;
 mod handle;
+mod session;
 
 pub use config::{AgentConfig, LoopOptions, Started, os_seed};
 pub use handle::{Answer, Callers, CommandResult, Host, Msg, Sink, handle};
+pub use session::{adopt_session, create_session, fork_session, resume_session};

@@ -13,7 +13,7 @@ use dsh_host::{ModelProvider, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
 use dsh_runtime::{AgentEvent, Kernel, TurnSummary};
 use dsh_shell::{Answer, Callers, Host, Msg};
-use dsh_store::{Cancel, SessionStore, StoreError};
+use dsh_store::SessionStore;
 
 use crate::{Agent, AgentConfig, ShellError};
 use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
@@ -23,59 +23,6 @@ enum Wake {
     Msg(Msg),
     Timer(i64),
     Closed,
-}
-
-/// A new session registered in `store`.
-pub(crate) async fn create_session(
-    now: i64,
-    cwd: Option<String>,
-    store: &Arc<dyn SessionStore>,
-    id: SessionId,
-) -> Result<Session, ShellError> {
-    let session = dsh_runtime::create_session(id, now, cwd)?;
-    let store = store.clone();
-    let h = session.header().clone();
-    smol::unblock(move || store.create(h)).await?;
-    Ok(session)
-}
-
-/// A stored session, repaired and marked resumed; returns how much of it
-/// is already stored.
-pub(crate) async fn resume_session(
-    now: i64,
-    store: &Arc<dyn SessionStore>,
-    id: &SessionId,
-) -> Result<(Session, u64), ShellError> {
-    let store = store.clone();
-    let sid = id.clone();
-    let loaded = smol::unblock(move || store.load(&sid)).await?;
-    let stored = loaded.events.len() as u64;
-    let session = dsh_runtime::resume_session(loaded.header, loaded.events, now)?;
-    Ok((session, stored))
-}
-
-/// The child of `from` at `at_seq`, with its seed written to `store`.
-pub(crate) async fn fork_session(
-    now: i64,
-    store: &Arc<dyn SessionStore>,
-    from: &SessionId,
-    at_seq: Option<u64>,
-    new_id: SessionId,
-) -> Result<Session, ShellError> {
-    let reader = store.clone();
-    let parent_id = from.clone();
-    let parent = smol::unblock(move || reader.inspect(&parent_id, &Cancel::new())).await?;
-    let child = dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id, now)?;
-    let writer = store.clone();
-    let header = child.header().clone();
-    let events = child.events().to_vec();
-    smol::unblock(move || -> Result<(), StoreError> {
-        let id = header.id.clone();
-        writer.create(header)?;
-        writer.append(&id, &events)
-    })
-    .await?;
-    Ok(child)
 }
 
 /// Builds the kernel and starts the agent task.

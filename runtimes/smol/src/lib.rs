@@ -119,9 +119,9 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let now = config.clock.now_ms();
-        let cwd = dsh_host::absolute_cwd(&config.cwd);
-        let session = driver::create_session(now, cwd, &store, session_id).await?;
+        let (s, clock, cwd) = (store.clone(), config.clock.clone(), config.cwd.clone());
+        let session =
+            smol::unblock(move || dsh_shell::create_session(&*s, session_id, &clock, &cwd)).await?;
         driver::spawn(config, store, session, 0)
     }
 
@@ -134,8 +134,9 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: &SessionId,
     ) -> Result<Agent, ShellError> {
-        let now = config.clock.now_ms();
-        let (session, flushed) = driver::resume_session(now, &store, session_id).await?;
+        let (s, clock, id) = (store.clone(), config.clock.clone(), session_id.clone());
+        let (session, flushed) =
+            smol::unblock(move || dsh_shell::resume_session(&*s, &id, &clock)).await?;
         driver::spawn(config, store, session, flushed)
     }
 
@@ -149,8 +150,10 @@ impl Agent {
         at_seq: Option<u64>,
         new_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let now = config.clock.now_ms();
-        let session = driver::fork_session(now, &store, from, at_seq, new_id).await?;
+        let (s, clock, from) = (store.clone(), config.clock.clone(), from.clone());
+        let session =
+            smol::unblock(move || dsh_shell::fork_session(&*s, &from, at_seq, new_id, &clock))
+                .await?;
         let flushed = session.len();
         driver::spawn(config, store, session, flushed)
     }

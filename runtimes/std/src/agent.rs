@@ -12,7 +12,7 @@ use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExec
 use dsh_core::session::{EventData, SessionEvent};
 use dsh_core::{ContentBlock, Message, SessionId};
 pub use dsh_host::ShellError;
-use dsh_host::{Clock, ModelProvider, absolute_cwd, job_token, run_model, run_side};
+use dsh_host::{Clock, ModelProvider, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Dispatch, Input, Job, Jobs};
 use dsh_runtime::{AgentEvent, ApprovalRequestId, Ids, Kernel, Reply, TurnSummary};
 use dsh_store::SessionStore;
@@ -65,9 +65,7 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let now = config.clock.now_ms();
-        let session = dsh_runtime::create_session(session_id, now, absolute_cwd(&config.cwd))?;
-        store.create(session.header().clone())?;
+        let session = dsh_shell::create_session(&*store, session_id, &config.clock, &config.cwd)?;
         Agent::start(config, store, session, 0)
     }
 
@@ -80,10 +78,7 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: &SessionId,
     ) -> Result<Agent, ShellError> {
-        let loaded = store.load(session_id)?;
-        let stored = loaded.events.len() as u64;
-        let now = config.clock.now_ms();
-        let session = dsh_runtime::resume_session(loaded.header, loaded.events, now)?;
+        let (session, stored) = dsh_shell::resume_session(&*store, session_id, &config.clock)?;
         Agent::start(config, store, session, stored)
     }
 
@@ -96,10 +91,9 @@ impl Agent {
         at_seq: Option<u64>,
         new_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let parent = store.inspect(from, &dsh_store::Cancel::new())?;
-        let now = config.clock.now_ms();
-        let child = dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id, now)?;
-        Agent::adopt(config, store, child)
+        let child = dsh_shell::fork_session(&*store, from, at_seq, new_id, &config.clock)?;
+        let stored = child.len();
+        Agent::start(config, store, child, stored)
     }
 
     /// Runs an agent on a new session the caller built (a subagent's
@@ -110,10 +104,7 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session: dsh_core::session::Session,
     ) -> Result<Agent, ShellError> {
-        store.create(session.header().clone())?;
-        if !session.is_empty() {
-            store.append(session.id(), session.events())?;
-        }
+        dsh_shell::adopt_session(&*store, &session)?;
         let stored = session.len();
         Agent::start(config, store, session, stored)
     }
