@@ -3,34 +3,18 @@
 //! after a crash, `dsh fork`, and `dsh chat` in a pseudo-terminal (prompt,
 //! streamed answer, tool approval, Ctrl-C during a stream, exit).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use dsh_core::jsonl::load_log;
 use dsh_core::session::{EventData, InvariantChecker, SessionEvent};
 use dsh_deepseek::mock::{MockServer, Script};
+use support::{dsh, mock, text, transcripts};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dsh")
-}
-
-/// A command with a private data dir and no provider variables.
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(bin());
-    c.env("XDG_DATA_HOME", data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn mock(script: &str) -> MockServer {
-    MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
 }
 
 /// Reads a stored transcript into events (the header line included in the
@@ -72,21 +56,6 @@ fn log_contains_within(data: &Path, needle: &str, secs: u64) -> bool {
 fn header_of(path: &Path) -> dsh_core::session::SessionHeader {
     let bytes = std::fs::read(path).unwrap();
     load_log(&bytes, &[]).unwrap().session.header().clone()
-}
-
-fn transcripts(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let sessions = root.join("dsh/sessions");
-    for project in std::fs::read_dir(&sessions).unwrap() {
-        for session in std::fs::read_dir(project.unwrap().path()).unwrap() {
-            let p = session.unwrap().path().join("session.jsonl");
-            if p.exists() {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 fn turn_end_kinds(events: &[SessionEvent]) -> Vec<String> {

@@ -4,33 +4,11 @@
 //! pressure compaction summarises the older history and the conversation
 //! continues; the stored log checks and replays.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn transcripts(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            transcripts(&p, out);
-        } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
-            out.push(p);
-        }
-    }
-}
+use support::{dsh, text, transcripts};
 
 #[test]
 fn demo_compaction_crosses_the_window_compacts_and_replays() {
@@ -52,8 +30,7 @@ fn demo_compaction_crosses_the_window_compacts_and_replays() {
     assert!(out.contains("Still here"), "{out}");
     assert!(out.contains("compaction at seq"), "{out}");
     // The log is where --store-dir says and where the output says.
-    let mut logs = Vec::new();
-    transcripts(store.path(), &mut logs);
+    let logs = transcripts(store.path());
     assert_eq!(logs.len(), 1, "{out}");
     let log = logs[0].to_str().unwrap();
     assert!(out.contains(&format!("dsh replay --check {log}")), "{out}");
@@ -128,8 +105,7 @@ fn chat_compact_command_summarises_between_turns() {
         "{out}"
     );
     assert!(out.contains("three"), "{out}");
-    let mut logs = Vec::new();
-    transcripts(&data.path().join("dsh"), &mut logs);
+    let logs = transcripts(&data.path().join("dsh"));
     let raw = std::fs::read_to_string(&logs[0]).unwrap();
     assert!(raw.contains(r#""type":"compaction/start","seq""#), "{raw}");
     assert!(raw.contains(r#""turn":null"#), "{raw}");
@@ -167,8 +143,7 @@ fn chat(script: &str, input: &[u8]) -> (String, String, String, String) {
     });
     let o = child.wait_with_output().unwrap();
     drop(watchdog);
-    let mut logs = Vec::new();
-    transcripts(&data.path().join("dsh"), &mut logs);
+    let logs = transcripts(&data.path().join("dsh"));
     let raw = std::fs::read_to_string(&logs[0]).unwrap();
     let log = logs[0].to_str().unwrap().to_string();
     let c = dsh(data.path())

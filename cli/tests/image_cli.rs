@@ -4,8 +4,7 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::{Value, json};
 use support::{dsh, mock_responses as mock};

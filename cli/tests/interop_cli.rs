@@ -5,6 +5,8 @@
 //! Every session log passes `dsh log check` and
 //! `dsh replay --check`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -12,23 +14,10 @@ use std::time::{Duration, Instant};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{DecodeOptions, decode_pieces_with};
 use serde_json::json;
+use support::{dsh, text};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dsh")
-}
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(bin());
-    c.env("XDG_DATA_HOME", data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn corpus_dir() -> PathBuf {

@@ -4,6 +4,8 @@
 //! message only when the git state or the working directory changes
 //! (LC-12).
 
+mod support;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -11,17 +13,7 @@ use std::process::{Command, Stdio};
 use dsh_core::agent::prompt::{Assembly, RUNTIME_CONTEXT_HEADER};
 use dsh_deepseek::mock::{MockServer, Script};
 use serde_json::{Value, json};
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env("XDG_CONFIG_HOME", data.join("config"))
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
+use support::dsh;
 
 fn git(dir: &Path, args: &[&str]) {
     let o = Command::new("git")

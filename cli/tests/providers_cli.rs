@@ -2,6 +2,8 @@
 //! dsh at, a log written with the old route name resumes, and the context
 //! window and token estimate work for a server that reports neither.
 
+mod support;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -9,39 +11,7 @@ use std::process::{Command, Stdio};
 use dsh_core::jsonl::load_log;
 use dsh_core::session::{EventData, SessionEvent};
 use dsh_deepseek::mock::{MockServer, Script};
-
-/// A command with a private data dir and no provider variables.
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env("XDG_CONFIG_HOME", data.join("config"))
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn mock(script: &str) -> MockServer {
-    MockServer::start_on(Script::from_json(script).unwrap(), 0).unwrap()
-}
-
-fn transcripts(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for project in std::fs::read_dir(root.join("dsh/sessions")).unwrap() {
-        for session in std::fs::read_dir(project.unwrap().path()).unwrap() {
-            let p = session.unwrap().path().join("session.jsonl");
-            if p.exists() {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
+use support::{dsh, mock, text, transcripts};
 
 fn events(path: &Path) -> Vec<SessionEvent> {
     let bytes = std::fs::read(path).unwrap();

@@ -3,8 +3,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 
 use dsh_core::jsonl::load_log;
 use serde_json::json;

@@ -4,33 +4,11 @@
 //! it; both logs check and replay; `dsh sessions` lists the child under
 //! its parent.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-fn dsh(data: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dsh"));
-    c.env("XDG_DATA_HOME", data)
-        .env_remove("DEEPSEEK_API_KEY")
-        .env_remove("DEEPSEEK_BASE_URL")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn transcripts(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            transcripts(&p, out);
-        } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
-            out.push(p);
-        }
-    }
-}
+use support::{dsh, text, transcripts};
 
 fn header(path: &Path) -> serde_json::Value {
     let raw = std::fs::read_to_string(path).unwrap();
@@ -60,8 +38,7 @@ fn demo_subagent_delegates_to_a_linked_child_and_both_logs_replay() {
         out.contains("Wrote hello.txt: Hello from a subagent!"),
         "{out}"
     );
-    let mut logs = Vec::new();
-    transcripts(store.path(), &mut logs);
+    let logs = transcripts(store.path());
     assert_eq!(logs.len(), 2, "{out}");
     let (child, parent): (Vec<_>, Vec<_>) = logs
         .iter()

@@ -2,12 +2,10 @@
 //! address, a fetch from an allowed local host whose large result is
 //! spilled, and the approval that a fetch from a new host needs.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 mod support;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::net::TcpListener;
 
 use dsh_deepseek::mock::MockServer;
 use serde_json::{Value, json};
