@@ -5,12 +5,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use dsh_core::jsonl::load_log;
 use dsh_core::session::{EventData, InvariantChecker, SessionEvent};
-use dsh_deepseek::mock::{MockServer, Script};
 use support::{dsh, mock, text, transcripts};
 
 fn bin() -> &'static str {

@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use support::{dsh, text, transcripts};
 

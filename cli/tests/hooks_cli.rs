@@ -14,7 +14,7 @@ use std::process::Command;
 
 use dsh_deepseek::mock::{MockServer, Script};
 use serde_json::Value;
-use support::needs;
+use support::{needs, transcripts};
 
 fn dsh(data: &Path, home: &Path) -> Command {
     let mut c = support::dsh(data);
@@ -310,7 +310,7 @@ fn user_level_hooks_rewrite_input_add_context_and_block_stop_once() {
     assert_eq!(end[0]["data"]["reason"]["kind"], "completed");
     // The stored log (hook events, rewritten call, Stop continuation)
     // replays through the loop.
-    let stored = session_files(&w.data.path().join("dsh"));
+    let stored = transcripts(&w.data.path().join("dsh"));
     assert_eq!(stored.len(), 1);
     let o = dsh(w.data.path(), w.home.path())
         .args(["replay", "--check"])
@@ -318,23 +318,6 @@ fn user_level_hooks_rewrite_input_add_context_and_block_stop_once() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{o:?}");
-}
-
-/// Every `session.jsonl` under `dir`.
-fn session_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(session_files(&p));
-        } else if p.file_name().is_some_and(|n| n == "session.jsonl") {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]

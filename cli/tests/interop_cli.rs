@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use dsh_deepseek::mock::{MockServer, Script};
 use dsh_deepseek::{DecodeOptions, decode_pieces_with};
 use serde_json::json;
-use support::{dsh, text};
+use support::{checks_and_replays, dsh, text, transcripts};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dsh")
@@ -33,20 +33,7 @@ fn server(script: serde_json::Value) -> MockServer {
 }
 
 fn logs(data: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(projects) = std::fs::read_dir(data.join("dsh/sessions")) else {
-        return out;
-    };
-    for project in projects {
-        for session in std::fs::read_dir(project.unwrap().path()).unwrap() {
-            let p = session.unwrap().path().join("session.jsonl");
-            if p.exists() {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
+    transcripts(&data.join("dsh/sessions"))
 }
 
 /// Every stored log passes `dsh log check` and `dsh replay --check`.
@@ -54,17 +41,7 @@ fn check_logs(data: &Path) {
     let all = logs(data);
     assert!(!all.is_empty(), "no session log written");
     for log in all {
-        for args in [vec!["log", "check"], vec!["replay", "--check"]] {
-            let o = dsh(data).args(&args).arg(&log).output().unwrap();
-            assert_eq!(
-                o.status.code(),
-                Some(0),
-                "dsh {args:?} {}: {}{}",
-                log.display(),
-                text(&o.stdout),
-                text(&o.stderr)
-            );
-        }
+        checks_and_replays(data, &log);
     }
 }
 

@@ -6,11 +6,11 @@ mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use dsh_core::jsonl::load_log;
 use dsh_core::session::{EventData, SessionEvent};
-use dsh_deepseek::mock::{MockServer, Script};
+use dsh_deepseek::mock::MockServer;
 use support::{dsh, mock, text, transcripts};
 
 fn events(path: &Path) -> Vec<SessionEvent> {

@@ -6,8 +6,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use support::{dsh, text, transcripts};
 
 fn header(path: &Path) -> serde_json::Value {
