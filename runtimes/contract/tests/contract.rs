@@ -829,6 +829,17 @@ fn a_tool_deadline_gives_the_tl14_error_everywhere() {
 }
 
 #[test]
+fn std_and_smol_share_one_agent_config() {
+    // One hosted config: a config built for one shell runs in the other.
+    let config: dsh_smol::AgentConfig = dsh_std::AgentConfig::new(
+        Arc::new(ScriptedProvider::new([])),
+        LlmCallConfig::new("p", "m"),
+        ".",
+    );
+    assert_eq!(config.tool_timeout, Duration::ZERO);
+}
+
+#[test]
 fn the_default_tool_deadline_is_none_everywhere() {
     // TL-14: a tool without `timeoutMs` gets no deadline by default; the
     // configured default applies when set.

@@ -182,3 +182,49 @@ pub fn handle<H: Host + ?Sized>(kernel: &mut Kernel, host: &mut H, msg: Msg) -> 
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn a_gone_subscriber_is_dropped_and_the_others_keep_receiving() {
+        let mut callers = Callers::new();
+        let (tx, rx) = mpsc::channel();
+        let (gone_tx, gone_rx) = mpsc::channel::<AgentEvent>();
+        drop(gone_rx);
+        callers.subscribers.push(Box::new(move |e: &AgentEvent| {
+            gone_tx.send(e.clone()).is_ok()
+        }));
+        callers
+            .subscribers
+            .push(Box::new(move |e: &AgentEvent| tx.send(e.clone()).is_ok()));
+        callers.publish(&AgentEvent::Error("one".into()));
+        assert_eq!(callers.subscribers.len(), 1);
+        callers.publish(&AgentEvent::Error("two".into()));
+        assert_eq!(rx.try_iter().count(), 2);
+        assert!(callers.has_subscribers());
+    }
+
+    #[test]
+    fn a_command_is_answered_once_by_its_id() {
+        let mut callers = Callers::new();
+        let (tx, rx) = mpsc::channel();
+        for id in [1, 2] {
+            let tx = tx.clone();
+            callers.commands.insert(
+                id,
+                Box::new(move |r: CommandResult| {
+                    let _ = tx.send((id, r));
+                }),
+            );
+        }
+        callers.command_done(2, &Ok(serde_json::json!({"done": true})));
+        callers.command_done(2, &Err("again".into()));
+        callers.command_done(7, &Err("unknown".into()));
+        let got: Vec<_> = rx.try_iter().collect();
+        assert_eq!(got, vec![(2, Ok(serde_json::json!({"done": true})))]);
+        assert_eq!(callers.commands.len(), 1);
+    }
+}
