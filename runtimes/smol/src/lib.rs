@@ -12,7 +12,7 @@
 //! - model streams ([`AgentConfig::provider`], a [`ModelProvider`] such as
 //!   the DeepSeek client) are read on the blocking pool
 //!   (`smol::unblock`); a cancelled attempt cancels the stream's
-//!   [`CancelToken`](dsh_deepseek::CancelToken), which interrupts the
+//!   [`CancelToken`](dsh_host::CancelToken), which interrupts the
 //!   blocked read at once;
 //! - tool bodies run on the blocking pool and are told to stop through
 //!   their own token;
