@@ -9,7 +9,7 @@ use dsh_store::SessionStore;
 
 use super::turn::attach_image;
 
-/// The REPL's image hook (issue 31): `/image FILE`, or a line that is just
+/// The REPL's image hook: `/image FILE`, or a line that is just
 /// the path of an image file (pasted or dropped), queues the image for the
 /// next prompt; returns the notice to show, `None` when the line is not
 /// about an image.

@@ -38,7 +38,7 @@ pub(super) fn repl(
     facts: &Facts,
     images: Option<dsh_tools::Attachments>,
 ) -> ChatEnd {
-    // Images queued by `/image FILE` or a pasted image path (issue 31) go
+    // Images queued by `/image FILE` or a pasted image path go
     // with the next prompt.
     let mut pending_images: Vec<dsh_core::ContentBlock> = Vec::new();
     use crate::repl::{Action, Input, Repl};
@@ -139,7 +139,7 @@ pub(super) fn repl(
                 },
             },
         };
-        // `/image FILE` or a pasted image path (issue 31), unless the line
+        // `/image FILE` or a pasted image path, unless the line
         // answers an approval or a question.
         let input = match input {
             Input::Line(line) if !machine.answering() => {
@@ -248,7 +248,7 @@ pub(super) fn repl(
     let mut stdout = io::stdout();
     let location = describe_location(store.as_ref(), store_args, &id);
     if let Err(e) = closed {
-        // Issue 25: no "saved" for a log the store did not take in full.
+        // No "saved" for a log the store did not take in full.
         let _ = writeln_safe!(
             stdout,
             "error: {e}; session {} at {location} is incomplete",

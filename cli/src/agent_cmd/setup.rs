@@ -61,7 +61,7 @@ pub fn setup_with(
 ) -> Result<Setup, String> {
     let file = crate::config_file::load(&env_lookup)?;
     let mut provider = crate::provider::resolve_with(&args.provider, &file, &env_lookup)?;
-    // Images (issue 31) are kept content-addressed beside the sessions.
+    // Images are kept content-addressed beside the sessions.
     provider.attachments = args.store.dir().ok().map(|d| d.join("attachments"));
     let cwd = match &args.cwd {
         Some(d) => d.clone(),
@@ -74,7 +74,7 @@ pub fn setup_with(
     let store = args.store.open()?;
     let tool_args = args.tools.over(&file.tools);
     let bash = tool_args.bash_config(&provider.api_key_env);
-    // Oversized tool results are kept out of the context (issue 31): whole
+    // Oversized tool results are kept out of the context: whole
     // under `<store dir>/spill/` (`session-<id>/`; bash's as it is read).
     let spill = args.store.dir().ok().map(|d| d.join("spill"));
     let spill_bytes = tool_args
@@ -90,7 +90,7 @@ pub fn setup_with(
     let approve_all = approve_all || preset.is_some_and(|p| p.approve_all());
     let max_retry_wait_ms = provider.client.max_retry_wait_ms();
     let tracing = crate::otel::tracing(&args.otel, &file)?;
-    // The user's hooks and skills (issue 29); children inherit them.
+    // The user's hooks and skills; children inherit them.
     let ask = if interactive {
         crate::extensions::Ask::Terminal
     } else {

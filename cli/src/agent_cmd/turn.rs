@@ -93,7 +93,7 @@ pub fn run(args: RunArgs) -> Outcome {
     let closed = agent.close();
     let location = describe_location(setup.store.as_ref(), &args.agent.store, &id);
     if let Err(e) = closed {
-        // Issue 25: what the store did not take is not claimed as saved.
+        // What the store did not take is not claimed as saved.
         if let Err(e) = &result {
             eprintln!("dsh run: {}", crate::sanitize::terminal(e));
         }

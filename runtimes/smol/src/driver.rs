@@ -22,7 +22,7 @@ use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
 /// Everything that reaches an agent task.
 /// The large payloads are boxed: every agent's channel keeps a block of
-/// 31 slots of this size alive (issue 34: 9.7 KB per idle agent unboxed).
+/// 31 slots of this size alive (9.7 KB per idle agent unboxed).
 pub(crate) enum Msg {
     /// An input for the kernel (a handle call, or work in flight).
     Feed(Input),
@@ -429,7 +429,7 @@ impl Dispatch for Io {
 
 #[cfg(test)]
 mod tests {
-    /// Issue 34: an agent's channel keeps a block of 31 message slots
+    /// An agent's channel keeps a block of 31 message slots
     /// alive while it idles; a slot stays small.
     #[test]
     fn a_channel_message_is_small() {

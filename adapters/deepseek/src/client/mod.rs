@@ -201,7 +201,7 @@ impl DeepSeekClient {
             .max_idle_connections(2)
             .max_idle_connections_per_host(2)
             // A pooled connection keeps its buffers while the agent idles
-            // (issue 34: ureq's 128 KiB + 128 KiB pinned 250 KB per idle
+            // (ureq's 128 KiB + 128 KiB pinned 250 KB per idle
             // agent). Response heads fit in 16 KiB (ureq reads them whole
             // into the input buffer); bodies stream through either size.
             .input_buffer_size(IO_BUFFER_BYTES)

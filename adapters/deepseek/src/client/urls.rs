@@ -134,11 +134,11 @@ pub(super) fn redact_error(error: LlmError, secrets: &[&str]) -> LlmError {
 mod route_tests {
     use super::{provider_route, url_authority};
 
-    /// Issue 32 item 2: the route names what the user pointed dsh at; the
+    /// The route names what the user pointed dsh at; the
     /// key in a URL's userinfo or query never reaches it; control
     /// characters do not either.
     #[test]
-    fn issue_32_the_route_names_the_endpoint() {
+    fn the_route_names_the_endpoint() {
         assert_eq!(
             provider_route("https://api.deepseek.com"),
             "deepseek-official"

@@ -225,7 +225,7 @@ pub fn comparable(e: &SessionEvent) -> String {
 /// [`comparable`], with `request/header` reduced to its canonical header
 /// when `canonical_headers` is set.
 pub(super) fn comparable_with(e: &SessionEvent, canonical_headers: bool) -> String {
-    // A payload read leniently compares by what dsh owns (issue 17).
+    // A payload read leniently compares by what dsh owns.
     let line = if e.deviation().is_some() {
         e.to_canonical_json()
     } else {
