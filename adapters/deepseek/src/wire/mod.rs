@@ -20,8 +20,6 @@ use alloc::vec::Vec;
 mod fast;
 mod lenient;
 mod scanner;
-#[cfg(test)]
-mod tests;
 
 pub(crate) use fast::{FastState, fast_reader_agrees, parse_slice_fast};
 pub(crate) use lenient::{parse_into, parse_slice_into};
@@ -153,3 +151,6 @@ pub(crate) struct WireUsage {
     pub cached_tokens: Num,
     pub reasoning_tokens: Num,
 }
+
+#[cfg(test)]
+mod tests;
