@@ -1,4 +1,4 @@
-//! Many agents in one `dsh-smol` process (issue 34, point 1): not a
+//! Many agents in one `dsh-smol` process: not a
 //! Criterion bench, a measurement run by hand (`cargo bench --bench agents`;
 //! CI only builds it).
 //!

@@ -1,4 +1,4 @@
-//! Resume memory (issue 34, point 2): not a Criterion bench, a measurement
+//! Resume memory: not a Criterion bench, a measurement
 //! run by hand (`cargo bench --bench resume`; CI only builds it).
 //!
 //! Generates the long session workload (`testdata/bench/gen_workloads.py`,

@@ -1,4 +1,4 @@
-//! The cost of a step (issue 34 point 3): the std and smol shells' per-step
+//! The cost of a step: the std and smol shells' per-step
 //! overhead over the core machine, with a scripted in-memory provider, stub
 //! tools and an in-memory store (a [`Coordinator`] over a memory backend).
 //!

@@ -1,4 +1,4 @@
-//! Slash commands as agent commands (issue 30 point 1): one registry that
+//! Slash commands as agent commands: one registry that
 //! `dsh chat` (typed lines, tab completion) and `dsh acp`
 //! (`available_commands_update`) both read, logged as the reference logs
 //! them: `command/run {commandId, name, args, source}` before the command

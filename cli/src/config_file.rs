@@ -299,7 +299,7 @@ tool_env_keep_secrets = true
         assert_eq!(parse("").unwrap(), ConfigFile::default());
     }
 
-    /// Issue 32: a context window for every model, and one per model id.
+    /// A context window for every model, and one per model id.
     #[test]
     fn context_windows_per_model() {
         let f = parse(

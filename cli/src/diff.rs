@@ -1,5 +1,5 @@
 //! The change a `write` or `edit` call would make, as a unified diff shown
-//! before the user answers its approval (issue 30 point 5). Every line is
+//! before the user answers its approval. Every line is
 //! sanitised for the terminal; colour (red removals, green additions, cyan
 //! hunk headers) only when asked.
 

@@ -1,4 +1,4 @@
-//! Working with the user (issue 30): plan mode, `exit_plan_mode`,
+//! Working with the user: plan mode, `exit_plan_mode`,
 //! `ask_user_question` and the `/plan` command, as one kernel plugin.
 //!
 //! Wire shapes follow the reference's `plan-mode`, `tool-ask-user` and

@@ -1,4 +1,4 @@
-//! Permission presets (issue 30 point 4): one flag, `--preset`, mapped to
+//! Permission presets: one flag, `--preset`, mapped to
 //! the approval policy and the sandbox together, and logged as the
 //! reference logs a preset switch (`permission/preset {preset}`,
 //! `sandbox/mode {mode}`, `approval/policy {policy}`).

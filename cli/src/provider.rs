@@ -432,10 +432,10 @@ mod tests {
         resolve_with(args, &ConfigFile::default(), env)
     }
 
-    /// Issue 32: the Anthropic API by flag or by URL, with its own key
+    /// The Anthropic API by flag or by URL, with its own key
     /// variable and default base URL; no key and no URL is an error.
     #[test]
-    fn issue_32_the_anthropic_api_is_chosen_by_flag_or_url() {
+    fn the_anthropic_api_is_chosen_by_flag_or_url() {
         let key = |k: &str| (k == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_string());
         let flag = ProviderArgs {
             provider: Some("anthropic".into()),

@@ -737,12 +737,12 @@ mod tests {
         assert_eq!(outcome.usage.cache_read_tokens, Some(90));
     }
 
-    /// Issue 32: without reported usage the token line shows the estimate,
+    /// Without reported usage the token line shows the estimate,
     /// marked `~est.`: the input is the surface before the answer (the
     /// prompt, and a past message seen through `observe`), the output the
     /// answer, each a quarter of their JSON bytes.
     #[test]
-    fn issue_32_the_token_line_estimates_when_no_usage_is_reported() {
+    fn the_token_line_estimates_when_no_usage_is_reported() {
         let past = Message::user("p", vec![ContentBlock::text("x".repeat(400))]);
         let prompt = Message::user("u", vec![ContentBlock::text("y".repeat(800))]);
         let answer = Message::user("a", vec![ContentBlock::text("z".repeat(200))]);

@@ -1,4 +1,4 @@
-//! The `dsh chat` REPL as a sans-IO state machine (issue 26 point 4):
+//! The `dsh chat` REPL as a sans-IO state machine:
 //! [`Input`]s in (typed lines, agent status, questions, signals), [`Action`]s
 //! out (send, steer, answer, run a command, print, quit). The driver in
 //! `agent_cmd.rs` owns the terminal, the agent and the renderer; everything

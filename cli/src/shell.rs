@@ -46,9 +46,9 @@ const READ_ONLY_TOOLS: &[&str] = &["read", "grep", "glob", "bash_output", "todo_
 const DELEGATION_TOOLS: &[&str] = &[dsh_subagents::SPAWN_TOOL, dsh_subagents::FORK_TOOL];
 
 /// Plugin tools that only read what the user put in place: `skill` loads
-/// a `SKILL.md` the model was offered (issue 29).
+/// a `SKILL.md` the model was offered.
 const PLUGIN_READ_TOOLS: &[&str] = &[dsh_skills::TOOL_NAME];
-/// The tools that talk to the user (issue 30): asking about them would ask
+/// The tools that talk to the user: asking about them would ask
 /// the user whether the model may ask the user.
 const INTERACTION_TOOLS: &[&str] = &[
     crate::interact::EXIT_PLAN_MODE,
@@ -100,7 +100,7 @@ pub fn agent_config(
     };
     let store = image_store(provider);
     if store.is_some() {
-        // The model takes images (issue 31): the adapter sends them.
+        // The model takes images: the adapter sends them.
         match config.models.iter_mut().find(|m| m.id == provider.model) {
             Some(m) => m.input_modalities = Some(vec![Modality::Text, Modality::Image]),
             None => {
@@ -204,7 +204,7 @@ pub fn add_image_tools(tools: &mut ToolSet, provider: &Provider) {
     }
 }
 
-/// Keeps oversized tool results out of the context (issue 31): bash's full
+/// Keeps oversized tool results out of the context: bash's full
 /// output and every result over `bytes` (0: never) go under `root`; push
 /// it after every other plugin, so it bounds what they made of a result.
 pub fn add_spill(config: &mut AgentConfig, root: &Path, bytes: usize) {
@@ -216,7 +216,7 @@ pub fn add_spill(config: &mut AgentConfig, root: &Path, bytes: usize) {
     }
 }
 
-/// Adds `web_fetch` and `web_search` (issue 31) to `config` unless
+/// Adds `web_fetch` and `web_search` to `config` unless
 /// `--no-web`, with the approval plugin that asks before fetching from a
 /// host not yet allowed in the session.
 pub fn add_web(config: &mut AgentConfig, provider: &Provider, tools: &crate::tool_args::ToolArgs) {

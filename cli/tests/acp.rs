@@ -324,8 +324,7 @@ fn initialize_reports_protocol_1_and_honest_capabilities() {
         result["agentCapabilities"]["promptCapabilities"]["audio"],
         false
     );
-    // MCP servers of session/new: stdio always, streamable HTTP too
-    // (issue 28).
+    // MCP servers of session/new: stdio always, streamable HTTP too.
     assert_eq!(result["agentCapabilities"]["mcpCapabilities"]["http"], true);
     assert_eq!(result["authMethods"], json!([]));
     assert_eq!(result["agentInfo"]["name"], "dsh");
@@ -1171,7 +1170,7 @@ fn prompt_to_end_turn(c: &mut Client, id: i64, session: &str, text: &str) -> Vec
     before
 }
 
-/// Issue 25 (ACP bounds): a client that sends requests but never reads
+/// ACP bounds: a client that sends requests but never reads
 /// stdout. dsh's output pipe fills; end of input, or SIGTERM, must still
 /// end dsh (the old server blocked in a write under a lock and never saw
 /// either). The answers it could not write are dropped and counted on
@@ -1222,7 +1221,7 @@ fn a_client_that_never_reads_cannot_keep_dsh_from_ending() {
     }
 }
 
-/// Issue 25 (ACP bounds): an editor buffer over 16 MiB answers
+/// ACP bounds: an editor buffer over 16 MiB answers
 /// `fs/read_text_file`: that read fails at once with a typed error (the
 /// old reader skipped the line and the read waited forever), and the
 /// session goes on.
@@ -1260,7 +1259,7 @@ fn a_reply_over_16_mib_fails_that_tool_call_and_the_session_goes_on() {
     c.finish();
 }
 
-/// Issue 25 (ACP bounds): a client request that is never answered fails
+/// ACP bounds: a client request that is never answered fails
 /// its tool call after `--client-timeout`, the session stays usable, and
 /// the late answer is dropped.
 #[test]
@@ -1301,7 +1300,7 @@ fn an_unanswered_client_request_times_out_and_its_late_answer_is_dropped() {
     c.finish();
 }
 
-/// Issue 25 (ACP bounds): requests read just before the end of input are
+/// ACP bounds: requests read just before the end of input are
 /// answered before dsh exits (the old reader closed the output at end of
 /// input, so answers still being worked out were dropped); a prompt still
 /// running then is answered `cancelled`.
@@ -1357,7 +1356,7 @@ fn requests_sent_right_before_end_of_input_are_answered() {
     );
 }
 
-/// Issue 31: with a model that takes images, `promptCapabilities.image` is
+/// With a model that takes images, `promptCapabilities.image` is
 /// true and an image prompt reaches the model in the provider's format.
 #[test]
 fn image_prompts_reach_a_model_that_takes_images() {
@@ -1397,7 +1396,7 @@ fn image_prompts_reach_a_model_that_takes_images() {
     c.finish();
 }
 
-/// Issue 28: `session/new` starts the client's `mcpServers`; the model
+/// `session/new` starts the client's `mcpServers`; the model
 /// calls an MCP tool through the permission flow; nothing of the server
 /// reaches stdout but JSON-RPC; the log checks.
 #[test]

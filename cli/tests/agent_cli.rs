@@ -198,7 +198,7 @@ fn run_renders_and_exit_codes_follow_the_turn_end() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    // Issue 16: errors go to stderr, once; stdout keeps only the answer.
+    // Errors go to stderr, once; stdout keeps only the answer.
     let err = text(&o.stderr);
     assert_eq!(err.matches("error: bad key").count(), 1, "{err}");
     assert!(!text(&o.stdout).contains("error: "), "{}", text(&o.stdout));

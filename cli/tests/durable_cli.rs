@@ -1,4 +1,4 @@
-//! Issue 25: a session store on a full disk. `dsh run` and `dsh chat` run
+//! A session store on a full disk. `dsh run` and `dsh chat` run
 //! with their store on a 64 KiB tmpfs (in a private mount namespace, so
 //! nothing is left mounted) against the bundled mock server, whose answer
 //! does not fit. The failed write must end in an error the user sees: a
@@ -250,7 +250,7 @@ fn run_failing(data: &Path, args: &[&str]) -> (String, String) {
     (stdout, stderr)
 }
 
-/// Issue 25: a server that streams text forever cannot grow dsh without
+/// A server that streams text forever cannot grow dsh without
 /// bound: `--max-response-bytes` ends the turn in error
 /// `RESPONSE_TOO_LARGE`, the log keeps what came before and is closed.
 #[test]
@@ -290,7 +290,7 @@ fn run_stops_an_endless_response_at_max_response_bytes() {
     assert!(logged < 4 * 65536 + 16384, "{logged} bytes logged");
 }
 
-/// Issue 25: a server that always answers with a tool call cannot keep a
+/// A server that always answers with a tool call cannot keep a
 /// turn going: `--max-steps 3` ends it after three model calls, aborted
 /// with cause `{"kind":"hook","reason":"max steps per turn (3) reached"}`
 /// (loop.md SM-10 d), every call answered and the turn closed.
@@ -331,7 +331,7 @@ fn run_stops_a_turn_that_never_ends_at_max_steps() {
     );
 }
 
-/// Issue 25: in ACP, a prompt whose turn could not be written answers
+/// In ACP, a prompt whose turn could not be written answers
 /// `session/prompt` with a JSON-RPC error (code `FLUSH_FAILED` in its
 /// data) instead of a stop reason.
 #[test]

@@ -1,4 +1,4 @@
-//! The user's own hooks and skills in `dsh run` (issue 29): hook scripts
+//! The user's own hooks and skills in `dsh run`: hook scripts
 //! of both dialects written as the Claude Code and Codex docs show them
 //! (bash and Python), each checked in the session log and in the request
 //! the model got; project hooks run only in a trusted folder; a skills

@@ -1,4 +1,4 @@
-//! Issue 31, images: `dsh run --image FILE` and `read_image` send the image
+//! Images: `dsh run --image FILE` and `read_image` send the image
 //! to a model that takes images, in the provider's format; a model that
 //! does not gets a clear error before any request.
 
@@ -73,7 +73,7 @@ fn run_image_sends_the_image_in_the_provider_format() {
         user["content"][0],
         json!({"type": "text", "text": "what is this?"})
     );
-    // Closing evidence (issue 31): the request body, truncated.
+    // Printed as evidence: the request body, truncated.
     let text = server.requests()[0].body_text();
     let at = text.find("image_url").unwrap();
     eprintln!(

@@ -1,4 +1,4 @@
-//! Working with the user end to end (issue 30) against the bundled mock
+//! Working with the user end to end against the bundled mock
 //! server: `/plan` and `--plan` in `dsh chat` (a write refused in plan
 //! mode, the plan reviewed and approved, the write then runs),
 //! `ask_user_question` answered from piped input, refused in `dsh run`

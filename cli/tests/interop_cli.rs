@@ -1,4 +1,4 @@
-//! Issue 16 end to end: the wire-shape corpus through `dsh sse translate
+//! End to end: the wire-shape corpus through `dsh sse translate
 //! --interop` and through full `dsh run` turns against a local server that
 //! serves it; retries, timeouts and `Retry-After` as a user sees them; the
 //! retry display in a terminal; credentials kept out of output and logs.
@@ -98,7 +98,7 @@ fn corpus_through_sse_translate_matches_the_library() {
 }
 
 #[test]
-fn issue_19_3_an_endless_line_ends_with_a_typed_error_not_an_abort() {
+fn an_endless_line_ends_with_a_typed_error_not_an_abort() {
     let data = tempfile::tempdir().unwrap();
     let mut child = dsh(data.path())
         .args(["sse", "translate", "--max-event-bytes", "4096"])
@@ -303,7 +303,7 @@ fn item9_a_long_retry_after_says_why_it_was_not_retried() {
 }
 
 #[test]
-fn issue_19_7_base_url_credentials_stay_out_of_output_and_logs() {
+fn base_url_credentials_stay_out_of_output_and_logs() {
     let data = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let canary = "sk-canary-url-31337";

@@ -340,7 +340,7 @@ fn a_slow_first_token_is_waited_for() {
     assert_eq!(requests(), 1);
 }
 
-/// Issue 32: text over LLMock's Anthropic Messages route.
+/// Text over LLMock's Anthropic Messages route.
 #[test]
 #[ignore = "needs LLMock: adapters/deepseek/interop/run.sh"]
 fn anthropic_plain_text() {
@@ -350,7 +350,7 @@ fn anthropic_plain_text() {
     assert_eq!(requests(), 1);
 }
 
-/// Issue 32: a tool call (`tool_use` with streamed `input_json_delta`)
+/// A tool call (`tool_use` with streamed `input_json_delta`)
 /// runs, and its `tool_result` goes back on the Anthropic route.
 #[test]
 #[ignore = "needs LLMock: adapters/deepseek/interop/run.sh"]
@@ -364,7 +364,7 @@ fn anthropic_tool_call_then_answer() {
     assert_eq!(requests(), 2);
 }
 
-/// Issue 32: an overloaded server (529) and a 429 with `retry-after` on
+/// An overloaded server (529) and a 429 with `retry-after` on
 /// the Anthropic route are retried; a 400 ends the turn with its error.
 #[test]
 #[ignore = "needs LLMock: adapters/deepseek/interop/run.sh"]

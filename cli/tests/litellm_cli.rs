@@ -1,4 +1,4 @@
-//! Issue 32: `dsh run` through the LiteLLM proxy (PyPI `litellm[proxy]`), a
+//! `dsh run` through the LiteLLM proxy (PyPI `litellm[proxy]`), a
 //! real third-party gateway, on its OpenAI-compatible route
 //! (`/v1/chat/completions`) and on its Anthropic Messages route
 //! (`/v1/messages`, `--provider anthropic`).

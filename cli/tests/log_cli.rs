@@ -173,7 +173,7 @@ fn a_torn_file_fails_check() {
 
 #[test]
 fn a_reference_log_with_other_payload_shapes_loads_and_strict_lists_each() {
-    // Issue 17: a `trigger` on turn/start and tools logged as names load,
+    // A `trigger` on turn/start and tools logged as names load,
     // derive, repair and replay; `--strict` names each deviation (E4).
     let base = std::fs::read_to_string(log("examples-acp-agent__todo-write__session.jsonl"))
         .unwrap()

@@ -1,4 +1,4 @@
-//! MCP servers through `dsh run` (issue 28): a scripted model calls an MCP
+//! MCP servers through `dsh run`: a scripted model calls an MCP
 //! tool; the log passes `dsh log check` and `dsh replay --check`; approval
 //! applies; a server that fails to start is reported once and the run goes
 //! on; `dsh mcp add/list/remove` edit the config file.
@@ -479,7 +479,7 @@ fn mcp_add_list_remove_edit_the_config_file() {
     );
 }
 
-/// Issue 28: a workspace's own `.dsh/config.toml` adds its MCP servers only
+/// A workspace's own `.dsh/config.toml` adds its MCP servers only
 /// once the user trusts the folder (`dsh trust`); before, it is named and
 /// not read.
 #[test]

@@ -78,7 +78,7 @@ fn expected_system(request: &Value) -> String {
     for mode in [dsh_subagents::Mode::Spawn, dsh_subagents::Mode::Fork] {
         registry.register(dsh_subagents::definition(mode)).unwrap();
     }
-    // The CLI's own interaction tools (issue 30), as the request sent them.
+    // The CLI's own interaction tools, as the request sent them.
     for t in request["tools"].as_array().unwrap() {
         let f = &t["function"];
         let name = f["name"].as_str().unwrap();
@@ -92,7 +92,7 @@ fn expected_system(request: &Value) -> String {
                 .unwrap();
         }
     }
-    // The web tools (issue 31), on unless `--no-web`.
+    // The web tools, on unless `--no-web`.
     for tool in dsh_web::tools(dsh_web::FetchConfig::default(), None) {
         registry.register(tool.definition()).unwrap();
     }
@@ -100,7 +100,7 @@ fn expected_system(request: &Value) -> String {
     let assembly = dsh_system_prompt::SystemPrompt::new().apply(
         Assembly {
             tools,
-            // The web tools' guidance (issue 31).
+            // The web tools' guidance.
             sections: dsh_web::guidance(),
             ..Assembly::default()
         },

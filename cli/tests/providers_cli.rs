@@ -1,4 +1,4 @@
-//! Issue 32 end to end: the session names the endpoint the user pointed
+//! End to end: the session names the endpoint the user pointed
 //! dsh at, a log written with the old route name resumes, and the context
 //! window and token estimate work for a server that reports neither.
 
@@ -62,11 +62,11 @@ fn first_turn(data: &Path, server: &MockServer) -> (PathBuf, String) {
     (transcripts(data).remove(0), route)
 }
 
-/// Issue 32 item 2: a local OpenAI-compatible server is recorded as
+/// A local OpenAI-compatible server is recorded as
 /// `openai-compatible:<host:port>`, not as DeepSeek's official API
 /// (request/header, request/context and the answer's source).
 #[test]
-fn issue_32_a_local_server_is_named_by_its_host() {
+fn a_local_server_is_named_by_its_host() {
     let data = tempfile::tempdir().unwrap();
     let server = mock(TWO_TURNS);
     let (log, route) = first_turn(data.path(), &server);
@@ -81,12 +81,12 @@ fn issue_32_a_local_server_is_named_by_its_host() {
     assert!(!raw.contains("deepseek-official"), "{raw}");
 }
 
-/// Issue 32 item 2: a log written before the rename (its header and
+/// A log written before the rename (its header and
 /// messages say `deepseek-official` for a local server) resumes: the next
 /// turn runs, records a header under the new name, and the log checks
 /// and replays clean.
 #[test]
-fn issue_32_a_log_with_the_old_route_name_resumes() {
+fn a_log_with_the_old_route_name_resumes() {
     let data = tempfile::tempdir().unwrap();
     let server = mock(TWO_TURNS);
     let url = format!("{}/v1", server.url());
@@ -138,12 +138,12 @@ fn issue_32_a_log_with_the_old_route_name_resumes() {
     }
 }
 
-/// Issue 32, CP-3 (a): a chat against a server that reports no usage, on
+/// CP-3 (a): a chat against a server that reports no usage, on
 /// an 8k window set by `--context-window`: the estimated usage crosses 80%
 /// and pressure compaction runs; the token line shows the estimate marked
 /// `~est.`; no estimate reaches the log as usage; the log checks clean.
 #[test]
-fn issue_32_compaction_runs_on_an_8k_window_without_reported_usage() {
+fn compaction_runs_on_an_8k_window_without_reported_usage() {
     let data = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let words = "word ".repeat(800);
@@ -205,10 +205,10 @@ fn issue_32_compaction_runs_on_an_8k_window_without_reported_usage() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
 }
 
-/// Issue 32: `dsh sse translate --provider anthropic` prints what the
+/// `dsh sse translate --provider anthropic` prints what the
 /// Anthropic codec yields for each vector, ending in a `finish`.
 #[test]
-fn issue_32_sse_translate_reads_the_anthropic_wire() {
+fn sse_translate_reads_the_anthropic_wire() {
     let data = tempfile::tempdir().unwrap();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/anthropic/tests/vectors");
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -250,13 +250,13 @@ fn anthropic_vector(name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap()
 }
 
-/// Issue 32 item 3: `dsh run --provider anthropic` speaks the Messages API
+/// `dsh run --provider anthropic` speaks the Messages API
 /// to an Anthropic-compatible endpoint (here the mock serving recorded
 /// event streams): the key from `ANTHROPIC_API_KEY` goes in `x-api-key`,
 /// the session names `anthropic-compatible:<host:port>`, a tool call runs
 /// and the next request replays the signed thinking and the tool result.
 #[test]
-fn issue_32_a_run_over_the_anthropic_wire() {
+fn a_run_over_the_anthropic_wire() {
     let data = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let server = mock(
@@ -322,11 +322,11 @@ fn issue_32_a_run_over_the_anthropic_wire() {
     assert!(!raw.contains("sk-ant-cli-SECRET"));
 }
 
-/// Issue 32: a base URL ending in `/v1/messages` selects the Anthropic
+/// A base URL ending in `/v1/messages` selects the Anthropic
 /// wire without `--provider`; an overloaded server is an error that names
 /// the server, retried per `--attempts`.
 #[test]
-fn issue_32_the_messages_url_selects_the_wire_and_errors_are_classified() {
+fn the_messages_url_selects_the_wire_and_errors_are_classified() {
     let data = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let overloaded = serde_json::json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});

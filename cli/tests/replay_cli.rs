@@ -129,7 +129,7 @@ fn two_turn_resumed_log() -> String {
 
 #[test]
 fn every_turn_of_a_resumed_log_is_replayed() {
-    // Issue 27: the seed was everything before the last end-seed, so only
+    // The seed was everything before the last end-seed, so only
     // the resumed instance's turn was checked.
     let text = two_turn_resumed_log();
     assert_eq!(text.matches(r#""type":"session/end-seed""#).count(), 1);
@@ -162,7 +162,7 @@ fn every_turn_of_a_resumed_log_is_replayed() {
 
 #[test]
 fn run_record_writes_a_fixture_that_replays() {
-    // Issue 27: `dsh run --record FILE` keeps the session log as a fixture.
+    // `dsh run --record FILE` keeps the session log as a fixture.
     const TURN: &str = r#"{"responses":[{"turn":{"text":["Recorded."]}}]}"#;
     let server = support::mock(TURN);
     let data = tempfile::tempdir().unwrap();

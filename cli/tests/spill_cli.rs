@@ -1,4 +1,4 @@
-//! Issue 31, spill: oversized tool results are kept out of the context and
+//! Spill: oversized tool results are kept out of the context and
 //! saved whole; the model pages through them with `read`.
 
 mod support;

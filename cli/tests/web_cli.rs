@@ -1,4 +1,4 @@
-//! Issue 31, web tools through `dsh run`: a fetch refused for a private
+//! Web tools through `dsh run`: a fetch refused for a private
 //! address, a fetch from an allowed local host whose large result is
 //! spilled, and the approval that a fetch from a new host needs.
 
@@ -76,7 +76,7 @@ fn a_fetch_of_a_private_address_is_refused() {
         String::from_utf8_lossy(&o.stderr)
     );
     let t = last_tool_text(&server);
-    // Closing evidence (issue 31).
+    // Printed as evidence of the refusal.
     eprintln!("tool result: {t}");
     assert!(t.contains("non-public address 127.0.0.1"), "{t}");
 }

@@ -782,7 +782,7 @@ mod tests {
 
     #[test]
     fn chunks_are_compact() {
-        // Issue 18: a chunk array is walked once per chunk; 192 bytes before.
+        // A chunk array is walked once per chunk; 192 bytes before.
         assert!(core::mem::size_of::<StreamChunk>() <= 40);
         let c = round_trip(r#"{"type":"text-delta","index":0,"text":"a short fragment"}"#);
         let StreamChunk::TextDelta { text, .. } = c else {

@@ -400,7 +400,7 @@ fn changed_text_turn() -> dsh_core::agent::replay::ReplayReport {
 
 #[test]
 fn the_report_displays_counts_and_every_difference() {
-    // Issue 27: the report lists seq, JSON path, recorded and produced.
+    // The report lists seq, JSON path, recorded and produced.
     let r = changed_text_turn();
     assert_eq!(r.differences.len(), 1);
     let shown = r.to_string();

@@ -123,7 +123,7 @@ fn overloaded_and_rate_limited_are_retryable_errors() {
     assert!(!f.message.contains(KEY));
 }
 
-/// Issue 31: with an attachment service and a model that takes images, an
+/// With an attachment service and a model that takes images, an
 /// image block goes out in the Messages API's base64 source form.
 #[test]
 fn images_go_out_as_base64_sources() {

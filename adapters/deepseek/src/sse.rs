@@ -582,7 +582,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_19_3_an_endless_line_is_a_typed_error_whatever_the_split() {
+    fn an_endless_line_is_a_typed_error_whatever_the_split() {
         // An unterminated line longer than the limit fails at once, split or not.
         let endless = vec![b'x'; 100];
         for piece in [1, 7, 100] {

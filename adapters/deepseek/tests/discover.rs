@@ -48,7 +48,7 @@ fn probes(s: &MockServer) -> Vec<(String, String)> {
 }
 
 #[test]
-fn issue_32_vllm_models_answers_first() {
+fn vllm_models_answers_first() {
     let s = server(json!({"/v1/models": {"data": [{"id": "m", "max_model_len": 32768}]}}));
     assert_eq!(discover(&s, "m"), Some((32768, WindowSource::Models)));
     assert_eq!(probes(&s), vec![("GET".into(), "/v1/models".into())]);
@@ -62,7 +62,7 @@ fn issue_32_vllm_models_answers_first() {
 }
 
 #[test]
-fn issue_32_llamacpp_props_after_a_models_list_without_a_window() {
+fn llamacpp_props_after_a_models_list_without_a_window() {
     let s = server(json!({
         "/v1/models": {"object": "list", "data": [{"id": "smollm2", "object": "model"}]},
         "/props": {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1}
@@ -81,7 +81,7 @@ fn issue_32_llamacpp_props_after_a_models_list_without_a_window() {
 }
 
 #[test]
-fn issue_32_ollama_show_is_a_post_naming_the_model() {
+fn ollama_show_is_a_post_naming_the_model() {
     let s = server(json!({
         "/api/show": {"parameters": "num_ctx 4096", "model_info": {"llama.context_length": 131072}}
     }));
@@ -101,7 +101,7 @@ fn issue_32_ollama_show_is_a_post_naming_the_model() {
 }
 
 #[test]
-fn issue_32_litellm_model_info_last() {
+fn litellm_model_info_last() {
     let s = server(json!({
         "/model/info": {"data": [{"model_name": "gpt-mock", "model_info": {"max_input_tokens": 128000}}]}
     }));
@@ -114,7 +114,7 @@ fn issue_32_litellm_model_info_last() {
 }
 
 #[test]
-fn issue_32_a_server_that_tells_nothing_gives_none() {
+fn a_server_that_tells_nothing_gives_none() {
     let s = server(json!({}));
     assert_eq!(discover(&s, "m"), None);
     assert_eq!(probes(&s).len(), 5);
@@ -132,7 +132,7 @@ fn issue_32_a_server_that_tells_nothing_gives_none() {
 }
 
 #[test]
-fn issue_32_an_answer_over_the_cap_is_not_read() {
+fn an_answer_over_the_cap_is_not_read() {
     let padding = "x".repeat(MAX_DISCOVERY_BYTES as usize);
     let s = server(json!({
         "/v1/models": {"data": [{"id": "m", "max_model_len": 32768}], "pad": padding}

@@ -258,7 +258,7 @@ fn item7_a_json_body_is_one_reply_or_its_error() {
 }
 
 #[test]
-fn issue_19_3_a_json_body_is_bounded_too() {
+fn a_json_body_is_bounded_too() {
     let mut options = DecodeOptions::interop();
     options.max_event_bytes = 32;
     let b = body("json_completion.json");
@@ -277,12 +277,12 @@ fn issue_19_3_a_json_body_is_bounded_too() {
     }
 }
 
-/// Issue 32 item 4: a chunk whose choice carries `message` instead of
+/// A chunk whose choice carries `message` instead of
 /// `delta` (sent by some proxies) is read as the delta by the interop
 /// profile; a choice with both keeps `delta`. The reference ignores
 /// `message`, so the same body is `EMPTY_RESPONSE` there (T-7).
 #[test]
-fn issue_32_message_instead_of_delta_is_read() {
+fn message_instead_of_delta_is_read() {
     let c = interop("message_instead_of_delta.sse");
     assert_eq!(finish(&c), &FinishReason::ToolCalls, "not EMPTY_RESPONSE");
     assert_eq!(

@@ -228,7 +228,7 @@ fn item10_the_session_header_goes_only_to_deepseek_and_loopback() {
 }
 
 #[test]
-fn issue_19_7_credentials_in_the_url_and_echoed_keys_are_redacted() {
+fn credentials_in_the_url_and_echoed_keys_are_redacted() {
     assert_eq!(
         redact_url("http://user:sk-canary@127.0.0.1:9/v1?api_key=sk-canary&x=1"),
         "http://<redacted>@127.0.0.1:9/v1?api_key=<redacted>&x=<redacted>"
@@ -292,7 +292,7 @@ fn items2_7_corpus_shapes_over_the_wire() {
 }
 
 #[test]
-fn issue_19_3_the_live_client_bounds_lines_too() {
+fn the_live_client_bounds_lines_too() {
     let line = format!("data: {}\n\n", "x".repeat(64 * 1024));
     let s =
         server(json!({"responses": [{"fault": {"kind": "raw", "body": line, "chunkSize": 4096}}]}));

@@ -183,7 +183,7 @@ impl JsonlBackend {
     }
 
     /// The same holding at most `n` (at least 1) session locks at a time
-    /// (issue 34; [`crate::JsonlConfig::max_held_locks`]).
+    /// ([`crate::JsonlConfig::max_held_locks`]).
     pub fn with_max_held_locks(mut self, n: usize) -> JsonlBackend {
         self.locks = LockCache::new(n);
         self

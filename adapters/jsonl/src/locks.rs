@@ -1,4 +1,4 @@
-//! The session locks a store holds, bounded (issue 34).
+//! The session locks a store holds, bounded.
 //!
 //! A writer holds its session's `flock` (an open descriptor) while the
 //! store writes the session. Tens of thousands of idle sessions cannot each

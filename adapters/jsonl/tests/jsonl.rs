@@ -480,7 +480,7 @@ fn store_with_locks(root: &Path, compression: Compression, held: usize) -> Jsonl
     dsh_jsonl::open(config).unwrap()
 }
 
-/// Issue 34: an idle session holds no transcript descriptor, and the store
+/// An idle session holds no transcript descriptor, and the store
 /// holds at most `max_held_locks` session locks however many sessions it
 /// writes.
 #[test]
@@ -514,7 +514,7 @@ fn idle_sessions_hold_no_transcript_and_a_bounded_number_of_locks() {
     }
 }
 
-/// Issue 34, lock semantics past the cache: a session whose lock was let
+/// Lock semantics past the cache: a session whose lock was let
 /// go (the cache was full) and which another store then wrote is refused
 /// with `Locked` on this store's next write, and nothing is lost.
 #[test]

@@ -1,4 +1,4 @@
-//! Images (issue 31): a content-addressed attachment store on disk and the
+//! Images: a content-addressed attachment store on disk and the
 //! `read_image` tool.
 //!
 //! [`Attachments`] keeps each image once, under `<root>/sha256-<hex>`, and

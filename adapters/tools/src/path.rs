@@ -51,7 +51,7 @@ pub struct Workspace {
 
 /// The `O_PATH` handles of the workspaces alive in this process, by
 /// canonical path: workspaces of the same directory share one descriptor
-/// (issue 34: ten thousand agents in one directory hold one, not ten
+/// (ten thousand agents in one directory hold one, not ten
 /// thousand). A handle is only shared while the path still leads to the
 /// directory it was opened on (same device and inode).
 static HANDLES: std::sync::Mutex<Vec<(PathBuf, std::sync::Weak<OwnedFd>)>> =
@@ -435,7 +435,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    /// Issue 34: workspaces of one directory share one descriptor; a
+    /// Workspaces of one directory share one descriptor; a
     /// directory swapped in at the same path gets its own.
     #[test]
     fn workspaces_of_one_directory_share_one_handle() {

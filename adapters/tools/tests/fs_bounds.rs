@@ -264,7 +264,7 @@ fn edit_set(limit: Option<u64>) -> ToolSet {
 
 #[test]
 fn a_replace_all_that_would_amplify_past_the_limit_is_refused_before_it_is_built() {
-    // Issue 25 build item 5: a 1 MiB file and a 2 KiB replacement made
+    // A 1 MiB file and a 2 KiB replacement made
     // `edit` allocate gigabytes and abort the process.
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! Issue 25, High "Workspace swap", for the file tools: `read`, `write`,
+//! "Workspace swap", for the file tools: `read`, `write`,
 //! `edit`, `grep` and `glob` run in dsh's own process (no Landlock), so
 //! after the workspace directory is moved away and something else is put at
 //! its path, they must neither read nor change that other directory.

@@ -24,7 +24,7 @@ fn confined() -> ToolSet {
     set
 }
 
-/// Issue 25, High "Workspace swap": the workspace is replaced by a symlink
+/// "Workspace swap": the workspace is replaced by a symlink
 /// to another directory after the tools opened it (what `mv WS WS.old &&
 /// ln -s ~/elsewhere WS` from a command does when the parent is writable).
 /// The next command writes nothing in the other directory and gets a clear
@@ -66,7 +66,7 @@ fn a_swapped_workspace_does_not_redirect_writes() {
     assert_eq!(text_of(&out), "before\n");
 }
 
-/// Issue 25, High "Workspace swap", from inside: a command that swaps the
+/// "Workspace swap", from inside: a command that swaps the
 /// workspace's directory for a symlink (its parent is a writable root)
 /// cannot make the next command write through it.
 #[test]
@@ -102,7 +102,7 @@ fn a_writable_root_swapped_for_a_symlink_is_not_followed() {
     );
     assert!(text.contains("status=1"), "{text}");
 }
-/// Issue 25, High "Device nodes": beneath a writable root no character or
+/// "Device nodes": beneath a writable root no character or
 /// block device can be made (as root, `mknod` would give access to any
 /// device). Runs as root (CI does); skipped with a note otherwise.
 #[test]

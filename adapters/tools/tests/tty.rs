@@ -113,7 +113,7 @@ fn openpty() -> (OwnedFd, OwnedFd, String) {
     (master, slave, path.display().to_string())
 }
 
-/// Issue 25, High "Terminal access": no controlling terminal, no write to
+/// "Terminal access": no controlling terminal, no write to
 /// the terminal device, no `TIOCSTI` (through `/dev/pts` or a leaked fd).
 #[test]
 fn a_tool_command_cannot_reach_the_terminal() {

@@ -84,7 +84,7 @@ enum SessionMode {
     AcceptEdits,
     /// Every tool runs without asking.
     Auto,
-    /// Plan mode (issue 30): read and plan; writes and commands are
+    /// Plan mode: read and plan; writes and commands are
     /// refused until the user approves a plan (`exit_plan_mode`).
     Plan,
 }
@@ -433,7 +433,7 @@ impl Server {
         let client_fs = self.client.fs.read_text_file && self.client.fs.write_text_file;
         let client_terminal = self.options.client_terminal && self.client.terminal;
         let tracing = crate::otel::tracing(&self.options.otel, &file).map_err(internal)?;
-        // The config file's MCP servers, then the client's (issue 28).
+        // The config file's MCP servers, then the client's.
         let mut servers = file.mcp_servers.clone();
         servers.extend(crate::mcp::from_acp(mcp_servers));
         let mcp = crate::mcp::start(&servers, &cwd, crate::mcp::tool_env_policy(&provider));
@@ -442,7 +442,7 @@ impl Server {
         let peer = self.peer.clone();
         let session = session.to_string();
         let root = cwd.clone();
-        // The user's hooks and skills (issue 29): no terminal to ask on,
+        // The user's hooks and skills: no terminal to ask on,
         // so an untrusted folder's own hooks do not run.
         let extensions = crate::extensions::load_for(
             &cwd,
@@ -457,7 +457,7 @@ impl Server {
             let mut config =
                 crate::shell::agent_config(&provider, root.clone(), true, false, &prompt)?;
             client_tools(&mut config, &peer, &session, client_fs, client_terminal);
-            // Issue 31: images, web tools, spill (last).
+            // Images, web tools, spill (last).
             crate::shell::add_image_tools(&mut config.tools, &provider);
             crate::shell::add_web(
                 &mut config,
@@ -530,7 +530,7 @@ impl Server {
             .collect()
     }
 
-    /// A prompt's content in order (issue 31): each run of text blocks
+    /// A prompt's content in order: each run of text blocks
     /// joined as [`prompt_text`] joins them, each image stored in `store`
     /// as an image block (the reference keeps the order too); images are
     /// refused when the model takes none.
@@ -813,7 +813,7 @@ impl Server {
                 }
             }
         }
-        // `/mcp:SERVER:PROMPT key=value ...`: an MCP prompt (issue 28).
+        // `/mcp:SERVER:PROMPT key=value ...`: an MCP prompt.
         match crate::mcp::expand_prompt(text.trim()) {
             Some(Ok(t)) => content = vec![dsh_core::ContentBlock::text(t)],
             Some(Err(e)) => return self.peer.respond::<()>(&id, Err(invalid_params(e))),
@@ -956,7 +956,7 @@ impl Server {
             } => {
                 let args: Value = serde_json::from_str(&arguments).unwrap_or(Value::Null);
                 let mut fields = map::call_fields(&tool, &args, &live.cwd);
-                // A write or edit carries its change (issue 30 point 5).
+                // A write or edit carries its change.
                 if let Some((path, old, new)) = crate::diff::change(&tool, &arguments, &live.cwd) {
                     fields = fields.content(vec![ToolCallContent::Diff(
                         acp::Diff::new(live.cwd.join(path), new).old_text(old),

@@ -563,7 +563,7 @@ impl Agent {
 
     /// Gives back the spare capacity of the empty work queues (outputs,
     /// faults): a host calls it when the agent goes idle, so
-    /// an idle agent does not keep its busiest moment's buffers (issue 34).
+    /// an idle agent does not keep its busiest moment's buffers.
     /// Changes nothing observable.
     pub fn trim(&mut self) {
         if self.outputs.is_empty() {

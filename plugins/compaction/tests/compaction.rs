@@ -618,13 +618,13 @@ fn eight_k_without_usage(estimate: bool) -> (usize, Session) {
     (seen.side.len(), k.session().clone())
 }
 
-/// Issue 32, CP-3 (a): a server that reports no usage still gets pressure
+/// CP-3 (a): a server that reports no usage still gets pressure
 /// compaction when the plugin estimates (bytes / 4 of the surface): on an
 /// 8k window, turn 4's ~9000 estimated tokens (six messages) cross 80%;
 /// without the estimate nothing measures the pressure and no compaction
 /// runs. The log keeps no invented usage and replays.
 #[test]
-fn issue_32_estimated_usage_compacts_an_8k_window_without_reported_usage() {
+fn estimated_usage_compacts_an_8k_window_without_reported_usage() {
     let (summaries, s) = eight_k_without_usage(true);
     assert_eq!(summaries, 1, "one pressure compaction");
     assert!(types(&s).iter().any(|t| t == "compaction/start"));
@@ -640,11 +640,11 @@ fn issue_32_estimated_usage_compacts_an_8k_window_without_reported_usage() {
     assert!(!types(&s).iter().any(|t| t == "compaction/start"));
 }
 
-/// Issue 32: the estimate measures only sessions whose server never
+/// The estimate measures only sessions whose server never
 /// reported usage; once a reply carries usage, the reported figure rules
 /// (here below the threshold, so no compaction).
 #[test]
-fn issue_32_reported_usage_wins_over_the_estimate() {
+fn reported_usage_wins_over_the_estimate() {
     let mut config_ = AgentConfig::new(LlmCallConfig::new("p", "m"));
     config_.ids = IdMode::Sequential;
     let plugin = Compaction::new(CompactionConfig {
@@ -679,7 +679,7 @@ fn issue_32_reported_usage_wins_over_the_estimate() {
 }
 
 #[test]
-fn issue_32_the_estimate_counts_the_surface_and_the_header() {
+fn the_estimate_counts_the_surface_and_the_header() {
     let mut s = create_session("c1".into(), NOW, None).unwrap();
     assert_eq!(dsh_compaction::estimated_usage(&s), 0);
     let mut k = kernel_over(s.clone(), 1_000_000);

@@ -1,6 +1,6 @@
 //! The stdio client against a scripted server (tests/fake_server.py,
 //! python3 standard library only): handshake, pagination, rendering,
-//! roots, environment policy, and the faults of issue 28 (crash mid-call,
+//! roots, environment policy, and the faults a server can show (crash mid-call,
 //! no answer, malformed JSON-RPC, a 100 MB line, 10,000 tools, names that
 //! collide after normalisation, list_changed).
 

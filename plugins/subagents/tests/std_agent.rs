@@ -628,7 +628,7 @@ fn shutdown_cancels_background_children_with_cause_parent() {
     assert_log_ok(&child, &events);
 }
 
-/// Issue 25, "Workspace swap", for subagents: a child started after the
+/// "Workspace swap", for subagents: a child started after the
 /// parent's workspace was moved away and another directory put at its path
 /// uses the parent's opened workspace, so its `write` is refused and lands
 /// in neither directory (opened by path, the child would follow the

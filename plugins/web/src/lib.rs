@@ -1,4 +1,4 @@
-//! The web tools of dsh (issue 31): `web_fetch {url}` and
+//! The web tools of dsh: `web_fetch {url}` and
 //! `web_search {queries}`, with the reference's schemas, result texts and
 //! log events, and [`WebFetchApproval`], which asks before a fetch from a
 //! host not yet allowed in the session.

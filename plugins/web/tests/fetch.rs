@@ -1,5 +1,5 @@
 //! `web_fetch` against local HTTP servers the test starts, and `web_search`
-//! against mock providers (issue 31).
+//! against mock providers.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -263,7 +263,7 @@ fn refusals_have_typed_errors() {
         &tool,
         json!({"url": format!("http://public.example:{port}/page")}),
     );
-    // Closing evidence (issue 31): a fetch refused for a private address.
+    // Printed as evidence: a fetch refused for a private address.
     eprintln!("refused: {}", text(&o));
     assert!(
         text(&o).contains("non-public address 127.0.0.1"),

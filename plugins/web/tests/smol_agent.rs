@@ -1,4 +1,4 @@
-//! The web tools in the smol runtime (issue 31): the model calls
+//! The web tools in the smol runtime: the model calls
 //! `web_fetch` on a local page from an allowed host, the body runs on the
 //! blocking pool, the spill plugin bounds the result, and a fetch of a
 //! private address is refused.

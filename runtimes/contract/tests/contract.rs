@@ -734,7 +734,7 @@ fn a_failed_write_before_the_model_ends_the_turn_in_error_everywhere() {
     }
 }
 
-/// Issue 25: the disk fills after the request prefix was written, so the
+/// The disk fills after the request prefix was written, so the
 /// write of the turn's end fails. Every runtime publishes the failure
 /// before it reports idle, `wait_idle`'s summary carries it, and `close`
 /// fails with [`ShellError::NotSaved`] instead of claiming a saved log.

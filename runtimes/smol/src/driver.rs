@@ -290,7 +290,7 @@ impl Host for Io {
 
 #[cfg(test)]
 mod tests {
-    /// Issue 34: an agent's channel keeps a block of 31 message slots
+    /// An agent's channel keeps a block of 31 message slots
     /// alive while it idles; a slot stays small.
     #[test]
     fn a_channel_message_is_small() {

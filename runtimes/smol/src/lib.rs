@@ -6,7 +6,7 @@
 //! are fed to the kernel with `now`, and its effects are drained completely
 //! after each one. Every decision (the flush gate and checkpoint batching,
 //! tool deadlines and abort, approvals, create / resume / fork) is the
-//! kernel's, the same as in `dsh-std` (design.md "Shells").
+//! kernel's, the same as in `dsh-std` (see `docs/architecture.md`, "Floors").
 //!
 //! Nothing blocks the executor:
 //! - model streams ([`AgentConfig::provider`], a [`ModelProvider`] such as

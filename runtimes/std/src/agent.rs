@@ -667,7 +667,7 @@ impl Dispatch for Io {
     }
 
     fn persisted(&mut self, store_error: Option<&str>) {
-        // Before anything the write releases (idle, issue 25).
+        // Before anything the write releases (idle).
         if let Ok(mut s) = self.shared.state.lock() {
             s.store_error = store_error.map(str::to_string);
         }

@@ -1,4 +1,4 @@
-//! `dsh-std`: the blocking std runtime of dsh (design.md "Shells").
+//! `dsh-std`: the blocking std runtime of dsh (see `docs/architecture.md`, "Floors").
 //!
 //! An [`Agent`] runs the runtime kernel (`dsh_runtime::Kernel`) on one
 //! **driver thread**: a thin loop that feeds the kernel its inputs with
