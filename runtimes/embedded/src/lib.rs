@@ -332,7 +332,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     ) -> Result<Self, ShellError> {
         let mut registry = ToolRegistry::new();
         for tool in tools {
-            let parameters = serde_json::from_str(tool.parameters)
+            let parameters = serde_json::from_slice(tool.parameters.as_bytes())
                 .map_err(|_| ShellError::ToolSchema { name: tool.name })?;
             registry
                 .register(ToolDefinition::typed(
