@@ -222,9 +222,9 @@ mod tests {
             // Exact ties between two shortest candidates: the even one, as
             // node's String(x). core's `{:e}`, used here before, prints
             // ...3 for all three; serde_json's writer is not always even.
-            (562949953421312.25, "562949953421312.2"),
-            (1177494534775288.25, "1177494534775288.2"),
-            (-2101987237915157.25, "-2101987237915157.2"),
+            (562_949_953_421_312.0 + 0.25, "562949953421312.2"),
+            (1_177_494_534_775_288.0 + 0.25, "1177494534775288.2"),
+            (-2_101_987_237_915_157.0 - 0.25, "-2101987237915157.2"),
         ];
         for (value, expected) in cases {
             assert_eq!(js_number(*value), *expected, "formatting {value:e}");

@@ -22,9 +22,9 @@ impl Mix {
 fn values() -> Vec<f64> {
     let mut mix = Mix(34);
     let mut out = vec![
-        562949953421312.25,
-        1177494534775288.25,
-        -2101987237915157.25,
+        562_949_953_421_312.0 + 0.25,
+        1_177_494_534_775_288.0 + 0.25,
+        -2_101_987_237_915_157.0 - 0.25,
         0.5,
         2.5,
         1e21,
@@ -46,7 +46,7 @@ fn values() -> Vec<f64> {
         let j = mix.next() % 16;
         let s = (mix.next() % 5) as u32;
         let v = k as f64 + (j as f64) / f64::from(1u32 << s);
-        out.push(if mix.next() % 2 == 0 { v } else { -v });
+        out.push(if mix.next().is_multiple_of(2) { v } else { -v });
     }
     // Large even integers (ties in the tens and beyond).
     for _ in 0..5_000 {
@@ -94,5 +94,9 @@ fn js_number_prints_as_node_does() {
         .take(10)
         .map(|(v, js)| format!("{v:e}: dsh {} node {js}", dsh_core::json::js_number(*v)))
         .collect();
-    assert!(wrong.is_empty(), "{} values differ: {wrong:#?}", wrong.len());
+    assert!(
+        wrong.is_empty(),
+        "{} values differ: {wrong:#?}",
+        wrong.len()
+    );
 }

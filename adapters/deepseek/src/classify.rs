@@ -602,7 +602,11 @@ mod tests {
             "18446744073709551616",
             "123456789012345678901234567890",
         ] {
-            assert_eq!(super::seconds(digits), digits.parse::<f64>().ok(), "{digits}");
+            assert_eq!(
+                super::seconds(digits),
+                digits.parse::<f64>().ok(),
+                "{digits}"
+            );
         }
         assert_eq!(super::seconds(&"9".repeat(400)), None);
         assert_eq!(parse_retry_after("0002", None), Some(2000.0));
