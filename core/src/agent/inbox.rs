@@ -257,7 +257,7 @@ impl Inbox {
 
     /// [`replay`](Self::replay) from the typed payload, as a resumed agent
     /// reads it: the same checks, without a round trip through JSON values.
-    pub fn replay_spliced(
+    pub(crate) fn replay_spliced(
         &mut self,
         data: &crate::session::InboxSpliced,
     ) -> Result<(), InboxError> {
