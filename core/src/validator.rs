@@ -385,8 +385,13 @@ impl StreamValidator {
                     }
                 }
                 if !reason.is_failure() && !self.open.is_empty() {
-                    let mut open: alloc::vec::Vec<u64> = self.open.keys().copied().collect();
-                    open.sort_unstable();
+                    // In order through a BTreeSet: no general sort is
+                    // linked for this one message (smaller device builds).
+                    let mut sorted = alloc::collections::BTreeSet::new();
+                    for k in self.open.keys() {
+                        sorted.insert(*k);
+                    }
+                    let open: alloc::vec::Vec<u64> = sorted.into_iter().collect();
                     return fail(
                         Rule::G7,
                         alloc::format!(
@@ -546,6 +551,25 @@ mod tests {
             .into_iter()
             .map(|v| (v.position, v.rule.id()))
             .collect()
+    }
+
+    /// G-7: the message lists the blocks left open in index order.
+    #[test]
+    fn g7_names_the_open_blocks_in_order() {
+        let chunks = parse(
+            r#"{"type":"block-start","index":5,"blockType":"text"}
+            {"type":"block-start","index":1,"blockType":"text"}
+            {"type":"block-start","index":3,"blockType":"text"}
+            {"type":"block-start","index":0,"blockType":"text"}
+            {"type":"block-start","index":4,"blockType":"text"}
+            {"type":"finish","reason":{"kind":"stop"}}"#,
+        );
+        let violations = validate_stream(&chunks);
+        let g7 = violations.iter().find(|v| v.rule == Rule::G7).unwrap();
+        assert_eq!(
+            g7.message,
+            "\"stop\" finish leaves blocks open: [0, 1, 3, 4, 5]"
+        );
     }
 
     #[test]

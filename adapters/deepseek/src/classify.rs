@@ -161,7 +161,8 @@ pub fn classify_http_error(response: &HttpErrorResponse<'_>) -> LlmError {
 /// the start of the payload.
 pub fn classify_inband_error(text: &str) -> LlmError {
     let excerpt: String = text.chars().take(200).collect();
-    let value = serde_json::from_str::<Value>(text).ok();
+    // `from_slice`: one serde_json reader on the device path.
+    let value = serde_json::from_slice::<Value>(text.as_bytes()).ok();
     let object = match &value {
         Some(Value::Object(root)) => match root.get("error") {
             Some(Value::Object(e)) => Some(e),
@@ -230,12 +231,24 @@ pub fn request_id<'a>(
 /// Anything else, a zero, a past date or an overflow gives `None`.
 pub fn parse_retry_after(value: &str, now_unix_ms: Option<i64>) -> Option<f64> {
     let delay = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-        value.parse::<f64>().ok()? * 1000.0
+        seconds(value)? * 1000.0
     } else {
         let at = parse_http_date(value)?;
         (at - now_unix_ms?) as f64
     };
     (delay.is_finite() && delay > 0.0).then_some(delay)
+}
+
+/// A non-empty run of ASCII digits as the nearest `f64` (what
+/// `str::parse::<f64>` gives), `None` past `f64::MAX`. Read as a JSON number
+/// by serde_json, whose float reader a device build links anyway (core's
+/// float parser is not linked for this one header).
+fn seconds(digits: &str) -> Option<f64> {
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some(0.0);
+    }
+    serde_json::from_slice::<f64>(digits.as_bytes()).ok()
 }
 
 const MONTHS: [&str; 12] = [
@@ -566,6 +579,37 @@ mod tests {
             serde_json::to_string(&chunk).unwrap(),
             r#"{"type":"finish","reason":{"kind":"error","failure":{"message":"slow down","code":"RATE_LIMIT","status":429,"providerRetryAfterMs":2000,"requestId":"req-429"}}}"#
         );
+    }
+
+    proptest::proptest! {
+        /// H-4 digits: the same value as `str::parse::<f64>`, leading zeros,
+        /// 2^53 + 1 and beyond-u64 runs included.
+        #[test]
+        fn retry_after_digits_parse_like_f64(digits in "[0-9]{1,40}") {
+            let expected = digits.parse::<f64>().unwrap();
+            proptest::prop_assert_eq!(super::seconds(&digits), Some(expected));
+        }
+    }
+
+    #[test]
+    fn retry_after_digit_edges() {
+        for digits in [
+            "0",
+            "000",
+            "007",
+            "9007199254740993",
+            "18446744073709551615",
+            "18446744073709551616",
+            "123456789012345678901234567890",
+        ] {
+            assert_eq!(
+                super::seconds(digits),
+                digits.parse::<f64>().ok(),
+                "{digits}"
+            );
+        }
+        assert_eq!(super::seconds(&"9".repeat(400)), None);
+        assert_eq!(parse_retry_after("0002", None), Some(2000.0));
     }
 
     #[test]

@@ -473,7 +473,7 @@ impl Translator {
     fn push_json_body(&mut self, body: &[u8], out: &mut Vec<StreamChunk>) -> Result<(), LlmError> {
         use serde_json::{Map, Value};
         let text = String::from_utf8_lossy(body);
-        let Ok(Value::Object(root)) = serde_json::from_str::<Value>(&text) else {
+        let Ok(Value::Object(root)) = serde_json::from_slice::<Value>(text.as_bytes()) else {
             return Err(malformed(&text));
         };
         if root.get("error").is_some_and(|e| !e.is_null()) || root.get("choices").is_none() {

@@ -252,6 +252,42 @@ impl Inbox {
                 .collect::<Result<_, _>>()?,
             _ => return Err(InboxError::Malformed("inserted must be an array".into())),
         };
+        self.splice_logged(target, start, removed, inserted)
+    }
+
+    /// [`replay`](Self::replay) from the typed payload, as a resumed agent
+    /// reads it: the same checks, without a round trip through JSON values.
+    pub(crate) fn replay_spliced(
+        &mut self,
+        data: &crate::session::InboxSpliced,
+    ) -> Result<(), InboxError> {
+        use crate::session::InboxTarget as Logged;
+        let target = match data.target {
+            Logged::NextTurn => InboxTarget::NextTurn,
+            Logged::NextStep => InboxTarget::NextStep,
+            _ => {
+                return Err(InboxError::Malformed(
+                    "target must be next-turn or next-step".into(),
+                ));
+            }
+        };
+        let inserted = data.inserted.iter().map(|m| Message::clone(m)).collect();
+        self.splice_logged(
+            target,
+            data.start,
+            data.removed_count.unwrap_or(0),
+            inserted,
+        )
+    }
+
+    /// The checked splice of a logged `agent/inbox/spliced` (IB-8).
+    fn splice_logged(
+        &mut self,
+        target: InboxTarget,
+        start: u64,
+        removed: u64,
+        inserted: Vec<Message>,
+    ) -> Result<(), InboxError> {
         let len = self.list(target).len();
         if start as usize > len || start.saturating_add(removed) as usize > len {
             return Err(InboxError::OutOfRange {
@@ -365,5 +401,38 @@ mod tests {
             inbox.replay(&bad),
             Err(InboxError::OutOfRange { .. })
         ));
+    }
+
+    /// IB-8: a resumed agent replays the typed payload exactly as the JSON
+    /// form replays (lists, refusals and their errors).
+    #[test]
+    fn ib8_replay_of_the_typed_payload_matches_the_json_form() {
+        use crate::session::{InboxSpliced, InboxTarget as Logged};
+        use alloc::sync::Arc;
+        let splice = |target, start, removed_count, inserted: &[&str]| InboxSpliced {
+            target,
+            start,
+            removed_count,
+            inserted: inserted.iter().map(|id| Arc::new(m(id))).collect(),
+            outcome: None,
+        };
+        let cases = [
+            splice(Logged::NextTurn, 0, None, &["t1", "t2"]),
+            splice(Logged::NextStep, 0, None, &["s1"]),
+            splice(Logged::NextTurn, 1, Some(1), &["t3"]),
+            splice(Logged::NextStep, 0, Some(1), &[]),
+            splice(Logged::NextStep, 1, None, &["s2"]),
+            splice(Logged::NextTurn, 0, Some(3), &[]),
+            splice(Logged::Other("later".to_string()), 0, None, &["x"]),
+            splice(Logged::NextTurn, 0, Some(2), &[]),
+        ];
+        let (mut typed, mut json) = (Inbox::new(), Inbox::new());
+        for s in &cases {
+            let a = typed.replay_spliced(s);
+            let b = json.replay(&serde_json::to_value(s).unwrap());
+            assert_eq!(a, b, "{s:?}");
+            assert_eq!(typed, json, "{s:?}");
+        }
+        assert!(typed.is_empty());
     }
 }

@@ -478,11 +478,12 @@ impl Agent {
                 }
                 EventData::TurnEnd(_) => open = None,
                 EventData::InboxSpliced(s) if e.seq() >= seed_length => {
-                    let value = serde_json::to_value(&**s).unwrap_or_default();
-                    inbox.replay(&value).map_err(|error| ResumeError::Inbox {
-                        seq: e.seq(),
-                        error,
-                    })?;
+                    inbox
+                        .replay_spliced(s)
+                        .map_err(|error| ResumeError::Inbox {
+                            seq: e.seq(),
+                            error,
+                        })?;
                 }
                 _ => {}
             }

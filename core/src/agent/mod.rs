@@ -125,3 +125,51 @@ pub use machine::{
     InboxEdit, RequestFill, ResumeError, is_loop_owned,
 };
 pub use seams::Seams;
+
+/// Sorts `items` stably by `cmp`. The sort runs on indexes through a `dyn`
+/// comparator, so every caller shares one instance of the standard sort: a
+/// device build links one sort, not one per element type.
+pub(crate) fn sort_stable_by<T: Copy>(
+    items: &mut alloc::vec::Vec<T>,
+    mut cmp: impl FnMut(&T, &T) -> core::cmp::Ordering,
+) {
+    let order = {
+        let items: &[T] = items;
+        stable_order(
+            items.len(),
+            &mut |a, b| match (items.get(a), items.get(b)) {
+                (Some(x), Some(y)) => cmp(x, y),
+                _ => core::cmp::Ordering::Equal,
+            },
+        )
+    };
+    let sorted = order
+        .iter()
+        .filter_map(|i| items.get(*i).copied())
+        .collect();
+    *items = sorted;
+}
+
+/// `0..n` stably sorted by `cmp` (see [`sort_stable_by`]).
+fn stable_order(
+    n: usize,
+    cmp: &mut dyn FnMut(usize, usize) -> core::cmp::Ordering,
+) -> alloc::vec::Vec<usize> {
+    let mut order: alloc::vec::Vec<usize> = (0..n).collect();
+    order.sort_by(|a, b| cmp(*a, *b));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    /// Stable: equal keys keep their order.
+    #[test]
+    fn sort_stable_by_keeps_equal_keys_in_order() {
+        let mut items = alloc::vec![(2, 'a'), (1, 'b'), (2, 'c'), (0, 'd'), (1, 'e')];
+        super::sort_stable_by(&mut items, |x, y| x.0.cmp(&y.0));
+        assert_eq!(items, [(0, 'd'), (1, 'b'), (1, 'e'), (2, 'a'), (2, 'c')]);
+        let mut empty: alloc::vec::Vec<u8> = alloc::vec::Vec::new();
+        super::sort_stable_by(&mut empty, |x, y| x.cmp(y));
+        assert!(empty.is_empty());
+    }
+}

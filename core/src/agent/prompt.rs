@@ -63,7 +63,7 @@ impl Assembly {
     /// An empty result means the request has no `system`.
     pub fn render(&self) -> Result<String, String> {
         let mut sections: Vec<&PromptSection> = self.sections.iter().collect();
-        sections.sort_by_key(|s| s.order);
+        super::sort_stable_by(&mut sections, |a, b| a.order.cmp(&b.order));
         let mut parts: Vec<String> = Vec::new();
         for s in sections {
             let text = interpolate(&s.text, &s.name, &self.variables)?;
@@ -81,7 +81,7 @@ impl Assembly {
             .iter()
             .filter(|c| !c.text.is_empty())
             .collect();
-        contexts.sort_by_key(|c| c.order);
+        super::sort_stable_by(&mut contexts, |a, b| a.order.cmp(&b.order));
         contexts
             .into_iter()
             .map(|c| Section {

@@ -339,7 +339,7 @@ impl RetryPolicy {
             out.push_str(",[");
             let mut codes: Vec<&String> = retryable_codes.iter().collect();
             // JavaScript's default sort compares UTF-16 code units.
-            codes.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            super::sort_stable_by(&mut codes, |a, b| a.encode_utf16().cmp(b.encode_utf16()));
             for (i, code) in codes.iter().enumerate() {
                 if i > 0 {
                     out.push(',');

@@ -282,7 +282,9 @@ pub fn parse_arguments(raw: &str) -> Value {
     if raw.is_empty() {
         return Value::Object(Map::new());
     }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+    // `from_slice`: the one serde_json reader of the device path (smaller
+    // firmware; same result for a `str`).
+    serde_json::from_slice(raw.as_bytes()).unwrap_or_else(|_| Value::String(raw.to_string()))
 }
 
 /// `{name, code}` identity of a structured harness error (TL-5 `info`).

@@ -332,7 +332,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     ) -> Result<Self, ShellError> {
         let mut registry = ToolRegistry::new();
         for tool in tools {
-            let parameters = serde_json::from_str(tool.parameters)
+            let parameters = serde_json::from_slice(tool.parameters.as_bytes())
                 .map_err(|_| ShellError::ToolSchema { name: tool.name })?;
             registry
                 .register(ToolDefinition::typed(
@@ -383,6 +383,8 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             .sink
             .write_all(&shell.scratch)
             .map_err(|e| ShellError::Sink(e.kind()))?;
+        // Heap: the line buffer is not kept between writes.
+        shell.scratch = Vec::new();
         shell.drain();
         Ok(shell)
     }
@@ -455,6 +457,10 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     pub fn run(&mut self) -> Result<(), ShellError> {
         loop {
             if let Some(work) = self.work.pop_front() {
+                if self.work.is_empty() {
+                    // Heap: the queue keeps no capacity between steps.
+                    self.work = VecDeque::new();
+                }
                 match work {
                     Work::Model(call) => self.call_model(call),
                     Work::Tool(exec) => self.run_tool(exec),
@@ -518,26 +524,33 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     }
 
     fn run_tool(&mut self, exec: ToolExecution) {
+        let token = exec.token;
         let outcome = match self.tools.iter().find(|t| t.name == exec.name) {
             Some(tool) => {
                 let args =
                     serde_json::to_string(&exec.arguments).unwrap_or_else(|_| String::from("{}"));
+                // The parsed arguments are not needed past this point.
+                drop(exec);
                 let mut out = ToolOutput::new();
                 let result = (tool.run)(&args, &mut out);
+                drop(args);
                 log_debug!("dsh: tool {=str} ok={}", tool.name, result.is_ok());
                 out.into_outcome(result)
             }
             None => ToolOutcome::unknown_tool(&exec.name),
         };
         let now = (self.clock)();
-        let r = self.kernel.tool_done(now, exec.token, outcome, Vec::new());
+        let r = self.kernel.tool_done(now, token, outcome, Vec::new());
         self.fed(r);
     }
 
     fn call_model(&mut self, call: ModelCall) {
         let attempt = call.attempt;
         self.cancelled = None;
-        let end = match self.stream(call.request, Some(attempt)) {
+        let streamed = self.stream(call.request, Some(attempt));
+        // Heap: the chunk buffer is not kept between calls.
+        self.chunks = Vec::new();
+        let end = match streamed {
             Ok(end) => end,
             Err(e) => {
                 log_warn!("dsh: model call failed: {=str}", e.failure().code.as_str());
@@ -566,6 +579,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     fn call_side(&mut self, id: u64, request: dsh_core::GenerateOptions) {
         self.side = Some(SideCollector::new());
         let streamed = self.stream(request, None);
+        self.chunks = Vec::new();
         let collector = self.side.take().unwrap_or_default();
         let result = match streamed {
             Ok(_) => collector.finish(),
@@ -840,6 +854,8 @@ impl<S: Write> Dispatch for Io<'_, S> {
                 break;
             }
         }
+        // Heap: the line buffer is not kept between batches.
+        *self.scratch = Vec::new();
         if result.is_ok() {
             result = self.sink.flush().map_err(|e| e.kind());
         }

@@ -473,12 +473,13 @@ pub(crate) fn parse_slice_into<'a>(
 
 /// Parses one payload into `out` (which must start as default). `Ok(false)`
 /// means valid JSON that is not an object; `Err` is a JSON syntax error.
+///
+/// Reads through [`parse_slice_into`]: one serde_json reader for every
+/// payload keeps a single copy of the deserializer in a device build (the
+/// UTF-8 check it adds cannot fail on a `str`).
 pub(crate) fn parse_into<'a>(
     payload: &'a str,
     out: &mut Payload<'a>,
 ) -> Result<bool, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(payload);
-    let is_object = FillFresh(out).deserialize(&mut de)?;
-    de.end()?;
-    Ok(is_object)
+    parse_slice_into(payload.as_bytes(), out)
 }
