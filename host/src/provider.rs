@@ -42,6 +42,11 @@ impl core::fmt::Debug for Clock {
 }
 
 impl Clock {
+    /// The current wall-clock time: the `now` of kernel inputs.
+    pub fn now(&self) -> dsh_core::Time {
+        dsh_core::Time::from_millis(self.now_ms())
+    }
+
     /// The current time in epoch milliseconds.
     pub fn now_ms(&self) -> i64 {
         match self {

@@ -29,7 +29,7 @@ use alloc::vec::Vec;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{CancelCause, HookError, ModelCall, ToolExecution};
 use dsh_core::session::{EventData, SessionEvent};
-use dsh_core::{GenerateOptions, StreamChunk};
+use dsh_core::{GenerateOptions, StreamChunk, Time};
 use serde_json::Value;
 
 use crate::kernel::Kernel;
@@ -128,9 +128,9 @@ impl Jobs {
 /// returns at once; work that takes time runs elsewhere and comes back as
 /// an [`Input`].
 pub trait Dispatch {
-    /// The current time (epoch milliseconds) for the kernel calls the
-    /// executor makes.
-    fn now(&mut self) -> i64;
+    /// The host's wall clock ([`Time`]) for the kernel calls the executor
+    /// makes.
+    fn now(&mut self) -> Time;
 
     /// Starts the model stream of `call`; its chunks come back as
     /// [`Input::Chunk`], its end as [`Input::ModelEnd`]. An `Err` (the
@@ -314,12 +314,12 @@ pub enum Input {
         /// The answer.
         reply: Reply,
     },
-    /// The kernel's deadline `deadline` ([`Kernel::poll_timeout`]) passed.
-    /// A clock that does not move (a fixed test clock) is taken to be at
-    /// the deadline.
+    /// The timer armed for the kernel's deadline `deadline`
+    /// ([`Kernel::poll_timeout`]) ran out on the runtime's monotonic clock;
+    /// the kernel takes `deadline` as reached ([`Kernel::handle_timeout`]).
     Timeout {
-        /// The deadline waited for.
-        deadline: i64,
+        /// The deadline the timer was armed for.
+        deadline: Time,
     },
     /// Cancel the running turn (IB-13).
     Cancel {
@@ -359,7 +359,7 @@ pub fn feed<D: Dispatch + ?Sized>(
             kernel.answer(now, id, reply)
         }
         Input::Timeout { deadline } => {
-            kernel.handle_timeout(now.max(deadline));
+            kernel.handle_timeout(now, deadline);
             Ok(())
         }
         Input::Cancel { cause, keep_inbox } => {

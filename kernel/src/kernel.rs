@@ -14,7 +14,7 @@ use dsh_core::agent::{
     Notification, Output, ToolExecution,
 };
 use dsh_core::session::{EventData, Session, SurfaceIntent};
-use dsh_core::{ContentBlock, Message, SessionId, StreamChunk, StreamValidator};
+use dsh_core::{ContentBlock, Message, SessionId, StreamChunk, StreamValidator, Time};
 
 use crate::ids::{Ids, Jitter};
 use crate::plugin::{
@@ -29,16 +29,19 @@ use crate::types::{
 ///
 /// # Contract
 ///
-/// **Inputs** are method calls that take `now`, the runtime's clock in
-/// epoch milliseconds: user calls ([`send`](Self::send),
+/// **Inputs** are method calls that take `now`, the host's wall clock as a
+/// [`Time`] (epoch milliseconds): user calls ([`send`](Self::send),
 /// [`cancel`](Self::cancel), [`answer`](Self::answer),
 /// [`dispose`](Self::dispose)) and completions of earlier effects
 /// ([`model_chunk`](Self::model_chunk), [`model_end`](Self::model_end),
 /// [`model_error`](Self::model_error), [`tool_done`](Self::tool_done),
 /// [`persisted`](Self::persisted), [`handle_timeout`](Self::handle_timeout)).
-/// The kernel never reads a clock: `now` is the only time it knows, and it
-/// is written into the log. It should not go backwards; an earlier `now`
-/// than the last input's is raised to it, so logged times never decrease.
+/// The kernel never reads a clock. Its own clock is the running maximum of
+/// every `now` and every deadline reported reached
+/// ([`handle_timeout`](Self::handle_timeout)); it is what the log's `time`s
+/// and every new deadline are computed from, so logged times never
+/// decrease and a wall clock that goes back neither delays nor drops a
+/// timer. Before the first input it reads [`Time::MIN`].
 ///
 /// **Outputs** are [`Effect`]s from [`poll`](Self::poll). After **every**
 /// input, drain `poll` until it returns `None` and carry each effect out
@@ -47,9 +50,12 @@ use crate::types::{
 /// and at any later time; several tool bodies may be in flight at once.
 ///
 /// **Timers**: [`poll_timeout`](Self::poll_timeout) is the earliest
-/// deadline (a retry delay, a tool deadline or grace period). When it
-/// passes, call [`handle_timeout`](Self::handle_timeout); a call before any
-/// deadline (a spurious wake-up) changes nothing.
+/// deadline (a retry delay, a tool deadline or grace period), on the
+/// kernel's clock. Wait for it on a monotonic timer (for `deadline - now`
+/// ms, measured when armed), then call
+/// [`handle_timeout`](Self::handle_timeout) with that deadline; never
+/// compare the wall clock with it. A deadline that is no longer the
+/// earliest changes nothing.
 ///
 /// **The flush gate**: a [`Effect::Persist`] must be answered with
 /// [`persisted`](Self::persisted) before `poll` releases anything else;
@@ -68,7 +74,7 @@ pub struct Kernel {
     seams: Seams,
     tool_timeout_ms: Option<u64>,
     grace_ms: u64,
-    now: i64,
+    now: Time,
     effects: VecDeque<Effect>,
     /// Events with `seq < persisted` were written by the runtime.
     persisted: u64,
@@ -92,7 +98,7 @@ pub struct Kernel {
     write_behind_ms: Option<u64>,
     /// When unwritten events were first seen with no write pending: the
     /// window runs from here (W2; later events do not move it).
-    behind_since: Option<i64>,
+    behind_since: Option<Time>,
     model: Option<u64>,
     /// The response cap ([`AgentConfig::max_response_bytes`]).
     max_response_bytes: u64,
@@ -128,7 +134,7 @@ impl core::fmt::Debug for Kernel {
 /// A tool body in flight.
 struct Running {
     timeout_ms: Option<u64>,
-    deadline: Option<i64>,
+    deadline: Option<Time>,
     phase: Phase,
 }
 
@@ -138,11 +144,11 @@ enum Phase {
     /// Its deadline fired; answered with the TL-14 error whatever it
     /// returns, or at `until`.
     TimedOut {
-        until: i64,
+        until: Time,
     },
     /// The turn was aborted; answered `ABORTED` at `until` if still running.
     Aborting {
-        until: i64,
+        until: Time,
     },
 }
 
@@ -285,7 +291,7 @@ impl Kernel {
             seams,
             tool_timeout_ms: config.tool_timeout_ms,
             grace_ms: config.tool_grace_ms,
-            now: i64::MIN,
+            now: Time::MIN,
             effects: VecDeque::new(),
             persisted,
             persisting: None,
@@ -415,14 +421,15 @@ impl Kernel {
         s
     }
 
-    /// The earliest deadline (epoch ms): a retry delay, a tool deadline, a
-    /// grace period. Call [`handle_timeout`](Self::handle_timeout) when it
-    /// passes.
+    /// The earliest deadline on the kernel's clock: a retry delay, a tool
+    /// deadline, a grace period, a write-behind window. Arm a monotonic
+    /// timer for it and call [`handle_timeout`](Self::handle_timeout) with
+    /// it when it runs out.
     #[must_use = "arm a timer for this deadline"]
-    pub fn poll_timeout(&self) -> Option<i64> {
+    pub fn poll_timeout(&self) -> Option<Time> {
         let mut best = self.core.poll_timeout();
         if let Some(d) = self.write_behind_deadline() {
-            best = Some(best.map_or(d, |b: i64| b.min(d)));
+            best = Some(best.map_or(d, |b: Time| b.min(d)));
         }
         for t in self.tools.values() {
             let d = match t.phase {
@@ -430,16 +437,25 @@ impl Kernel {
                 Phase::TimedOut { until } | Phase::Aborting { until } => Some(until),
             };
             if let Some(d) = d {
-                best = Some(best.map_or(d, |b: i64| b.min(d)));
+                best = Some(best.map_or(d, |b: Time| b.min(d)));
             }
         }
         best
     }
 
+    /// The kernel's clock: the running maximum of every input's `now` and
+    /// every deadline reported reached ([`Time::MIN`] before the first
+    /// input). Deadlines from [`poll_timeout`](Self::poll_timeout) are on
+    /// this clock: a timer armed now waits
+    /// `deadline.millis_since(kernel.now())` ms.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
     // ------------------------------------------------------------------
     // Inputs
 
-    fn tick(&mut self, now: i64) -> i64 {
+    fn tick(&mut self, now: Time) -> Time {
         if now > self.now {
             self.now = now;
         }
@@ -450,7 +466,7 @@ impl Kernel {
     /// `wakeup`.
     pub fn send(
         &mut self,
-        now: i64,
+        now: Time,
         message: Message,
         target: InboxTarget,
         wakeup: bool,
@@ -464,13 +480,13 @@ impl Kernel {
     }
 
     /// Cancels the running turn (LC-33).
-    pub fn cancel(&mut self, now: i64, cause: CancelCause, keep_inbox: bool) {
+    pub fn cancel(&mut self, now: Time, cause: CancelCause, keep_inbox: bool) {
         let now = self.tick(now);
         self.core.cancel(now, cause, keep_inbox);
     }
 
     /// Appends a foreign event (plugin, tool-owned) at the end of the log.
-    pub fn append_event(&mut self, now: i64, data: EventData) -> Result<u64, KernelError> {
+    pub fn append_event(&mut self, now: Time, data: EventData) -> Result<u64, KernelError> {
         let now = self.tick(now);
         Ok(self.core.append_event(now, data, None)?)
     }
@@ -478,7 +494,7 @@ impl Kernel {
     /// Disposes the agent (LC-40): the running turn is cancelled with cause
     /// `disposed`, pending asks are withdrawn, running bodies are told to
     /// stop; [`Effect::Finished`] follows once everything is persisted.
-    pub fn dispose(&mut self, now: i64) {
+    pub fn dispose(&mut self, now: Time) {
         let now = self.tick(now);
         if self.disposing {
             return;
@@ -491,7 +507,7 @@ impl Kernel {
     /// A chunk of model attempt `attempt` (LC-19).
     pub fn model_chunk(
         &mut self,
-        now: i64,
+        now: Time,
         attempt: u64,
         chunk: StreamChunk,
     ) -> Result<(), KernelError> {
@@ -535,7 +551,7 @@ impl Kernel {
 
     /// The stream of `attempt` ended (adapter failures arrive before as a
     /// terminal `finish` chunk, AC-6).
-    pub fn model_end(&mut self, now: i64, attempt: u64) -> Result<(), KernelError> {
+    pub fn model_end(&mut self, now: Time, attempt: u64) -> Result<(), KernelError> {
         let now = self.tick(now);
         if self.model != Some(attempt) {
             return Err(KernelError::StaleAttempt { attempt });
@@ -548,7 +564,7 @@ impl Kernel {
     /// turn error (LC-27).
     pub fn model_error(
         &mut self,
-        now: i64,
+        now: Time,
         attempt: u64,
         error: HookError,
     ) -> Result<(), KernelError> {
@@ -566,7 +582,7 @@ impl Kernel {
     /// [`KernelError::StaleTool`].
     pub fn tool_done(
         &mut self,
-        now: i64,
+        now: Time,
         token: u64,
         outcome: ToolOutcome,
         events: Vec<EventData>,
@@ -591,7 +607,7 @@ impl Kernel {
 
     /// The write of the pending [`Effect::Persist`] finished; `Err` carries
     /// the store's message.
-    pub fn persisted(&mut self, now: i64, result: Result<(), String>) -> Result<(), KernelError> {
+    pub fn persisted(&mut self, now: Time, result: Result<(), String>) -> Result<(), KernelError> {
         self.tick(now);
         let Some((end, checkpoint)) = self.persisting.take() else {
             return Err(KernelError::NoPersistPending);
@@ -645,7 +661,7 @@ impl Kernel {
     /// input sent meanwhile waits for the end of the maintenance.
     pub fn command(
         &mut self,
-        now: i64,
+        now: Time,
         name: &str,
         args: serde_json::Value,
     ) -> Result<u64, KernelError> {
@@ -670,7 +686,7 @@ impl Kernel {
 
     /// Answers ask `id` ([`AgentEvent::ApprovalRequested`] or
     /// [`AgentEvent::Asked`]).
-    pub fn answer(&mut self, now: i64, id: u64, reply: Reply) -> Result<(), KernelError> {
+    pub fn answer(&mut self, now: Time, id: u64, reply: Reply) -> Result<(), KernelError> {
         self.tick(now);
         let Some(pending) = self.asks.remove(&id) else {
             return Err(KernelError::StaleAsk { id });
@@ -684,11 +700,16 @@ impl Kernel {
         Ok(())
     }
 
-    /// A timer from [`poll_timeout`](Self::poll_timeout) may have passed:
-    /// fires every deadline `<= now`. Idempotent: a spurious wake-up
-    /// changes nothing.
-    pub fn handle_timeout(&mut self, now: i64) {
-        let now = self.tick(now);
+    /// The timer the runtime armed for `deadline` (a
+    /// [`poll_timeout`](Self::poll_timeout) value) ran out on the runtime's
+    /// own monotonic clock. The kernel treats `deadline` as reached even
+    /// when `now` (the wall clock) reads earlier: its clock rises to
+    /// `deadline`, and every deadline up to it fires. A deadline that moved
+    /// later meanwhile, or one already fired, changes nothing (a spurious
+    /// wake-up is harmless).
+    pub fn handle_timeout(&mut self, now: Time, deadline: Time) {
+        self.tick(now);
+        let now = self.tick(deadline);
         if self.core.poll_timeout().is_some_and(|d| d <= now) {
             // Cannot fail: a timer is armed.
             let _ = self.core.handle_timeout(now);
@@ -698,7 +719,7 @@ impl Kernel {
             match t.phase {
                 Phase::Running if t.deadline.is_some_and(|d| d <= now) => {
                     t.phase = Phase::TimedOut {
-                        until: now.saturating_add(self.grace_ms as i64),
+                        until: now.add_millis(self.grace_ms),
                     };
                     self.effects.push_back(Effect::CancelTool { token: *token });
                 }
@@ -780,7 +801,7 @@ impl Kernel {
             let since = *self.behind_since.get_or_insert(self.now);
             let due = self
                 .write_behind_ms
-                .is_some_and(|ms| self.now >= since.saturating_add(ms as i64));
+                .is_some_and(|ms| self.now >= since.add_millis(ms));
             return due.then(|| self.persist(None));
         }
         let len = self.core.session().len();
@@ -809,13 +830,13 @@ impl Kernel {
     }
 
     /// When the open write-behind window closes (W2), if one is open.
-    fn write_behind_deadline(&self) -> Option<i64> {
+    fn write_behind_deadline(&self) -> Option<Time> {
         if self.persisting.is_some() {
             return None;
         }
         let since = self.behind_since?;
         let ms = self.write_behind_ms?;
-        Some(since.saturating_add(ms as i64))
+        Some(since.add_millis(ms))
     }
 
     fn on_output(&mut self, out: Output) {
@@ -871,7 +892,7 @@ impl Kernel {
                 None => self.execute(exec),
             },
             Output::AbortTurn { .. } => {
-                let until = now.saturating_add(self.grace_ms as i64);
+                let until = now.add_millis(self.grace_ms);
                 for (token, t) in self.tools.iter_mut() {
                     if t.phase == Phase::Running {
                         t.phase = Phase::Aborting { until };
@@ -981,7 +1002,7 @@ impl Kernel {
             .filter(|ms| ms.is_finite() && *ms > 0.0)
             .map(ceil_ms);
         let timeout_ms = declared.or(self.tool_timeout_ms.filter(|ms| *ms > 0));
-        let deadline = timeout_ms.map(|ms| self.now.saturating_add(ms.min(i64::MAX as u64) as i64));
+        let deadline = timeout_ms.map(|ms| self.now.add_millis(ms));
         self.tools.insert(
             exec.token,
             Running {

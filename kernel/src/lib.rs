@@ -154,4 +154,5 @@ pub use types::{
     KernelError, TurnSummary,
 };
 
+pub use dsh_core::Time;
 pub use dsh_core::agent::{AgentStatus, CancelCause, Checkpoint, InboxTarget};

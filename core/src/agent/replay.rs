@@ -19,6 +19,7 @@
 //! but `time`, which recordings normalise). The first difference stops the
 //! replay and is reported with a reason.
 
+use crate::time::Time;
 use alloc::collections::BTreeSet;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -446,7 +447,7 @@ fn hook_error(f: &LlmFailure) -> HookError {
 
 /// Appends the recorded foreign events at the current position; returns
 /// how many.
-fn flush_foreign(rec: &Recording, agent: &mut Agent, now: i64) -> usize {
+fn flush_foreign(rec: &Recording, agent: &mut Agent, now: Time) -> usize {
     let mut n = 0;
     loop {
         let pos = agent.session().len();
@@ -506,7 +507,7 @@ fn literal_assembly(system: &str, header: Option<&EpochHeader>) -> Assembly {
 impl Driver {
     /// Common prologue of most seams: foreign events, an insertion queued
     /// as a send, a cancellation that lands here.
-    fn sync(&mut self, now: i64) -> Vec<Queued> {
+    fn sync(&mut self, now: Time) -> Vec<Queued> {
         flush_foreign(&self.rec, &mut self.agent, now);
         let pos = self.pos();
         let mut queued = Vec::new();
@@ -1051,8 +1052,8 @@ impl Driver {
         self.agent.session().len()
     }
 
-    fn now(&self) -> i64 {
-        self.rec.get(self.pos()).map_or(0, SessionEvent::time)
+    fn now(&self) -> Time {
+        Time::from_millis(self.rec.get(self.pos()).map_or(0, SessionEvent::time))
     }
 
     fn differ(&mut self, seq: u64, produced: Option<String>, reason: String) {
@@ -1220,7 +1221,7 @@ impl Driver {
         }
     }
 
-    fn insert(&mut self, now: i64, s: &InboxSpliced) -> bool {
+    fn insert(&mut self, now: Time, s: &InboxSpliced) -> bool {
         let target = target_of(s);
         let idle = self.agent.is_quiescent();
         // While idle, a send wakes only if a turn starts right after it.
@@ -1240,7 +1241,7 @@ impl Driver {
         ok
     }
 
-    fn cancel(&mut self, now: i64, cause: CancelCause, keep: bool) {
+    fn cancel(&mut self, now: Time, cause: CancelCause, keep: bool) {
         if matches!(self.waiting, Waiting::Model { .. }) {
             self.waiting = Waiting::Nothing;
         }
@@ -1259,7 +1260,7 @@ impl Driver {
             })
     }
 
-    fn model(&mut self, now: i64, attempt: u64, next: &SessionEvent) -> bool {
+    fn model(&mut self, now: Time, attempt: u64, next: &SessionEvent) -> bool {
         if let EventData::AssistantChunk(c) = next.data() {
             return self.agent.handle_chunk(now, attempt, c.chunk()).is_ok();
         }
@@ -1271,7 +1272,7 @@ impl Driver {
         self.end_stream(now, attempt, next)
     }
 
-    fn end_stream(&mut self, now: i64, attempt: u64, next: &SessionEvent) -> bool {
+    fn end_stream(&mut self, now: Time, attempt: u64, next: &SessionEvent) -> bool {
         let pos = self.pos();
         // A stream that ends without a failure finish and is followed by a
         // turn error threw (ModelThrew, LC-27).
@@ -1299,7 +1300,7 @@ impl Driver {
 
     /// Answers the running body whose call the recorded `tool/result`
     /// `next` names.
-    fn tool(&mut self, now: i64, next: &SessionEvent) -> bool {
+    fn tool(&mut self, now: Time, next: &SessionEvent) -> bool {
         let EventData::ToolResult(r) = next.data() else {
             return false;
         };

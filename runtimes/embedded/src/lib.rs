@@ -33,7 +33,9 @@
 //!   turn in error (SM-14). Pull the log off the device and check it on a
 //!   host with `dsh log check` and `dsh replay --check`.
 //!
-//! Time comes from a caller-supplied clock (`fn() -> i64`, epoch ms), ids
+//! Time comes from a caller-supplied wall clock (`fn() -> i64`, epoch ms:
+//! the [`Time`] of each kernel input; timers wait on
+//! [`Shell::with_wait`] or on the clock's forward steps), ids
 //! from an [`IdSource`] (default: the deterministic
 //! [`SequentialIds`](dsh_core::agent::SequentialIds) counter; [`IdFn`] wraps
 //! a plain function).
@@ -94,7 +96,7 @@ use dsh_core::agent::{
 use dsh_core::jsonl::{encode_event_line, encode_header_line};
 use dsh_core::session::SessionEvent;
 use dsh_core::{
-    ContentBlock, LlmCallConfig, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk,
+    ContentBlock, LlmCallConfig, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk, Time,
 };
 use dsh_deepseek::{
     DeepSeekConfig, HttpErrorResponse, PROVIDER_ROUTE, StreamDecoder, classify_http_error, codes,
@@ -284,7 +286,7 @@ pub struct Shell<O, S> {
     config: ShellConfig,
     tools: Vec<Tool>,
     clock: fn() -> i64,
-    wait: Option<fn(i64)>,
+    wait: Option<fn(u64)>,
     work: VecDeque<Work>,
     cancelled: Option<u64>,
     scratch: Vec<u8>,
@@ -344,7 +346,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         }
         let session = dsh_runtime::create_session(
             config.session_id.as_str().into(),
-            clock(),
+            Time::from_millis(clock()),
             config.cwd.clone(),
         )?;
         let header = session.header().clone();
@@ -394,11 +396,19 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         self
     }
 
-    /// Called with the deadline (epoch ms) while a retry timer runs, until
-    /// the clock reaches it (default: spin on the clock).
-    pub fn with_wait(mut self, wait: fn(i64)) -> Self {
+    /// Called with the milliseconds to wait when a kernel timer (a retry
+    /// delay, a tool deadline) is armed: sleep that long on a monotonic
+    /// timer and return; the shell then reports the deadline reached,
+    /// whatever the clock reads. Default: spin until the clock has moved
+    /// forward that far (steps back are not counted against the wait).
+    pub fn with_wait(mut self, wait: fn(u64)) -> Self {
         self.wait = Some(wait);
         self
+    }
+
+    /// The clock's reading as the `now` of a kernel input.
+    fn now(&self) -> Time {
+        Time::from_millis((self.clock)())
     }
 
     /// The agent (its session, status, turn).
@@ -426,7 +436,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     /// Queues `message` for the next turn (`followup`) and runs until the
     /// agent is idle: model calls, tools, retries, log writes.
     pub fn send(&mut self, message: Message) -> Result<(), ShellError> {
-        let now = (self.clock)();
+        let now = self.now();
         self.kernel
             .send(now, message, dsh_core::agent::InboxTarget::NextTurn, true)?;
         self.drain();
@@ -440,7 +450,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         name: &str,
         args: serde_json::Value,
     ) -> Result<serde_json::Value, ShellError> {
-        let now = (self.clock)();
+        let now = self.now();
         self.command = None;
         let id = self.kernel.command(now, name, args)?;
         self.drain();
@@ -463,13 +473,13 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 continue;
             }
             if let Some(deadline) = self.kernel.poll_timeout() {
-                while (self.clock)() < deadline {
-                    if let Some(wait) = self.wait {
-                        wait(deadline);
-                    }
+                let ms = deadline.millis_since(self.kernel.now());
+                match self.wait {
+                    Some(wait) => wait(ms),
+                    None => spin(self.clock, ms),
                 }
-                let now = (self.clock)().max(deadline);
-                self.kernel.handle_timeout(now);
+                let now = self.now();
+                self.kernel.handle_timeout(now, deadline);
                 self.drain();
                 continue;
             }
@@ -529,7 +539,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             }
             None => ToolOutcome::unknown_tool(&exec.name),
         };
-        let now = (self.clock)();
+        let now = self.now();
         let r = self.kernel.tool_done(now, exec.token, outcome, Vec::new());
         self.fed(r);
     }
@@ -543,7 +553,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 log_warn!("dsh: model call failed: {=str}", e.failure().code.as_str());
                 // AC-6: an adapter failure is the stream's terminal chunk.
                 let chunk = error_finish(&e, false);
-                let now = (self.clock)();
+                let now = self.now();
                 let r = self.kernel.model_chunk(now, attempt, chunk);
                 if !self.fed(r) {
                     return;
@@ -555,7 +565,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             if self.cancelled == Some(attempt) {
                 return;
             }
-            let now = (self.clock)();
+            let now = self.now();
             let r = self.kernel.model_end(now, attempt);
             self.fed(r);
         }
@@ -574,7 +584,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 Err(format!("{}: {}", f.code, f.message))
             }
         };
-        let now = (self.clock)();
+        let now = self.now();
         let r = self.kernel.answer(now, id, Reply::Model(result));
         self.fed(r);
     }
@@ -719,7 +729,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             if !wanted {
                 continue;
             }
-            let now = (self.clock)();
+            let now = self.now();
             let r = self.kernel.model_chunk(now, attempt, chunk);
             if !self.fed(r) {
                 wanted = false;
@@ -790,8 +800,8 @@ struct Io<'a, S> {
 }
 
 impl<S: Write> Dispatch for Io<'_, S> {
-    fn now(&mut self) -> i64 {
-        (self.clock)()
+    fn now(&mut self) -> Time {
+        Time::from_millis((self.clock)())
     }
 
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
@@ -888,5 +898,17 @@ impl IdSource for IdFn {
     fn retry_id(&mut self) -> RetryId {
         self.retries += 1;
         RetryId(format!("retry-{}", self.retries))
+    }
+}
+
+/// Waits until `clock` has moved forward `ms` milliseconds in total; a step
+/// back restarts nothing and counts nothing.
+fn spin(clock: fn() -> i64, ms: u64) {
+    let mut left = ms;
+    let mut last = clock();
+    while left > 0 {
+        let now = clock();
+        left = left.saturating_sub(now.saturating_sub(last).max(0).unsigned_abs());
+        last = now;
     }
 }

@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_channel::{Receiver, Sender};
 use dsh_core::agent::{AgentStatus, InboxTarget, ModelCall, ToolExecution};
 use dsh_core::session::{Session, SessionEvent};
-use dsh_core::{Message, SessionId};
+use dsh_core::{Message, SessionId, Time};
 use dsh_deepseek::DeepSeekClient;
 use dsh_host::{ModelProvider, ProviderPrepare, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
@@ -45,13 +45,13 @@ pub(crate) enum Msg {
 #[allow(clippy::large_enum_variant)] // one per loop iteration, never stored
 enum Wake {
     Msg(Msg),
-    Timer(i64),
+    Timer(Time),
     Closed,
 }
 
 /// A new session registered in `store`.
 pub(crate) async fn create_session(
-    now: i64,
+    now: Time,
     cwd: Option<String>,
     store: &Arc<dyn SessionStore>,
     id: SessionId,
@@ -66,7 +66,7 @@ pub(crate) async fn create_session(
 /// A stored session, repaired and marked resumed; returns how much of it
 /// is already stored.
 pub(crate) async fn resume_session(
-    now: i64,
+    now: Time,
     store: &Arc<dyn SessionStore>,
     id: &SessionId,
 ) -> Result<(Session, u64), ShellError> {
@@ -80,7 +80,7 @@ pub(crate) async fn resume_session(
 
 /// The child of `from` at `at_seq`, with its seed written to `store`.
 pub(crate) async fn fork_session(
-    now: i64,
+    now: Time,
     store: &Arc<dyn SessionStore>,
     from: &SessionId,
     at_seq: Option<u64>,
@@ -169,6 +169,7 @@ pub(crate) fn spawn(
         io,
         idle_waiters: Vec::new(),
         disposing: None,
+        timer: None,
     };
     let task = smol::spawn(driver.run());
     Ok(Agent {
@@ -180,9 +181,9 @@ pub(crate) fn spawn(
     })
 }
 
-/// The next message, or the kernel's deadline (`(deadline, ms to wait)`)
-/// passing.
-async fn next(rx: &Receiver<Msg>, timer: Option<(i64, i64)>) -> Wake {
+/// The next message, or the kernel's deadline (`(deadline, when it
+/// passes on the monotonic clock)`) passing.
+async fn next(rx: &Receiver<Msg>, timer: Option<(Time, Instant)>) -> Wake {
     let recv = async {
         match rx.recv().await {
             Ok(m) => Wake::Msg(m),
@@ -191,10 +192,9 @@ async fn next(rx: &Receiver<Msg>, timer: Option<(i64, i64)>) -> Wake {
     };
     match timer {
         None => recv.await,
-        Some((deadline, wait)) => {
-            let wait = u64::try_from(wait).unwrap_or(0);
+        Some((deadline, at)) => {
             smol::future::or(recv, async move {
-                smol::Timer::after(Duration::from_millis(wait)).await;
+                smol::Timer::at(at).await;
                 Wake::Timer(deadline)
             })
             .await
@@ -209,6 +209,8 @@ struct Driver {
     idle_waiters: Vec<Sender<TurnSummary>>,
     /// Set once disposal began: who waits for it.
     disposing: Option<Vec<Sender<Option<String>>>>,
+    /// The kernel deadline waited for, and when it passes (monotonic).
+    timer: Option<(Time, Instant)>,
 }
 
 /// The smol runtime's I/O for the shared executor: streams, tool bodies,
@@ -231,6 +233,26 @@ struct Io {
 }
 
 impl Driver {
+    /// The kernel's next deadline and when it passes: its distance from
+    /// the kernel's clock when first seen, on the monotonic clock (a wall
+    /// clock that jumps, or a fixed test clock, moves no timer).
+    fn next_wake(&mut self) -> Option<(Time, Instant)> {
+        let Some(deadline) = self.kernel.poll_timeout() else {
+            self.timer = None;
+            return None;
+        };
+        match self.timer {
+            Some((d, at)) if d == deadline => Some((d, at)),
+            _ => {
+                // Capped (~35 years) so that `Instant` cannot overflow.
+                let ms = deadline.millis_since(self.kernel.now()).min(1 << 40);
+                let at = Instant::now() + Duration::from_millis(ms);
+                self.timer = Some((deadline, at));
+                self.timer
+            }
+        }
+    }
+
     async fn run(mut self) {
         loop {
             self.carry().await;
@@ -241,13 +263,11 @@ impl Driver {
             if self.kernel.is_finished() {
                 break;
             }
-            let timer = self
-                .kernel
-                .poll_timeout()
-                .map(|d| (d, d.saturating_sub(self.io.now())));
+            let timer = self.next_wake();
             match next(&self.rx, timer).await {
                 Wake::Msg(msg) => self.handle(msg),
                 Wake::Timer(deadline) => {
+                    self.timer = None;
                     let _ = exec::feed(&mut self.kernel, &mut self.io, Input::Timeout { deadline });
                 }
                 Wake::Closed => break,
@@ -340,8 +360,8 @@ impl Driver {
 }
 
 impl Dispatch for Io {
-    fn now(&mut self) -> i64 {
-        self.clock.now_ms()
+    fn now(&mut self) -> Time {
+        self.clock.now()
     }
 
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {

@@ -204,7 +204,7 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let now = config.clock.now_ms();
+        let now = config.clock.now();
         let cwd = dsh_host::absolute_cwd(&config.cwd);
         let session = driver::create_session(now, cwd, &store, session_id).await?;
         driver::spawn(config, store, session, 0)
@@ -219,7 +219,7 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: &SessionId,
     ) -> Result<Agent, ShellError> {
-        let now = config.clock.now_ms();
+        let now = config.clock.now();
         let (session, flushed) = driver::resume_session(now, &store, session_id).await?;
         driver::spawn(config, store, session, flushed)
     }
@@ -234,7 +234,7 @@ impl Agent {
         at_seq: Option<u64>,
         new_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let now = config.clock.now_ms();
+        let now = config.clock.now();
         let session = driver::fork_session(now, &store, from, at_seq, new_id).await?;
         let flushed = session.len();
         driver::spawn(config, store, session, flushed)

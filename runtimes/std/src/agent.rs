@@ -14,7 +14,7 @@ use dsh_core::agent::{
     self as core_agent, AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExecution,
 };
 use dsh_core::session::{EventData, SessionEvent};
-use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId};
+use dsh_core::{ContentBlock, LlmCallConfig, Message, SessionId, Time};
 pub use dsh_host::ShellError;
 use dsh_host::{
     Clock, ModelProvider, ProviderPrepare, absolute_cwd, job_token, run_model, run_side,
@@ -247,7 +247,7 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         session_id: SessionId,
     ) -> Result<Agent, ShellError> {
-        let now = config.clock.now_ms();
+        let now = config.clock.now();
         let session = dsh_runtime::create_session(session_id, now, absolute_cwd(&config.cwd))?;
         store.create(session.header().clone())?;
         Agent::start(config, store, session, 0)
@@ -264,7 +264,7 @@ impl Agent {
     ) -> Result<Agent, ShellError> {
         let loaded = store.load(session_id)?;
         let stored = loaded.events.len() as u64;
-        let now = config.clock.now_ms();
+        let now = config.clock.now();
         let session = dsh_runtime::resume_session(loaded.header, loaded.events, now)?;
         Agent::start(config, store, session, stored)
     }
@@ -279,7 +279,7 @@ impl Agent {
         new_id: SessionId,
     ) -> Result<Agent, ShellError> {
         let parent = store.inspect(from, &dsh_store::Cancel::new())?;
-        let now = config.clock.now_ms();
+        let now = config.clock.now();
         let child = dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id, now)?;
         Agent::adopt(config, store, child)
     }
@@ -662,7 +662,7 @@ struct Driver {
     rx: Receiver<Msg>,
     io: Io,
     /// The kernel deadline waited for, and when it passes (monotonic).
-    timer: Option<(i64, Instant)>,
+    timer: Option<(Time, Instant)>,
     /// Handle calls handled so far.
     handled: u64,
     /// What [`publish_state`](Self::publish_state) last published.
@@ -734,8 +734,9 @@ impl Driver {
         }
     }
 
-    /// How long to wait for the kernel's next deadline (measured on a
-    /// monotonic clock, so a fixed test clock still wakes up).
+    /// How long to wait for the kernel's next deadline: its distance from
+    /// the kernel's clock when armed, measured on a monotonic clock (a
+    /// wall clock that jumps, or a fixed test clock, moves no timer).
     fn next_wake(&mut self) -> Option<Duration> {
         let Some(deadline) = self.kernel.poll_timeout() else {
             self.timer = None;
@@ -745,8 +746,9 @@ impl Driver {
         let at = match self.timer {
             Some((d, at)) if d == deadline => at,
             _ => {
-                let ms = deadline.saturating_sub(self.io.now()).max(0);
-                let at = now + Duration::from_millis(ms as u64);
+                // Capped (~35 years) so that `Instant` cannot overflow.
+                let ms = deadline.millis_since(self.kernel.now()).min(1 << 40);
+                let at = now + Duration::from_millis(ms);
                 self.timer = Some((deadline, at));
                 at
             }
@@ -856,8 +858,8 @@ impl Io {
 }
 
 impl Dispatch for Io {
-    fn now(&mut self) -> i64 {
-        self.clock.now_ms()
+    fn now(&mut self) -> Time {
+        self.clock.now()
     }
 
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {

@@ -1,5 +1,6 @@
 //! Inbox plumbing: hook-queued actions, sends and splices (IB-4, IB-6).
 
+use crate::time::Time;
 use super::{Agent, message_text};
 use crate::agent::inbox::{InboxTarget, Splice};
 use crate::agent::io::{InputError, Notification, Output};
@@ -13,7 +14,7 @@ use alloc::sync::Arc;
 impl Agent {
     pub(super) fn send_queued(
         &mut self,
-        now: i64,
+        now: Time,
         message: Message,
         target: InboxTarget,
         wakeup: bool,
@@ -38,7 +39,7 @@ impl Agent {
     }
 
     /// IB-4: append the event, update the lists, then notify.
-    pub(super) fn commit_splice(&mut self, now: i64, splice: Splice) {
+    pub(super) fn commit_splice(&mut self, now: Time, splice: Splice) {
         let data = InboxSpliced {
             target: match splice.target {
                 InboxTarget::NextTurn => crate::session::InboxTarget::NextTurn,

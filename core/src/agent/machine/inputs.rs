@@ -1,6 +1,7 @@
 //! The inputs of the Agent surface (loop.md §3) and the completions the
 //! shell feeds back.
 
+use crate::time::Time;
 use super::{Agent, InboxEdit, Phase, Stage, append_foreign, append_foreign_marked};
 use crate::agent::hooks::{CancelCause, HookError};
 use crate::agent::inbox::InboxTarget;
@@ -19,7 +20,7 @@ impl Agent {
     /// `send(message, target, wakeup)` (IB-6).
     pub fn send(
         &mut self,
-        now: i64,
+        now: Time,
         message: Message,
         target: InboxTarget,
         wakeup: bool,
@@ -45,29 +46,29 @@ impl Agent {
     }
 
     /// `followup(m)`: `send(m, next-turn, wake)`.
-    pub fn followup(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+    pub fn followup(&mut self, now: Time, message: Message) -> Result<(), InputError> {
         self.send(now, message, InboxTarget::NextTurn, true)
     }
 
     /// `steer(m)`: `send(m, next-step, wake)`.
-    pub fn steer(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+    pub fn steer(&mut self, now: Time, message: Message) -> Result<(), InputError> {
         self.send(now, message, InboxTarget::NextStep, true)
     }
 
     /// `inject(m)`: `send(m, next-step, no wake)`.
-    pub fn inject(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+    pub fn inject(&mut self, now: Time, message: Message) -> Result<(), InputError> {
         self.send(now, message, InboxTarget::NextStep, false)
     }
 
     /// `cancel(cause, keep_inbox)` (LC-33).
-    pub fn cancel(&mut self, now: i64, cause: CancelCause, keep_inbox: bool) {
+    pub fn cancel(&mut self, now: Time, cause: CancelCause, keep_inbox: bool) {
         self.cancel_inner(now, cause, keep_inbox);
         self.after_input();
     }
 
     /// Direct inbox edits (IB-7); they never wake the driver. Returns
     /// whether the edit found its target (always true for inserts).
-    pub fn edit_inbox(&mut self, now: i64, edit: InboxEdit) -> Result<bool, InputError> {
+    pub fn edit_inbox(&mut self, now: Time, edit: InboxEdit) -> Result<bool, InputError> {
         let (splice, found) = match edit {
             InboxEdit::Replace(id, message) => {
                 self.check_user_message(&message)?;
@@ -115,7 +116,7 @@ impl Agent {
     /// replacement (compaction, CP-1). Loop-owned types are refused.
     pub fn append_event(
         &mut self,
-        now: i64,
+        now: Time,
         data: EventData,
         intent: Option<SurfaceIntent>,
     ) -> Result<u64, InputError> {
@@ -128,7 +129,7 @@ impl Agent {
     /// `"ignorable": true` (E7) when `ignorable` is set (replay).
     pub(crate) fn append_event_marked(
         &mut self,
-        now: i64,
+        now: Time,
         data: EventData,
         intent: Option<SurfaceIntent>,
         ignorable: bool,
@@ -139,7 +140,7 @@ impl Agent {
     }
 
     /// `MaintenanceBegin` (LC-39): only from `Idle`.
-    pub fn begin_maintenance(&mut self, _now: i64) -> Result<(), InputError> {
+    pub fn begin_maintenance(&mut self, _now: Time) -> Result<(), InputError> {
         match self.phase {
             Phase::Idle { last_turn } => {
                 self.phase = Phase::Maintenance {
@@ -156,7 +157,7 @@ impl Agent {
     }
 
     /// `MaintenanceEnd` (LC-39): back to `Idle`, then a requested wake.
-    pub fn end_maintenance(&mut self, now: i64) -> Result<(), InputError> {
+    pub fn end_maintenance(&mut self, now: Time) -> Result<(), InputError> {
         let Phase::Maintenance {
             last_turn,
             wake_requested,
@@ -179,7 +180,7 @@ impl Agent {
     /// A chunk of model attempt `attempt` (LC-19).
     pub fn handle_chunk(
         &mut self,
-        now: i64,
+        now: Time,
         attempt: u64,
         chunk: StreamChunk,
     ) -> Result<(), InputError> {
@@ -189,7 +190,7 @@ impl Agent {
         }
         match self
             .session
-            .append(AssistantChunk::new(turn, step, chunk), None, now)
+            .append(AssistantChunk::new(turn, step, chunk), None, now.as_millis())
         {
             Ok(e) => {
                 let seq = e.seq();
@@ -203,7 +204,7 @@ impl Agent {
     }
 
     /// The model stream of `attempt` ended normally (LC-20).
-    pub fn handle_stream_end(&mut self, now: i64, attempt: u64) -> Result<(), InputError> {
+    pub fn handle_stream_end(&mut self, now: Time, attempt: u64) -> Result<(), InputError> {
         self.open_stream(attempt)?;
         let Some(Stage::Streaming(stream)) = self.take_stage() else {
             return Err(InputError::NoOpenStream);
@@ -218,7 +219,7 @@ impl Agent {
     /// Adapter failures must arrive as a terminal `finish` chunk instead.
     pub fn handle_stream_error(
         &mut self,
-        now: i64,
+        now: Time,
         attempt: u64,
         error: HookError,
     ) -> Result<(), InputError> {
@@ -234,7 +235,7 @@ impl Agent {
     /// results are written in call order.
     pub fn handle_tool_result(
         &mut self,
-        now: i64,
+        now: Time,
         token: u64,
         outcome: ToolOutcome,
     ) -> Result<(), InputError> {
@@ -250,7 +251,7 @@ impl Agent {
     /// results are taken but not written.
     pub fn handle_tool_failure(
         &mut self,
-        now: i64,
+        now: Time,
         token: u64,
         error: HookError,
     ) -> Result<(), InputError> {
@@ -263,7 +264,7 @@ impl Agent {
     /// The answer to [`Output::Hook`](crate::agent::Output::Hook) `id`.
     pub fn complete_hook(
         &mut self,
-        now: i64,
+        now: Time,
         id: u64,
         answer: HookAnswer,
     ) -> Result<(), InputError> {
@@ -288,7 +289,7 @@ impl Agent {
     /// timer armed, `now` before the deadline, or a second call for a
     /// timer already fired) is `Ok` and changes nothing. It never returns
     /// an error today; the `Result` leaves room for one.
-    pub fn handle_timeout(&mut self, now: i64) -> Result<(), InputError> {
+    pub fn handle_timeout(&mut self, now: Time) -> Result<(), InputError> {
         match self.poll_timeout() {
             Some(deadline) if now >= deadline => {}
             _ => return Ok(()),

@@ -1,6 +1,7 @@
 //! The step pipeline: claim, assemble, pre-step, request, stream
 //! (LC-9..LC-21).
 
+use crate::time::Time;
 use super::{Agent, Failed, PlannedCall, Stage, StepEnd, Stream};
 use crate::agent::hooks::{
     CancelCause, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
@@ -26,7 +27,7 @@ use alloc::vec::Vec;
 
 impl Agent {
     /// LC-9 and IB-10: claim, then assemble.
-    pub(super) fn propose_step(&mut self, now: i64) {
+    pub(super) fn propose_step(&mut self, now: Time) {
         let Some(r) = self.run() else { return };
         let (turn, proposed, target) = (r.turn, r.step + 1, r.target);
         let mut claimed: Vec<Message> = Vec::new();
@@ -97,7 +98,7 @@ impl Agent {
     /// LC-10.
     pub(super) fn assembly_done(
         &mut self,
-        now: i64,
+        now: Time,
         proposed: u64,
         claimed: Vec<Message>,
         result: Result<Assembly, HookError>,
@@ -157,7 +158,7 @@ impl Agent {
     /// LC-11.
     pub(super) fn pre_step_done(
         &mut self,
-        now: i64,
+        now: Time,
         proposed: u64,
         assembly: Assembly,
         result: Result<PreStepDecision, HookError>,
@@ -229,7 +230,7 @@ impl Agent {
     // Requests (LC-13..LC-18)
 
     /// LC-13.
-    pub(super) fn request(&mut self, now: i64) {
+    pub(super) fn request(&mut self, now: Time) {
         let messages: Vec<Arc<Message>> = self.session.derive_messages().to_vec();
         let seed = self.config.request_fill.fill(self.seed());
         let (turn, step) = self.coords();
@@ -284,7 +285,7 @@ impl Agent {
     /// LC-14.
     pub(super) fn request_config_done(
         &mut self,
-        now: i64,
+        now: Time,
         messages: Vec<Arc<Message>>,
         result: Result<LlmCallConfig, HookError>,
     ) {
@@ -320,7 +321,7 @@ impl Agent {
     /// LC-15..LC-18: header, context, checkpoint, `CallModel`.
     pub(super) fn prepare_done(
         &mut self,
-        now: i64,
+        now: Time,
         proposed: LlmCallConfig,
         messages: Vec<Arc<Message>>,
         result: Result<PreparedCall, HookError>,
@@ -421,7 +422,7 @@ impl Agent {
     // Streaming (LC-19..LC-21)
 
     /// LC-20.
-    pub(super) fn stream_ended(&mut self, now: i64, stream: Stream) {
+    pub(super) fn stream_ended(&mut self, now: Time, stream: Stream) {
         let finish = stream.assembler.finish();
         if let Some(failure) = finish.failure() {
             let failed = Failed {
