@@ -395,7 +395,7 @@ impl Run {
                 }
             }
             Op::Timeout(ms) => {
-                let _ = self.t.agent.handle_timeout(now + i64::from(ms));
+                let _ = self.t.agent.handle_timeout(now + u64::from(ms));
             }
             Op::Plugin => {
                 let _ = self.t.agent.append_event(

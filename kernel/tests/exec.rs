@@ -1,6 +1,7 @@
 //! The shared effect executor (`dsh_runtime::exec`): what every runtime
 //! gets from `carry` and `feed` with only its I/O written by itself.
 
+use dsh_core::Time;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -12,7 +13,7 @@ use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
 use dsh_runtime::{AgentConfig, AgentEvent, IdMode, InboxTarget, Kernel, create_session};
 use serde_json::{Value, json};
 
-const NOW: i64 = 1_000_000;
+const NOW: Time = Time::from_millis(1_000_000);
 
 fn kernel() -> Kernel {
     let mut tools = ToolRegistry::new();
@@ -46,7 +47,7 @@ struct Rec {
 }
 
 impl Dispatch for Rec {
-    fn now(&mut self) -> i64 {
+    fn now(&mut self) -> Time {
         NOW
     }
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {

@@ -3,6 +3,7 @@
 
 mod support;
 
+use dsh_core::Time;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,7 +64,7 @@ fn drive_core(
     core_config.seams = core_agent::Seams::PREPARE;
     let mut agent = core_agent::Agent::new(core_config, Session::new(header)).unwrap();
     let mut replies = replies.into_iter();
-    agent.followup(NOW, prompt).unwrap();
+    agent.followup(Time::from_millis(NOW), prompt).unwrap();
     let mut pending: Vec<Output> = Vec::new();
     loop {
         while let Some(o) = agent.poll() {
@@ -76,9 +77,9 @@ fn drive_core(
             match o {
                 Output::CallModel(call) => {
                     for c in replies.next().expect("a scripted reply") {
-                        agent.handle_chunk(NOW, call.attempt, c).unwrap();
+                        agent.handle_chunk(Time::from_millis(NOW), call.attempt, c).unwrap();
                     }
-                    agent.handle_stream_end(NOW, call.attempt).unwrap();
+                    agent.handle_stream_end(Time::from_millis(NOW), call.attempt).unwrap();
                 }
                 Output::Hook {
                     id,
@@ -86,12 +87,12 @@ fn drive_core(
                 } => {
                     let prepared = provider.prepare(value.config).unwrap();
                     let answer = core_agent::HookAnswer::Prepare(Ok(prepared));
-                    agent.complete_hook(NOW, id, answer).unwrap();
+                    agent.complete_hook(Time::from_millis(NOW), id, answer).unwrap();
                 }
                 Output::ExecuteTool(exec) => {
                     let cx = ToolContext::new(cfg.workspace().unwrap());
                     let outcome = cfg.tools.execute(&exec, &cx);
-                    agent.handle_tool_result(NOW, exec.token, outcome).unwrap();
+                    agent.handle_tool_result(Time::from_millis(NOW), exec.token, outcome).unwrap();
                 }
                 _ => {}
             }
