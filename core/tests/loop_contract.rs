@@ -4,6 +4,7 @@
 
 mod loop_support;
 
+use dsh_core::agent::{AttemptId, ToolToken};
 use dsh_core::Time;
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::ToolOutcome;
@@ -96,9 +97,9 @@ fn misuse_is_not_benign() {
     // Ids never issued.
     let e = t
         .agent
-        .handle_tool_result(Time::from_millis(1), 77, ToolOutcome::error("x"))
+        .handle_tool_result(Time::from_millis(1), ToolToken::new(77), ToolOutcome::error("x"))
         .unwrap_err();
-    assert_eq!(e, InputError::UnknownToolCall { token: 77 });
+    assert_eq!(e, InputError::UnknownToolCall { token: ToolToken::new(77) });
     assert!(!e.is_benign());
     let e = t
         .agent
@@ -109,7 +110,7 @@ fn misuse_is_not_benign() {
     // A chunk while no stream was ever opened.
     let e = t
         .agent
-        .handle_chunk(Time::from_millis(1), 79, StreamChunk::finish(FinishReason::Stop))
+        .handle_chunk(Time::from_millis(1), AttemptId::new(79), StreamChunk::finish(FinishReason::Stop))
         .unwrap_err();
     assert_eq!(e, InputError::NoOpenStream);
     assert!(!e.is_benign());

@@ -3,6 +3,7 @@
 
 mod loop_support;
 
+use dsh_core::agent::{AttemptId, ToolToken};
 use dsh_core::Time;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
@@ -1533,16 +1534,16 @@ fn impossible_inputs_are_refused_and_change_nothing() {
     let mut t = T::f0();
     assert_eq!(
         t.agent
-            .handle_chunk(Time::from_millis(1), 7, StreamChunk::finish(FinishReason::Stop)),
+            .handle_chunk(Time::from_millis(1), AttemptId::new(7), StreamChunk::finish(FinishReason::Stop)),
         Err(InputError::NoOpenStream)
     );
     assert_eq!(
-        t.agent.handle_stream_end(Time::from_millis(1), 7),
+        t.agent.handle_stream_end(Time::from_millis(1), AttemptId::new(7)),
         Err(InputError::NoOpenStream)
     );
     assert_eq!(
-        t.agent.handle_tool_result(Time::from_millis(1), 3, ToolOutcome::error("x")),
-        Err(InputError::UnknownToolCall { token: 3 })
+        t.agent.handle_tool_result(Time::from_millis(1), ToolToken::new(3), ToolOutcome::error("x")),
+        Err(InputError::UnknownToolCall { token: ToolToken::new(3) })
     );
     assert_eq!(
         t.agent

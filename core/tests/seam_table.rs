@@ -7,6 +7,7 @@
 
 mod loop_support;
 
+use dsh_core::agent::ToolToken;
 use dsh_core::Time;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{Agent, AgentConfig, HookCall, Output, Seams};
@@ -50,7 +51,7 @@ fn run(seams: Seams) -> (Vec<String>, usize) {
     let mut now = Time::from_millis(1_000);
     agent.followup(now, m1()).unwrap();
     let mut replies = vec![text("done"), looks(&["a", "b", "c", "d"])];
-    let mut bodies: Vec<u64> = Vec::new();
+    let mut bodies: Vec<ToolToken> = Vec::new();
     let mut hooks = 0;
     loop {
         now += 1;

@@ -190,7 +190,7 @@ fuzz_target!(|case: Case| {
     let mut attempts: Vec<u64> = vec![];
     let mut tokens: Vec<u64> = vec![];
     let mut hooks: Vec<(u64, HookCall)> = vec![];
-    let mut now = 0i64;
+    let mut now = dsh_core::Time::EPOCH;
     let mut n = 0u32;
     for input in case.inputs.into_iter().take(256) {
         now += 1;
@@ -232,7 +232,7 @@ fuzz_target!(|case: Case| {
                     None => agent.complete_hook(now, u64::from(k), HookAnswer::TurnStopping(Ok(()))).is_err(),
                 }
             }
-            Input::Timeout(ms) => agent.handle_timeout(now + i64::from(ms)).is_err(),
+            Input::Timeout(ms) => agent.handle_timeout(now + u64::from(ms)).is_err(),
             Input::Plugin(t) => agent.append_event(now, EventData::plugin(t, &serde_json::json!({})), None).is_err(),
             Input::Maintenance(begin) => if begin { agent.begin_maintenance(now).is_err() } else { agent.end_maintenance(now).is_err() },
         };

@@ -41,7 +41,7 @@ use dsh_core::{
 };
 use dsh_runtime::{
     AgentConfig, AgentEvent, ApprovalDecision, Ask, CancelCause, Cx, Effect, Flow, IdMode,
-    InboxTarget, Kernel, Plugin, Reply, Seams, SideReply, ToolDispatch, create_session,
+    InboxTarget, Kernel, Plugin, Reply, Seams, SideReply, Time, ToolDispatch, create_session,
     resume_session,
 };
 use dsh_approval::{ApprovalMode, ApprovalPlugin, ApprovalPolicy};
@@ -358,14 +358,14 @@ struct Harness {
     tools_live: Vec<u64>,
     asks: Vec<(u64, u8)>,
     finished: bool,
-    now: i64,
+    now: Time,
     user: u32,
 }
 
 impl Harness {
     fn new(case: &Case) -> Option<Harness> {
         let config = config(case);
-        let session = create_session("fz".into(), 1_000, None).ok()?;
+        let session = create_session("fz".into(), Time::from_millis(1_000), None).ok()?;
         let mut header = Vec::new();
         jsonl::encode_header_line(session.header(), &mut header);
         let kernel = Kernel::new(config.clone(), session, 0, plugins(case)).ok()?;
@@ -389,7 +389,7 @@ impl Harness {
             tools_live: vec![],
             asks: vec![],
             finished: false,
-            now: 1_000,
+            now: Time::from_millis(1_000),
             user: 0,
         };
         h.kernel.set_publish_events(true);
@@ -544,18 +544,20 @@ impl Harness {
             }
             Input::Command(named) => self.kernel.command(now, if named { "compact" } else { "" }, json!({"n": 1})).is_err(),
             Input::Advance(ms) => {
-                self.now += i64::from(ms);
-                self.kernel.handle_timeout(self.now);
+                // A wake-up at an arbitrary time: a timer armed for `now`.
+                self.now += u64::from(ms);
+                self.kernel.handle_timeout(self.now, self.now);
                 false
             }
             Input::ClockBack(ms) => {
-                self.now -= i64::from(ms);
+                self.now = Time::from_millis(self.now.as_millis().saturating_sub(i64::from(ms)));
                 false
             }
             Input::Timeout => {
                 if let Some(d) = self.kernel.poll_timeout() {
-                    self.now = self.now.max(d);
-                    self.kernel.handle_timeout(self.now);
+                    // The deadline is reached whatever the wall clock reads
+                    // (it may have gone back).
+                    self.kernel.handle_timeout(self.now, d);
                 }
                 false
             }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use dsh_core::agent::HookError;
 use dsh_core::agent::{ModelCall, PreparedCall};
 use dsh_core::{GenerateOptions, LlmCallConfig, LlmError, StreamChunk};
-use dsh_runtime::{Cx, Flow, KernelError, Plugin, Seams, SideCollector, SideReply};
+use dsh_runtime::{AskId, Cx, Flow, KernelError, Plugin, Seams, SideCollector, SideReply};
 
 use crate::cancel::CancelToken;
 use dsh_runtime::Reply;
@@ -148,7 +148,7 @@ pub fn run_model(
 /// [`side_call`], answered as ask `id` through `send`.
 pub fn run_side(
     provider: &dyn ModelProvider,
-    id: u64,
+    id: AskId,
     request: &GenerateOptions,
     cancel: &CancelToken,
     send: impl FnOnce(Input),

@@ -27,7 +27,8 @@ use dsh_core::jsonl;
 use dsh_core::session::EventData;
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk, Time};
 use dsh_runtime::{
-    AgentConfig, AgentEvent, Effect, IdMode, InboxTarget, Kernel, create_session, resume_session,
+    AgentConfig, AgentEvent, AttemptId, Effect, IdMode, InboxTarget, Kernel, ToolToken, create_session,
+    resume_session,
 };
 use serde_json::json;
 
@@ -89,9 +90,9 @@ fn config() -> Result<AgentConfig, Box<dyn Error>> {
 /// What comes back from the outside world, fed to the kernel one at a time
 /// after a drain.
 enum Arrival {
-    Chunk(u64, StreamChunk),
-    End(u64),
-    ToolDone(u64, Box<ToolOutcome>),
+    Chunk(AttemptId, StreamChunk),
+    End(AttemptId),
+    ToolDone(ToolToken, Box<ToolOutcome>),
     Written,
 }
 

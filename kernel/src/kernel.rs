@@ -10,8 +10,8 @@ use alloc::vec::Vec;
 
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
-    Agent as Core, AgentStatus, CancelCause, Checkpoint, HookCall, HookError, InboxTarget,
-    Notification, Output, ToolExecution,
+    Agent as Core, AgentStatus, AttemptId, CancelCause, Checkpoint, HookCall, HookError, InboxTarget,
+    Notification, Output, ToolExecution, ToolToken,
 };
 use dsh_core::session::{EventData, Session, SurfaceIntent};
 use dsh_core::{ContentBlock, Message, SessionId, StreamChunk, StreamValidator, Time};
@@ -21,7 +21,7 @@ use crate::plugin::{
     Action, Ask, Cx, KernelCall, Plugin, Reply, Seams, Step, ToolDispatch, run_hook, run_kernel,
 };
 use crate::types::{
-    AgentConfig, AgentEvent, ApprovalRequestId, CHUNK_OVERHEAD_BYTES, Effect, KernelError,
+    AgentConfig, AgentEvent, AskId, CHUNK_OVERHEAD_BYTES, Effect, KernelError,
     TurnSummary,
 };
 
@@ -99,7 +99,7 @@ pub struct Kernel {
     /// When unwritten events were first seen with no write pending: the
     /// window runs from here (W2; later events do not move it).
     behind_since: Option<Time>,
-    model: Option<u64>,
+    model: Option<AttemptId>,
     /// The response cap ([`AgentConfig::max_response_bytes`]).
     max_response_bytes: u64,
     /// What the attempt in flight counted so far, and the delta bytes of
@@ -110,8 +110,8 @@ pub struct Kernel {
     /// ([`AgentConfig::validate_streams`]); `None` when off.
     validator: Option<StreamValidator>,
     validate_streams: bool,
-    tools: BTreeMap<u64, Running>,
-    asks: BTreeMap<u64, Pending>,
+    tools: BTreeMap<ToolToken, Running>,
+    asks: BTreeMap<AskId, Pending>,
     next_ask: u64,
     /// The id of the last plugin command started.
     next_command: u64,
@@ -508,7 +508,7 @@ impl Kernel {
     pub fn model_chunk(
         &mut self,
         now: Time,
-        attempt: u64,
+        attempt: AttemptId,
         chunk: StreamChunk,
     ) -> Result<(), KernelError> {
         let now = self.tick(now);
@@ -551,7 +551,7 @@ impl Kernel {
 
     /// The stream of `attempt` ended (adapter failures arrive before as a
     /// terminal `finish` chunk, AC-6).
-    pub fn model_end(&mut self, now: Time, attempt: u64) -> Result<(), KernelError> {
+    pub fn model_end(&mut self, now: Time, attempt: AttemptId) -> Result<(), KernelError> {
         let now = self.tick(now);
         if self.model != Some(attempt) {
             return Err(KernelError::StaleAttempt { attempt });
@@ -565,7 +565,7 @@ impl Kernel {
     pub fn model_error(
         &mut self,
         now: Time,
-        attempt: u64,
+        attempt: AttemptId,
         error: HookError,
     ) -> Result<(), KernelError> {
         let now = self.tick(now);
@@ -583,7 +583,7 @@ impl Kernel {
     pub fn tool_done(
         &mut self,
         now: Time,
-        token: u64,
+        token: ToolToken,
         outcome: ToolOutcome,
         events: Vec<EventData>,
     ) -> Result<(), KernelError> {
@@ -686,7 +686,7 @@ impl Kernel {
 
     /// Answers ask `id` ([`AgentEvent::ApprovalRequested`] or
     /// [`AgentEvent::Asked`]).
-    pub fn answer(&mut self, now: Time, id: u64, reply: Reply) -> Result<(), KernelError> {
+    pub fn answer(&mut self, now: Time, id: AskId, reply: Reply) -> Result<(), KernelError> {
         self.tick(now);
         let Some(pending) = self.asks.remove(&id) else {
             return Err(KernelError::StaleAsk { id });
@@ -984,7 +984,7 @@ impl Kernel {
             return;
         }
         let seat = Seat::Kernel {
-            token: exec.token,
+            token: exec.token.get(),
             call: KernelCall::ToolExecute {
                 value: ToolDispatch::Run(exec),
             },
@@ -1107,7 +1107,7 @@ impl Kernel {
                     return;
                 }
                 self.next_ask += 1;
-                let id = self.next_ask;
+                let id = AskId::new(self.next_ask);
                 let event = match ask {
                     Ask::Approval {
                         call_id,
@@ -1115,14 +1115,14 @@ impl Kernel {
                         arguments,
                         reason,
                     } => AgentEvent::ApprovalRequested {
-                        id: ApprovalRequestId(id),
+                        id,
                         call_id,
                         tool,
                         arguments,
                         reason,
                     },
                     Ask::Plugin { plugin, request } => AgentEvent::Asked {
-                        id: ApprovalRequestId(id),
+                        id,
                         plugin,
                         request,
                     },
@@ -1206,7 +1206,7 @@ impl Kernel {
                             Err(e) => Some(e.tool_outcome()),
                         };
                         if let Some(outcome) = answered
-                            && let Err(e) = self.core.handle_tool_result(now, token, outcome)
+                            && let Err(e) = self.core.handle_tool_result(now, ToolToken::new(token), outcome)
                         {
                             self.publish(AgentEvent::Error(format!("tool answer refused: {e}")));
                         }

@@ -2,6 +2,7 @@
 //! tool deadlines and grace (TL-14), stale inputs, spurious wake-ups and
 //! the plugin chain's composition, ids that continue after resume and fork.
 
+use dsh_runtime::{AttemptId, ToolToken};
 use dsh_core::Time;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
@@ -61,14 +62,14 @@ fn drain(k: &mut Kernel, now: Time) -> Vec<Effect> {
     out
 }
 
-fn started_model(effects: &[Effect]) -> Option<u64> {
+fn started_model(effects: &[Effect]) -> Option<AttemptId> {
     effects.iter().find_map(|e| match e {
         Effect::StartModel(c) => Some(c.attempt),
         _ => None,
     })
 }
 
-fn started_tool(effects: &[Effect]) -> Option<(u64, Option<u64>)> {
+fn started_tool(effects: &[Effect]) -> Option<(ToolToken, Option<u64>)> {
     effects.iter().find_map(|e| match e {
         Effect::StartTool { exec, timeout_ms } => Some((exec.token, *timeout_ms)),
         _ => None,
@@ -76,7 +77,7 @@ fn started_tool(effects: &[Effect]) -> Option<(u64, Option<u64>)> {
 }
 
 /// Runs to the tool body of `slow`; returns its token.
-fn to_tool(k: &mut Kernel) -> u64 {
+fn to_tool(k: &mut Kernel) -> ToolToken {
     let fx = drain(k, NOW);
     let attempt = started_model(&fx).expect("a model call");
     for c in tool_call() {
@@ -1009,7 +1010,7 @@ impl Plugin for SteerOnce {
     }
 }
 
-fn answer_text(k: &mut Kernel, attempt: u64, text: &str) {
+fn answer_text(k: &mut Kernel, attempt: AttemptId, text: &str) {
     for c in [
         StreamChunk::block_start(0, "text"),
         StreamChunk::text_delta(0, text),

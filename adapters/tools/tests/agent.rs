@@ -105,7 +105,7 @@ fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
             Effect::Publish(AgentEvent::ApprovalRequested { id, tool, .. }) => {
                 asked.push(tool);
                 agent
-                    .answer(now, id.0, Reply::Approval(ApprovalDecision::AllowAlways))
+                    .answer(now, id, Reply::Approval(ApprovalDecision::AllowAlways))
                     .unwrap();
             }
             _ => {}

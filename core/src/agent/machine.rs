@@ -15,6 +15,7 @@ use crate::message::{Message, Role};
 use crate::options::{LlmCallConfig, ToolSchema};
 use crate::session::{EventData, Session, SessionEvent, SurfaceIntent};
 
+use super::handle::{AttemptId, ToolToken};
 use super::hooks::{CancelCause, FixedJitter, Hook, IdSource, JitterSource, SequentialIds};
 use super::inbox::{Inbox, InboxTarget};
 use super::io::{AgentStatus, HookAnswer, HookCall, InputError, Output};
@@ -240,7 +241,7 @@ struct Run {
 }
 
 struct Stream {
-    attempt: u64,
+    attempt: AttemptId,
     assembler: BlockAssembler,
     chunk_seqs: Vec<u64>,
     provider: String,
@@ -728,15 +729,15 @@ impl Agent {
             .map_err(|e| InputError::InvalidMessage(format!("{e}")))
     }
 
-    fn open_stream(&self, attempt: u64) -> Result<(u64, u64), InputError> {
+    fn open_stream(&self, attempt: AttemptId) -> Result<(u64, u64), InputError> {
         match &self.phase {
             Phase::Running(r) => match &r.stage {
                 Stage::Streaming(s) if s.attempt == attempt => Ok((r.turn, r.step)),
                 Stage::Streaming(_) => Err(InputError::StaleAttempt { attempt }),
-                _ if attempt <= self.counter => Err(InputError::StaleAttempt { attempt }),
+                _ if attempt.get() <= self.counter => Err(InputError::StaleAttempt { attempt }),
                 _ => Err(InputError::NoOpenStream),
             },
-            _ if attempt <= self.counter && attempt > 0 => {
+            _ if attempt.get() <= self.counter && attempt.get() > 0 => {
                 Err(InputError::StaleAttempt { attempt })
             }
             _ => Err(InputError::NoOpenStream),
@@ -757,10 +758,10 @@ impl Agent {
     }
 
     /// The index of the running call whose body has `token`.
-    fn running_body(&self, token: u64) -> Result<usize, InputError> {
+    fn running_body(&self, token: ToolToken) -> Result<usize, InputError> {
         match self.tools_ref().and_then(|t| t.body(token)) {
             Some(i) => Ok(i),
-            None if self.issued(token) => Err(InputError::StaleToolCall { token }),
+            None if self.issued(token.get()) => Err(InputError::StaleToolCall { token }),
             None => Err(InputError::UnknownToolCall { token }),
         }
     }

@@ -100,6 +100,7 @@
 //! assert_eq!(agent.session().derive_messages_uncached().len(), 2);
 //! ```
 
+mod handle;
 pub mod hooks;
 pub mod inbox;
 pub mod io;
@@ -116,6 +117,7 @@ pub use hooks::{
     PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery,
     RequestErrorPayload, SeededJitter, SequentialIds, ToolExecution,
 };
+pub use handle::{AttemptId, ToolToken};
 pub use inbox::{Inbox, InboxTarget};
 pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,

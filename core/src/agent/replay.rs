@@ -35,6 +35,7 @@ use crate::session::{
     SessionHeader, SurfaceIntent, SurfaceOp, TurnEndReason,
 };
 
+use super::handle::{AttemptId, ToolToken};
 use super::hooks::{
     CancelCause, HookError, IdPurpose, IdSource, PreStepDecision, PreparedCall, Recovery,
 };
@@ -703,7 +704,7 @@ impl IdSource for ReplayIds {
 /// What the driver is waiting for.
 enum Waiting {
     Nothing,
-    Model { attempt: u64 },
+    Model { attempt: AttemptId },
 }
 
 /// Reads a raw JSONL recording (persistence.md 6) and replays it. With
@@ -1042,7 +1043,7 @@ struct Driver {
     waiting: Waiting,
     /// Tool bodies the agent started and the recording has not answered:
     /// (token, call id), in start order.
-    bodies: Vec<(u64, String)>,
+    bodies: Vec<(ToolToken, String)>,
     checked: u64,
     report: ReplayReport,
 }
@@ -1260,7 +1261,7 @@ impl Driver {
             })
     }
 
-    fn model(&mut self, now: Time, attempt: u64, next: &SessionEvent) -> bool {
+    fn model(&mut self, now: Time, attempt: AttemptId, next: &SessionEvent) -> bool {
         if let EventData::AssistantChunk(c) = next.data() {
             return self.agent.handle_chunk(now, attempt, c.chunk()).is_ok();
         }
@@ -1272,7 +1273,7 @@ impl Driver {
         self.end_stream(now, attempt, next)
     }
 
-    fn end_stream(&mut self, now: Time, attempt: u64, next: &SessionEvent) -> bool {
+    fn end_stream(&mut self, now: Time, attempt: AttemptId, next: &SessionEvent) -> bool {
         let pos = self.pos();
         // A stream that ends without a failure finish and is followed by a
         // turn error threw (ModelThrew, LC-27).

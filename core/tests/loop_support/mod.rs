@@ -5,6 +5,7 @@
 
 #![allow(dead_code, clippy::too_many_arguments)]
 
+use dsh_core::agent::AttemptId;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -405,7 +406,7 @@ impl T {
     }
 
     /// The attempt of the last `CallModel`.
-    pub fn attempt(&self) -> u64 {
+    pub fn attempt(&self) -> AttemptId {
         self.calls.last().expect("a model call").attempt
     }
 

@@ -104,7 +104,8 @@ use dsh_deepseek::{
 };
 use dsh_runtime::exec::{self, Dispatch, Job};
 use dsh_runtime::{
-    AgentConfig as KernelConfig, IdMode, Kernel, KernelError, Plugin, Reply, SideCollector,
+    AgentConfig as KernelConfig, AskId, AttemptId, IdMode, Kernel, KernelError, Plugin, Reply,
+    SideCollector,
 };
 use embedded_io::{Error as _, ErrorKind, ErrorType, Read, Write};
 use heapless::Vec as HVec;
@@ -264,7 +265,7 @@ enum Work {
     Tool(ToolExecution),
     /// A plugin's side model call (a compaction summary).
     Side {
-        id: u64,
+        id: AskId,
         request: dsh_core::GenerateOptions,
     },
 }
@@ -288,7 +289,7 @@ pub struct Shell<O, S> {
     clock: fn() -> i64,
     wait: Option<fn(u64)>,
     work: VecDeque<Work>,
-    cancelled: Option<u64>,
+    cancelled: Option<AttemptId>,
     scratch: Vec<u8>,
     chunks: Vec<StreamChunk>,
     sink_error: Option<ErrorKind>,
@@ -573,7 +574,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// A plugin's side call (loop.md CP-2's summary) over the same link
     /// and configuration; the answer goes back to the asking plugin.
-    fn call_side(&mut self, id: u64, request: dsh_core::GenerateOptions) {
+    fn call_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) {
         self.side = Some(SideCollector::new());
         let streamed = self.stream(request, None);
         let collector = self.side.take().unwrap_or_default();
@@ -611,7 +612,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     fn stream(
         &mut self,
         request: dsh_core::GenerateOptions,
-        attempt: Option<u64>,
+        attempt: Option<AttemptId>,
     ) -> Result<StreamEnd, LlmError> {
         let body = dsh_deepseek::build_request_body(&request, &self.config.deepseek, None)?;
         let session = request.session_id.as_ref().map(|s| s.as_str().to_string());
@@ -710,7 +711,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// Feeds the decoded chunks to the agent; false when it no longer
     /// wants this attempt.
-    fn deliver(&mut self, attempt: Option<u64>) -> bool {
+    fn deliver(&mut self, attempt: Option<AttemptId>) -> bool {
         let Some(attempt) = attempt else {
             // A side call: fold into its collector; stop at its finish.
             let mut wanted = true;
@@ -792,7 +793,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 struct Io<'a, S> {
     clock: fn() -> i64,
     work: &'a mut VecDeque<Work>,
-    cancelled: &'a mut Option<u64>,
+    cancelled: &'a mut Option<AttemptId>,
     command: &'a mut Option<(u64, Result<serde_json::Value, String>)>,
     sink: &'a mut S,
     scratch: &'a mut Vec<u8>,
@@ -814,7 +815,7 @@ impl<S: Write> Dispatch for Io<'_, S> {
         Ok(())
     }
 
-    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+    fn start_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) -> Result<(), String> {
         self.work.push_back(Work::Side { id, request });
         Ok(())
     }

@@ -13,7 +13,7 @@ use dsh_core::{Message, SessionId, Time};
 use dsh_deepseek::DeepSeekClient;
 use dsh_host::{ModelProvider, ProviderPrepare, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
-use dsh_runtime::{AgentEvent, Ids, Kernel, KernelError, Plugin, TurnSummary};
+use dsh_runtime::{AgentEvent, AskId, Ids, Kernel, KernelError, Plugin, TurnSummary};
 use dsh_store::{Cancel, SessionStore, StoreError};
 
 use crate::{Agent, AgentConfig, ShellError};
@@ -404,7 +404,7 @@ impl Dispatch for Io {
 
     /// A plugin's side model call (a compaction summary) on the blocking
     /// pool; the answer comes back as an ordinary ask answer.
-    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+    fn start_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) -> Result<(), String> {
         let cancel = job_token(&mut self.jobs, Job::Side(id));
         let tx = self.tx.clone();
         let provider = self.provider.clone();

@@ -101,8 +101,11 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
         ..CoreConfig::default()
     };
     let mut core = Core::new(config, Session::new(SessionHeader::new("core-run", 0))).unwrap();
-    core.followup(Time::from_millis(1), Message::user("m1", vec![ContentBlock::text("hi")]))
-        .unwrap();
+    core.followup(
+        Time::from_millis(1),
+        Message::user("m1", vec![ContentBlock::text("hi")]),
+    )
+    .unwrap();
     while let Some(out) = core.poll() {
         match out {
             Output::Hook {
@@ -112,18 +115,22 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
                 use dsh_smol::ModelProvider;
                 let prepared = client.prepare(value.config).unwrap();
                 let answer = dsh_core::agent::HookAnswer::Prepare(Ok(prepared));
-                core.complete_hook(Time::from_millis(1), id, answer).unwrap();
+                core.complete_hook(Time::from_millis(1), id, answer)
+                    .unwrap();
             }
             Output::CallModel(call) => {
                 for chunk in client.stream_chunks(&call.request, &CancelToken::new()) {
-                    core.handle_chunk(Time::from_millis(2), call.attempt, chunk).unwrap();
+                    core.handle_chunk(Time::from_millis(2), call.attempt, chunk)
+                        .unwrap();
                 }
-                core.handle_stream_end(Time::from_millis(2), call.attempt).unwrap();
+                core.handle_stream_end(Time::from_millis(2), call.attempt)
+                    .unwrap();
             }
             Output::ExecuteTool(exec) => {
                 let ctx = ToolContext::new(Workspace::new(std::env::temp_dir()).unwrap());
                 let outcome = Echo.execute(&ToolCallRequest::from(&exec), &ctx);
-                core.handle_tool_result(Time::from_millis(3), exec.token, outcome).unwrap();
+                core.handle_tool_result(Time::from_millis(3), exec.token, outcome)
+                    .unwrap();
             }
             _ => {}
         }

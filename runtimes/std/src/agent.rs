@@ -21,7 +21,8 @@ use dsh_host::{
 };
 use dsh_runtime::exec::{self, Dispatch, Input, Job, Jobs};
 use dsh_runtime::{
-    AgentEvent, ApprovalRequestId, IdMode, Ids, Kernel, KernelError, Plugin, Reply, TurnSummary,
+    AgentEvent, ApprovalRequestId, AskId, IdMode, Ids, Kernel, KernelError, Plugin, Reply,
+    TurnSummary,
 };
 use dsh_store::SessionStore;
 use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
@@ -452,10 +453,7 @@ impl Agent {
     /// Answers any ask ([`AgentEvent::ApprovalRequested`],
     /// [`AgentEvent::Asked`]). An unknown or stale id is ignored.
     pub fn answer(&self, request: ApprovalRequestId, reply: Reply) {
-        let input = Input::Answer {
-            id: request.0,
-            reply,
-        };
+        let input = Input::Answer { id: request, reply };
         let _ = self.submit(Msg::Feed {
             input,
             counted: true,
@@ -893,7 +891,7 @@ impl Dispatch for Io {
         })
     }
 
-    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+    fn start_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) -> Result<(), String> {
         let job = Job::Side(id);
         let cancel = job_token(&mut self.jobs, job);
         let provider = self.provider.clone();

@@ -77,9 +77,13 @@ fn drive_core(
             match o {
                 Output::CallModel(call) => {
                     for c in replies.next().expect("a scripted reply") {
-                        agent.handle_chunk(Time::from_millis(NOW), call.attempt, c).unwrap();
+                        agent
+                            .handle_chunk(Time::from_millis(NOW), call.attempt, c)
+                            .unwrap();
                     }
-                    agent.handle_stream_end(Time::from_millis(NOW), call.attempt).unwrap();
+                    agent
+                        .handle_stream_end(Time::from_millis(NOW), call.attempt)
+                        .unwrap();
                 }
                 Output::Hook {
                     id,
@@ -87,12 +91,16 @@ fn drive_core(
                 } => {
                     let prepared = provider.prepare(value.config).unwrap();
                     let answer = core_agent::HookAnswer::Prepare(Ok(prepared));
-                    agent.complete_hook(Time::from_millis(NOW), id, answer).unwrap();
+                    agent
+                        .complete_hook(Time::from_millis(NOW), id, answer)
+                        .unwrap();
                 }
                 Output::ExecuteTool(exec) => {
                     let cx = ToolContext::new(cfg.workspace().unwrap());
                     let outcome = cfg.tools.execute(&exec, &cx);
-                    agent.handle_tool_result(Time::from_millis(NOW), exec.token, outcome).unwrap();
+                    agent
+                        .handle_tool_result(Time::from_millis(NOW), exec.token, outcome)
+                        .unwrap();
                 }
                 _ => {}
             }

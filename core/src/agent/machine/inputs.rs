@@ -3,6 +3,7 @@
 
 use crate::time::Time;
 use super::{Agent, InboxEdit, Phase, Stage, append_foreign, append_foreign_marked};
+use crate::agent::handle::{AttemptId, ToolToken};
 use crate::agent::hooks::{CancelCause, HookError};
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{HookAnswer, InputError};
@@ -181,7 +182,7 @@ impl Agent {
     pub fn handle_chunk(
         &mut self,
         now: Time,
-        attempt: u64,
+        attempt: AttemptId,
         chunk: StreamChunk,
     ) -> Result<(), InputError> {
         let (turn, step) = self.open_stream(attempt)?;
@@ -204,7 +205,7 @@ impl Agent {
     }
 
     /// The model stream of `attempt` ended normally (LC-20).
-    pub fn handle_stream_end(&mut self, now: Time, attempt: u64) -> Result<(), InputError> {
+    pub fn handle_stream_end(&mut self, now: Time, attempt: AttemptId) -> Result<(), InputError> {
         self.open_stream(attempt)?;
         let Some(Stage::Streaming(stream)) = self.take_stage() else {
             return Err(InputError::NoOpenStream);
@@ -220,7 +221,7 @@ impl Agent {
     pub fn handle_stream_error(
         &mut self,
         now: Time,
-        attempt: u64,
+        attempt: AttemptId,
         error: HookError,
     ) -> Result<(), InputError> {
         self.open_stream(attempt)?;
@@ -236,7 +237,7 @@ impl Agent {
     pub fn handle_tool_result(
         &mut self,
         now: Time,
-        token: u64,
+        token: ToolToken,
         outcome: ToolOutcome,
     ) -> Result<(), InputError> {
         let i = self.running_body(token)?;
@@ -252,7 +253,7 @@ impl Agent {
     pub fn handle_tool_failure(
         &mut self,
         now: Time,
-        token: u64,
+        token: ToolToken,
         error: HookError,
     ) -> Result<(), InputError> {
         let i = self.running_body(token)?;

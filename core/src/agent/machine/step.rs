@@ -3,6 +3,7 @@
 
 use crate::time::Time;
 use super::{Agent, Failed, PlannedCall, Stage, StepEnd, Stream};
+use crate::agent::handle::AttemptId;
 use crate::agent::hooks::{
     CancelCause, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
 };
@@ -400,7 +401,7 @@ impl Agent {
         request.system = header.system.clone();
         request.tools = header.tools.clone();
         request.session_id = Some(self.id.clone());
-        let attempt = self.next_id();
+        let attempt = AttemptId::new(self.next_id());
         let (turn, step) = self.coords();
         self.set_stage(Stage::Streaming(Box::new(Stream {
             attempt,

@@ -11,6 +11,7 @@
 
 use crate::time::Time;
 use super::{Agent, Stage, StepEnd};
+use crate::agent::handle::ToolToken;
 use crate::agent::hooks::{
     ApprovalOutcome, Hook, HookError, IdPurpose, PostToolDecision, PreToolDecision, ToolExecution,
 };
@@ -64,7 +65,7 @@ impl ToolPhase {
     }
 
     /// The index of the running call whose body has `token`.
-    pub(super) fn body(&self, token: u64) -> Option<usize> {
+    pub(super) fn body(&self, token: ToolToken) -> Option<usize> {
         self.running
             .iter()
             .position(|c| c.exec.token == token && matches!(c.stage, CallStage::Body))
@@ -321,7 +322,7 @@ impl Agent {
         let arguments = parse_arguments(&planned.raw);
         let parallel =
             self.config.tools.execution_mode(&planned.name, &arguments) == ExecutionMode::Parallel;
-        let token = self.next_id();
+        let token = ToolToken::new(self.next_id());
         let exec = ToolExecution {
             token,
             turn,
