@@ -707,6 +707,25 @@ impl Kernel {
     /// `deadline`, and every deadline up to it fires. A deadline that moved
     /// later meanwhile, or one already fired, changes nothing (a spurious
     /// wake-up is harmless).
+    ///
+    /// ```
+    /// # fn wake(kernel: &mut dsh_runtime::Kernel, wall_clock: impl Fn() -> dsh_runtime::Time) {
+    /// if let Some(deadline) = kernel.poll_timeout() {
+    ///     let wait_ms = deadline.millis_since(kernel.now());
+    ///     // ... a monotonic timer runs for `wait_ms` ...
+    ///     kernel.handle_timeout(wall_clock(), deadline);
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// The wall clock alone is not a timer input, and a bare number is not
+    /// a [`Time`]:
+    ///
+    /// ```compile_fail
+    /// # fn wake(kernel: &mut dsh_runtime::Kernel, wall_clock_ms: i64) {
+    /// kernel.handle_timeout(wall_clock_ms);
+    /// # }
+    /// ```
     pub fn handle_timeout(&mut self, now: Time, deadline: Time) {
         self.tick(now);
         let now = self.tick(deadline);

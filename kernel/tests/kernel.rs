@@ -173,6 +173,33 @@ fn a_tool_deadline_stops_the_body_and_replaces_its_result() {
     assert!(result.contains("TOOL_TIMEOUT"), "{result}");
 }
 
+/// Issue 26: a timer input carries the deadline it was armed for, and the
+/// kernel takes it as reached whatever the wall clock reads. A wall clock
+/// that went back an hour neither keeps the tool deadline from firing nor
+/// moves the grace deadline, and logged times never decrease.
+#[test]
+fn a_deadline_is_reached_when_the_wall_clock_went_back() {
+    let mut k = kernel(Vec::new());
+    let token = to_tool(&mut k);
+    let deadline = k.poll_timeout().unwrap();
+    assert_eq!(deadline, NOW + 50);
+    let wall = Time::from_millis(NOW.as_millis() - 3_600_000);
+    k.handle_timeout(wall, deadline);
+    let fx = drain(&mut k, wall);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::CancelTool { token: t } if *t == token)),
+        "the tool deadline fired"
+    );
+    assert_eq!(k.now(), deadline, "the kernel's clock rose to the deadline");
+    assert_eq!(k.poll_timeout(), Some(deadline + 1_000), "grace from the kernel's clock");
+    k.handle_timeout(wall, deadline + 1_000);
+    drain(&mut k, wall);
+    let times: Vec<i64> = k.session().events().iter().map(|e| e.time()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert_eq!(times.last(), Some(&(deadline + 1_000).as_millis()));
+}
+
 #[test]
 fn a_body_that_overstays_the_grace_is_answered_and_its_late_result_is_stale() {
     let mut k = kernel(Vec::new());
