@@ -243,6 +243,45 @@ fn fast_retries() -> RetryPolicy {
     }
 }
 
+/// Issue 26: the smol driver waits for a kernel deadline by its distance
+/// from the kernel's clock on a monotonic timer. The wall clock goes back an
+/// hour between two turns; the retry of the second turn still runs after
+/// its 20 ms delay (a driver that measures against the wall clock waits an
+/// hour and `wait_idle` gives up).
+#[test]
+fn a_wall_clock_that_goes_back_does_not_delay_a_retry() {
+    const T0: i64 = 1_785_000_000_000;
+    let server = server(json!({"responses": [
+        {"turn": {"text": ["one"]}},
+        {"fault": {"kind": "http", "status": 500, "body": {"error": {"message": "boom"}}}},
+        {"turn": {"text": ["two"]}}
+    ]}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let wall = Arc::new(std::sync::atomic::AtomicI64::new(T0));
+    let mut cfg = config(&server);
+    cfg.retry_policy = Some(fast_retries());
+    cfg.clock = dsh_smol::Clock::Manual(wall.clone());
+    let summary = smol::block_on(async {
+        let agent = Agent::create(cfg, store.clone(), SessionId::new("back"))
+            .await
+            .unwrap();
+        agent.send("first").await.unwrap();
+        agent.wait_idle(WAIT).await.unwrap();
+        wall.store(T0 - 3_600_000, std::sync::atomic::Ordering::Relaxed);
+        agent.send("second").await.unwrap();
+        let s = agent.wait_idle(WAIT).await.unwrap();
+        agent.dispose().await;
+        s
+    });
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    assert_eq!(server.requests().len(), 3, "one failed attempt, one retry");
+    let events = stored(&store, "back");
+    assert_eq!(types(&events).iter().filter(|x| *x == "llm/retry").count(), 1);
+    assert!(events.windows(2).all(|w| w[0].time() <= w[1].time()));
+    assert!(events.iter().all(|e| e.time() >= T0));
+}
+
 #[test]
 fn provider_error_is_retried_in_the_same_step() {
     let server = server(json!({"responses": [
