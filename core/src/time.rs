@@ -105,18 +105,30 @@ mod tests {
 
     #[test]
     fn add_saturates_and_since_floors_at_zero() {
-        assert_eq!(Time::from_millis(i64::MAX - 1).add_millis(5).as_millis(), i64::MAX);
-        assert_eq!(Time::from_millis(10).add_millis(u64::MAX).as_millis(), i64::MAX);
+        assert_eq!(
+            Time::from_millis(i64::MAX - 1).add_millis(5).as_millis(),
+            i64::MAX
+        );
+        assert_eq!(
+            Time::from_millis(10).add_millis(u64::MAX).as_millis(),
+            i64::MAX
+        );
         assert_eq!(Time::MIN.add_millis(3).as_millis(), i64::MIN + 3);
         assert_eq!(Time::from_millis(5).millis_since(Time::from_millis(9)), 0);
         assert_eq!(Time::from_millis(9).millis_since(Time::from_millis(5)), 4);
-        assert_eq!(Time::from_millis(i64::MAX).millis_since(Time::MIN), u64::MAX);
+        assert_eq!(
+            Time::from_millis(i64::MAX).millis_since(Time::MIN),
+            u64::MAX
+        );
     }
 
     #[test]
     fn serializes_as_the_bare_integer() {
         let t = Time::from_millis(1_700_000_000_123);
         assert_eq!(serde_json::to_string(&t).unwrap(), "1700000000123");
-        assert_eq!(serde_json::from_str::<Time>("-4").unwrap(), Time::from_millis(-4));
+        assert_eq!(
+            serde_json::from_str::<Time>("-4").unwrap(),
+            Time::from_millis(-4)
+        );
     }
 }

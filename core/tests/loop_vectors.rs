@@ -3,13 +3,13 @@
 
 mod loop_support;
 
-use dsh_core::agent::{AttemptId, ToolToken};
 use dsh_core::Time;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
     ApprovalOutcome, HookAnswer, HookError, InboxTarget, PostToolDecision, PreStepDecision,
     PreToolDecision, Recovery,
 };
+use dsh_core::agent::{AttemptId, ToolToken};
 use dsh_core::session::{Session, SessionHeader};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, StreamChunk};
 use loop_support::*;
@@ -630,7 +630,11 @@ fn v11_cancel_while_streaming() {
     let len = t.agent.session().len();
     let err = t
         .agent
-        .handle_chunk(Time::from_millis(9999), t.attempt(), StreamChunk::finish(FinishReason::Stop))
+        .handle_chunk(
+            Time::from_millis(9999),
+            t.attempt(),
+            StreamChunk::finish(FinishReason::Stop),
+        )
         .unwrap_err();
     assert!(matches!(
         err,
@@ -1533,17 +1537,27 @@ fn impossible_inputs_are_refused_and_change_nothing() {
     use dsh_core::agent::InputError;
     let mut t = T::f0();
     assert_eq!(
+        t.agent.handle_chunk(
+            Time::from_millis(1),
+            AttemptId::new(7),
+            StreamChunk::finish(FinishReason::Stop)
+        ),
+        Err(InputError::NoOpenStream)
+    );
+    assert_eq!(
         t.agent
-            .handle_chunk(Time::from_millis(1), AttemptId::new(7), StreamChunk::finish(FinishReason::Stop)),
+            .handle_stream_end(Time::from_millis(1), AttemptId::new(7)),
         Err(InputError::NoOpenStream)
     );
     assert_eq!(
-        t.agent.handle_stream_end(Time::from_millis(1), AttemptId::new(7)),
-        Err(InputError::NoOpenStream)
-    );
-    assert_eq!(
-        t.agent.handle_tool_result(Time::from_millis(1), ToolToken::new(3), ToolOutcome::error("x")),
-        Err(InputError::UnknownToolCall { token: ToolToken::new(3) })
+        t.agent.handle_tool_result(
+            Time::from_millis(1),
+            ToolToken::new(3),
+            ToolOutcome::error("x")
+        ),
+        Err(InputError::UnknownToolCall {
+            token: ToolToken::new(3)
+        })
     );
     assert_eq!(
         t.agent
@@ -1573,7 +1587,8 @@ fn impossible_inputs_are_refused_and_change_nothing() {
     assert_eq!(t.agent.session().len(), len);
     // Appending a loop-owned type is refused.
     assert!(matches!(
-        t.agent.append_event(Time::from_millis(4),
+        t.agent.append_event(
+            Time::from_millis(4),
             dsh_core::session::EventData::plugin("turn/start", &serde_json::json!({"turn":9})),
             None
         ),

@@ -7,8 +7,8 @@
 
 mod loop_support;
 
-use dsh_core::agent::ToolToken;
 use dsh_core::Time;
+use dsh_core::agent::ToolToken;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{Agent, AgentConfig, HookCall, Output, Seams};
 use dsh_core::session::{Session, SessionHeader};

@@ -27,8 +27,8 @@ use dsh_core::jsonl;
 use dsh_core::session::EventData;
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk, Time};
 use dsh_runtime::{
-    AgentConfig, AgentEvent, AttemptId, Effect, IdMode, InboxTarget, Kernel, ToolToken, create_session,
-    resume_session,
+    AgentConfig, AgentEvent, AttemptId, Effect, IdMode, InboxTarget, Kernel, ToolToken,
+    create_session, resume_session,
 };
 use serde_json::json;
 

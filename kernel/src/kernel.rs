@@ -10,8 +10,8 @@ use alloc::vec::Vec;
 
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
-    Agent as Core, AgentStatus, AttemptId, CancelCause, Checkpoint, HookCall, HookError, InboxTarget,
-    Notification, Output, ToolExecution, ToolToken,
+    Agent as Core, AgentStatus, AttemptId, CancelCause, Checkpoint, HookCall, HookError,
+    InboxTarget, Notification, Output, ToolExecution, ToolToken,
 };
 use dsh_core::session::{EventData, Session, SurfaceIntent};
 use dsh_core::{ContentBlock, Message, SessionId, StreamChunk, StreamValidator, Time};
@@ -21,8 +21,7 @@ use crate::plugin::{
     Action, Ask, Cx, KernelCall, Plugin, Reply, Seams, Step, ToolDispatch, run_hook, run_kernel,
 };
 use crate::types::{
-    AgentConfig, AgentEvent, AskId, CHUNK_OVERHEAD_BYTES, Effect, KernelError,
-    TurnSummary,
+    AgentConfig, AgentEvent, AskId, CHUNK_OVERHEAD_BYTES, Effect, KernelError, TurnSummary,
 };
 
 /// The runtime kernel of one agent: sans-IO, `no_std`, deterministic.
@@ -1225,7 +1224,9 @@ impl Kernel {
                             Err(e) => Some(e.tool_outcome()),
                         };
                         if let Some(outcome) = answered
-                            && let Err(e) = self.core.handle_tool_result(now, ToolToken::new(token), outcome)
+                            && let Err(e) =
+                                self.core
+                                    .handle_tool_result(now, ToolToken::new(token), outcome)
                         {
                             self.publish(AgentEvent::Error(format!("tool answer refused: {e}")));
                         }

@@ -152,10 +152,12 @@ pub use plugin::{
 };
 pub use session::{create_session, fork_session, resume_session};
 pub use types::{
-    AgentConfig, AgentEvent, ApprovalRequestId, AskId, CHUNK_OVERHEAD_BYTES, DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_MAX_STEPS_PER_TURN, DEFAULT_TOOL_GRACE_MS, DEFAULT_WRITE_BATCH_MAX_DELAY_MS, Effect,
-    KernelError, TurnSummary,
+    AgentConfig, AgentEvent, ApprovalRequestId, AskId, CHUNK_OVERHEAD_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_STEPS_PER_TURN, DEFAULT_TOOL_GRACE_MS,
+    DEFAULT_WRITE_BATCH_MAX_DELAY_MS, Effect, KernelError, TurnSummary,
 };
 
 pub use dsh_core::Time;
-pub use dsh_core::agent::{AgentStatus, AttemptId, CancelCause, Checkpoint, InboxTarget, ToolToken};
+pub use dsh_core::agent::{
+    AgentStatus, AttemptId, CancelCause, Checkpoint, InboxTarget, ToolToken,
+};

@@ -4,8 +4,8 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use dsh_core::{SessionId, Time};
 use dsh_core::session::{Session, SessionEvent, SessionHeader};
+use dsh_core::{SessionId, Time};
 
 use crate::types::KernelError;
 
@@ -31,7 +31,9 @@ pub fn resume_session(
     now: Time,
 ) -> Result<Session, KernelError> {
     let mut session = Session::restore(header, events).map_err(KernelError::Seed)?;
-    session.mark_end_seed(now.as_millis()).map_err(KernelError::Append)?;
+    session
+        .mark_end_seed(now.as_millis())
+        .map_err(KernelError::Append)?;
     Ok(session)
 }
 
@@ -45,5 +47,7 @@ pub fn fork_session(
     now: Time,
 ) -> Result<Session, KernelError> {
     let parent = Session::restore(parent_header, parent_events).map_err(KernelError::Seed)?;
-    parent.fork(at_seq, new_id, now.as_millis()).map_err(KernelError::Fork)
+    parent
+        .fork(at_seq, new_id, now.as_millis())
+        .map_err(KernelError::Fork)
 }

@@ -3,9 +3,9 @@
 //! accepted is in the log in order, and the turn ends either completed
 //! (the stream fit) or in error `RESPONSE_TOO_LARGE`.
 
-use dsh_runtime::AttemptId;
 use dsh_core::Time;
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+use dsh_runtime::AttemptId;
 use dsh_runtime::{
     AgentConfig, CHUNK_OVERHEAD_BYTES, Effect, IdMode, InboxTarget, Kernel, create_session,
 };

@@ -1,8 +1,8 @@
 //! The shared effect executor (`dsh_runtime::exec`): what every runtime
 //! gets from `carry` and `feed` with only its I/O written by itself.
 
-use dsh_runtime::{AskId, AttemptId, ToolToken};
 use dsh_core::Time;
+use dsh_runtime::{AskId, AttemptId, ToolToken};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -16,7 +16,8 @@ fn a_disposal_whose_write_fails_finishes_with_a_store_error() {
     let session = create_session("f1".into(), Time::from_millis(1_000), None).unwrap();
     let mut k = Kernel::new(config, session, 0, Vec::new()).unwrap();
     let hi = Message::user("u1", vec![ContentBlock::text("hi")]);
-    k.send(Time::from_millis(1_000), hi, InboxTarget::NextStep, true).unwrap();
+    k.send(Time::from_millis(1_000), hi, InboxTarget::NextStep, true)
+        .unwrap();
     let mut persist = None;
     while let Some(e) = k.poll() {
         if let Effect::Persist { range, .. } = e {
@@ -28,7 +29,8 @@ fn a_disposal_whose_write_fails_finishes_with_a_store_error() {
         "the turn's first checkpoint asks for a write"
     );
     k.dispose(Time::from_millis(1_001));
-    k.persisted(Time::from_millis(1_002), Err("disk full".into())).unwrap();
+    k.persisted(Time::from_millis(1_002), Err("disk full".into()))
+        .unwrap();
     let mut finished = false;
     let mut writes = 0;
     for _ in 0..16 {
@@ -37,7 +39,8 @@ fn a_disposal_whose_write_fails_finishes_with_a_store_error() {
             Effect::Finished => finished = true,
             Effect::Persist { .. } => {
                 writes += 1;
-                k.persisted(Time::from_millis(1_003), Err("disk full".into())).unwrap();
+                k.persisted(Time::from_millis(1_003), Err("disk full".into()))
+                    .unwrap();
             }
             _ => {}
         }

@@ -2,7 +2,6 @@
 //! tool deadlines and grace (TL-14), stale inputs, spurious wake-ups and
 //! the plugin chain's composition, ids that continue after resume and fork.
 
-use dsh_runtime::{AttemptId, ToolToken};
 use dsh_core::Time;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
@@ -10,6 +9,7 @@ use dsh_runtime::{
     AgentConfig, AgentEvent, CancelCause, Cx, Effect, Flow, IdMode, InboxTarget, Kernel,
     KernelError, Plugin, Seams, create_session,
 };
+use dsh_runtime::{AttemptId, ToolToken};
 use serde_json::json;
 
 const NOW: Time = Time::from_millis(1_000_000);
@@ -192,7 +192,11 @@ fn a_deadline_is_reached_when_the_wall_clock_went_back() {
         "the tool deadline fired"
     );
     assert_eq!(k.now(), deadline, "the kernel's clock rose to the deadline");
-    assert_eq!(k.poll_timeout(), Some(deadline + 1_000), "grace from the kernel's clock");
+    assert_eq!(
+        k.poll_timeout(),
+        Some(deadline + 1_000),
+        "grace from the kernel's clock"
+    );
     k.handle_timeout(wall, deadline + 1_000);
     drain(&mut k, wall);
     let times: Vec<i64> = k.session().events().iter().map(|e| e.time()).collect();

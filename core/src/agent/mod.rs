@@ -112,12 +112,12 @@ pub mod schema;
 pub mod seams;
 pub mod tools;
 
+pub use handle::{AttemptId, ToolToken};
 pub use hooks::{
     ApprovalOutcome, CancelCause, FixedJitter, HookError, IdPurpose, IdSource, JitterSource,
     PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery,
     RequestErrorPayload, SeededJitter, SequentialIds, ToolExecution,
 };
-pub use handle::{AttemptId, ToolToken};
 pub use inbox::{Inbox, InboxTarget};
 pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,

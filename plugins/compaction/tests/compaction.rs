@@ -1,8 +1,8 @@
 //! The compaction plugin on the kernel, sans-IO (loop.md CP-1 to CP-4,
 //! LC-26, SM-4): a scripted session driven past a small context window.
 
-use dsh_core::Time;
 use dsh_compaction::{CONTEXT_WINDOW_EXCEEDED, Compaction, CompactionConfig, locked};
+use dsh_core::Time;
 use dsh_core::agent::replay::{ReplayOptions, replay};
 use dsh_core::session::{EventData, SurfaceOp};
 use dsh_core::{

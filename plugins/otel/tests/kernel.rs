@@ -18,7 +18,9 @@ fn run(plugins: Vec<Box<dyn Plugin>>) -> Vec<String> {
     let session = create_session("s1".into(), Time::from_millis(1_000), None).unwrap();
     let mut kernel = Kernel::new(config, session, 0, plugins).unwrap();
     let hi = Message::user("m1", vec![ContentBlock::text("a private prompt")]);
-    kernel.send(Time::from_millis(1_000), hi, InboxTarget::NextTurn, true).unwrap();
+    kernel
+        .send(Time::from_millis(1_000), hi, InboxTarget::NextTurn, true)
+        .unwrap();
     while let Some(effect) = kernel.poll() {
         match effect {
             Effect::StartModel(call) => {
@@ -42,9 +44,13 @@ fn run(plugins: Vec<Box<dyn Plugin>>) -> Vec<String> {
                     StreamChunk::finish(FinishReason::Stop),
                 ];
                 for chunk in reply {
-                    kernel.model_chunk(Time::from_millis(1_005), call.attempt, chunk).unwrap();
+                    kernel
+                        .model_chunk(Time::from_millis(1_005), call.attempt, chunk)
+                        .unwrap();
                 }
-                kernel.model_end(Time::from_millis(1_010), call.attempt).unwrap();
+                kernel
+                    .model_end(Time::from_millis(1_010), call.attempt)
+                    .unwrap();
             }
             Effect::Persist { .. } => kernel.persisted(Time::from_millis(1_010), Ok(())).unwrap(),
             _ => {}

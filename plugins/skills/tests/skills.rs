@@ -72,12 +72,16 @@ fn run(
     let plugins: Vec<Box<dyn Plugin>> = vec![Box::new(plugin)];
     let mut kernel = Kernel::new(config, session, 0, plugins).unwrap();
     kernel.set_publish_events(false);
-    kernel.send(Time::from_millis(1), prompt, InboxTarget::NextTurn, true).unwrap();
+    kernel
+        .send(Time::from_millis(1), prompt, InboxTarget::NextTurn, true)
+        .unwrap();
     while let Some(effect) = kernel.poll() {
         match effect {
             Effect::StartModel(c) => {
                 for chunk in script.pop_front().expect("a scripted answer") {
-                    kernel.model_chunk(Time::from_millis(1), c.attempt, chunk).unwrap();
+                    kernel
+                        .model_chunk(Time::from_millis(1), c.attempt, chunk)
+                        .unwrap();
                 }
                 kernel.model_end(Time::from_millis(1), c.attempt).unwrap();
             }
@@ -209,7 +213,12 @@ fn a_skills_tree_with_a_bad_file_and_resources() {
         "{notices:?}"
     );
     let plugin = SkillsPlugin::from_roots(roots);
-    let session = create_session("s1".into(), Time::from_millis(1), Some(dir.path().display().to_string())).unwrap();
+    let session = create_session(
+        "s1".into(),
+        Time::from_millis(1),
+        Some(dir.path().display().to_string()),
+    )
+    .unwrap();
     let prompt = Message::user("u1", vec![ContentBlock::text("Fill the form.")]);
     let log = run(
         session,

@@ -19,7 +19,8 @@ type Shared<T> = Arc<Mutex<T>>;
 fn kernel(facts: Shared<Facts>, files: Shared<Vec<InstructionFile>>) -> Kernel {
     let mut config = AgentConfig::new(LlmCallConfig::new("mock", "mock"));
     config.ids = IdMode::Sequential;
-    let session = create_session("s1".into(), Time::from_millis(1_000), Some("/repo".into())).unwrap();
+    let session =
+        create_session("s1".into(), Time::from_millis(1_000), Some("/repo".into())).unwrap();
     let plugins: Vec<Box<dyn Plugin>> = vec![
         Box::new(SystemPrompt::new().with_facts(move || facts.lock().unwrap().clone())),
         Box::new(Instructions::new(move || files.lock().unwrap().clone())),

@@ -277,7 +277,10 @@ fn a_wall_clock_that_goes_back_does_not_delay_a_retry() {
     assert_eq!(summary.reason, Some(TurnEndReason::Completed));
     assert_eq!(server.requests().len(), 3, "one failed attempt, one retry");
     let events = stored(&store, "back");
-    assert_eq!(types(&events).iter().filter(|x| *x == "llm/retry").count(), 1);
+    assert_eq!(
+        types(&events).iter().filter(|x| *x == "llm/retry").count(),
+        1
+    );
     assert!(events.windows(2).all(|w| w[0].time() <= w[1].time()));
     assert!(events.iter().all(|e| e.time() >= T0));
 }

@@ -1,12 +1,12 @@
 //! Inbox plumbing: hook-queued actions, sends and splices (IB-4, IB-6).
 
-use crate::time::Time;
 use super::{Agent, message_text};
 use crate::agent::inbox::{InboxTarget, Splice};
 use crate::agent::io::{InputError, Notification, Output};
 use crate::agent::prompt::{RetainedContext, is_runtime_context_source};
 use crate::message::Message;
 use crate::session::{EventData, InboxSpliced};
+use crate::time::Time;
 
 use alloc::string::String;
 use alloc::sync::Arc;

@@ -1,7 +1,6 @@
 //! The inputs of the Agent surface (loop.md §3) and the completions the
 //! shell feeds back.
 
-use crate::time::Time;
 use super::{Agent, InboxEdit, Phase, Stage, append_foreign, append_foreign_marked};
 use crate::agent::handle::{AttemptId, ToolToken};
 use crate::agent::hooks::{CancelCause, HookError};
@@ -11,6 +10,7 @@ use crate::agent::tools::ToolOutcome;
 use crate::chunk::StreamChunk;
 use crate::message::Message;
 use crate::session::{AssistantChunk, EventData, LlmRetryStarted, SurfaceIntent};
+use crate::time::Time;
 use alloc::format;
 use alloc::vec::Vec;
 
@@ -189,10 +189,11 @@ impl Agent {
         if let Some(Stage::Streaming(s)) = self.stage_mut() {
             s.assembler.push(&chunk);
         }
-        match self
-            .session
-            .append(AssistantChunk::new(turn, step, chunk), None, now.as_millis())
-        {
+        match self.session.append(
+            AssistantChunk::new(turn, step, chunk),
+            None,
+            now.as_millis(),
+        ) {
             Ok(e) => {
                 let seq = e.seq();
                 if let Some(Stage::Streaming(s)) = self.stage_mut() {

@@ -1,11 +1,11 @@
 //! Request errors and the retry executor (LC-26, streaming.md 6).
 
-use crate::time::Time;
 use super::{Agent, ErrorPhase, Failed, Stage, ceil_ms};
 use crate::agent::hooks::{HookError, Recovery, RequestErrorPayload};
 use crate::agent::io::{HookAnswer, HookCall};
 use crate::agent::retry::{RetryPolicy, RetryRecord, RetrySchedule};
 use crate::session::{EventData, LlmRetry};
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::string::String;
 

@@ -1,7 +1,6 @@
 //! The step pipeline: claim, assemble, pre-step, request, stream
 //! (LC-9..LC-21).
 
-use crate::time::Time;
 use super::{Agent, Failed, PlannedCall, Stage, StepEnd, Stream};
 use crate::agent::handle::AttemptId;
 use crate::agent::hooks::{
@@ -20,6 +19,7 @@ use crate::session::{
     AssistantMessage, EpochHeader, EventData, HeaderReason, RequestContext, RequestHeader, Step,
     SurfaceIntent, TurnEndReason,
 };
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;

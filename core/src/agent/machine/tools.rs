@@ -9,7 +9,6 @@
 //! context staging run for the oldest call first; an outcome that settles
 //! early waits in [`CallStage::Settled`].
 
-use crate::time::Time;
 use super::{Agent, Stage, StepEnd};
 use crate::agent::handle::ToolToken;
 use crate::agent::hooks::{
@@ -23,6 +22,7 @@ use crate::agent::tools::{ExecutionMode, ToolOutcome, feedback_text, parse_argum
 use crate::ids::CallId;
 use crate::message::Message;
 use crate::session::{SurfaceIntent, ToolCall, ToolError, ToolResult};
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::format;

@@ -1,7 +1,6 @@
 //! Turns: waking, cancellation, closing and continuation (LC-7, LC-8,
 //! LC-28..LC-38).
 
-use crate::time::Time;
 use super::{Agent, Phase, Run, Stage, StepEnd, Stream};
 use crate::agent::hooks::{CancelCause, HookError, IdPurpose};
 use crate::agent::inbox::InboxTarget;
@@ -10,6 +9,7 @@ use crate::message::{Message, MessageSource};
 use crate::session::{
     AssistantMessage, EventData, Step, SurfaceIntent, TurnEnd, TurnEndReason, TurnStart,
 };
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
