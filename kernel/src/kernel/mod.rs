@@ -355,6 +355,7 @@ impl Kernel {
     }
 
     /// The public status (LC-3).
+    #[must_use]
     pub fn status(&self) -> AgentStatus {
         self.status
     }
@@ -372,6 +373,7 @@ impl Kernel {
 
     /// Idle with nothing in flight and nothing left to persist or publish:
     /// `when_idle()` resolves (IB-13).
+    #[must_use]
     pub fn is_idle(&self) -> bool {
         let len = self.core.session().len();
         self.core.is_quiescent()
@@ -383,6 +385,7 @@ impl Kernel {
     }
 
     /// Whether disposal finished ([`Effect::Finished`] was emitted).
+    #[must_use]
     pub fn is_finished(&self) -> bool {
         self.finished
     }
@@ -401,6 +404,7 @@ impl Kernel {
     }
 
     /// How the last turn ended.
+    #[must_use]
     pub fn summary(&self) -> TurnSummary {
         let mut s = TurnSummary {
             turn: self.core.turn(),
@@ -453,6 +457,7 @@ impl Kernel {
     /// input). Deadlines from [`poll_timeout`](Self::poll_timeout) are on
     /// this clock: a timer armed now waits
     /// `deadline.millis_since(kernel.now())` ms.
+    #[must_use]
     pub fn now(&self) -> Time {
         self.now
     }
