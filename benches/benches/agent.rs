@@ -65,10 +65,10 @@ fn text_step() -> Vec<StreamChunk> {
 fn run(tool_stream: &[StreamChunk]) -> (u64, u64) {
     let mut agent = Agent::new(config(), Session::new(SessionHeader::new("bench", 0))).unwrap();
     let text = text_step();
-    let mut now = 0i64;
+    let mut now = dsh_core::Time::EPOCH;
     let (mut chunks, mut steps) = (0u64, 0u64);
     for turn in 0..turns() {
-        now += 1;
+        now = now.add_millis(1);
         agent
             .followup(
                 now,

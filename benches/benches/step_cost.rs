@@ -19,6 +19,7 @@
 //! wanted is an interleaved comparison with CPU time, which criterion does
 //! not measure.
 
+use dsh_core::Time;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -236,7 +237,7 @@ fn core_turn(steps: u64) -> (Duration, Duration) {
     let mut agent = Core::new(config, Session::new(SessionHeader::new("bench", 0))).unwrap();
     let mut replies = script(steps).into_iter();
     measure(|| {
-        let now = 1;
+        let now = Time::from_millis(1);
         agent
             .followup(now, Message::user("m1", vec![ContentBlock::text("go")]))
             .unwrap();

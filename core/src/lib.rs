@@ -19,6 +19,8 @@
 //! - [`agent`]: the agent loop of `spec/loop.md` as a sans-IO state machine
 //!   ([`agent::Agent`], one config [`agent::AgentConfig`]), the seam table
 //!   ([`agent::seams`]) and recorded-session [`agent::replay`].
+//! - [`time`]: [`Time`], the one `now` every driving API takes, and how
+//!   deadlines relate to it.
 //!
 //! # Which layer to drive
 //!
@@ -83,6 +85,7 @@ mod object;
 mod options;
 pub mod session;
 mod text;
+pub mod time;
 mod validator;
 
 pub use assembler::{ASSEMBLER_SOURCE_PLUGIN, AssembleError, BlockAssembler};
@@ -106,4 +109,5 @@ pub use session::{
     AppendError, EventData, Session, SessionEvent, SessionHeader, SurfaceIntent, SurfaceOp,
 };
 pub use text::{ChunkText, ToolCallHead};
+pub use time::Time;
 pub use validator::{Rule, Severity, StreamValidator, Violation, lint_stream, validate_stream};

@@ -4,8 +4,10 @@
 
 mod loop_support;
 
+use dsh_core::Time;
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::ToolOutcome;
+use dsh_core::agent::{AttemptId, ToolToken};
 use dsh_core::agent::{HookAnswer, InputError};
 use dsh_core::session::EventData;
 use dsh_core::{FinishReason, LlmFailure, StreamChunk};
@@ -24,7 +26,7 @@ fn retry_wait() -> T {
 }
 
 /// Feeds `handle_timeout(now)`; returns (events appended, outputs).
-fn timeout(t: &mut T, now: i64) -> (u64, usize) {
+fn timeout(t: &mut T, now: Time) -> (u64, usize) {
     let before = t.agent.session().len();
     assert_eq!(t.agent.handle_timeout(now), Ok(()));
     let mut outputs = 0;
@@ -39,7 +41,10 @@ fn r14_handle_timeout_is_idempotent_on_spurious_wake_ups() {
     let mut t = retry_wait();
     let deadline = t.agent.poll_timeout().expect("a retry timer");
     // Early: Ok, nothing happens, the timer stays armed.
-    assert_eq!(timeout(&mut t, deadline - 1), (0, 0));
+    assert_eq!(
+        timeout(&mut t, Time::from_millis(deadline.as_millis() - 1)),
+        (0, 0)
+    );
     assert_eq!(t.agent.poll_timeout(), Some(deadline));
     // Due: `llm/retry-started` and a new request.
     let (appended, outputs) = timeout(&mut t, deadline);
@@ -95,27 +100,50 @@ fn misuse_is_not_benign() {
     // Ids never issued.
     let e = t
         .agent
-        .handle_tool_result(1, 77, ToolOutcome::error("x"))
+        .handle_tool_result(
+            Time::from_millis(1),
+            ToolToken::new(77),
+            ToolOutcome::error("x"),
+        )
         .unwrap_err();
-    assert_eq!(e, InputError::UnknownToolCall { token: 77 });
+    assert_eq!(
+        e,
+        InputError::UnknownToolCall {
+            token: ToolToken::new(77)
+        }
+    );
     assert!(!e.is_benign());
     let e = t
         .agent
-        .complete_hook(1, 78, HookAnswer::TurnStopping(Ok(())))
+        .complete_hook(Time::from_millis(1), 78, HookAnswer::TurnStopping(Ok(())))
         .unwrap_err();
     assert_eq!(e, InputError::UnknownHook { id: 78 });
     assert!(!e.is_benign());
     // A chunk while no stream was ever opened.
     let e = t
         .agent
-        .handle_chunk(1, 79, StreamChunk::finish(FinishReason::Stop))
+        .handle_chunk(
+            Time::from_millis(1),
+            AttemptId::new(79),
+            StreamChunk::finish(FinishReason::Stop),
+        )
         .unwrap_err();
     assert_eq!(e, InputError::NoOpenStream);
     assert!(!e.is_benign());
     // Maintenance out of order; an assistant message in the inbox.
-    assert!(!t.agent.end_maintenance(1).unwrap_err().is_benign());
+    assert!(
+        !t.agent
+            .end_maintenance(Time::from_millis(1))
+            .unwrap_err()
+            .is_benign()
+    );
     let mut m = m1();
     m.role = dsh_core::Role::Assistant;
-    assert!(!t.agent.followup(1, m).unwrap_err().is_benign());
+    assert!(
+        !t.agent
+            .followup(Time::from_millis(1), m)
+            .unwrap_err()
+            .is_benign()
+    );
     assert!(t.agent.session().is_empty());
 }

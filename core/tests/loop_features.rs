@@ -4,6 +4,7 @@
 
 mod loop_support;
 
+use dsh_core::Time;
 use dsh_core::agent::prompt::{PromptSection, RUNTIME_CONTEXT_CLEARED, RUNTIME_CONTEXT_HEADER};
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, UNLISTED_TOOLS};
@@ -501,9 +502,9 @@ fn ib5_invalid_messages_are_refused() {
     let mut t = T::f0();
     let mut bad = m1();
     bad.id = "".into();
-    assert!(t.agent.followup(1, bad).is_err());
+    assert!(t.agent.followup(Time::from_millis(1), bad).is_err());
     let assistant = dsh_core::Message::model("a", vec![], dsh_core::MessageSource::model("p", "m"));
-    assert!(t.agent.followup(1, assistant).is_err());
+    assert!(t.agent.followup(Time::from_millis(1), assistant).is_err());
     assert!(t.agent.session().is_empty() && t.agent.poll().is_none());
     let _ = (LlmCallConfig::new("a", "b"), ToolOutcome::error("x"));
 }

@@ -6,6 +6,7 @@
 
 mod loop_support;
 
+use dsh_core::agent::ToolToken;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::agent::{
     AgentConfig, HookAnswer, HookError, InputError, PostToolDecision, PreToolDecision,
@@ -100,7 +101,7 @@ fn first_call(t: &T) -> usize {
         .expect("a tool/call")
 }
 
-fn token(t: &T, call_id: &str) -> u64 {
+fn token(t: &T, call_id: &str) -> ToolToken {
     t.tools
         .iter()
         .find(|e| e.call_id.0 == call_id)

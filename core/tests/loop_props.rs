@@ -9,6 +9,7 @@
 
 mod loop_support;
 
+use dsh_core::agent::AttemptId;
 use std::collections::HashMap;
 
 use dsh_core::agent::tools::ToolOutcome;
@@ -220,7 +221,7 @@ struct Run {
     next_message: u32,
     call_seq: u32,
     runner_failed: Vec<(u64, u64)>,
-    open_attempt: Option<u64>,
+    open_attempt: Option<AttemptId>,
 }
 
 impl Run {
@@ -230,7 +231,7 @@ impl Run {
     }
 
     /// The open model attempt, if the agent streams.
-    fn attempt(&self) -> Option<u64> {
+    fn attempt(&self) -> Option<AttemptId> {
         self.open_attempt
     }
 
@@ -335,7 +336,7 @@ impl Run {
                         .agent
                         .handle_chunk(now, a, StreamChunk::finish(reason));
                     if self.t.agent.handle_stream_end(now, a).is_ok() {
-                        self.open_attempt = Some(u64::MAX);
+                        self.open_attempt = Some(AttemptId::new(u64::MAX));
                     }
                 }
             }
@@ -347,7 +348,7 @@ impl Run {
                         .handle_stream_error(now, a, HookError::msg("consumer failed"))
                         .is_ok()
                 {
-                    self.open_attempt = Some(u64::MAX);
+                    self.open_attempt = Some(AttemptId::new(u64::MAX));
                 }
             }
             Op::ToolOk(k, conclude, ctx) => {
@@ -395,7 +396,7 @@ impl Run {
                 }
             }
             Op::Timeout(ms) => {
-                let _ = self.t.agent.handle_timeout(now + i64::from(ms));
+                let _ = self.t.agent.handle_timeout(now + u64::from(ms));
             }
             Op::Plugin => {
                 let _ = self.t.agent.append_event(

@@ -3,11 +3,13 @@
 
 mod loop_support;
 
+use dsh_core::Time;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{
     ApprovalOutcome, HookAnswer, HookError, InboxTarget, PostToolDecision, PreStepDecision,
     PreToolDecision, Recovery,
 };
+use dsh_core::agent::{AttemptId, ToolToken};
 use dsh_core::session::{Session, SessionHeader};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, StreamChunk};
 use loop_support::*;
@@ -628,7 +630,11 @@ fn v11_cancel_while_streaming() {
     let len = t.agent.session().len();
     let err = t
         .agent
-        .handle_chunk(9999, t.attempt(), StreamChunk::finish(FinishReason::Stop))
+        .handle_chunk(
+            Time::from_millis(9999),
+            t.attempt(),
+            StreamChunk::finish(FinishReason::Stop),
+        )
         .unwrap_err();
     assert!(matches!(
         err,
@@ -1531,31 +1537,41 @@ fn impossible_inputs_are_refused_and_change_nothing() {
     use dsh_core::agent::InputError;
     let mut t = T::f0();
     assert_eq!(
-        t.agent
-            .handle_chunk(1, 7, StreamChunk::finish(FinishReason::Stop)),
+        t.agent.handle_chunk(
+            Time::from_millis(1),
+            AttemptId::new(7),
+            StreamChunk::finish(FinishReason::Stop)
+        ),
         Err(InputError::NoOpenStream)
     );
     assert_eq!(
-        t.agent.handle_stream_end(1, 7),
+        t.agent
+            .handle_stream_end(Time::from_millis(1), AttemptId::new(7)),
         Err(InputError::NoOpenStream)
     );
     assert_eq!(
-        t.agent.handle_tool_result(1, 3, ToolOutcome::error("x")),
-        Err(InputError::UnknownToolCall { token: 3 })
+        t.agent.handle_tool_result(
+            Time::from_millis(1),
+            ToolToken::new(3),
+            ToolOutcome::error("x")
+        ),
+        Err(InputError::UnknownToolCall {
+            token: ToolToken::new(3)
+        })
     );
     assert_eq!(
         t.agent
-            .complete_hook(1, 9, HookAnswer::TurnStopping(Ok(()))),
+            .complete_hook(Time::from_millis(1), 9, HookAnswer::TurnStopping(Ok(()))),
         Err(InputError::UnknownHook { id: 9 })
     );
     // A spurious timer wake-up is harmless (no timer armed): Ok, no effect.
-    assert_eq!(t.agent.handle_timeout(1), Ok(()));
+    assert_eq!(t.agent.handle_timeout(Time::from_millis(1)), Ok(()));
     assert!(t.agent.session().is_empty());
     assert!(t.agent.poll().is_none());
     // A duplicate pending id (IB-1).
     t.inject(&x1());
     assert_eq!(
-        t.agent.inject(2, x1()),
+        t.agent.inject(Time::from_millis(2), x1()),
         Err(InputError::DuplicateMessage("x1".into()))
     );
     // A hook answer of the wrong kind.
@@ -1565,14 +1581,14 @@ fn impossible_inputs_are_refused_and_change_nothing() {
     let len = t.agent.session().len();
     assert!(matches!(
         t.agent
-            .complete_hook(3, id, HookAnswer::TurnStopping(Ok(()))),
+            .complete_hook(Time::from_millis(3), id, HookAnswer::TurnStopping(Ok(()))),
         Err(InputError::HookMismatch { .. })
     ));
     assert_eq!(t.agent.session().len(), len);
     // Appending a loop-owned type is refused.
     assert!(matches!(
         t.agent.append_event(
-            4,
+            Time::from_millis(4),
             dsh_core::session::EventData::plugin("turn/start", &serde_json::json!({"turn":9})),
             None
         ),

@@ -7,6 +7,8 @@
 
 mod loop_support;
 
+use dsh_core::Time;
+use dsh_core::agent::ToolToken;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::agent::{Agent, AgentConfig, HookCall, Output, Seams};
 use dsh_core::session::{Session, SessionHeader};
@@ -46,10 +48,10 @@ fn run(seams: Seams) -> (Vec<String>, usize) {
     config.max_parallel_tool_calls = 2;
     config.seams = seams;
     let mut agent = Agent::new(config, Session::new(SessionHeader::new("a1", 0))).unwrap();
-    let mut now = 1_000;
+    let mut now = Time::from_millis(1_000);
     agent.followup(now, m1()).unwrap();
     let mut replies = vec![text("done"), looks(&["a", "b", "c", "d"])];
-    let mut bodies: Vec<u64> = Vec::new();
+    let mut bodies: Vec<ToolToken> = Vec::new();
     let mut hooks = 0;
     loop {
         now += 1;

@@ -9,9 +9,9 @@
 use arbitrary::Arbitrary;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::agent::{
-    Agent, AgentConfig, AgentOptions, ApprovalOutcome, CancelCause, HookAnswer, HookCall,
+    Agent, AgentConfig, AgentOptions, ApprovalOutcome, AttemptId, CancelCause, HookAnswer, HookCall,
     HookError, InboxEdit, InboxTarget, Output, PostToolDecision, PreStepDecision, PreToolDecision,
-    PreparedCall, Recovery, Seams,
+    PreparedCall, Recovery, Seams, ToolToken,
 };
 use dsh_core::session::{EventData, InvariantChecker, Session, SessionHeader};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, LlmFailure, Message, StreamChunk, TokenUsage};
@@ -190,7 +190,7 @@ fuzz_target!(|case: Case| {
     let mut attempts: Vec<u64> = vec![];
     let mut tokens: Vec<u64> = vec![];
     let mut hooks: Vec<(u64, HookCall)> = vec![];
-    let mut now = 0i64;
+    let mut now = dsh_core::Time::EPOCH;
     let mut n = 0u32;
     for input in case.inputs.into_iter().take(256) {
         now += 1;
@@ -215,16 +215,16 @@ fuzz_target!(|case: Case| {
                     None => true,
                 }
             }
-            Input::Chunk(k, c) => agent.handle_chunk(now, pick(&attempts, k), chunk(c)).is_err(),
-            Input::StreamEnd(k) => agent.handle_stream_end(now, pick(&attempts, k)).is_err(),
-            Input::StreamError(k) => agent.handle_stream_error(now, pick(&attempts, k), HookError::msg("threw")).is_err(),
+            Input::Chunk(k, c) => agent.handle_chunk(now, AttemptId::new(pick(&attempts, k)), chunk(c)).is_err(),
+            Input::StreamEnd(k) => agent.handle_stream_end(now, AttemptId::new(pick(&attempts, k))).is_err(),
+            Input::StreamError(k) => agent.handle_stream_error(now, AttemptId::new(pick(&attempts, k)), HookError::msg("threw")).is_err(),
             Input::ToolResult(k, ok, conclude, ctx) => {
                 let mut o = if ok { ToolOutcome::success(vec![ContentBlock::text("ok")]) } else { ToolOutcome::error("bad") };
                 if conclude { o = o.concluding(); }
                 if ctx { n += 1; o = o.with_contexts(vec![Message::user(format!("ctx{n}"), vec![])]); }
-                agent.handle_tool_result(now, pick(&tokens, k), o).is_err()
+                agent.handle_tool_result(now, ToolToken::new(pick(&tokens, k)), o).is_err()
             }
-            Input::ToolFailure(k) => agent.handle_tool_failure(now, pick(&tokens, k), HookError::msg("died")).is_err(),
+            Input::ToolFailure(k) => agent.handle_tool_failure(now, ToolToken::new(pick(&tokens, k)), HookError::msg("died")).is_err(),
             Input::Answer(k, a) => {
                 let idx = hooks.len().wrapping_sub(1 + usize::from(k % 2));
                 match hooks.get(idx).cloned() {
@@ -232,7 +232,7 @@ fuzz_target!(|case: Case| {
                     None => agent.complete_hook(now, u64::from(k), HookAnswer::TurnStopping(Ok(()))).is_err(),
                 }
             }
-            Input::Timeout(ms) => agent.handle_timeout(now + i64::from(ms)).is_err(),
+            Input::Timeout(ms) => agent.handle_timeout(now + u64::from(ms)).is_err(),
             Input::Plugin(t) => agent.append_event(now, EventData::plugin(t, &serde_json::json!({})), None).is_err(),
             Input::Maintenance(begin) => if begin { agent.begin_maintenance(now).is_err() } else { agent.end_maintenance(now).is_err() },
         };
@@ -241,8 +241,8 @@ fuzz_target!(|case: Case| {
         }
         while let Some(o) = agent.poll() {
             match o {
-                Output::CallModel(c) => attempts.push(c.attempt),
-                Output::ExecuteTool(e) => tokens.push(e.token),
+                Output::CallModel(c) => attempts.push(c.attempt.get()),
+                Output::ExecuteTool(e) => tokens.push(e.token.get()),
                 Output::Hook { id, call } => hooks.push((id, call)),
                 _ => {}
             }

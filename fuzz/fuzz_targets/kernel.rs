@@ -41,7 +41,7 @@ use dsh_core::{
 };
 use dsh_runtime::{
     AgentConfig, AgentEvent, ApprovalDecision, Ask, CancelCause, Cx, Effect, Flow, IdMode,
-    InboxTarget, Kernel, Plugin, Reply, Seams, SideReply, ToolDispatch, create_session,
+    AskId, AttemptId, InboxTarget, Kernel, Plugin, Reply, Seams, SideReply, Time, ToolDispatch, ToolToken, create_session,
     resume_session,
 };
 use dsh_approval::{ApprovalMode, ApprovalPlugin, ApprovalPolicy};
@@ -351,21 +351,21 @@ struct Harness {
     checked: u64,
     published_next: u64,
     publish: bool,
-    attempts: Vec<u64>,
-    model_live: Option<u64>,
+    attempts: Vec<AttemptId>,
+    model_live: Option<AttemptId>,
     next_index: u64,
-    tools_started: Vec<u64>,
-    tools_live: Vec<u64>,
-    asks: Vec<(u64, u8)>,
+    tools_started: Vec<ToolToken>,
+    tools_live: Vec<ToolToken>,
+    asks: Vec<(AskId, u8)>,
     finished: bool,
-    now: i64,
+    now: Time,
     user: u32,
 }
 
 impl Harness {
     fn new(case: &Case) -> Option<Harness> {
         let config = config(case);
-        let session = create_session("fz".into(), 1_000, None).ok()?;
+        let session = create_session("fz".into(), Time::from_millis(1_000), None).ok()?;
         let mut header = Vec::new();
         jsonl::encode_header_line(session.header(), &mut header);
         let kernel = Kernel::new(config.clone(), session, 0, plugins(case)).ok()?;
@@ -389,15 +389,15 @@ impl Harness {
             tools_live: vec![],
             asks: vec![],
             finished: false,
-            now: 1_000,
+            now: Time::from_millis(1_000),
             user: 0,
         };
         h.kernel.set_publish_events(true);
         Some(h)
     }
 
-    fn pick(v: &[u64], k: u8) -> u64 {
-        v.get(v.len().wrapping_sub(1 + usize::from(k % 3))).copied().unwrap_or(u64::from(k))
+    fn pick<T: Copy>(v: &[T], k: u8, made_up: fn(u64) -> T) -> T {
+        v.get(v.len().wrapping_sub(1 + usize::from(k % 3))).copied().unwrap_or(made_up(u64::from(k)))
     }
 
     fn chunk(&mut self, c: FuzzChunk) -> Vec<StreamChunk> {
@@ -481,7 +481,7 @@ impl Harness {
             }
             Input::Append => self.kernel.append_event(now, EventData::plugin(PLUGIN_EVENT, &json!({}))).is_err(),
             Input::Chunk(p, c) => {
-                let attempt = Self::pick(&self.attempts, p);
+                let attempt = Self::pick(&self.attempts, p, AttemptId::new);
                 // Several chunks: each refused one must change nothing.
                 for chunk in self.chunk(c) {
                     let before = self.kernel.session().len();
@@ -492,7 +492,7 @@ impl Harness {
                 false
             }
             Input::ModelEnd(p) => {
-                let attempt = Self::pick(&self.attempts, p);
+                let attempt = Self::pick(&self.attempts, p, AttemptId::new);
                 let refused = self.kernel.model_end(now, attempt).is_err();
                 if !refused && self.model_live == Some(attempt) {
                     self.model_live = None;
@@ -500,7 +500,7 @@ impl Harness {
                 refused
             }
             Input::ModelError(p) => {
-                let attempt = Self::pick(&self.attempts, p);
+                let attempt = Self::pick(&self.attempts, p, AttemptId::new);
                 let refused = self.kernel.model_error(now, attempt, HookError::msg("threw")).is_err();
                 if !refused && self.model_live == Some(attempt) {
                     self.model_live = None;
@@ -508,7 +508,7 @@ impl Harness {
                 refused
             }
             Input::ToolDone { pick, ok, concluding, events } => {
-                let token = Self::pick(&self.tools_started, pick);
+                let token = Self::pick(&self.tools_started, pick, ToolToken::new);
                 let mut o = if ok { ToolOutcome::success(vec![ContentBlock::text("ok")]) } else { ToolOutcome::error("bad") };
                 if concluding {
                     o = o.concluding();
@@ -526,7 +526,7 @@ impl Harness {
                 false
             }
             Input::Answer(p, r) => {
-                let (id, _) = self.asks.get(self.asks.len().wrapping_sub(1 + usize::from(p % 3))).copied().unwrap_or((u64::from(p), 0));
+                let (id, _) = self.asks.get(self.asks.len().wrapping_sub(1 + usize::from(p % 3))).copied().unwrap_or((AskId::new(u64::from(p)), 0));
                 let reply = match r {
                     FuzzReply::Allow => Reply::Approval(ApprovalDecision::Allow),
                     FuzzReply::AllowAlways => Reply::Approval(ApprovalDecision::AllowAlways),
@@ -544,18 +544,20 @@ impl Harness {
             }
             Input::Command(named) => self.kernel.command(now, if named { "compact" } else { "" }, json!({"n": 1})).is_err(),
             Input::Advance(ms) => {
-                self.now += i64::from(ms);
-                self.kernel.handle_timeout(self.now);
+                // A wake-up at an arbitrary time: a timer armed for `now`.
+                self.now += u64::from(ms);
+                self.kernel.handle_timeout(self.now, self.now);
                 false
             }
             Input::ClockBack(ms) => {
-                self.now -= i64::from(ms);
+                self.now = Time::from_millis(self.now.as_millis().saturating_sub(i64::from(ms)));
                 false
             }
             Input::Timeout => {
                 if let Some(d) = self.kernel.poll_timeout() {
-                    self.now = self.now.max(d);
-                    self.kernel.handle_timeout(self.now);
+                    // The deadline is reached whatever the wall clock reads
+                    // (it may have gone back).
+                    self.kernel.handle_timeout(self.now, d);
                 }
                 false
             }
@@ -697,8 +699,8 @@ impl Harness {
                 assert_eq!(e.seq(), self.published_next, "published events out of order");
                 self.published_next += 1;
             }
-            Effect::Publish(AgentEvent::ApprovalRequested { id, .. }) => self.asks.push((id.0, 0)),
-            Effect::Publish(AgentEvent::Asked { id, .. }) => self.asks.push((id.0, 1)),
+            Effect::Publish(AgentEvent::ApprovalRequested { id, .. }) => self.asks.push((id, 0)),
+            Effect::Publish(AgentEvent::Asked { id, .. }) => self.asks.push((id, 1)),
             Effect::Publish(_) => {}
             Effect::Finished => {
                 assert!(!self.finished, "Finished twice");

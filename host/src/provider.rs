@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use dsh_core::agent::HookError;
 use dsh_core::agent::{ModelCall, PreparedCall};
 use dsh_core::{GenerateOptions, LlmCallConfig, LlmError, StreamChunk};
-use dsh_runtime::{Cx, Flow, KernelError, Plugin, Seams, SideCollector, SideReply};
+use dsh_runtime::{AskId, Cx, Flow, KernelError, Plugin, Seams, SideCollector, SideReply};
 
 use crate::cancel::CancelToken;
 use dsh_runtime::Reply;
@@ -42,6 +42,11 @@ impl core::fmt::Debug for Clock {
 }
 
 impl Clock {
+    /// The current wall-clock time: the `now` of kernel inputs.
+    pub fn now(&self) -> dsh_core::Time {
+        dsh_core::Time::from_millis(self.now_ms())
+    }
+
     /// The current time in epoch milliseconds.
     pub fn now_ms(&self) -> i64 {
         match self {
@@ -143,7 +148,7 @@ pub fn run_model(
 /// [`side_call`], answered as ask `id` through `send`.
 pub fn run_side(
     provider: &dyn ModelProvider,
-    id: u64,
+    id: AskId,
     request: &GenerateOptions,
     cancel: &CancelToken,
     send: impl FnOnce(Input),

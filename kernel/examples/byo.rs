@@ -25,9 +25,10 @@ use std::error::Error;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::jsonl;
 use dsh_core::session::EventData;
-use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk, Time};
 use dsh_runtime::{
-    AgentConfig, AgentEvent, Effect, IdMode, InboxTarget, Kernel, create_session, resume_session,
+    AgentConfig, AgentEvent, AttemptId, Effect, IdMode, InboxTarget, Kernel, ToolToken,
+    create_session, resume_session,
 };
 use serde_json::json;
 
@@ -89,16 +90,16 @@ fn config() -> Result<AgentConfig, Box<dyn Error>> {
 /// What comes back from the outside world, fed to the kernel one at a time
 /// after a drain.
 enum Arrival {
-    Chunk(u64, StreamChunk),
-    End(u64),
-    ToolDone(u64, Box<ToolOutcome>),
+    Chunk(AttemptId, StreamChunk),
+    End(AttemptId),
+    ToolDone(ToolToken, Box<ToolOutcome>),
     Written,
 }
 
 /// The host side of one agent: its clock, model, store and log output.
 pub struct Host {
     /// The clock (epoch ms), moved by the loop.
-    pub now: i64,
+    pub now: Time,
     model: VecDeque<Vec<StreamChunk>>,
     /// The durable store: a JSONL file (header line, then event lines).
     pub file: Vec<u8>,
@@ -144,8 +145,11 @@ impl Host {
             // 4. Nothing arrived: sleep until the next deadline, or stop.
             match kernel.poll_timeout() {
                 Some(deadline) => {
-                    self.now = self.now.max(deadline);
-                    kernel.handle_timeout(self.now);
+                    // A real host sleeps this long on a monotonic timer
+                    // (never comparing its wall clock with the deadline);
+                    // this one moves its simulated clock.
+                    self.now += deadline.millis_since(kernel.now());
+                    kernel.handle_timeout(self.now, deadline);
                 }
                 None if kernel.is_idle() => return Ok(()),
                 None => return Err("the kernel waits for an input this loop never gives".into()),
@@ -195,7 +199,7 @@ impl Host {
 /// both turns).
 pub fn run(verbose: bool) -> Result<Host, Box<dyn Error>> {
     let mut host = Host {
-        now: 1_700_000_000_000,
+        now: Time::from_millis(1_700_000_000_000),
         model: VecDeque::from(script()),
         file: Vec::new(),
         stored: 0,

@@ -27,24 +27,24 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use dsh_core::agent::tools::ToolOutcome;
-use dsh_core::agent::{CancelCause, HookError, ModelCall, ToolExecution};
+use dsh_core::agent::{AttemptId, CancelCause, HookError, ModelCall, ToolExecution, ToolToken};
 use dsh_core::session::{EventData, SessionEvent};
-use dsh_core::{GenerateOptions, StreamChunk};
+use dsh_core::{GenerateOptions, StreamChunk, Time};
 use serde_json::Value;
 
 use crate::kernel::Kernel;
 use crate::plugin::Reply;
-use crate::types::{AgentEvent, Effect, KernelError};
+use crate::types::{AgentEvent, AskId, Effect, KernelError};
 
 /// A piece of work a runtime carries for the kernel, by kind and id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Job {
     /// The model stream of this attempt.
-    Model(u64),
+    Model(AttemptId),
     /// The tool body of this call token.
-    Tool(u64),
+    Tool(ToolToken),
     /// The side model call of this ask id.
-    Side(u64),
+    Side(AskId),
 }
 
 /// A stop handle of work in flight (a cancel token); any `Fn()` closure,
@@ -128,9 +128,9 @@ impl Jobs {
 /// returns at once; work that takes time runs elsewhere and comes back as
 /// an [`Input`].
 pub trait Dispatch {
-    /// The current time (epoch milliseconds) for the kernel calls the
-    /// executor makes.
-    fn now(&mut self) -> i64;
+    /// The host's wall clock ([`Time`]) for the kernel calls the executor
+    /// makes.
+    fn now(&mut self) -> Time;
 
     /// Starts the model stream of `call`; its chunks come back as
     /// [`Input::Chunk`], its end as [`Input::ModelEnd`]. An `Err` (the
@@ -145,7 +145,7 @@ pub trait Dispatch {
     /// Starts a plugin's side model call for ask `id`; its answer comes
     /// back as [`Input::Answer`] with [`Reply::Model`]. An `Err` is
     /// answered as the call's failure.
-    fn start_side(&mut self, id: u64, request: GenerateOptions) -> Result<(), String>;
+    fn start_side(&mut self, id: AskId, request: GenerateOptions) -> Result<(), String>;
 
     /// The runtime's table of stop handles, when it keeps one: the
     /// default [`stop`](Self::stop) and [`done`](Self::done) use it.
@@ -288,19 +288,19 @@ pub enum Input {
     /// A chunk of attempt `attempt`'s stream.
     Chunk {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// The chunk.
         chunk: StreamChunk,
     },
     /// The stream of attempt `attempt` ended.
     ModelEnd {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
     },
     /// A tool body returned.
     ToolDone {
         /// The call's token.
-        token: u64,
+        token: ToolToken,
         /// Its result (boxed: it is large, and every chunk travels in the
         /// same enum).
         outcome: Box<ToolOutcome>,
@@ -310,16 +310,16 @@ pub enum Input {
     /// The answer to ask `id` (an approval, a side call's result).
     Answer {
         /// The ask id.
-        id: u64,
+        id: AskId,
         /// The answer.
         reply: Reply,
     },
-    /// The kernel's deadline `deadline` ([`Kernel::poll_timeout`]) passed.
-    /// A clock that does not move (a fixed test clock) is taken to be at
-    /// the deadline.
+    /// The timer armed for the kernel's deadline `deadline`
+    /// ([`Kernel::poll_timeout`]) ran out on the runtime's monotonic clock;
+    /// the kernel takes `deadline` as reached ([`Kernel::handle_timeout`]).
     Timeout {
-        /// The deadline waited for.
-        deadline: i64,
+        /// The deadline the timer was armed for.
+        deadline: Time,
     },
     /// Cancel the running turn (IB-13).
     Cancel {
@@ -359,7 +359,7 @@ pub fn feed<D: Dispatch + ?Sized>(
             kernel.answer(now, id, reply)
         }
         Input::Timeout { deadline } => {
-            kernel.handle_timeout(now.max(deadline));
+            kernel.handle_timeout(now, deadline);
             Ok(())
         }
         Input::Cancel { cause, keep_inbox } => {

@@ -57,11 +57,12 @@
 //! use dsh_core::jsonl::{encode_batch, encode_header_line, load_log};
 //! use dsh_core::session::TurnEndReason;
 //! use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
-//! use dsh_runtime::{create_session, resume_session, AgentConfig, Effect, IdMode, Kernel};
+//! use dsh_runtime::{create_session, resume_session, AgentConfig, Effect, IdMode, Kernel, Time};
 //!
-//! /// One turn: drain, carry out, feed what came back, until idle.
-//! fn turn(kernel: &mut Kernel, file: &mut Vec<u8>, prompt: Message) {
-//!     kernel.send(1_000, prompt, InboxTarget::NextTurn, true).unwrap();
+//! /// One turn: drain, carry out, feed what came back, until idle. `now` is
+//! /// the wall clock (a real loop reads it for every input).
+//! fn turn(kernel: &mut Kernel, file: &mut Vec<u8>, now: Time, prompt: Message) {
+//!     kernel.send(now, prompt, InboxTarget::NextTurn, true).unwrap();
 //!     loop {
 //!         let mut effects = Vec::new();
 //!         while let Some(effect) = kernel.poll() {
@@ -81,14 +82,14 @@
 //!                         StreamChunk::finish(FinishReason::Stop),
 //!                     ];
 //!                     for chunk in stream {
-//!                         kernel.model_chunk(1_000, call.attempt, chunk).unwrap();
+//!                         kernel.model_chunk(now, call.attempt, chunk).unwrap();
 //!                     }
-//!                     kernel.model_end(1_000, call.attempt).unwrap();
+//!                     kernel.model_end(now, call.attempt).unwrap();
 //!                 }
 //!                 Effect::Persist { range, .. } => {
 //!                     let events = &kernel.session().events()[range.start as usize..range.end as usize];
 //!                     encode_batch(events, false, file);
-//!                     kernel.persisted(1_000, Ok(())).unwrap();
+//!                     kernel.persisted(now, Ok(())).unwrap();
 //!                 }
 //!                 _ => {}
 //!             }
@@ -98,20 +99,22 @@
 //!
 //! let mut config = AgentConfig::new(LlmCallConfig::new("mock", "mock"));
 //! config.ids = IdMode::Sequential;
-//! let session = create_session("s1".into(), 1_000, None).unwrap();
+//! let t1 = Time::from_millis(1_700_000_000_000);
+//! let session = create_session("s1".into(), t1, None).unwrap();
 //! let mut file = Vec::new(); // the store: a JSONL file
 //! encode_header_line(session.header(), &mut file);
 //! let mut kernel = Kernel::new(config.clone(), session, 0, Vec::new()).unwrap();
-//! turn(&mut kernel, &mut file, Message::user("m1", vec![ContentBlock::text("hi")]));
+//! turn(&mut kernel, &mut file, t1, Message::user("m1", vec![ContentBlock::text("hi")]));
 //! assert_eq!(kernel.summary().reason, Some(TurnEndReason::Completed));
 //!
 //! // Later: reload the file and resume in a new kernel.
 //! let log = load_log(&file, &[]).unwrap();
 //! let stored = log.session.len();
 //! let header = log.session.header().clone();
-//! let session = resume_session(header, log.session.events().to_vec(), 2_000).unwrap();
+//! let t2 = t1 + 60_000;
+//! let session = resume_session(header, log.session.events().to_vec(), t2).unwrap();
 //! let mut kernel = Kernel::new(config, session, stored, Vec::new()).unwrap();
-//! turn(&mut kernel, &mut file, Message::user("m2", vec![ContentBlock::text("again")]));
+//! turn(&mut kernel, &mut file, t2, Message::user("m2", vec![ContentBlock::text("again")]));
 //! assert_eq!(kernel.summary().turn, 2);
 //! assert_eq!(load_log(&file, &[]).unwrap().session.len(), kernel.session().len());
 //! ```
@@ -149,9 +152,12 @@ pub use plugin::{
 };
 pub use session::{create_session, fork_session, resume_session};
 pub use types::{
-    AgentConfig, AgentEvent, ApprovalRequestId, CHUNK_OVERHEAD_BYTES, DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_MAX_STEPS_PER_TURN, DEFAULT_TOOL_GRACE_MS, DEFAULT_WRITE_BATCH_MAX_DELAY_MS, Effect,
-    KernelError, TurnSummary,
+    AgentConfig, AgentEvent, ApprovalRequestId, AskId, CHUNK_OVERHEAD_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_STEPS_PER_TURN, DEFAULT_TOOL_GRACE_MS,
+    DEFAULT_WRITE_BATCH_MAX_DELAY_MS, Effect, KernelError, TurnSummary,
 };
 
-pub use dsh_core::agent::{AgentStatus, CancelCause, Checkpoint, InboxTarget};
+pub use dsh_core::Time;
+pub use dsh_core::agent::{
+    AgentStatus, AttemptId, CancelCause, Checkpoint, InboxTarget, ToolToken,
+};

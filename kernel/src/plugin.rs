@@ -31,7 +31,7 @@ use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::agent::{CancelCause, Checkpoint, HookCall, HookError, InboxTarget, ToolExecution};
 use dsh_core::session::{EventData, Session, SessionEvent, SurfaceIntent};
-use dsh_core::{GenerateOptions, StreamChunk, TokenUsage};
+use dsh_core::{GenerateOptions, StreamChunk, Time, TokenUsage};
 use serde_json::Value;
 
 /// What a seam handler decided.
@@ -209,7 +209,7 @@ pub(crate) enum Action {
 /// What a plugin can reach: the time, the session (read), appends at this
 /// point of the log, queued agent calls, and the reply to its ask.
 pub struct Cx<'a> {
-    pub(crate) now: i64,
+    pub(crate) now: Time,
     pub(crate) session: &'a Session,
     pub(crate) reply: Option<Reply>,
     pub(crate) appends: &'a mut Vec<(EventData, Option<SurfaceIntent>)>,
@@ -217,8 +217,8 @@ pub struct Cx<'a> {
 }
 
 impl Cx<'_> {
-    /// The input's `now` (epoch ms).
-    pub fn now(&self) -> i64 {
+    /// The kernel's clock at this input (see [`Time`]).
+    pub fn now(&self) -> Time {
         self.now
     }
 

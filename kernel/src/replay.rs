@@ -31,6 +31,7 @@ use alloc::vec::Vec;
 
 use dsh_core::ContentBlock;
 use dsh_core::StreamChunk;
+use dsh_core::Time;
 use dsh_core::agent::replay::{
     Difference, ReplayReport, is_core_event, recorded_outcome, seed_length,
 };
@@ -186,9 +187,11 @@ fn instance(
     let part = &events[start..end];
     report.total += part.iter().filter(|e| is_core_event(e)).count();
     let time_at = |seq: usize| {
-        events
-            .get(seq.min(end.saturating_sub(1)))
-            .map_or(0, SessionEvent::time)
+        Time::from_millis(
+            events
+                .get(seq.min(end.saturating_sub(1)))
+                .map_or(0, SessionEvent::time),
+        )
     };
     let session = if start == 0 {
         Ok(Session::new(header.clone()))

@@ -4,8 +4,8 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use dsh_core::SessionId;
 use dsh_core::session::{Session, SessionEvent, SessionHeader};
+use dsh_core::{SessionId, Time};
 
 use crate::types::KernelError;
 
@@ -13,10 +13,10 @@ use crate::types::KernelError;
 /// header.
 pub fn create_session(
     id: SessionId,
-    now: i64,
+    now: Time,
     cwd: Option<String>,
 ) -> Result<Session, KernelError> {
-    let mut header = SessionHeader::new(id, u64::try_from(now).unwrap_or(0));
+    let mut header = SessionHeader::new(id, u64::try_from(now.as_millis()).unwrap_or(0));
     header.cwd = cwd;
     header.validate().map_err(KernelError::Header)?;
     Ok(Session::new(header))
@@ -28,10 +28,12 @@ pub fn create_session(
 pub fn resume_session(
     header: SessionHeader,
     events: Vec<SessionEvent>,
-    now: i64,
+    now: Time,
 ) -> Result<Session, KernelError> {
     let mut session = Session::restore(header, events).map_err(KernelError::Seed)?;
-    session.mark_end_seed(now).map_err(KernelError::Append)?;
+    session
+        .mark_end_seed(now.as_millis())
+        .map_err(KernelError::Append)?;
     Ok(session)
 }
 
@@ -42,8 +44,10 @@ pub fn fork_session(
     parent_events: Vec<SessionEvent>,
     at_seq: Option<u64>,
     new_id: SessionId,
-    now: i64,
+    now: Time,
 ) -> Result<Session, KernelError> {
     let parent = Session::restore(parent_header, parent_events).map_err(KernelError::Seed)?;
-    parent.fork(at_seq, new_id, now).map_err(KernelError::Fork)
+    parent
+        .fork(at_seq, new_id, now.as_millis())
+        .map_err(KernelError::Fork)
 }

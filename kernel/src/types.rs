@@ -10,8 +10,8 @@ use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::{ToolRegistry, ToolRegistryError};
 use dsh_core::agent::{
-    AgentOptions, AgentStatus, Checkpoint, InputError, ModelCall, RequestFill, ResumeError,
-    ToolExecution,
+    AgentOptions, AgentStatus, AttemptId, Checkpoint, InputError, ModelCall, RequestFill,
+    ResumeError, ToolExecution, ToolToken,
 };
 use dsh_core::session::{
     AppendError, ForkError, HeaderError, SeedError, SessionEvent, TurnEndReason,
@@ -166,9 +166,33 @@ impl AgentConfig {
     }
 }
 
-/// Identifies one pending ask (an approval request or a plugin ask).
+/// Identifies one pending ask (an approval request, a plugin ask, a side
+/// model call): pass it back with [`Kernel::answer`](crate::Kernel::answer).
+/// Display shows the bare number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ApprovalRequestId(pub u64);
+pub struct AskId(u64);
+
+impl AskId {
+    /// The ask numbered `n` (tests and harnesses; the kernel issues the
+    /// real ones).
+    pub const fn new(n: u64) -> Self {
+        Self(n)
+    }
+
+    /// Its number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl core::fmt::Display for AskId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// The former name of [`AskId`] (an approval request is one kind of ask).
+pub type ApprovalRequestId = AskId;
 
 /// A live event of an agent: what subscribers of every runtime see.
 #[derive(Clone, Debug)]
@@ -182,7 +206,7 @@ pub enum AgentEvent {
     /// A tool call waits for an approval decision.
     ApprovalRequested {
         /// Pass back with the decision.
-        id: ApprovalRequestId,
+        id: AskId,
         /// The call's id (`tool/call.callId`).
         call_id: String,
         /// The tool name.
@@ -195,7 +219,7 @@ pub enum AgentEvent {
     /// A plugin asks the front end something.
     Asked {
         /// Pass back with the reply.
-        id: ApprovalRequestId,
+        id: AskId,
         /// The plugin.
         plugin: String,
         /// What it asks.
@@ -247,7 +271,7 @@ pub enum Effect {
     /// stale.
     CancelModel {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
     },
     /// Run a tool body; answer with [`tool_done`](crate::Kernel::tool_done).
     /// Several may be in flight at once (by token).
@@ -262,7 +286,7 @@ pub enum Effect {
     /// Tell the body of this call to stop (its cancel signal).
     CancelTool {
         /// The call's token.
-        token: u64,
+        token: ToolToken,
     },
     /// Carry out a plugin's side model call ([`Ask::Model`](crate::Ask::Model))
     /// with the agent's provider; fold the stream with
@@ -270,7 +294,7 @@ pub enum Effect {
     /// [`Kernel::answer`](crate::Kernel::answer)`(id, Reply::Model(..))`.
     SideModel {
         /// The ask id to answer.
-        id: u64,
+        id: AskId,
         /// The asking plugin.
         plugin: String,
         /// The request.
@@ -281,7 +305,7 @@ pub enum Effect {
     /// refused as stale.
     CancelSide {
         /// The ask id of the side call.
-        id: u64,
+        id: AskId,
     },
     /// Write `session.events()[range]` durably as one batch, then report
     /// with [`persisted`](crate::Kernel::persisted). No other effect is
@@ -314,18 +338,18 @@ pub enum KernelError {
     /// A chunk or stream end for an attempt that is not in flight.
     StaleAttempt {
         /// The attempt named.
-        attempt: u64,
+        attempt: AttemptId,
     },
     /// A tool result for a call that is not in flight (answered already,
     /// or unknown).
     StaleTool {
         /// The token named.
-        token: u64,
+        token: ToolToken,
     },
     /// An answer for an ask that is not pending.
     StaleAsk {
         /// The id named.
-        id: u64,
+        id: AskId,
     },
     /// A reply of the wrong kind for the pending ask.
     WrongReply,

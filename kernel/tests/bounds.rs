@@ -3,16 +3,18 @@
 //! accepted is in the log in order, and the turn ends either completed
 //! (the stream fit) or in error `RESPONSE_TOO_LARGE`.
 
+use dsh_core::Time;
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
+use dsh_runtime::AttemptId;
 use dsh_runtime::{
     AgentConfig, CHUNK_OVERHEAD_BYTES, Effect, IdMode, InboxTarget, Kernel, create_session,
 };
 use proptest::prelude::*;
 
-const NOW: i64 = 1_000_000;
+const NOW: Time = Time::from_millis(1_000_000);
 
 /// Drains, answering every persist; the attempt of a started model call.
-fn drain(k: &mut Kernel) -> Option<u64> {
+fn drain(k: &mut Kernel) -> Option<AttemptId> {
     let mut started = None;
     while let Some(e) = k.poll() {
         match e {

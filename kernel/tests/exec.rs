@@ -1,6 +1,8 @@
 //! The shared effect executor (`dsh_runtime::exec`): what every runtime
 //! gets from `carry` and `feed` with only its I/O written by itself.
 
+use dsh_core::Time;
+use dsh_runtime::{AskId, AttemptId, ToolToken};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -12,7 +14,7 @@ use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
 use dsh_runtime::{AgentConfig, AgentEvent, IdMode, InboxTarget, Kernel, create_session};
 use serde_json::{Value, json};
 
-const NOW: i64 = 1_000_000;
+const NOW: Time = Time::from_millis(1_000_000);
 
 fn kernel() -> Kernel {
     let mut tools = ToolRegistry::new();
@@ -46,7 +48,7 @@ struct Rec {
 }
 
 impl Dispatch for Rec {
-    fn now(&mut self) -> i64 {
+    fn now(&mut self) -> Time {
         NOW
     }
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
@@ -63,7 +65,7 @@ impl Dispatch for Rec {
         self.tools.push(exec);
         Ok(())
     }
-    fn start_side(&mut self, _id: u64, _request: GenerateOptions) -> Result<(), String> {
+    fn start_side(&mut self, _id: AskId, _request: GenerateOptions) -> Result<(), String> {
         Err("no side calls here".into())
     }
     fn stop(&mut self, job: Job) {
@@ -97,7 +99,7 @@ fn hi(k: &mut Kernel) {
     k.send(NOW, m, InboxTarget::NextTurn, true).unwrap();
 }
 
-fn feed_stream(k: &mut Kernel, d: &mut Rec, attempt: u64, chunks: Vec<StreamChunk>) {
+fn feed_stream(k: &mut Kernel, d: &mut Rec, attempt: AttemptId, chunks: Vec<StreamChunk>) {
     for chunk in chunks {
         exec::feed(k, d, Input::Chunk { attempt, chunk }).unwrap();
     }
@@ -284,19 +286,19 @@ fn jobs_keep_a_tool_until_it_is_done() {
     let mut jobs = Jobs::new();
     let (a, b) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
     let (a2, b2) = (a.clone(), b.clone());
-    jobs.insert(Job::Model(1), move || {
+    jobs.insert(Job::Model(AttemptId::new(1)), move || {
         a2.fetch_add(1, Ordering::SeqCst);
     });
-    jobs.insert(Job::Tool(1), move || {
+    jobs.insert(Job::Tool(ToolToken::new(1)), move || {
         b2.fetch_add(1, Ordering::SeqCst);
     });
-    jobs.stop(Job::Model(1));
-    jobs.stop(Job::Model(1));
+    jobs.stop(Job::Model(AttemptId::new(1)));
+    jobs.stop(Job::Model(AttemptId::new(1)));
     assert_eq!(a.load(Ordering::SeqCst), 1, "a stopped stream is forgotten");
-    jobs.stop(Job::Tool(1));
+    jobs.stop(Job::Tool(ToolToken::new(1)));
     assert_eq!(jobs.len(), 1, "the body stays until its result comes");
     jobs.stop_all();
     assert_eq!(b.load(Ordering::SeqCst), 2);
-    jobs.done(Job::Tool(1));
+    jobs.done(Job::Tool(ToolToken::new(1)));
     assert!(jobs.is_empty());
 }

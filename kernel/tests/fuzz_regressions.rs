@@ -1,6 +1,7 @@
 //! Cases the kernel fuzz target (`fuzz/fuzz_targets/kernel.rs`) found,
 //! kept as plain tests. Their inputs are in `fuzz/corpus/kernel/` too.
 
+use dsh_core::Time;
 use dsh_core::{ContentBlock, LlmCallConfig, Message};
 use dsh_runtime::{AgentConfig, Effect, IdMode, InboxTarget, Kernel, create_session};
 
@@ -12,10 +13,11 @@ use dsh_runtime::{AgentConfig, Effect, IdMode, InboxTarget, Kernel, create_sessi
 fn a_disposal_whose_write_fails_finishes_with_a_store_error() {
     let mut config = AgentConfig::new(LlmCallConfig::new("mock", "mock"));
     config.ids = IdMode::Sequential;
-    let session = create_session("f1".into(), 1_000, None).unwrap();
+    let session = create_session("f1".into(), Time::from_millis(1_000), None).unwrap();
     let mut k = Kernel::new(config, session, 0, Vec::new()).unwrap();
     let hi = Message::user("u1", vec![ContentBlock::text("hi")]);
-    k.send(1_000, hi, InboxTarget::NextStep, true).unwrap();
+    k.send(Time::from_millis(1_000), hi, InboxTarget::NextStep, true)
+        .unwrap();
     let mut persist = None;
     while let Some(e) = k.poll() {
         if let Effect::Persist { range, .. } = e {
@@ -26,8 +28,9 @@ fn a_disposal_whose_write_fails_finishes_with_a_store_error() {
         persist.is_some(),
         "the turn's first checkpoint asks for a write"
     );
-    k.dispose(1_001);
-    k.persisted(1_002, Err("disk full".into())).unwrap();
+    k.dispose(Time::from_millis(1_001));
+    k.persisted(Time::from_millis(1_002), Err("disk full".into()))
+        .unwrap();
     let mut finished = false;
     let mut writes = 0;
     for _ in 0..16 {
@@ -36,7 +39,8 @@ fn a_disposal_whose_write_fails_finishes_with_a_store_error() {
             Effect::Finished => finished = true,
             Effect::Persist { .. } => {
                 writes += 1;
-                k.persisted(1_003, Err("disk full".into())).unwrap();
+                k.persisted(Time::from_millis(1_003), Err("disk full".into()))
+                    .unwrap();
             }
             _ => {}
         }

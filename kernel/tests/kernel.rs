@@ -2,15 +2,17 @@
 //! tool deadlines and grace (TL-14), stale inputs, spurious wake-ups and
 //! the plugin chain's composition, ids that continue after resume and fork.
 
+use dsh_core::Time;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
 use dsh_runtime::{
     AgentConfig, AgentEvent, CancelCause, Cx, Effect, Flow, IdMode, InboxTarget, Kernel,
     KernelError, Plugin, Seams, create_session,
 };
+use dsh_runtime::{AttemptId, ToolToken};
 use serde_json::json;
 
-const NOW: i64 = 1_000_000;
+const NOW: Time = Time::from_millis(1_000_000);
 
 fn kernel(plugins: Vec<Box<dyn Plugin>>) -> Kernel {
     let mut tools = ToolRegistry::new();
@@ -49,7 +51,7 @@ fn tool_call() -> Vec<StreamChunk> {
 }
 
 /// Drains, answering persists; returns the other effects.
-fn drain(k: &mut Kernel, now: i64) -> Vec<Effect> {
+fn drain(k: &mut Kernel, now: Time) -> Vec<Effect> {
     let mut out = Vec::new();
     while let Some(e) = k.poll() {
         match e {
@@ -60,14 +62,14 @@ fn drain(k: &mut Kernel, now: i64) -> Vec<Effect> {
     out
 }
 
-fn started_model(effects: &[Effect]) -> Option<u64> {
+fn started_model(effects: &[Effect]) -> Option<AttemptId> {
     effects.iter().find_map(|e| match e {
         Effect::StartModel(c) => Some(c.attempt),
         _ => None,
     })
 }
 
-fn started_tool(effects: &[Effect]) -> Option<(u64, Option<u64>)> {
+fn started_tool(effects: &[Effect]) -> Option<(ToolToken, Option<u64>)> {
     effects.iter().find_map(|e| match e {
         Effect::StartTool { exec, timeout_ms } => Some((exec.token, *timeout_ms)),
         _ => None,
@@ -75,7 +77,7 @@ fn started_tool(effects: &[Effect]) -> Option<(u64, Option<u64>)> {
 }
 
 /// Runs to the tool body of `slow`; returns its token.
-fn to_tool(k: &mut Kernel) -> u64 {
+fn to_tool(k: &mut Kernel) -> ToolToken {
     let fx = drain(k, NOW);
     let attempt = started_model(&fx).expect("a model call");
     for c in tool_call() {
@@ -144,9 +146,9 @@ fn a_tool_deadline_stops_the_body_and_replaces_its_result() {
     let token = to_tool(&mut k);
     assert_eq!(k.poll_timeout(), Some(NOW + 50));
     // A spurious wake-up before the deadline changes nothing.
-    k.handle_timeout(NOW + 49);
+    k.handle_timeout(NOW + 49, NOW + 49);
     assert!(k.poll().is_none());
-    k.handle_timeout(NOW + 50);
+    k.handle_timeout(NOW + 50, NOW + 50);
     let fx = drain(&mut k, NOW + 50);
     assert!(
         fx.iter()
@@ -171,14 +173,45 @@ fn a_tool_deadline_stops_the_body_and_replaces_its_result() {
     assert!(result.contains("TOOL_TIMEOUT"), "{result}");
 }
 
+/// Issue 26: a timer input carries the deadline it was armed for, and the
+/// kernel takes it as reached whatever the wall clock reads. A wall clock
+/// that went back an hour neither keeps the tool deadline from firing nor
+/// moves the grace deadline, and logged times never decrease.
+#[test]
+fn a_deadline_is_reached_when_the_wall_clock_went_back() {
+    let mut k = kernel(Vec::new());
+    let token = to_tool(&mut k);
+    let deadline = k.poll_timeout().unwrap();
+    assert_eq!(deadline, NOW + 50);
+    let wall = Time::from_millis(NOW.as_millis() - 3_600_000);
+    k.handle_timeout(wall, deadline);
+    let fx = drain(&mut k, wall);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::CancelTool { token: t } if *t == token)),
+        "the tool deadline fired"
+    );
+    assert_eq!(k.now(), deadline, "the kernel's clock rose to the deadline");
+    assert_eq!(
+        k.poll_timeout(),
+        Some(deadline + 1_000),
+        "grace from the kernel's clock"
+    );
+    k.handle_timeout(wall, deadline + 1_000);
+    drain(&mut k, wall);
+    let times: Vec<i64> = k.session().events().iter().map(|e| e.time()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert_eq!(times.last(), Some(&(deadline + 1_000).as_millis()));
+}
+
 #[test]
 fn a_body_that_overstays_the_grace_is_answered_and_its_late_result_is_stale() {
     let mut k = kernel(Vec::new());
     let token = to_tool(&mut k);
-    k.handle_timeout(NOW + 50);
+    k.handle_timeout(NOW + 50, NOW + 50);
     drain(&mut k, NOW + 50);
     assert_eq!(k.poll_timeout(), Some(NOW + 1_050), "the grace deadline");
-    k.handle_timeout(NOW + 1_050);
+    k.handle_timeout(NOW + 1_050, NOW + 1_050);
     drain(&mut k, NOW + 1_050);
     let late = k.tool_done(NOW + 2_000, token, ToolOutcome::error("late"), Vec::new());
     let err = late.unwrap_err();
@@ -198,7 +231,7 @@ fn an_abort_waits_for_the_body_then_answers_aborted_after_the_grace() {
     );
     // Still waiting for the body (LC-25): no turn end yet.
     assert!(!k.is_idle());
-    k.handle_timeout(NOW + 1_001);
+    k.handle_timeout(NOW + 1_001, NOW + 1_001);
     drain(&mut k, NOW + 1_001);
     assert!(k.is_idle());
     let result = k
@@ -298,7 +331,7 @@ fn a_streaming_response_is_written_within_the_write_behind_window() {
     )
     .unwrap();
     let mut writes = Vec::new();
-    let poll = |k: &mut Kernel, now: i64, writes: &mut Vec<(u64, u64, i64)>| {
+    let poll = |k: &mut Kernel, now: Time, writes: &mut Vec<(u64, u64, Time)>| {
         while let Some(e) = k.poll() {
             if let Effect::Persist { range, checkpoint } = e {
                 assert_eq!(checkpoint, None, "a write-behind, not a checkpoint");
@@ -332,7 +365,7 @@ fn a_streaming_response_is_written_within_the_write_behind_window() {
     // The next window opened at +250 (the first unwritten chunk after the
     // write): a timer wake-up at its end writes the rest.
     assert_eq!(k.poll_timeout(), Some(NOW + 450));
-    k.handle_timeout(NOW + 450);
+    k.handle_timeout(NOW + 450, NOW + 450);
     poll(&mut k, NOW + 450, &mut writes);
     assert_eq!(writes.len(), 2, "{writes:?}");
     assert_eq!(writes[1].1, k.session().len());
@@ -444,7 +477,7 @@ fn a_failed_write_while_a_response_streams_ends_the_turn_with_flush_failed() {
         k.poll().is_none(),
         "nothing is due before the window closes"
     );
-    k.handle_timeout(NOW + 200);
+    k.handle_timeout(NOW + 200, NOW + 200);
     let mut effects = Vec::new();
     let mut failed = false;
     while let Some(e) = k.poll() {
@@ -721,7 +754,7 @@ use dsh_core::session::{EventData, Session};
 use dsh_runtime::{Ids, fork_session, resume_session};
 use std::collections::BTreeSet;
 
-const T0: i64 = 1_700_000_000_000;
+const T0: Time = Time::from_millis(1_700_000_000_000);
 
 /// The config of the id tests: tool `t`, ids of `mode` from seed 0 (the
 /// seed an embedder gets unless it sets one).
@@ -743,7 +776,7 @@ fn start(mode: IdMode, session: Session) -> (Kernel, Ids) {
 
 /// One turn: a retried request (a retry chain id), a tool call (a tool
 /// result id), then the answer (an assistant id per step).
-fn turn(k: &mut Kernel, users: &mut Ids, now: &mut i64) {
+fn turn(k: &mut Kernel, users: &mut Ids, now: &mut Time) {
     let user = Message::user(users.user_message_id(), vec![ContentBlock::text("go")]);
     k.send(*now, user, InboxTarget::NextTurn, true).unwrap();
     let mut calls = 0;
@@ -784,8 +817,8 @@ fn turn(k: &mut Kernel, users: &mut Ids, now: &mut i64) {
             let out = ToolOutcome::success(vec![ContentBlock::text("ok")]);
             k.tool_done(*now, token, out, Vec::new()).unwrap();
         } else if let Some(deadline) = k.poll_timeout() {
-            *now = (*now).max(deadline);
-            k.handle_timeout(*now);
+            k.handle_timeout(*now, deadline);
+            *now = k.now();
         } else {
             break;
         }
@@ -826,7 +859,7 @@ fn assert_ids_unique(session: &Session, turns: usize, what: &str) {
     );
 }
 
-fn resume(k: &Kernel, now: i64) -> Session {
+fn resume(k: &Kernel, now: Time) -> Session {
     let s = k.session();
     resume_session(s.header().clone(), s.events().to_vec(), now).unwrap()
 }
@@ -1008,7 +1041,7 @@ impl Plugin for SteerOnce {
     }
 }
 
-fn answer_text(k: &mut Kernel, attempt: u64, text: &str) {
+fn answer_text(k: &mut Kernel, attempt: AttemptId, text: &str) {
     for c in [
         StreamChunk::block_start(0, "text"),
         StreamChunk::text_delta(0, text),

@@ -3,6 +3,7 @@
 //! runtime would store it, then replay the log with the same
 //! configuration and tool through `dsh_runtime::replay`.
 
+use dsh_core::Time;
 use std::collections::VecDeque;
 
 use dsh_core::agent::ToolExecution;
@@ -17,7 +18,7 @@ use dsh_runtime::{
 };
 use serde_json::json;
 
-const NOW: i64 = 1_700_000_000_000;
+const NOW: Time = Time::from_millis(1_700_000_000_000);
 
 /// The agent under test: one custom tool, `shout`.
 fn config() -> AgentConfig {

@@ -3,6 +3,7 @@
 //! `tool/result` (TL-23, TL-24), `deny` gives the TL-10 denial (no `error`
 //! field), `ask` is answered through the kernel's approval ask.
 
+use dsh_core::Time;
 use std::fs;
 use std::sync::{Arc, Mutex};
 
@@ -28,10 +29,10 @@ fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
     let mut config = KernelConfig::new(LlmCallConfig::new("mock", "mock"));
     config.tools = set.registry().unwrap();
     config.ids = IdMode::Sequential;
-    let session = dsh_runtime::create_session("a1".into(), 0, None).unwrap();
+    let session = dsh_runtime::create_session("a1".into(), Time::from_millis(0), None).unwrap();
     let plugins: Vec<Box<dyn Plugin>> = vec![Box::new(ApprovalPlugin::new(policy.clone()))];
     let mut agent = Kernel::new(config, session, 0, plugins).unwrap();
-    let now = 1_000;
+    let now = Time::from_millis(1_000);
     agent
         .send(
             now,
@@ -104,7 +105,7 @@ fn a_turn_with_todo_write_a_denied_bash_and_an_approved_write() {
             Effect::Publish(AgentEvent::ApprovalRequested { id, tool, .. }) => {
                 asked.push(tool);
                 agent
-                    .answer(now, id.0, Reply::Approval(ApprovalDecision::AllowAlways))
+                    .answer(now, id, Reply::Approval(ApprovalDecision::AllowAlways))
                     .unwrap();
             }
             _ => {}

@@ -22,6 +22,7 @@ use crate::ids::{CallId, MessageId, RetryId};
 use crate::message::Message;
 use crate::options::{AdapterDefaults, LlmCallConfig};
 
+use super::handle::ToolToken;
 use super::retry::RetryPolicy;
 use super::tools::{ErrorInfo, ToolOutcome};
 
@@ -256,7 +257,7 @@ impl PostToolDecision {
 pub struct ToolExecution {
     /// Correlates [`Output::ExecuteTool`](super::Output::ExecuteTool) with
     /// [`Agent::handle_tool_result`](super::Agent::handle_tool_result).
-    pub token: u64,
+    pub token: ToolToken,
     /// The turn.
     pub turn: u64,
     /// The step.

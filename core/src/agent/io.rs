@@ -10,6 +10,7 @@ use crate::message::Message;
 use crate::options::GenerateOptions;
 use crate::session::AppendError;
 
+use super::handle::{AttemptId, ToolToken};
 use super::hooks::{CancelCause, HookError, ToolExecution};
 use super::inbox::InboxError;
 pub use super::seams::{HookAnswer, HookCall};
@@ -75,7 +76,7 @@ pub enum Notification {
 pub struct ModelCall {
     /// Identifies the attempt: pass it with every chunk and the stream end,
     /// so chunks of an earlier (cancelled or failed) attempt are refused.
-    pub attempt: u64,
+    pub attempt: AttemptId,
     /// The turn.
     pub turn: u64,
     /// The step.
@@ -108,7 +109,7 @@ pub enum Output {
     /// Stop the stream of this attempt; its later chunks are refused.
     CancelModelCall {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
     },
     /// Run a tool body; answer with
     /// [`Agent::handle_tool_result`](super::Agent::handle_tool_result).
@@ -140,19 +141,19 @@ pub enum InputError {
     /// (for example one that was cancelled).
     StaleAttempt {
         /// The attempt named.
-        attempt: u64,
+        attempt: AttemptId,
     },
     /// A tool result names a token this agent never issued.
     UnknownToolCall {
         /// The token named.
-        token: u64,
+        token: ToolToken,
     },
     /// A tool result (or runner failure) names a call that no longer runs:
     /// its result was already taken, or the turn ended (an abort, a turn
     /// error) before it arrived. Benign: the late result is dropped.
     StaleToolCall {
         /// The token named.
-        token: u64,
+        token: ToolToken,
     },
     /// A hook answer names an id this agent never issued.
     UnknownHook {

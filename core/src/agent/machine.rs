@@ -1,5 +1,6 @@
 //! The turn/step state machine (loop.md §2) and the Agent surface (§3).
 
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
@@ -14,6 +15,7 @@ use crate::message::{Message, Role};
 use crate::options::{LlmCallConfig, ToolSchema};
 use crate::session::{EventData, Session, SessionEvent, SurfaceIntent};
 
+use super::handle::{AttemptId, ToolToken};
 use super::hooks::{CancelCause, FixedJitter, Hook, IdSource, JitterSource, SequentialIds};
 use super::inbox::{Inbox, InboxTarget};
 use super::io::{AgentStatus, HookAnswer, HookCall, InputError, Output};
@@ -239,7 +241,7 @@ struct Run {
 }
 
 struct Stream {
-    attempt: u64,
+    attempt: AttemptId,
     assembler: BlockAssembler,
     chunk_seqs: Vec<u64>,
     provider: String,
@@ -274,14 +276,14 @@ enum Stage {
     },
     Streaming(Box<Stream>),
     RetryWait {
-        deadline: i64,
+        deadline: Time,
         record: Box<RetryRecord>,
     },
     Tools(Box<ToolPhase>),
 }
 
 /// What the machine does with a seam's answer (the rest of its step).
-type Resume = Box<dyn FnOnce(&mut Agent, i64, HookAnswer) + Send>;
+type Resume = Box<dyn FnOnce(&mut Agent, Time, HookAnswer) + Send>;
 
 /// The agent loop (loop.md) as a sans-IO state machine. See the [module
 /// docs](super) for a driving loop.
@@ -390,7 +392,7 @@ pub fn is_loop_owned(event_type: &str) -> bool {
 /// Appends a foreign (plugin, tool-owned or surface-replacement) event.
 pub(crate) fn append_foreign(
     session: &mut Session,
-    now: i64,
+    now: Time,
     data: EventData,
     intent: Option<SurfaceIntent>,
 ) -> Result<u64, InputError> {
@@ -402,7 +404,7 @@ pub(crate) fn append_foreign(
 /// flag it was recorded with.
 pub(crate) fn append_foreign_marked(
     session: &mut Session,
-    now: i64,
+    now: Time,
     data: EventData,
     intent: Option<SurfaceIntent>,
     ignorable: bool,
@@ -421,7 +423,7 @@ pub(crate) fn append_foreign_marked(
     {
         return Err(InputError::LoopOwnedType(ty.to_string()));
     }
-    let mut event = SessionEvent::new(session.len(), now, data);
+    let mut event = SessionEvent::new(session.len(), now.as_millis(), data);
     if let Some(intent) = intent {
         event = event.with_surface(intent.op, intent.sources);
     }
@@ -434,12 +436,16 @@ pub(crate) fn append_foreign_marked(
         .map_err(InputError::Append)
 }
 
-fn ceil_ms(delay: f64) -> i64 {
+fn ceil_ms(delay: f64) -> u64 {
     if !delay.is_finite() || delay <= 0.0 {
         return 0;
     }
-    let d = delay as i64;
-    if (d as f64) < delay { d + 1 } else { d }
+    let d = delay as u64;
+    if (d as f64) < delay {
+        d.saturating_add(1)
+    } else {
+        d
+    }
 }
 
 fn message_text(m: &Message) -> String {
@@ -608,7 +614,7 @@ impl Agent {
     /// `now` reaches it. Read it again after every drain. Only the retry
     /// wait arms a timer; tool timeouts belong to the shell (TL-14).
     #[must_use = "arm a timer for this deadline"]
-    pub fn poll_timeout(&self) -> Option<i64> {
+    pub fn poll_timeout(&self) -> Option<Time> {
         match &self.phase {
             Phase::Running(r) => match &r.stage {
                 Stage::RetryWait { deadline, .. } => Some(*deadline),
@@ -653,11 +659,11 @@ impl Agent {
 
     fn append(
         &mut self,
-        now: i64,
+        now: Time,
         data: impl Into<EventData>,
         intent: Option<SurfaceIntent>,
     ) -> Option<u64> {
-        match self.session.append(data, intent, now) {
+        match self.session.append(data, intent, now.as_millis()) {
             Ok(e) => Some(e.seq()),
             Err(e) => {
                 self.faults.push(format!("append refused: {e}"));
@@ -724,15 +730,15 @@ impl Agent {
             .map_err(|e| InputError::InvalidMessage(format!("{e}")))
     }
 
-    fn open_stream(&self, attempt: u64) -> Result<(u64, u64), InputError> {
+    fn open_stream(&self, attempt: AttemptId) -> Result<(u64, u64), InputError> {
         match &self.phase {
             Phase::Running(r) => match &r.stage {
                 Stage::Streaming(s) if s.attempt == attempt => Ok((r.turn, r.step)),
                 Stage::Streaming(_) => Err(InputError::StaleAttempt { attempt }),
-                _ if attempt <= self.counter => Err(InputError::StaleAttempt { attempt }),
+                _ if attempt.get() <= self.counter => Err(InputError::StaleAttempt { attempt }),
                 _ => Err(InputError::NoOpenStream),
             },
-            _ if attempt <= self.counter && attempt > 0 => {
+            _ if attempt.get() <= self.counter && attempt.get() > 0 => {
                 Err(InputError::StaleAttempt { attempt })
             }
             _ => Err(InputError::NoOpenStream),
@@ -753,10 +759,10 @@ impl Agent {
     }
 
     /// The index of the running call whose body has `token`.
-    fn running_body(&self, token: u64) -> Result<usize, InputError> {
+    fn running_body(&self, token: ToolToken) -> Result<usize, InputError> {
         match self.tools_ref().and_then(|t| t.body(token)) {
             Some(i) => Ok(i),
-            None if self.issued(token) => Err(InputError::StaleToolCall { token }),
+            None if self.issued(token.get()) => Err(InputError::StaleToolCall { token }),
             None => Err(InputError::UnknownToolCall { token }),
         }
     }
@@ -787,9 +793,9 @@ impl Agent {
     /// once with its default value. Either way `resume` gets the answer.
     fn raise(
         &mut self,
-        now: i64,
+        now: Time,
         call: HookCall,
-        resume: impl FnOnce(&mut Agent, i64, HookAnswer) + Send + 'static,
+        resume: impl FnOnce(&mut Agent, Time, HookAnswer) + Send + 'static,
     ) {
         // Every raised seam takes an id, claimed or not, so attempt and
         // token numbers do not depend on which seams are claimed.

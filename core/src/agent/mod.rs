@@ -2,7 +2,7 @@
 //!
 //! An [`Agent`] owns a [`Session`](crate::session::Session) log and runs
 //! turns over it. It does no I/O: the shell feeds it **inputs** (method
-//! calls that take `now`, epoch milliseconds) and, after every input,
+//! calls that take `now`, a [`Time`](crate::Time)) and, after every input,
 //! drains its **outputs** with [`Agent::poll`] until `None`:
 //!
 //! | input | when |
@@ -65,7 +65,7 @@
 //! };
 //! let session = Session::new(SessionHeader::new("a1", 0));
 //! let mut agent = Agent::new(config, session).unwrap();
-//! let now = 1_000;
+//! let now = dsh_core::Time::from_millis(1_000);
 //! agent
 //!     .followup(now, Message::user("m1", vec![ContentBlock::text("hi")]))
 //!     .unwrap();
@@ -100,6 +100,7 @@
 //! assert_eq!(agent.session().derive_messages_uncached().len(), 2);
 //! ```
 
+mod handle;
 pub mod hooks;
 pub mod inbox;
 pub mod io;
@@ -111,6 +112,7 @@ pub mod schema;
 pub mod seams;
 pub mod tools;
 
+pub use handle::{AttemptId, ToolToken};
 pub use hooks::{
     ApprovalOutcome, CancelCause, FixedJitter, HookError, IdPurpose, IdSource, JitterSource,
     PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery,

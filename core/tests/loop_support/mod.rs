@@ -5,9 +5,11 @@
 
 #![allow(dead_code, clippy::too_many_arguments)]
 
+use dsh_core::agent::AttemptId;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use dsh_core::Time;
 use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, ToolRegistry};
@@ -186,7 +188,7 @@ pub fn f0_policy() -> RetryPolicy {
 pub struct T {
     pub agent: Agent,
     pub script: Arc<Mutex<Script>>,
-    pub now: i64,
+    pub now: Time,
     pub keep_flush: bool,
     /// Effects since the last `take_trace`.
     pub trace: Vec<String>,
@@ -263,7 +265,7 @@ impl T {
         T {
             agent,
             script,
-            now: 1000,
+            now: Time::from_millis(1000),
             keep_flush: false,
             trace: vec![],
             calls: vec![],
@@ -374,7 +376,7 @@ impl T {
         std::mem::take(&mut self.trace)
     }
 
-    pub fn tick(&mut self) -> i64 {
+    pub fn tick(&mut self) -> Time {
         self.now += 1;
         self.now
     }
@@ -404,7 +406,7 @@ impl T {
     }
 
     /// The attempt of the last `CallModel`.
-    pub fn attempt(&self) -> u64 {
+    pub fn attempt(&self) -> AttemptId {
         self.calls.last().expect("a model call").attempt
     }
 

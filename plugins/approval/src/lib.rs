@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use dsh_core::agent::{ApprovalOutcome, PreToolDecision, ToolExecution};
+use dsh_core::agent::{ApprovalOutcome, PreToolDecision, ToolExecution, ToolToken};
 use dsh_runtime::{Ask, Cx, Flow, Plugin, Reply, Seams};
 
 /// What the policy does with a call before it runs.
@@ -175,7 +175,7 @@ pub struct ApprovalPlugin {
     /// The policy, shared with whoever inspects or edits it.
     pub policy: Arc<Mutex<ApprovalPolicy>>,
     /// Open asks: the tool token and the logged approval id.
-    asked: Vec<(u64, String)>,
+    asked: Vec<(ToolToken, String)>,
 }
 
 /// Most asks open at once that the plugin tracks for the log (one per

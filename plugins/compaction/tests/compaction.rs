@@ -2,6 +2,7 @@
 //! LC-26, SM-4): a scripted session driven past a small context window.
 
 use dsh_compaction::{CONTEXT_WINDOW_EXCEEDED, Compaction, CompactionConfig, locked};
+use dsh_core::Time;
 use dsh_core::agent::replay::{ReplayOptions, replay};
 use dsh_core::session::{EventData, SurfaceOp};
 use dsh_core::{
@@ -13,7 +14,7 @@ use dsh_runtime::{
     create_session, resume_session,
 };
 
-const NOW: i64 = 1_000_000;
+const NOW: Time = Time::from_millis(1_000_000);
 
 fn config(window: u64) -> CompactionConfig {
     CompactionConfig {

@@ -2,6 +2,7 @@
 //! SubagentStop in a child, PostToolUse context and block), and the
 //! process runner (environment policy, timeout, output cap).
 
+use dsh_core::Time;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -68,20 +69,26 @@ fn run(
     kernel.set_publish_events(false);
     let mut script = VecDeque::from(script);
     let m = Message::user("u1", vec![ContentBlock::text(prompt)]);
-    kernel.send(1, m, InboxTarget::NextTurn, true).unwrap();
+    kernel
+        .send(Time::from_millis(1), m, InboxTarget::NextTurn, true)
+        .unwrap();
     while let Some(effect) = kernel.poll() {
         match effect {
             Effect::StartModel(c) => {
                 for chunk in script.pop_front().expect("a scripted answer") {
-                    kernel.model_chunk(1, c.attempt, chunk).unwrap();
+                    kernel
+                        .model_chunk(Time::from_millis(1), c.attempt, chunk)
+                        .unwrap();
                 }
-                kernel.model_end(1, c.attempt).unwrap();
+                kernel.model_end(Time::from_millis(1), c.attempt).unwrap();
             }
             Effect::StartTool { exec, .. } => {
                 let out = ToolOutcome::success(vec![ContentBlock::text("tool ran")]);
-                kernel.tool_done(1, exec.token, out, Vec::new()).unwrap();
+                kernel
+                    .tool_done(Time::from_millis(1), exec.token, out, Vec::new())
+                    .unwrap();
             }
-            Effect::Persist { .. } => kernel.persisted(1, Ok(())).unwrap(),
+            Effect::Persist { .. } => kernel.persisted(Time::from_millis(1), Ok(())).unwrap(),
             _ => {}
         }
     }

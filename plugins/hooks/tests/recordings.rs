@@ -10,6 +10,7 @@
 //! the recording, so messages compare by role, content and source; the
 //! core replay (`core/tests/loop_replay.rs`) checks the rest of these logs.
 
+use dsh_core::Time;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -146,7 +147,7 @@ fn drive(
             _ => None,
         })
         .unwrap();
-    let now = 1_000;
+    let now = Time::from_millis(1_000);
     kernel
         .send(now, prompt, InboxTarget::NextTurn, true)
         .unwrap();

@@ -3,6 +3,7 @@
 //! ("no change to the core"; session.md PB2: telemetry is an
 //! observer notified after the append, which it cannot change).
 
+use dsh_core::Time;
 use std::sync::{Arc, Mutex};
 
 use dsh_core::agent::InboxTarget;
@@ -14,10 +15,12 @@ use dsh_runtime::{AgentConfig, Effect, IdMode, Kernel, Plugin, create_session};
 fn run(plugins: Vec<Box<dyn Plugin>>) -> Vec<String> {
     let mut config = AgentConfig::new(LlmCallConfig::new("deepseek", "deepseek-chat"));
     config.ids = IdMode::Sequential;
-    let session = create_session("s1".into(), 1_000, None).unwrap();
+    let session = create_session("s1".into(), Time::from_millis(1_000), None).unwrap();
     let mut kernel = Kernel::new(config, session, 0, plugins).unwrap();
     let hi = Message::user("m1", vec![ContentBlock::text("a private prompt")]);
-    kernel.send(1_000, hi, InboxTarget::NextTurn, true).unwrap();
+    kernel
+        .send(Time::from_millis(1_000), hi, InboxTarget::NextTurn, true)
+        .unwrap();
     while let Some(effect) = kernel.poll() {
         match effect {
             Effect::StartModel(call) => {
@@ -41,11 +44,15 @@ fn run(plugins: Vec<Box<dyn Plugin>>) -> Vec<String> {
                     StreamChunk::finish(FinishReason::Stop),
                 ];
                 for chunk in reply {
-                    kernel.model_chunk(1_005, call.attempt, chunk).unwrap();
+                    kernel
+                        .model_chunk(Time::from_millis(1_005), call.attempt, chunk)
+                        .unwrap();
                 }
-                kernel.model_end(1_010, call.attempt).unwrap();
+                kernel
+                    .model_end(Time::from_millis(1_010), call.attempt)
+                    .unwrap();
             }
-            Effect::Persist { .. } => kernel.persisted(1_010, Ok(())).unwrap(),
+            Effect::Persist { .. } => kernel.persisted(Time::from_millis(1_010), Ok(())).unwrap(),
             _ => {}
         }
     }

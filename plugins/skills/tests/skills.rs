@@ -3,6 +3,7 @@
 //! ids aside), and a skills tree on disk with three skills (one with bad
 //! frontmatter, one with resources).
 
+use dsh_core::Time;
 use std::collections::VecDeque;
 use std::path::Path;
 
@@ -71,17 +72,21 @@ fn run(
     let plugins: Vec<Box<dyn Plugin>> = vec![Box::new(plugin)];
     let mut kernel = Kernel::new(config, session, 0, plugins).unwrap();
     kernel.set_publish_events(false);
-    kernel.send(1, prompt, InboxTarget::NextTurn, true).unwrap();
+    kernel
+        .send(Time::from_millis(1), prompt, InboxTarget::NextTurn, true)
+        .unwrap();
     while let Some(effect) = kernel.poll() {
         match effect {
             Effect::StartModel(c) => {
                 for chunk in script.pop_front().expect("a scripted answer") {
-                    kernel.model_chunk(1, c.attempt, chunk).unwrap();
+                    kernel
+                        .model_chunk(Time::from_millis(1), c.attempt, chunk)
+                        .unwrap();
                 }
-                kernel.model_end(1, c.attempt).unwrap();
+                kernel.model_end(Time::from_millis(1), c.attempt).unwrap();
             }
             Effect::StartTool { exec, .. } => panic!("tool {} reached the runtime", exec.name),
-            Effect::Persist { .. } => kernel.persisted(1, Ok(())).unwrap(),
+            Effect::Persist { .. } => kernel.persisted(Time::from_millis(1), Ok(())).unwrap(),
             _ => {}
         }
     }
@@ -208,7 +213,12 @@ fn a_skills_tree_with_a_bad_file_and_resources() {
         "{notices:?}"
     );
     let plugin = SkillsPlugin::from_roots(roots);
-    let session = create_session("s1".into(), 1, Some(dir.path().display().to_string())).unwrap();
+    let session = create_session(
+        "s1".into(),
+        Time::from_millis(1),
+        Some(dir.path().display().to_string()),
+    )
+    .unwrap();
     let prompt = Message::user("u1", vec![ContentBlock::text("Fill the form.")]);
     let log = run(
         session,
@@ -262,7 +272,7 @@ fn unknown_skill_is_an_error_result_and_a_changed_catalog_is_resent() {
     )
     .unwrap();
     let roots = dsh_skills::roots(dir.path(), &[], None, None);
-    let session = create_session("s2".into(), 1, None).unwrap();
+    let session = create_session("s2".into(), Time::from_millis(1), None).unwrap();
     let mut source = dsh_skills::FsSource { roots };
     let mut calls = 0;
     let root2 = root.clone();
@@ -321,7 +331,7 @@ fn slash_name_injects_the_skill() {
         "Run make deploy.",
     )];
     let plugin = SkillsPlugin::new(Box::new(StaticSource(skills)));
-    let session = create_session("s3".into(), 1, None).unwrap();
+    let session = create_session("s3".into(), Time::from_millis(1), None).unwrap();
     let log = run(
         session,
         plugin,

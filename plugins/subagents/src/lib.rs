@@ -47,7 +47,7 @@ use dsh_core::agent::prompt::{Assembly, PromptSection};
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::agent::{PreStepDecision, PreStepPayload};
 use dsh_core::session::{EventData, Session, SessionEvent, SessionHeader, TurnEndReason};
-use dsh_core::{ContentBlock, SessionId};
+use dsh_core::{ContentBlock, SessionId, Time};
 use dsh_runtime::{Cx, Flow, Plugin, Seams, ToolDispatch};
 use serde_json::{Value, json};
 
@@ -359,16 +359,16 @@ pub fn fork_session(
     parent: Session,
     fork_at: Option<u64>,
     id: SessionId,
-    now: i64,
+    now: Time,
     depth: u64,
 ) -> Result<Session, ChildError> {
     let parent_id = parent.id().clone();
     let child = match fork_at {
         Some(at) => parent
-            .fork(Some(at), id, now)
+            .fork(Some(at), id, now.as_millis())
             .map_err(|e| ChildError::Fork(e.to_string()))?,
         None => {
-            let created = u64::try_from(now)
+            let created = u64::try_from(now.as_millis())
                 .map_err(|_| ChildError::Header(format!("{now} is not a valid time")))?;
             let mut header = SessionHeader::new(id, created);
             header.cwd = parent.header().cwd.clone();

@@ -3,6 +3,7 @@
 //! SA-3 boundary), a call past the depth cap is answered without running
 //! the body, and a child logs its descriptor before its first step.
 
+use dsh_core::Time;
 use dsh_core::agent::tools::{ToolOutcome, ToolRegistry};
 use dsh_core::session::{Session, SessionHeader};
 use dsh_core::{ContentBlock, FinishReason, LlmCallConfig, Message, StreamChunk};
@@ -10,7 +11,7 @@ use dsh_runtime::{AgentConfig, Effect, IdMode, InboxTarget, Kernel, Plugin};
 use dsh_subagents::{LINK_KEY, Mode, Subagents, definition};
 use serde_json::{Value, json};
 
-const NOW: i64 = 1_000_000;
+const NOW: Time = Time::from_millis(1_000_000);
 
 fn kernel(depth: Option<u64>, plugin: Subagents) -> Kernel {
     let mut tools = ToolRegistry::new();
@@ -19,7 +20,7 @@ fn kernel(depth: Option<u64>, plugin: Subagents) -> Kernel {
     let mut config = AgentConfig::new(LlmCallConfig::new("p", "m"));
     config.tools = tools;
     config.ids = IdMode::Sequential;
-    let mut header = SessionHeader::new("parent", NOW as u64);
+    let mut header = SessionHeader::new("parent", NOW.as_millis() as u64);
     header.delegation_depth = depth;
     let plugins: Vec<Box<dyn Plugin>> = vec![Box::new(plugin)];
     let mut k = Kernel::new(config, Session::new(header), 0, plugins).unwrap();

@@ -6,7 +6,7 @@ use std::path::Path;
 use dsh_core::agent::tools::ToolOutcome;
 use dsh_core::jsonl;
 use dsh_core::session::{AbortCause, EventData, Session, SessionEvent, TurnEndReason};
-use dsh_core::{ContentBlock, LlmFailure, SessionId};
+use dsh_core::{ContentBlock, LlmFailure, SessionId, Time};
 use dsh_subagents::{
     ArgsError, FORK_TOOL, LINK_KEY, Mode, ParentLink, SPAWN_TOOL, child_depth, definition,
     descriptor, final_output, fork_session, last_turn_end, outcome, parse_request, spawn_session,
@@ -166,7 +166,7 @@ fn sa3_fork_seed_is_the_parent_through_its_last_turn_end() {
         parent,
         link.fork_at,
         recorded.id().clone(),
-        end_seed.time(),
+        Time::from_millis(end_seed.time()),
         1,
     )
     .unwrap();
@@ -193,7 +193,7 @@ fn sa3_fork_seed_is_the_parent_through_its_last_turn_end() {
 fn sa3_fork_without_a_completed_turn_has_an_empty_seed() {
     let parent = Session::new(dsh_core::SessionHeader::new("p", 1));
     assert_eq!(last_turn_end(parent.events()), None);
-    let child = fork_session(parent, None, SessionId::from("c"), 5, 1).unwrap();
+    let child = fork_session(parent, None, SessionId::from("c"), Time::from_millis(5), 1).unwrap();
     assert!(child.is_empty());
     assert_eq!(child.header().parent_session, Some(SessionId::from("p")));
     assert_eq!(child.header().delegation_depth, Some(1));

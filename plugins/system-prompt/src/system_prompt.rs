@@ -350,7 +350,7 @@ impl Plugin for SystemPrompt {
         if let Some(source) = self.facts.as_mut()
             && self.cached.as_ref().is_none_or(|(t, _)| *t != turn)
         {
-            let text = source.gather().render(&utc_date(cx.now()));
+            let text = source.gather().render(&utc_date(cx.now().as_millis()));
             self.cached = Some((turn, text));
         }
         let facts = self.cached.as_ref().map(|(_, text)| text.as_str());

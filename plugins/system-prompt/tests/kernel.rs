@@ -2,6 +2,7 @@
 //! the model receives over several turns of one session (loop.md SP-5,
 //! LC-12; workspace instructions edited and deleted mid-session).
 
+use dsh_core::Time;
 use std::sync::{Arc, Mutex};
 
 use dsh_core::agent::InboxTarget;
@@ -18,7 +19,8 @@ type Shared<T> = Arc<Mutex<T>>;
 fn kernel(facts: Shared<Facts>, files: Shared<Vec<InstructionFile>>) -> Kernel {
     let mut config = AgentConfig::new(LlmCallConfig::new("mock", "mock"));
     config.ids = IdMode::Sequential;
-    let session = create_session("s1".into(), 1_000, Some("/repo".into())).unwrap();
+    let session =
+        create_session("s1".into(), Time::from_millis(1_000), Some("/repo".into())).unwrap();
     let plugins: Vec<Box<dyn Plugin>> = vec![
         Box::new(SystemPrompt::new().with_facts(move || facts.lock().unwrap().clone())),
         Box::new(Instructions::new(move || files.lock().unwrap().clone())),
@@ -28,7 +30,7 @@ fn kernel(facts: Shared<Facts>, files: Shared<Vec<InstructionFile>>) -> Kernel {
 
 /// Runs one turn for `prompt`; returns the request the model got.
 fn turn(kernel: &mut Kernel, n: u64, prompt: &str) -> GenerateOptions {
-    let now = 86_400_000 * 20_000 + n as i64; // 2024-10-04
+    let now = Time::from_millis(86_400_000 * 20_000 + n as i64); // 2024-10-04
     let m = Message::user(format!("u{n}"), vec![ContentBlock::text(prompt)]);
     kernel.send(now, m, InboxTarget::NextTurn, true).unwrap();
     let mut request = None;

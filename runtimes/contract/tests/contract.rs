@@ -10,6 +10,7 @@
 //! decide apart has a scenario asserting the one behaviour the
 //! spec asks for.
 
+use dsh_core::Time;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -25,7 +26,7 @@ use dsh_store::SessionStore;
 use dsh_tools::{Tool, ToolCallRequest, ToolContext, ToolSet};
 use serde_json::{Value, json};
 
-const NOW: i64 = 1_785_000_000_000;
+const NOW: Time = Time::from_millis(1_785_000_000_000);
 const WAIT: Option<Duration> = Some(Duration::from_secs(20));
 
 // ----------------------------------------------------------------------
@@ -127,7 +128,7 @@ fn run_std(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run {
         c.tools = (s.tools)(&probe);
         c.plugins = (s.plugins)();
         c.tool_timeout = s.tool_timeout;
-        c.clock = Clock::Fixed(NOW);
+        c.clock = Clock::Fixed(NOW.as_millis());
         c.ids = IdMode::Sequential;
         c
     };
@@ -201,7 +202,7 @@ fn run_smol(s: &Scenario, work: &std::path::Path, dir: &std::path::Path) -> Run 
         c.tools = (s.tools)(&probe);
         c.plugins = (s.plugins)();
         c.tool_timeout = s.tool_timeout;
-        c.clock = Clock::Fixed(NOW);
+        c.clock = Clock::Fixed(NOW.as_millis());
         c.ids = IdMode::Sequential;
         c
     };
@@ -408,7 +409,7 @@ impl embedded_io::Write for Sink {
 }
 
 fn embedded_clock() -> i64 {
-    NOW
+    NOW.as_millis()
 }
 
 /// `echo` as the embedded shell's fn-pointer tool (the same answer as
@@ -763,7 +764,7 @@ fn a_failed_write_of_the_turn_end_is_reported_everywhere() {
     let dir = tempfile::tempdir().unwrap();
     let store = filling_up(dir.path(), 1);
     let mut c = dsh_std::AgentConfig::new(reply(), LlmCallConfig::new("p", "m"), &root);
-    c.clock = Clock::Fixed(NOW);
+    c.clock = Clock::Fixed(NOW.as_millis());
     c.ids = IdMode::Sequential;
     let agent = dsh_std::Agent::create(c, store, SessionId::from("s1")).unwrap();
     let rx = agent.subscribe();
@@ -782,7 +783,7 @@ fn a_failed_write_of_the_turn_end_is_reported_everywhere() {
     let dir = tempfile::tempdir().unwrap();
     let store = filling_up(dir.path(), 1);
     let mut c = dsh_smol::AgentConfig::new(reply(), LlmCallConfig::new("p", "m"), &root);
-    c.clock = Clock::Fixed(NOW);
+    c.clock = Clock::Fixed(NOW.as_millis());
     c.ids = IdMode::Sequential;
     smol::block_on(async {
         let agent = dsh_smol::Agent::create(c, store, SessionId::from("s1"))

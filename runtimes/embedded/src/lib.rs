@@ -33,7 +33,9 @@
 //!   turn in error (SM-14). Pull the log off the device and check it on a
 //!   host with `dsh log check` and `dsh replay --check`.
 //!
-//! Time comes from a caller-supplied clock (`fn() -> i64`, epoch ms), ids
+//! Time comes from a caller-supplied wall clock (`fn() -> i64`, epoch ms:
+//! the [`Time`] of each kernel input; timers wait on
+//! [`Shell::with_wait`] or on the clock's forward steps), ids
 //! from an [`IdSource`] (default: the deterministic
 //! [`SequentialIds`](dsh_core::agent::SequentialIds) counter; [`IdFn`] wraps
 //! a plain function).
@@ -94,7 +96,7 @@ use dsh_core::agent::{
 use dsh_core::jsonl::{encode_event_line, encode_header_line};
 use dsh_core::session::SessionEvent;
 use dsh_core::{
-    ContentBlock, LlmCallConfig, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk,
+    ContentBlock, LlmCallConfig, LlmError, Message, MessageId, Purpose, RetryId, StreamChunk, Time,
 };
 use dsh_deepseek::{
     DeepSeekConfig, HttpErrorResponse, PROVIDER_ROUTE, StreamDecoder, classify_http_error, codes,
@@ -102,7 +104,8 @@ use dsh_deepseek::{
 };
 use dsh_runtime::exec::{self, Dispatch, Job};
 use dsh_runtime::{
-    AgentConfig as KernelConfig, IdMode, Kernel, KernelError, Plugin, Reply, SideCollector,
+    AgentConfig as KernelConfig, AskId, AttemptId, IdMode, Kernel, KernelError, Plugin, Reply,
+    SideCollector,
 };
 use embedded_io::{Error as _, ErrorKind, ErrorType, Read, Write};
 use heapless::Vec as HVec;
@@ -262,7 +265,7 @@ enum Work {
     Tool(ToolExecution),
     /// A plugin's side model call (a compaction summary).
     Side {
-        id: u64,
+        id: AskId,
         request: dsh_core::GenerateOptions,
     },
 }
@@ -284,9 +287,9 @@ pub struct Shell<O, S> {
     config: ShellConfig,
     tools: Vec<Tool>,
     clock: fn() -> i64,
-    wait: Option<fn(i64)>,
+    wait: Option<fn(u64)>,
     work: VecDeque<Work>,
-    cancelled: Option<u64>,
+    cancelled: Option<AttemptId>,
     scratch: Vec<u8>,
     chunks: Vec<StreamChunk>,
     sink_error: Option<ErrorKind>,
@@ -344,7 +347,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         }
         let session = dsh_runtime::create_session(
             config.session_id.as_str().into(),
-            clock(),
+            Time::from_millis(clock()),
             config.cwd.clone(),
         )?;
         let header = session.header().clone();
@@ -396,11 +399,19 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         self
     }
 
-    /// Called with the deadline (epoch ms) while a retry timer runs, until
-    /// the clock reaches it (default: spin on the clock).
-    pub fn with_wait(mut self, wait: fn(i64)) -> Self {
+    /// Called with the milliseconds to wait when a kernel timer (a retry
+    /// delay, a tool deadline) is armed: sleep that long on a monotonic
+    /// timer and return; the shell then reports the deadline reached,
+    /// whatever the clock reads. Default: spin until the clock has moved
+    /// forward that far (steps back are not counted against the wait).
+    pub fn with_wait(mut self, wait: fn(u64)) -> Self {
         self.wait = Some(wait);
         self
+    }
+
+    /// The clock's reading as the `now` of a kernel input.
+    fn now(&self) -> Time {
+        Time::from_millis((self.clock)())
     }
 
     /// The agent (its session, status, turn).
@@ -428,7 +439,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     /// Queues `message` for the next turn (`followup`) and runs until the
     /// agent is idle: model calls, tools, retries, log writes.
     pub fn send(&mut self, message: Message) -> Result<(), ShellError> {
-        let now = (self.clock)();
+        let now = self.now();
         self.kernel
             .send(now, message, dsh_core::agent::InboxTarget::NextTurn, true)?;
         self.drain();
@@ -442,7 +453,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         name: &str,
         args: serde_json::Value,
     ) -> Result<serde_json::Value, ShellError> {
-        let now = (self.clock)();
+        let now = self.now();
         self.command = None;
         let id = self.kernel.command(now, name, args)?;
         self.drain();
@@ -469,13 +480,13 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 continue;
             }
             if let Some(deadline) = self.kernel.poll_timeout() {
-                while (self.clock)() < deadline {
-                    if let Some(wait) = self.wait {
-                        wait(deadline);
-                    }
+                let ms = deadline.millis_since(self.kernel.now());
+                match self.wait {
+                    Some(wait) => wait(ms),
+                    None => spin(self.clock, ms),
                 }
-                let now = (self.clock)().max(deadline);
-                self.kernel.handle_timeout(now);
+                let now = self.now();
+                self.kernel.handle_timeout(now, deadline);
                 self.drain();
                 continue;
             }
@@ -539,7 +550,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             }
             None => ToolOutcome::unknown_tool(&exec.name),
         };
-        let now = (self.clock)();
+        let now = self.now();
         let r = self.kernel.tool_done(now, token, outcome, Vec::new());
         self.fed(r);
     }
@@ -556,7 +567,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 log_warn!("dsh: model call failed: {=str}", e.failure().code.as_str());
                 // AC-6: an adapter failure is the stream's terminal chunk.
                 let chunk = error_finish(&e, false);
-                let now = (self.clock)();
+                let now = self.now();
                 let r = self.kernel.model_chunk(now, attempt, chunk);
                 if !self.fed(r) {
                     return;
@@ -568,7 +579,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             if self.cancelled == Some(attempt) {
                 return;
             }
-            let now = (self.clock)();
+            let now = self.now();
             let r = self.kernel.model_end(now, attempt);
             self.fed(r);
         }
@@ -576,7 +587,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// A plugin's side call (loop.md CP-2's summary) over the same link
     /// and configuration; the answer goes back to the asking plugin.
-    fn call_side(&mut self, id: u64, request: dsh_core::GenerateOptions) {
+    fn call_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) {
         self.side = Some(SideCollector::new());
         let streamed = self.stream(request, None);
         self.chunks = Vec::new();
@@ -588,7 +599,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 Err(format!("{}: {}", f.code, f.message))
             }
         };
-        let now = (self.clock)();
+        let now = self.now();
         let r = self.kernel.answer(now, id, Reply::Model(result));
         self.fed(r);
     }
@@ -615,7 +626,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     fn stream(
         &mut self,
         request: dsh_core::GenerateOptions,
-        attempt: Option<u64>,
+        attempt: Option<AttemptId>,
     ) -> Result<StreamEnd, LlmError> {
         let body = dsh_deepseek::build_request_body(&request, &self.config.deepseek, None)?;
         let session = request.session_id.as_ref().map(|s| s.as_str().to_string());
@@ -714,7 +725,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// Feeds the decoded chunks to the agent; false when it no longer
     /// wants this attempt.
-    fn deliver(&mut self, attempt: Option<u64>) -> bool {
+    fn deliver(&mut self, attempt: Option<AttemptId>) -> bool {
         let Some(attempt) = attempt else {
             // A side call: fold into its collector; stop at its finish.
             let mut wanted = true;
@@ -733,7 +744,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             if !wanted {
                 continue;
             }
-            let now = (self.clock)();
+            let now = self.now();
             let r = self.kernel.model_chunk(now, attempt, chunk);
             if !self.fed(r) {
                 wanted = false;
@@ -796,7 +807,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 struct Io<'a, S> {
     clock: fn() -> i64,
     work: &'a mut VecDeque<Work>,
-    cancelled: &'a mut Option<u64>,
+    cancelled: &'a mut Option<AttemptId>,
     command: &'a mut Option<(u64, Result<serde_json::Value, String>)>,
     sink: &'a mut S,
     scratch: &'a mut Vec<u8>,
@@ -804,8 +815,8 @@ struct Io<'a, S> {
 }
 
 impl<S: Write> Dispatch for Io<'_, S> {
-    fn now(&mut self) -> i64 {
-        (self.clock)()
+    fn now(&mut self) -> Time {
+        Time::from_millis((self.clock)())
     }
 
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
@@ -818,7 +829,7 @@ impl<S: Write> Dispatch for Io<'_, S> {
         Ok(())
     }
 
-    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+    fn start_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) -> Result<(), String> {
         self.work.push_back(Work::Side { id, request });
         Ok(())
     }
@@ -904,5 +915,17 @@ impl IdSource for IdFn {
     fn retry_id(&mut self) -> RetryId {
         self.retries += 1;
         RetryId(format!("retry-{}", self.retries))
+    }
+}
+
+/// Waits until `clock` has moved forward `ms` milliseconds in total; a step
+/// back restarts nothing and counts nothing.
+fn spin(clock: fn() -> i64, ms: u64) {
+    let mut left = ms;
+    let mut last = clock();
+    while left > 0 {
+        let now = clock();
+        left = left.saturating_sub(now.saturating_sub(last).max(0).unsigned_abs());
+        last = now;
     }
 }

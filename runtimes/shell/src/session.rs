@@ -17,7 +17,7 @@ pub fn create_session(
     clock: &Clock,
     cwd: &Path,
 ) -> Result<Session, ShellError> {
-    let session = dsh_runtime::create_session(id, clock.now_ms(), absolute_cwd(cwd))?;
+    let session = dsh_runtime::create_session(id, clock.now(), absolute_cwd(cwd))?;
     store.create(session.header().clone())?;
     Ok(session)
 }
@@ -34,7 +34,7 @@ pub fn resume_session(
 ) -> Result<(Session, u64), ShellError> {
     let loaded = store.load(id)?;
     let stored = loaded.events.len() as u64;
-    let session = dsh_runtime::resume_session(loaded.header, loaded.events, clock.now_ms())?;
+    let session = dsh_runtime::resume_session(loaded.header, loaded.events, clock.now())?;
     Ok((session, stored))
 }
 
@@ -49,7 +49,7 @@ pub fn fork_session(
     clock: &Clock,
 ) -> Result<Session, ShellError> {
     let parent = store.inspect(from, &Cancel::new())?;
-    let now = clock.now_ms();
+    let now = clock.now();
     let child = dsh_runtime::fork_session(parent.header, parent.events, at_seq, new_id, now)?;
     adopt_session(store, &child)?;
     Ok(child)

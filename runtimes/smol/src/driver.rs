@@ -3,15 +3,16 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_channel::{Receiver, Sender};
 use dsh_core::SessionId;
+use dsh_core::Time;
 use dsh_core::agent::{AgentStatus, ModelCall, ToolExecution};
 use dsh_core::session::{Session, SessionEvent};
 use dsh_host::{ModelProvider, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Carry, Dispatch, Input, Job, Jobs};
-use dsh_runtime::{AgentEvent, Kernel, TurnSummary};
+use dsh_runtime::{AgentEvent, AskId, Kernel, TurnSummary};
 use dsh_shell::{Answer, Callers, Host, Msg};
 use dsh_store::SessionStore;
 
@@ -21,7 +22,7 @@ use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 #[allow(clippy::large_enum_variant)] // one per loop iteration, never stored
 enum Wake {
     Msg(Msg),
-    Timer(i64),
+    Timer(Time),
     Closed,
 }
 
@@ -56,6 +57,7 @@ pub(crate) fn spawn(
         io,
         idle_waiters: Vec::new(),
         disposing: None,
+        timer: None,
     };
     let task = smol::spawn(driver.run());
     Ok(Agent {
@@ -67,9 +69,9 @@ pub(crate) fn spawn(
     })
 }
 
-/// The next message, or the kernel's deadline (`(deadline, ms to wait)`)
-/// passing.
-async fn next(rx: &Receiver<Msg>, timer: Option<(i64, i64)>) -> Wake {
+/// The next message, or the kernel's deadline (`(deadline, when it
+/// passes on the monotonic clock)`) passing.
+async fn next(rx: &Receiver<Msg>, timer: Option<(Time, Instant)>) -> Wake {
     let recv = async {
         match rx.recv().await {
             Ok(m) => Wake::Msg(m),
@@ -78,10 +80,9 @@ async fn next(rx: &Receiver<Msg>, timer: Option<(i64, i64)>) -> Wake {
     };
     match timer {
         None => recv.await,
-        Some((deadline, wait)) => {
-            let wait = u64::try_from(wait).unwrap_or(0);
+        Some((deadline, at)) => {
             smol::future::or(recv, async move {
-                smol::Timer::after(Duration::from_millis(wait)).await;
+                smol::Timer::at(at).await;
                 Wake::Timer(deadline)
             })
             .await
@@ -96,6 +97,8 @@ struct Driver {
     idle_waiters: Vec<Answer<TurnSummary>>,
     /// Set once disposal began: who waits for it.
     disposing: Option<Vec<Answer<Option<String>>>>,
+    /// The kernel deadline waited for, and when it passes (monotonic).
+    timer: Option<(Time, Instant)>,
 }
 
 /// The smol runtime's I/O for the shared executor: streams, tool bodies,
@@ -116,6 +119,26 @@ struct Io {
 }
 
 impl Driver {
+    /// The kernel's next deadline and when it passes: its distance from
+    /// the kernel's clock when first seen, on the monotonic clock (a wall
+    /// clock that jumps, or a fixed test clock, moves no timer).
+    fn next_wake(&mut self) -> Option<(Time, Instant)> {
+        let Some(deadline) = self.kernel.poll_timeout() else {
+            self.timer = None;
+            return None;
+        };
+        match self.timer {
+            Some((d, at)) if d == deadline => Some((d, at)),
+            _ => {
+                // Capped (~35 years) so that `Instant` cannot overflow.
+                let ms = deadline.millis_since(self.kernel.now()).min(1 << 40);
+                let at = Instant::now() + Duration::from_millis(ms);
+                self.timer = Some((deadline, at));
+                self.timer
+            }
+        }
+    }
+
     async fn run(mut self) {
         loop {
             self.carry().await;
@@ -126,13 +149,11 @@ impl Driver {
             if self.kernel.is_finished() {
                 break;
             }
-            let timer = self
-                .kernel
-                .poll_timeout()
-                .map(|d| (d, d.saturating_sub(self.io.now())));
+            let timer = self.next_wake();
             match next(&self.rx, timer).await {
                 Wake::Msg(msg) => self.handle(msg),
                 Wake::Timer(deadline) => {
+                    self.timer = None;
                     let _ = exec::feed(&mut self.kernel, &mut self.io, Input::Timeout { deadline });
                 }
                 Wake::Closed => break,
@@ -201,8 +222,8 @@ impl Driver {
 }
 
 impl Dispatch for Io {
-    fn now(&mut self) -> i64 {
-        self.clock.now_ms()
+    fn now(&mut self) -> Time {
+        self.clock.now()
     }
 
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
@@ -245,7 +266,7 @@ impl Dispatch for Io {
 
     /// A plugin's side model call (a compaction summary) on the blocking
     /// pool; the answer comes back as an ordinary ask answer.
-    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+    fn start_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) -> Result<(), String> {
         let cancel = job_token(&mut self.jobs, Job::Side(id));
         let tx = self.tx.clone();
         let provider = self.provider.clone();

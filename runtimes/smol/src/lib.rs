@@ -282,10 +282,7 @@ impl Agent {
     pub async fn answer(&self, request: ApprovalRequestId, reply: Reply) {
         let _ = self
             .tx
-            .send(Msg::Feed(Input::Answer {
-                id: request.0,
-                reply,
-            }))
+            .send(Msg::Feed(Input::Answer { id: request, reply }))
             .await;
     }
 

@@ -4,6 +4,7 @@
 
 mod common;
 
+use dsh_core::Time;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,8 +101,11 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
         ..CoreConfig::default()
     };
     let mut core = Core::new(config, Session::new(SessionHeader::new("core-run", 0))).unwrap();
-    core.followup(1, Message::user("m1", vec![ContentBlock::text("hi")]))
-        .unwrap();
+    core.followup(
+        Time::from_millis(1),
+        Message::user("m1", vec![ContentBlock::text("hi")]),
+    )
+    .unwrap();
     while let Some(out) = core.poll() {
         match out {
             Output::Hook {
@@ -111,18 +115,22 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
                 use dsh_smol::ModelProvider;
                 let prepared = client.prepare(value.config).unwrap();
                 let answer = dsh_core::agent::HookAnswer::Prepare(Ok(prepared));
-                core.complete_hook(1, id, answer).unwrap();
+                core.complete_hook(Time::from_millis(1), id, answer)
+                    .unwrap();
             }
             Output::CallModel(call) => {
                 for chunk in client.stream_chunks(&call.request, &CancelToken::new()) {
-                    core.handle_chunk(2, call.attempt, chunk).unwrap();
+                    core.handle_chunk(Time::from_millis(2), call.attempt, chunk)
+                        .unwrap();
                 }
-                core.handle_stream_end(2, call.attempt).unwrap();
+                core.handle_stream_end(Time::from_millis(2), call.attempt)
+                    .unwrap();
             }
             Output::ExecuteTool(exec) => {
                 let ctx = ToolContext::new(Workspace::new(std::env::temp_dir()).unwrap());
                 let outcome = Echo.execute(&ToolCallRequest::from(&exec), &ctx);
-                core.handle_tool_result(3, exec.token, outcome).unwrap();
+                core.handle_tool_result(Time::from_millis(3), exec.token, outcome)
+                    .unwrap();
             }
             _ => {}
         }
@@ -233,6 +241,48 @@ fn fast_retries() -> RetryPolicy {
             jitter_ratio: 0.0,
         },
     }
+}
+
+/// Issue 26: the smol driver waits for a kernel deadline by its distance
+/// from the kernel's clock on a monotonic timer. The wall clock goes back an
+/// hour between two turns; the retry of the second turn still runs after
+/// its 20 ms delay (a driver that measures against the wall clock waits an
+/// hour and `wait_idle` gives up).
+#[test]
+fn a_wall_clock_that_goes_back_does_not_delay_a_retry() {
+    const T0: i64 = 1_785_000_000_000;
+    let server = server(json!({"responses": [
+        {"turn": {"text": ["one"]}},
+        {"fault": {"kind": "http", "status": 500, "body": {"error": {"message": "boom"}}}},
+        {"turn": {"text": ["two"]}}
+    ]}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let wall = Arc::new(std::sync::atomic::AtomicI64::new(T0));
+    let mut cfg = config(&server);
+    cfg.retry_policy = Some(fast_retries());
+    cfg.clock = dsh_smol::Clock::Manual(wall.clone());
+    let summary = smol::block_on(async {
+        let agent = Agent::create(cfg, store.clone(), SessionId::new("back"))
+            .await
+            .unwrap();
+        agent.send("first").await.unwrap();
+        agent.wait_idle(WAIT).await.unwrap();
+        wall.store(T0 - 3_600_000, std::sync::atomic::Ordering::Relaxed);
+        agent.send("second").await.unwrap();
+        let s = agent.wait_idle(WAIT).await.unwrap();
+        agent.dispose().await;
+        s
+    });
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    assert_eq!(server.requests().len(), 3, "one failed attempt, one retry");
+    let events = stored(&store, "back");
+    assert_eq!(
+        types(&events).iter().filter(|x| *x == "llm/retry").count(),
+        1
+    );
+    assert!(events.windows(2).all(|w| w[0].time() <= w[1].time()));
+    assert!(events.iter().all(|e| e.time() >= T0));
 }
 
 #[test]

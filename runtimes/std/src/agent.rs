@@ -10,11 +10,11 @@ use crate::workers::Workers;
 use dsh_approval::ApprovalDecision;
 use dsh_core::agent::{AgentStatus, CancelCause, InboxTarget, ModelCall, ToolExecution};
 use dsh_core::session::{EventData, SessionEvent};
-use dsh_core::{ContentBlock, Message, SessionId};
+use dsh_core::{ContentBlock, Message, SessionId, Time};
 pub use dsh_host::ShellError;
 use dsh_host::{Clock, ModelProvider, job_token, run_model, run_side};
 use dsh_runtime::exec::{self, Dispatch, Input, Job, Jobs};
-use dsh_runtime::{AgentEvent, ApprovalRequestId, Ids, Kernel, Reply, TurnSummary};
+use dsh_runtime::{AgentEvent, ApprovalRequestId, AskId, Ids, Kernel, Reply, TurnSummary};
 use dsh_store::SessionStore;
 use dsh_tools::{CancelToken as ToolCancel, ToolSet, Workspace};
 
@@ -246,10 +246,7 @@ impl Agent {
     /// Answers any ask ([`AgentEvent::ApprovalRequested`],
     /// [`AgentEvent::Asked`]). An unknown or stale id is ignored.
     pub fn answer(&self, request: ApprovalRequestId, reply: Reply) {
-        let input = Input::Answer {
-            id: request.0,
-            reply,
-        };
+        let input = Input::Answer { id: request, reply };
         let _ = self.submit(Msg::Feed(input));
     }
 
@@ -458,7 +455,7 @@ struct Driver {
     rx: Receiver<Msg>,
     io: Io,
     /// The kernel deadline waited for, and when it passes (monotonic).
-    timer: Option<(i64, Instant)>,
+    timer: Option<(Time, Instant)>,
     /// Handle calls handled so far.
     handled: u64,
     /// What [`publish_state`](Self::publish_state) last published.
@@ -525,8 +522,9 @@ impl Driver {
         self.io.settle(&mut self.kernel);
     }
 
-    /// How long to wait for the kernel's next deadline (measured on a
-    /// monotonic clock, so a fixed test clock still wakes up).
+    /// How long to wait for the kernel's next deadline: its distance from
+    /// the kernel's clock when armed, measured on a monotonic clock (a
+    /// wall clock that jumps, or a fixed test clock, moves no timer).
     fn next_wake(&mut self) -> Option<Duration> {
         let Some(deadline) = self.kernel.poll_timeout() else {
             self.timer = None;
@@ -536,8 +534,9 @@ impl Driver {
         let at = match self.timer {
             Some((d, at)) if d == deadline => at,
             _ => {
-                let ms = deadline.saturating_sub(self.io.now()).max(0);
-                let at = now + Duration::from_millis(ms as u64);
+                // Capped (~35 years) so that `Instant` cannot overflow.
+                let ms = deadline.millis_since(self.kernel.now()).min(1 << 40);
+                let at = now + Duration::from_millis(ms);
                 self.timer = Some((deadline, at));
                 at
             }
@@ -607,8 +606,8 @@ impl Io {
 }
 
 impl Dispatch for Io {
-    fn now(&mut self) -> i64 {
-        self.clock.now_ms()
+    fn now(&mut self) -> Time {
+        self.clock.now()
     }
 
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
@@ -642,7 +641,7 @@ impl Dispatch for Io {
         })
     }
 
-    fn start_side(&mut self, id: u64, request: dsh_core::GenerateOptions) -> Result<(), String> {
+    fn start_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) -> Result<(), String> {
         let job = Job::Side(id);
         let cancel = job_token(&mut self.jobs, job);
         let provider = self.provider.clone();

@@ -407,12 +407,12 @@ impl Delegation {
                 .with_token(self.token.clone()),
         ));
         self.add_tools(&mut config);
-        let now = config.clock.now_ms();
+        let now = config.clock.now();
         let id = (self.ids)();
         let session = match mode {
             Mode::Spawn => spawn_session(
                 id,
-                u64::try_from(now).unwrap_or(0),
+                u64::try_from(now.as_millis()).unwrap_or(0),
                 dsh_host::absolute_cwd(&config.cwd),
                 &link.session,
                 depth,

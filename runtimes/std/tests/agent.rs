@@ -3,6 +3,7 @@
 
 mod support;
 
+use dsh_core::Time;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,7 +64,7 @@ fn drive_core(
     core_config.seams = core_agent::Seams::PREPARE;
     let mut agent = core_agent::Agent::new(core_config, Session::new(header)).unwrap();
     let mut replies = replies.into_iter();
-    agent.followup(NOW, prompt).unwrap();
+    agent.followup(Time::from_millis(NOW), prompt).unwrap();
     let mut pending: Vec<Output> = Vec::new();
     loop {
         while let Some(o) = agent.poll() {
@@ -76,9 +77,13 @@ fn drive_core(
             match o {
                 Output::CallModel(call) => {
                     for c in replies.next().expect("a scripted reply") {
-                        agent.handle_chunk(NOW, call.attempt, c).unwrap();
+                        agent
+                            .handle_chunk(Time::from_millis(NOW), call.attempt, c)
+                            .unwrap();
                     }
-                    agent.handle_stream_end(NOW, call.attempt).unwrap();
+                    agent
+                        .handle_stream_end(Time::from_millis(NOW), call.attempt)
+                        .unwrap();
                 }
                 Output::Hook {
                     id,
@@ -86,12 +91,16 @@ fn drive_core(
                 } => {
                     let prepared = provider.prepare(value.config).unwrap();
                     let answer = core_agent::HookAnswer::Prepare(Ok(prepared));
-                    agent.complete_hook(NOW, id, answer).unwrap();
+                    agent
+                        .complete_hook(Time::from_millis(NOW), id, answer)
+                        .unwrap();
                 }
                 Output::ExecuteTool(exec) => {
                     let cx = ToolContext::new(cfg.workspace().unwrap());
                     let outcome = cfg.tools.execute(&exec, &cx);
-                    agent.handle_tool_result(NOW, exec.token, outcome).unwrap();
+                    agent
+                        .handle_tool_result(Time::from_millis(NOW), exec.token, outcome)
+                        .unwrap();
                 }
                 _ => {}
             }
@@ -456,6 +465,40 @@ fn rate_limit_then_success_is_retried_and_logged() {
     assert_eq!(of_type(&log, "assistant/message").len(), 1);
     assert_eq!(server.requests().len(), 2);
     assert_valid(&log);
+}
+
+/// Issue 26: a runtime waits for a kernel deadline by its distance from the
+/// kernel's clock, on a monotonic timer, and reports the deadline reached.
+/// Here the wall clock goes back an hour between two turns (an NTP step):
+/// the kernel's clock stays ahead, and the retry of the second turn must
+/// still run after its delay, not an hour later (a driver that measures
+/// the wait against the wall clock hangs until `wait_idle` gives up).
+#[test]
+fn a_wall_clock_that_goes_back_does_not_delay_a_retry() {
+    let server = mock(
+        r#"{"responses":[
+        {"turn":{"text":["one"]}},
+        {"fault":{"kind":"http","status":429,"body":{"error":{"message":"slow down","type":"rate_limit"}}}},
+        {"turn":{"text":["two"]}}]}"#,
+    );
+    let work = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let wall = Arc::new(std::sync::atomic::AtomicI64::new(NOW));
+    let mut cfg = config(Arc::new(client_for(server.url())), work.path());
+    cfg.clock = Clock::Manual(wall.clone());
+    let agent = Agent::create(cfg, store(dir.path()), dsh_std::new_session_id()).unwrap();
+    agent.send("first").unwrap();
+    agent.wait_idle(Some(Duration::from_secs(15))).unwrap();
+    wall.store(NOW - 3_600_000, std::sync::atomic::Ordering::Relaxed);
+    agent.send("second").unwrap();
+    let summary = agent.wait_idle(Some(Duration::from_secs(15))).unwrap();
+    assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+    let log = agent.events().unwrap();
+    assert_eq!(of_type(&log, "llm/retry").len(), 1, "the retry ran");
+    assert_eq!(server.requests().len(), 3);
+    // Logged times never decrease although the wall clock did.
+    assert!(log.windows(2).all(|w| w[0].time() <= w[1].time()));
+    assert!(log.iter().all(|e| e.time() >= NOW));
 }
 
 const ASK_TWICE: &str = r#"{"responses":[

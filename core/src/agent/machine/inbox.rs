@@ -6,6 +6,7 @@ use crate::agent::io::{InputError, Notification, Output};
 use crate::agent::prompt::{RetainedContext, is_runtime_context_source};
 use crate::message::Message;
 use crate::session::{EventData, InboxSpliced};
+use crate::time::Time;
 
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -13,7 +14,7 @@ use alloc::sync::Arc;
 impl Agent {
     pub(super) fn send_queued(
         &mut self,
-        now: i64,
+        now: Time,
         message: Message,
         target: InboxTarget,
         wakeup: bool,
@@ -38,7 +39,7 @@ impl Agent {
     }
 
     /// IB-4: append the event, update the lists, then notify.
-    pub(super) fn commit_splice(&mut self, now: i64, splice: Splice) {
+    pub(super) fn commit_splice(&mut self, now: Time, splice: Splice) {
         let data = InboxSpliced {
             target: match splice.target {
                 InboxTarget::NextTurn => crate::session::InboxTarget::NextTurn,

@@ -2,6 +2,7 @@
 //! shell feeds back.
 
 use super::{Agent, InboxEdit, Phase, Stage, append_foreign, append_foreign_marked};
+use crate::agent::handle::{AttemptId, ToolToken};
 use crate::agent::hooks::{CancelCause, HookError};
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{HookAnswer, InputError};
@@ -9,6 +10,7 @@ use crate::agent::tools::ToolOutcome;
 use crate::chunk::StreamChunk;
 use crate::message::Message;
 use crate::session::{AssistantChunk, EventData, LlmRetryStarted, SurfaceIntent};
+use crate::time::Time;
 use alloc::format;
 use alloc::vec::Vec;
 
@@ -19,7 +21,7 @@ impl Agent {
     /// `send(message, target, wakeup)` (IB-6).
     pub fn send(
         &mut self,
-        now: i64,
+        now: Time,
         message: Message,
         target: InboxTarget,
         wakeup: bool,
@@ -45,29 +47,29 @@ impl Agent {
     }
 
     /// `followup(m)`: `send(m, next-turn, wake)`.
-    pub fn followup(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+    pub fn followup(&mut self, now: Time, message: Message) -> Result<(), InputError> {
         self.send(now, message, InboxTarget::NextTurn, true)
     }
 
     /// `steer(m)`: `send(m, next-step, wake)`.
-    pub fn steer(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+    pub fn steer(&mut self, now: Time, message: Message) -> Result<(), InputError> {
         self.send(now, message, InboxTarget::NextStep, true)
     }
 
     /// `inject(m)`: `send(m, next-step, no wake)`.
-    pub fn inject(&mut self, now: i64, message: Message) -> Result<(), InputError> {
+    pub fn inject(&mut self, now: Time, message: Message) -> Result<(), InputError> {
         self.send(now, message, InboxTarget::NextStep, false)
     }
 
     /// `cancel(cause, keep_inbox)` (LC-33).
-    pub fn cancel(&mut self, now: i64, cause: CancelCause, keep_inbox: bool) {
+    pub fn cancel(&mut self, now: Time, cause: CancelCause, keep_inbox: bool) {
         self.cancel_inner(now, cause, keep_inbox);
         self.after_input();
     }
 
     /// Direct inbox edits (IB-7); they never wake the driver. Returns
     /// whether the edit found its target (always true for inserts).
-    pub fn edit_inbox(&mut self, now: i64, edit: InboxEdit) -> Result<bool, InputError> {
+    pub fn edit_inbox(&mut self, now: Time, edit: InboxEdit) -> Result<bool, InputError> {
         let (splice, found) = match edit {
             InboxEdit::Replace(id, message) => {
                 self.check_user_message(&message)?;
@@ -115,7 +117,7 @@ impl Agent {
     /// replacement (compaction, CP-1). Loop-owned types are refused.
     pub fn append_event(
         &mut self,
-        now: i64,
+        now: Time,
         data: EventData,
         intent: Option<SurfaceIntent>,
     ) -> Result<u64, InputError> {
@@ -128,7 +130,7 @@ impl Agent {
     /// `"ignorable": true` (E7) when `ignorable` is set (replay).
     pub(crate) fn append_event_marked(
         &mut self,
-        now: i64,
+        now: Time,
         data: EventData,
         intent: Option<SurfaceIntent>,
         ignorable: bool,
@@ -139,7 +141,7 @@ impl Agent {
     }
 
     /// `MaintenanceBegin` (LC-39): only from `Idle`.
-    pub fn begin_maintenance(&mut self, _now: i64) -> Result<(), InputError> {
+    pub fn begin_maintenance(&mut self, _now: Time) -> Result<(), InputError> {
         match self.phase {
             Phase::Idle { last_turn } => {
                 self.phase = Phase::Maintenance {
@@ -156,7 +158,7 @@ impl Agent {
     }
 
     /// `MaintenanceEnd` (LC-39): back to `Idle`, then a requested wake.
-    pub fn end_maintenance(&mut self, now: i64) -> Result<(), InputError> {
+    pub fn end_maintenance(&mut self, now: Time) -> Result<(), InputError> {
         let Phase::Maintenance {
             last_turn,
             wake_requested,
@@ -179,18 +181,19 @@ impl Agent {
     /// A chunk of model attempt `attempt` (LC-19).
     pub fn handle_chunk(
         &mut self,
-        now: i64,
-        attempt: u64,
+        now: Time,
+        attempt: AttemptId,
         chunk: StreamChunk,
     ) -> Result<(), InputError> {
         let (turn, step) = self.open_stream(attempt)?;
         if let Some(Stage::Streaming(s)) = self.stage_mut() {
             s.assembler.push(&chunk);
         }
-        match self
-            .session
-            .append(AssistantChunk::new(turn, step, chunk), None, now)
-        {
+        match self.session.append(
+            AssistantChunk::new(turn, step, chunk),
+            None,
+            now.as_millis(),
+        ) {
             Ok(e) => {
                 let seq = e.seq();
                 if let Some(Stage::Streaming(s)) = self.stage_mut() {
@@ -203,7 +206,7 @@ impl Agent {
     }
 
     /// The model stream of `attempt` ended normally (LC-20).
-    pub fn handle_stream_end(&mut self, now: i64, attempt: u64) -> Result<(), InputError> {
+    pub fn handle_stream_end(&mut self, now: Time, attempt: AttemptId) -> Result<(), InputError> {
         self.open_stream(attempt)?;
         let Some(Stage::Streaming(stream)) = self.take_stage() else {
             return Err(InputError::NoOpenStream);
@@ -218,8 +221,8 @@ impl Agent {
     /// Adapter failures must arrive as a terminal `finish` chunk instead.
     pub fn handle_stream_error(
         &mut self,
-        now: i64,
-        attempt: u64,
+        now: Time,
+        attempt: AttemptId,
         error: HookError,
     ) -> Result<(), InputError> {
         self.open_stream(attempt)?;
@@ -234,8 +237,8 @@ impl Agent {
     /// results are written in call order.
     pub fn handle_tool_result(
         &mut self,
-        now: i64,
-        token: u64,
+        now: Time,
+        token: ToolToken,
         outcome: ToolOutcome,
     ) -> Result<(), InputError> {
         let i = self.running_body(token)?;
@@ -250,8 +253,8 @@ impl Agent {
     /// results are taken but not written.
     pub fn handle_tool_failure(
         &mut self,
-        now: i64,
-        token: u64,
+        now: Time,
+        token: ToolToken,
         error: HookError,
     ) -> Result<(), InputError> {
         let i = self.running_body(token)?;
@@ -263,7 +266,7 @@ impl Agent {
     /// The answer to [`Output::Hook`](crate::agent::Output::Hook) `id`.
     pub fn complete_hook(
         &mut self,
-        now: i64,
+        now: Time,
         id: u64,
         answer: HookAnswer,
     ) -> Result<(), InputError> {
@@ -288,7 +291,7 @@ impl Agent {
     /// timer armed, `now` before the deadline, or a second call for a
     /// timer already fired) is `Ok` and changes nothing. It never returns
     /// an error today; the `Result` leaves room for one.
-    pub fn handle_timeout(&mut self, now: i64) -> Result<(), InputError> {
+    pub fn handle_timeout(&mut self, now: Time) -> Result<(), InputError> {
         match self.poll_timeout() {
             Some(deadline) if now >= deadline => {}
             _ => return Ok(()),

@@ -5,6 +5,7 @@ use crate::agent::hooks::{HookError, Recovery, RequestErrorPayload};
 use crate::agent::io::{HookAnswer, HookCall};
 use crate::agent::retry::{RetryPolicy, RetryRecord, RetrySchedule};
 use crate::session::{EventData, LlmRetry};
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::string::String;
 
@@ -12,7 +13,7 @@ impl Agent {
     // ------------------------------------------------------------------
     // Request errors and retry (LC-26, streaming.md 6)
 
-    pub(super) fn request_failed(&mut self, now: i64, failed: Failed) {
+    pub(super) fn request_failed(&mut self, now: Time, failed: Failed) {
         let executor = self.config.retry_executor && failed.policy.is_some();
         let always = matches!(failed.policy, Some(RetryPolicy::Always { .. }));
         if executor && always {
@@ -26,7 +27,7 @@ impl Agent {
         self.ask_request_error(now, failed, ErrorPhase::Final);
     }
 
-    pub(super) fn ask_request_error(&mut self, now: i64, failed: Failed, phase: ErrorPhase) {
+    pub(super) fn ask_request_error(&mut self, now: Time, failed: Failed, phase: ErrorPhase) {
         if self.aborted() {
             self.close_aborted(now);
             return;
@@ -53,7 +54,7 @@ impl Agent {
     /// LC-26.
     pub(super) fn request_error_done(
         &mut self,
-        now: i64,
+        now: Time,
         failed: Failed,
         phase: ErrorPhase,
         result: Result<Recovery, HookError>,
@@ -119,7 +120,7 @@ impl Agent {
         }
     }
 
-    pub(super) fn start_retry_wait(&mut self, now: i64, record: RetryRecord) {
+    pub(super) fn start_retry_wait(&mut self, now: Time, record: RetryRecord) {
         let data = LlmRetry {
             retry_id: Some(record.retry_id.clone()),
             turn: record.turn,
@@ -133,7 +134,7 @@ impl Agent {
             failure: record.failure.clone(),
         };
         self.append(now, data, None);
-        let deadline = now.saturating_add(ceil_ms(record.delay_ms));
+        let deadline = now.add_millis(ceil_ms(record.delay_ms));
         self.set_stage(Stage::RetryWait {
             deadline,
             record: Box::new(record),

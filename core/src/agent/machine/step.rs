@@ -2,6 +2,7 @@
 //! (LC-9..LC-21).
 
 use super::{Agent, Failed, PlannedCall, Stage, StepEnd, Stream};
+use crate::agent::handle::AttemptId;
 use crate::agent::hooks::{
     CancelCause, HookError, IdPurpose, PreStepDecision, PreStepPayload, PreparedCall,
 };
@@ -18,6 +19,7 @@ use crate::session::{
     AssistantMessage, EpochHeader, EventData, HeaderReason, RequestContext, RequestHeader, Step,
     SurfaceIntent, TurnEndReason,
 };
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
@@ -26,7 +28,7 @@ use alloc::vec::Vec;
 
 impl Agent {
     /// LC-9 and IB-10: claim, then assemble.
-    pub(super) fn propose_step(&mut self, now: i64) {
+    pub(super) fn propose_step(&mut self, now: Time) {
         let Some(r) = self.run() else { return };
         let (turn, proposed, target) = (r.turn, r.step + 1, r.target);
         let mut claimed: Vec<Message> = Vec::new();
@@ -97,7 +99,7 @@ impl Agent {
     /// LC-10.
     pub(super) fn assembly_done(
         &mut self,
-        now: i64,
+        now: Time,
         proposed: u64,
         claimed: Vec<Message>,
         result: Result<Assembly, HookError>,
@@ -157,7 +159,7 @@ impl Agent {
     /// LC-11.
     pub(super) fn pre_step_done(
         &mut self,
-        now: i64,
+        now: Time,
         proposed: u64,
         assembly: Assembly,
         result: Result<PreStepDecision, HookError>,
@@ -229,7 +231,7 @@ impl Agent {
     // Requests (LC-13..LC-18)
 
     /// LC-13.
-    pub(super) fn request(&mut self, now: i64) {
+    pub(super) fn request(&mut self, now: Time) {
         let messages: Vec<Arc<Message>> = self.session.derive_messages().to_vec();
         let seed = self.config.request_fill.fill(self.seed());
         let (turn, step) = self.coords();
@@ -284,7 +286,7 @@ impl Agent {
     /// LC-14.
     pub(super) fn request_config_done(
         &mut self,
-        now: i64,
+        now: Time,
         messages: Vec<Arc<Message>>,
         result: Result<LlmCallConfig, HookError>,
     ) {
@@ -320,7 +322,7 @@ impl Agent {
     /// LC-15..LC-18: header, context, checkpoint, `CallModel`.
     pub(super) fn prepare_done(
         &mut self,
-        now: i64,
+        now: Time,
         proposed: LlmCallConfig,
         messages: Vec<Arc<Message>>,
         result: Result<PreparedCall, HookError>,
@@ -399,7 +401,7 @@ impl Agent {
         request.system = header.system.clone();
         request.tools = header.tools.clone();
         request.session_id = Some(self.id.clone());
-        let attempt = self.next_id();
+        let attempt = AttemptId::new(self.next_id());
         let (turn, step) = self.coords();
         self.set_stage(Stage::Streaming(Box::new(Stream {
             attempt,
@@ -421,7 +423,7 @@ impl Agent {
     // Streaming (LC-19..LC-21)
 
     /// LC-20.
-    pub(super) fn stream_ended(&mut self, now: i64, stream: Stream) {
+    pub(super) fn stream_ended(&mut self, now: Time, stream: Stream) {
         let finish = stream.assembler.finish();
         if let Some(failure) = finish.failure() {
             let failed = Failed {

@@ -10,6 +10,7 @@
 //! early waits in [`CallStage::Settled`].
 
 use super::{Agent, Stage, StepEnd};
+use crate::agent::handle::ToolToken;
 use crate::agent::hooks::{
     ApprovalOutcome, Hook, HookError, IdPurpose, PostToolDecision, PreToolDecision, ToolExecution,
 };
@@ -21,6 +22,7 @@ use crate::agent::tools::{ExecutionMode, ToolOutcome, feedback_text, parse_argum
 use crate::ids::CallId;
 use crate::message::Message;
 use crate::session::{SurfaceIntent, ToolCall, ToolError, ToolResult};
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::format;
@@ -63,7 +65,7 @@ impl ToolPhase {
     }
 
     /// The index of the running call whose body has `token`.
-    pub(super) fn body(&self, token: u64) -> Option<usize> {
+    pub(super) fn body(&self, token: ToolToken) -> Option<usize> {
         self.running
             .iter()
             .position(|c| c.exec.token == token && matches!(c.stage, CallStage::Body))
@@ -141,13 +143,13 @@ impl Agent {
     }
 
     /// Enters the tool phase with `calls` (LC-21 step 4).
-    pub(super) fn start_tools(&mut self, now: i64, calls: Vec<PlannedCall>) {
+    pub(super) fn start_tools(&mut self, now: Time, calls: Vec<PlannedCall>) {
         self.set_stage(Stage::Tools(Box::new(ToolPhase::new(calls))));
         self.pump_tools(now);
     }
 
     /// The body of running call `i` returned (TL-9 steps 9, 10).
-    pub(super) fn tool_body_done(&mut self, now: i64, i: usize, outcome: ToolOutcome) {
+    pub(super) fn tool_body_done(&mut self, now: Time, i: usize, outcome: ToolOutcome) {
         if self.tool_phase().is_some_and(|p| p.failed.is_some()) {
             // LC-36: a drained body of a failed runner writes no result.
             if let Some(p) = self.tool_phase() {
@@ -163,7 +165,7 @@ impl Agent {
     /// The tool runner failed on call `i` (`ToolRunnerFailed`, LC-36): no
     /// result is written for it; other bodies still running are awaited
     /// (and write no result either), the rest are dropped.
-    pub(super) fn tool_runner_failed(&mut self, now: i64, i: usize, error: HookError) {
+    pub(super) fn tool_runner_failed(&mut self, now: Time, i: usize, error: HookError) {
         if let Some(p) = self.tool_phase() {
             p.running.remove(i);
             p.running.retain(|c| matches!(c.stage, CallStage::Body));
@@ -175,7 +177,7 @@ impl Agent {
     }
 
     /// The answer to the tool seam `hook` of running call `i`.
-    pub(super) fn tool_hook_done(&mut self, now: i64, i: usize, answer: HookAnswer) {
+    pub(super) fn tool_hook_done(&mut self, now: Time, i: usize, answer: HookAnswer) {
         let next = match answer {
             HookAnswer::ToolPreExecute(r) => self.pre_execute_done(now, i, r),
             // A failing approver means no approval channel (TL-10).
@@ -203,7 +205,7 @@ impl Agent {
     /// Moves the phase on as far as it goes without an answer: commits the
     /// oldest settled calls, starts the next ones (LC-23, LC-24, LC-25),
     /// and ends the step when every call is committed.
-    fn pump_tools(&mut self, now: i64) {
+    fn pump_tools(&mut self, now: Time) {
         loop {
             let aborted = self.aborted();
             let max = self.config.max_parallel_tool_calls.max(1);
@@ -278,7 +280,7 @@ impl Agent {
     }
 
     /// Appends the `tool/call` of the next call (LC-23 step 2).
-    fn append_next_call(&mut self, now: i64) -> Option<(PlannedCall, u64)> {
+    fn append_next_call(&mut self, now: Time) -> Option<(PlannedCall, u64)> {
         let (turn, step) = self.coords();
         let phase = self.tool_phase()?;
         let planned = phase.calls.get_mut(phase.cursor)?;
@@ -300,7 +302,7 @@ impl Agent {
     }
 
     /// LC-25: `tool/call` and a synthetic result for a call never started.
-    fn skip_call(&mut self, now: i64) {
+    fn skip_call(&mut self, now: Time) {
         if let Some((planned, call_seq)) = self.append_next_call(now) {
             self.commit_result(
                 now,
@@ -312,7 +314,7 @@ impl Agent {
     }
 
     /// Starts the next call: `tool/call`, then pre-execute (TL-9).
-    fn start_call(&mut self, now: i64) {
+    fn start_call(&mut self, now: Time) {
         let (turn, step) = self.coords();
         let Some((planned, call_seq)) = self.append_next_call(now) else {
             return;
@@ -320,7 +322,7 @@ impl Agent {
         let arguments = parse_arguments(&planned.raw);
         let parallel =
             self.config.tools.execution_mode(&planned.name, &arguments) == ExecutionMode::Parallel;
-        let token = self.next_id();
+        let token = ToolToken::new(self.next_id());
         let exec = ToolExecution {
             token,
             turn,
@@ -361,7 +363,7 @@ impl Agent {
     }
 
     /// Post-execute or commit for the oldest call, whose outcome settled.
-    fn advance_oldest(&mut self, now: i64) {
+    fn advance_oldest(&mut self, now: Time) {
         let Some(c) = self.call_mut(0) else { return };
         let next = core::mem::replace(&mut c.stage, CallStage::Body);
         let CallStage::Settled(next) = next else {
@@ -411,7 +413,7 @@ impl Agent {
     /// TL-9 steps 4, 5, 7: the pre-execute decision.
     fn pre_execute_done(
         &mut self,
-        now: i64,
+        now: Time,
         i: usize,
         result: Result<PreToolDecision, HookError>,
     ) -> Next {
@@ -449,7 +451,7 @@ impl Agent {
         }
     }
 
-    fn approval_done(&mut self, now: i64, i: usize, outcome: ApprovalOutcome) -> Next {
+    fn approval_done(&mut self, now: Time, i: usize, outcome: ApprovalOutcome) -> Next {
         let reason = self
             .call_mut(i)
             .and_then(|c| c.outcome.take())
@@ -461,7 +463,7 @@ impl Agent {
     /// TL-10 approval outcomes, TL-9 step 6.
     fn approval_outcome(
         &mut self,
-        now: i64,
+        now: Time,
         i: usize,
         outcome: ApprovalOutcome,
         reason: Option<String>,
@@ -487,7 +489,7 @@ impl Agent {
     }
 
     /// TL-9 step 7 after an allow: the guards.
-    fn after_allow(&mut self, now: i64, i: usize) -> Next {
+    fn after_allow(&mut self, now: Time, i: usize) -> Next {
         let Some(exec) = self.exec_of(i) else {
             return Next::Wait;
         };
@@ -514,7 +516,7 @@ impl Agent {
     /// failing pre-execute (TL-12).
     fn guard_done(
         &mut self,
-        _now: i64,
+        _now: Time,
         i: usize,
         result: Result<Option<String>, HookError>,
     ) -> Next {
@@ -627,7 +629,7 @@ impl Agent {
     }
 
     /// LC-23 steps 4..6.
-    fn commit_result(&mut self, now: i64, call_id: &CallId, call_seq: u64, outcome: ToolOutcome) {
+    fn commit_result(&mut self, now: Time, call_id: &CallId, call_seq: u64, outcome: ToolOutcome) {
         let (turn, step) = self.coords();
         let id = self.ids.message_id(IdPurpose::ToolResult {
             turn,

@@ -9,6 +9,7 @@ use crate::message::{Message, MessageSource};
 use crate::session::{
     AssistantMessage, EventData, Step, SurfaceIntent, TurnEnd, TurnEndReason, TurnStart,
 };
+use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -17,7 +18,7 @@ impl Agent {
     // ------------------------------------------------------------------
     // Cancellation (LC-33, LC-34)
 
-    pub(super) fn clear_inbox(&mut self, now: i64) {
+    pub(super) fn clear_inbox(&mut self, now: Time) {
         for target in [InboxTarget::NextStep, InboxTarget::NextTurn] {
             let len = self.inbox.list(target).len() as i64;
             if let Ok(Some(splice)) = self.inbox.plan(target, 0, len, Vec::new(), false) {
@@ -26,7 +27,7 @@ impl Agent {
         }
     }
 
-    pub(super) fn cancel_inner(&mut self, now: i64, cause: CancelCause, keep_inbox: bool) {
+    pub(super) fn cancel_inner(&mut self, now: Time, cause: CancelCause, keep_inbox: bool) {
         if !keep_inbox {
             self.clear_inbox(now);
             match &mut self.phase {
@@ -71,7 +72,7 @@ impl Agent {
     }
 
     /// [HEAD Δ H-1] The delivered prefix of a cancelled stream.
-    pub(super) fn interrupted_message(&mut self, now: i64, s: &Stream) {
+    pub(super) fn interrupted_message(&mut self, now: Time, s: &Stream) {
         let content = s.assembler.interrupted_blocks();
         if content.is_empty() {
             return;
@@ -91,7 +92,7 @@ impl Agent {
 
     /// Closing as aborted (LC-34): `step/end` if a step is open, then
     /// `turn/end aborted`, then stop. No `agent/error`.
-    pub(super) fn close_aborted(&mut self, now: i64) {
+    pub(super) fn close_aborted(&mut self, now: Time) {
         let cause = self
             .run()
             .and_then(|r| r.abort.clone())
@@ -106,7 +107,7 @@ impl Agent {
         );
     }
 
-    pub(super) fn close_step(&mut self, now: i64) {
+    pub(super) fn close_step(&mut self, now: Time) {
         let Some(r) = self.run_mut() else { return };
         if !r.step_open {
             return;
@@ -120,7 +121,7 @@ impl Agent {
     }
 
     /// LC-36.
-    pub(super) fn turn_error(&mut self, now: i64, error: HookError) {
+    pub(super) fn turn_error(&mut self, now: Time, error: HookError) {
         if self.aborted() {
             // LC-35: a failure while aborting is an abort.
             self.close_aborted(now);
@@ -136,7 +137,7 @@ impl Agent {
     /// Appends `turn/end`, emits the checkpoint and continues the driver
     /// (LC-37): `may_continue` is true only for `completed`/`max-tokens`
     /// reached through LC-30 or LC-11 case 4.
-    pub(super) fn end_turn(&mut self, now: i64, reason: TurnEndReason, may_continue: bool) {
+    pub(super) fn end_turn(&mut self, now: Time, reason: TurnEndReason, may_continue: bool) {
         let Some(r) = self.run_mut() else { return };
         r.stage = Stage::Busy;
         let turn = r.turn;
@@ -155,7 +156,7 @@ impl Agent {
     }
 
     /// LC-38.
-    pub(super) fn stop_driver(&mut self, now: i64) {
+    pub(super) fn stop_driver(&mut self, now: Time) {
         let (last_turn, latched) = match &self.phase {
             Phase::Running(r) => (r.turn, r.wake_requested),
             Phase::Idle { last_turn } | Phase::Maintenance { last_turn, .. } => (*last_turn, false),
@@ -171,7 +172,7 @@ impl Agent {
     // Waking and turns (LC-7..LC-12)
 
     /// LC-7.
-    pub(super) fn wake(&mut self, now: i64) {
+    pub(super) fn wake(&mut self, now: Time) {
         match &mut self.phase {
             Phase::Idle { last_turn } => {
                 let turn = *last_turn;
@@ -216,7 +217,7 @@ impl Agent {
     }
 
     /// LC-8.
-    pub(super) fn open_turn(&mut self, now: i64) {
+    pub(super) fn open_turn(&mut self, now: Time) {
         if self.aborted() {
             self.stop_driver(now);
             return;
@@ -235,7 +236,7 @@ impl Agent {
     // ------------------------------------------------------------------
     // Steps end; continuation (LC-28..LC-30)
 
-    pub(super) fn step_finished(&mut self, now: i64, outcome: Option<StepEnd>) {
+    pub(super) fn step_finished(&mut self, now: Time, outcome: Option<StepEnd>) {
         if let Some(r) = self.run_mut() {
             // LC-28: a sticky max-tokens is never overwritten.
             if r.turn_end != Some(StepEnd::MaxTokens) {
@@ -251,7 +252,7 @@ impl Agent {
     }
 
     /// LC-30.
-    pub(super) fn continue_turn(&mut self, now: i64) {
+    pub(super) fn continue_turn(&mut self, now: Time) {
         let step_input = !self.inbox.list(InboxTarget::NextStep).is_empty();
         let Some(r) = self.run() else { return };
         if r.turn_end.is_none() || step_input {
@@ -270,7 +271,7 @@ impl Agent {
         });
     }
 
-    pub(super) fn turn_stopping_done(&mut self, now: i64, result: Result<(), HookError>) {
+    pub(super) fn turn_stopping_done(&mut self, now: Time, result: Result<(), HookError>) {
         if let Err(e) = result {
             self.turn_error(now, e);
             return;

@@ -15,6 +15,7 @@ use crate::agent::hooks::{PreStepDecision, PreparedCall, Recovery};
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{HookAnswer, HookCall};
 use crate::agent::prompt::{Assembly, PromptSection};
+use crate::time::Time;
 
 /// Template variables that make `text` render to itself.
 pub(super) fn literal_assembly(system: &str, header: Option<&EpochHeader>) -> Assembly {
@@ -36,7 +37,7 @@ pub(super) fn literal_assembly(system: &str, header: Option<&EpochHeader>) -> As
 impl Driver {
     /// Common prologue of most seams: foreign events, an insertion queued
     /// as a send, a cancellation that lands here.
-    pub(super) fn sync(&mut self, now: i64) -> Vec<Queued> {
+    pub(super) fn sync(&mut self, now: Time) -> Vec<Queued> {
         flush_foreign(&self.rec, &mut self.agent, now);
         let pos = self.pos();
         let mut queued = Vec::new();

@@ -20,16 +20,18 @@ use super::{
     instances::parallel_tools,
     recording::{Recording, ReplayIds, intent_of, outcome_of, target_of},
 };
+use crate::agent::handle::{AttemptId, ToolToken};
 use crate::agent::hooks::CancelCause;
 use crate::agent::inbox::InboxTarget;
 use crate::agent::io::Output;
 use crate::agent::machine::{Agent, AgentConfig, AgentOptions};
 use crate::agent::seams::Seams;
 use crate::agent::tools::{ToolDefinition, ToolRegistry};
+use crate::time::Time;
 
 /// Appends the recorded foreign events at the current position; returns
 /// how many.
-pub(super) fn flush_foreign(rec: &Recording, agent: &mut Agent, now: i64) -> usize {
+pub(super) fn flush_foreign(rec: &Recording, agent: &mut Agent, now: Time) -> usize {
     let mut n = 0;
     loop {
         let pos = agent.session().len();
@@ -58,7 +60,7 @@ pub(super) enum Queued {
 /// What the driver is waiting for.
 pub(super) enum Waiting {
     Nothing,
-    Model { attempt: u64 },
+    Model { attempt: AttemptId },
 }
 
 /// Replays `events[seed_len..]` with a fresh loop over the session restored
@@ -184,7 +186,7 @@ pub(super) struct Driver {
     pub(super) waiting: Waiting,
     /// Tool bodies the agent started and the recording has not answered:
     /// (token, call id), in start order.
-    pub(super) bodies: Vec<(u64, String)>,
+    bodies: Vec<(ToolToken, String)>,
     pub(super) checked: u64,
     pub(super) report: ReplayReport,
 }
@@ -194,8 +196,8 @@ impl Driver {
         self.agent.session().len()
     }
 
-    pub(super) fn now(&self) -> i64 {
-        self.rec.get(self.pos()).map_or(0, SessionEvent::time)
+    pub(super) fn now(&self) -> Time {
+        Time::from_millis(self.rec.get(self.pos()).map_or(0, SessionEvent::time))
     }
 
     pub(super) fn differ(&mut self, seq: u64, produced: Option<String>, reason: String) {
@@ -363,7 +365,7 @@ impl Driver {
         }
     }
 
-    pub(super) fn insert(&mut self, now: i64, s: &InboxSpliced) -> bool {
+    pub(super) fn insert(&mut self, now: Time, s: &InboxSpliced) -> bool {
         let target = target_of(s);
         let idle = self.agent.is_quiescent();
         // While idle, a send wakes only if a turn starts right after it.
@@ -383,7 +385,7 @@ impl Driver {
         ok
     }
 
-    pub(super) fn cancel(&mut self, now: i64, cause: CancelCause, keep: bool) {
+    pub(super) fn cancel(&mut self, now: Time, cause: CancelCause, keep: bool) {
         if matches!(self.waiting, Waiting::Model { .. }) {
             self.waiting = Waiting::Nothing;
         }
@@ -402,7 +404,7 @@ impl Driver {
             })
     }
 
-    pub(super) fn model(&mut self, now: i64, attempt: u64, next: &SessionEvent) -> bool {
+    pub(super) fn model(&mut self, now: Time, attempt: AttemptId, next: &SessionEvent) -> bool {
         if let EventData::AssistantChunk(c) = next.data() {
             return self.agent.handle_chunk(now, attempt, c.chunk()).is_ok();
         }
@@ -414,7 +416,12 @@ impl Driver {
         self.end_stream(now, attempt, next)
     }
 
-    pub(super) fn end_stream(&mut self, now: i64, attempt: u64, next: &SessionEvent) -> bool {
+    pub(super) fn end_stream(
+        &mut self,
+        now: Time,
+        attempt: AttemptId,
+        next: &SessionEvent,
+    ) -> bool {
         let pos = self.pos();
         // A stream that ends without a failure finish and is followed by a
         // turn error threw (ModelThrew, LC-27).
@@ -442,7 +449,7 @@ impl Driver {
 
     /// Answers the running body whose call the recorded `tool/result`
     /// `next` names.
-    pub(super) fn tool(&mut self, now: i64, next: &SessionEvent) -> bool {
+    pub(super) fn tool(&mut self, now: Time, next: &SessionEvent) -> bool {
         let EventData::ToolResult(r) = next.data() else {
             return false;
         };
