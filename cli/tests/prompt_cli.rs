@@ -106,11 +106,11 @@ fn expected_system(request: &Value) -> String {
     }
     let tools = registry.schemas();
     let assembly = dsh_system_prompt::SystemPrompt::new().apply(
-        Assembly {
-            tools,
-            // The web tools' guidance (issue 31).
-            sections: dsh_web::guidance(),
-            ..Assembly::default()
+        {
+            let mut assembly = Assembly::default();
+            assembly.tools = tools;
+            assembly.sections = dsh_web::guidance();
+            assembly
         },
         None,
     );

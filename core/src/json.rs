@@ -17,7 +17,7 @@ pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 /// Appends `value` formatted as JavaScript's `Number.prototype.toString` would.
 ///
 /// Non-finite values print as `null`, which is what `JSON.stringify` writes.
-pub fn write_js_number(out: &mut String, value: f64) {
+pub(crate) fn write_js_number(out: &mut String, value: f64) {
     if !value.is_finite() {
         out.push_str("null");
         return;
@@ -94,7 +94,7 @@ pub fn serialize_js_f64<S: Serializer>(value: &f64, serializer: S) -> Result<S::
 }
 
 /// [`serialize_js_f64`] for an optional field (used with `skip_serializing_if`).
-pub fn serialize_js_f64_opt<S: Serializer>(
+pub(crate) fn serialize_js_f64_opt<S: Serializer>(
     value: &Option<f64>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {

@@ -360,9 +360,10 @@ fn tv10_end_seed() {
 }
 
 fn tv11_source() -> Session {
-    let mut s = Session::new(SessionHeader {
-        cwd: Some("/w".into()),
-        ..SessionHeader::new("src", 0)
+    let mut s = Session::new({
+        let mut session_header = SessionHeader::new("src", 0);
+        session_header.cwd = Some("/w".into());
+        session_header
     });
     s.append(TurnStart { turn: 1 }, None, 1).unwrap();
     s.append(user("u1"), append(), 2).unwrap();
@@ -442,11 +443,7 @@ fn tv12_header_canonicalization() {
     b.tools = Some(vec![]);
     assert!(a.same_as(&b));
     let mut c = a.clone();
-    c.tools = Some(vec![ToolSchema {
-        name: "t".into(),
-        description: "d".into(),
-        parameters: json!({"type": "object"}),
-    }]);
+    c.tools = Some(vec![ToolSchema::new("t", "d", json!({"type": "object"}))]);
     assert!(!a.same_as(&c));
     // H3: the last request/context.
     s.append(
@@ -665,9 +662,11 @@ fn v4_and_retired_formats() {
     let mut h = header("", None, None);
     assert_eq!(s.append(h.clone(), None, 1).unwrap_err().rule(), "V4");
     h.header.config.model = "m".into();
-    h.header.adapter_defaults = Some(dsh_core::AdapterDefaults {
-        reasoning_effort: Some(true),
-        max_tokens: None,
+    h.header.adapter_defaults = Some({
+        let mut adapter_defaults = dsh_core::AdapterDefaults::default();
+        adapter_defaults.reasoning_effort = Some(true);
+        adapter_defaults.max_tokens = None;
+        adapter_defaults
     });
     let err = s.append(h.clone(), None, 1).unwrap_err();
     assert!(

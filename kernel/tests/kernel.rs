@@ -389,10 +389,11 @@ fn side_collector_folds_a_side_call() {
         index: 0,
         text: "mary".into(),
     }));
-    let usage = TokenUsage {
-        input_tokens: 3,
-        output_tokens: 1,
-        ..TokenUsage::default()
+    let usage = {
+        let mut token_usage = TokenUsage::default();
+        token_usage.input_tokens = 3;
+        token_usage.output_tokens = 1;
+        token_usage
     };
     assert!(!c.push(StreamChunk::usage(usage)));
     assert!(c.push(StreamChunk::finish(FinishReason::Stop)));

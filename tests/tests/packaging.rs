@@ -47,15 +47,11 @@ fn publishable(p: &Value) -> bool {
 
 /// The `//!` lines of the library's root file.
 fn crate_docs(p: &Value) -> String {
-    let lib = p["targets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|t| {
-            t["kind"]
-                .as_array()
-                .is_some_and(|k| k.iter().any(|k| k == "lib"))
-        });
+    let lib = p["targets"].as_array().into_iter().flatten().find(|t| {
+        t["kind"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "lib"))
+    });
     let Some(src) = lib.map(|t| text(&t["src_path"])) else {
         return String::new();
     };
@@ -154,7 +150,9 @@ fn problems(meta: &Value) -> Vec<String> {
             let versioned = text(&d["req"]) != "*";
             let dev = d["kind"].as_str() == Some("dev");
             if !dev && !versioned {
-                out.push(format!("{name}: dependency {dep} has a path but no version"));
+                out.push(format!(
+                    "{name}: dependency {dep} has a path but no version"
+                ));
             }
             if dev && versioned && depends_on(dep, name) {
                 out.push(format!(

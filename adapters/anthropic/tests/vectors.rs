@@ -84,10 +84,11 @@ fn text_stream() {
     assert_eq!(finish(&c), &FinishReason::Stop);
     assert_eq!(
         usage(&c),
-        Some(TokenUsage {
-            input_tokens: 25,
-            output_tokens: 15,
-            ..TokenUsage::default()
+        Some({
+            let mut token_usage = TokenUsage::default();
+            token_usage.input_tokens = 25;
+            token_usage.output_tokens = 15;
+            token_usage
         })
     );
 }

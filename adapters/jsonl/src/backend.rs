@@ -92,7 +92,7 @@ fn scan_error(id: &str, e: ScanError) -> LogError {
         ScanError::Corrupt { message } => LogError::Corrupt { message },
         ScanError::Invalid { index, error } => LogError::InvalidEvent {
             session_id: id.to_owned(),
-            error: SeedError { index, error },
+            error: SeedError::new(index, error),
         },
         other => corrupt(other.to_string()),
     }

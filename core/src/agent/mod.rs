@@ -122,6 +122,6 @@ pub use io::{
 };
 pub use machine::{
     Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, DEFAULT_MAX_STEPS_PER_TURN,
-    InboxEdit, RequestFill, ResumeError, is_loop_owned,
+    InboxEdit, RequestFill, ResumeError,
 };
 pub use seams::Seams;

@@ -46,6 +46,7 @@ use super::tools::{ErrorInfo, ToolDefinition, ToolError, ToolOutcome, ToolRegist
 
 /// How to replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplayOptions {
     /// [HEAD Δ H-1]: the recording keeps interrupted prefixes.
     pub interrupted_prefix: bool,

@@ -54,9 +54,7 @@ pub use error::{AppendError, SeedError};
 pub(crate) use event::Extra;
 pub use event::{EventData, KNOWN_EVENT_TYPES, SessionEvent, SurfaceIntent, SurfaceOp, types};
 pub use fork::{ForkError, completed_boundary};
-pub use header::{
-    EpochHeader, HeaderError, SESSION_FORMAT_VERSION, SessionHeader, is_absolute_path,
-};
+pub use header::{EpochHeader, HeaderError, SESSION_FORMAT_VERSION, SessionHeader};
 pub use invariants::{InvariantChecker, InvariantViolation};
 pub use payload::{
     AbortCause, AssistantMessage, HeaderReason, InboxSpliced, InboxTarget, LlmRetry,

@@ -208,20 +208,22 @@ pub fn f0_config(tools: Vec<ToolDefinition>) -> AgentConfig {
     for t in tools {
         registry.register(t).unwrap();
     }
-    AgentConfig {
-        options: AgentOptions {
-            provider: Some("mock".into()),
-            model: Some("mock".into()),
-            max_tokens: None,
-        },
-        sections: vec![PromptSection::new("harness:identity", -100, SYS)],
-        tools: registry,
-        // F0 is the base loop: no retry executor, no HEAD deltas, no cap.
-        retry_executor: false,
-        interrupted_prefix: false,
-        wake_latch: false,
-        max_steps_per_turn: None,
-        ..AgentConfig::default()
+    {
+        let mut config = AgentConfig::default();
+        config.options = {
+            let mut options = AgentOptions::default();
+            options.provider = Some("mock".into());
+            options.model = Some("mock".into());
+            options.max_tokens = None;
+            options
+        };
+        config.sections = vec![PromptSection::new("harness:identity", -100, SYS)];
+        config.tools = registry;
+        config.retry_executor = false;
+        config.interrupted_prefix = false;
+        config.wake_latch = false;
+        config.max_steps_per_turn = None;
+        config
     }
 }
 
@@ -544,10 +546,11 @@ pub fn j(m: &Message) -> String {
 }
 
 pub fn usage() -> StreamChunk {
-    StreamChunk::usage(TokenUsage {
-        input_tokens: 10,
-        output_tokens: 5,
-        ..TokenUsage::default()
+    StreamChunk::usage({
+        let mut token_usage = TokenUsage::default();
+        token_usage.input_tokens = 10;
+        token_usage.output_tokens = 5;
+        token_usage
     })
 }
 

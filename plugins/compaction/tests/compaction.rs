@@ -62,10 +62,11 @@ fn reply(text: &str, input: i64, output: i64) -> Vec<StreamChunk> {
             text: long(text).into(),
         },
         StreamChunk::block_end(0, ContentBlock::text(long(text))),
-        StreamChunk::usage(TokenUsage {
-            input_tokens: input,
-            output_tokens: output,
-            ..TokenUsage::default()
+        StreamChunk::usage({
+            let mut token_usage = TokenUsage::default();
+            token_usage.input_tokens = input;
+            token_usage.output_tokens = output;
+            token_usage
         }),
         StreamChunk::finish(FinishReason::Stop),
     ]
@@ -117,10 +118,11 @@ fn run(
 fn summary(text: &str) -> Result<SideReply, String> {
     Ok(SideReply {
         text: text.into(),
-        usage: Some(TokenUsage {
-            input_tokens: 40,
-            output_tokens: 5,
-            ..TokenUsage::default()
+        usage: Some({
+            let mut token_usage = TokenUsage::default();
+            token_usage.input_tokens = 40;
+            token_usage.output_tokens = 5;
+            token_usage
         }),
     })
 }
@@ -415,10 +417,11 @@ fn pressure_prunes_old_tool_results_first() {
         vec![
             StreamChunk::block_start(0, "tool-call"),
             StreamChunk::block_end(0, ContentBlock::tool_call(id, "cat", "{}")),
-            StreamChunk::usage(TokenUsage {
-                input_tokens: input,
-                output_tokens: 10,
-                ..TokenUsage::default()
+            StreamChunk::usage({
+                let mut token_usage = TokenUsage::default();
+                token_usage.input_tokens = input;
+                token_usage.output_tokens = 10;
+                token_usage
             }),
             StreamChunk::finish(FinishReason::ToolCalls),
         ]
@@ -660,10 +663,11 @@ fn issue_32_reported_usage_wins_over_the_estimate() {
             let mut r = reply_without_usage(t, 1_500);
             r.insert(
                 r.len() - 1,
-                StreamChunk::usage(TokenUsage {
-                    input_tokens: 100,
-                    output_tokens: 10,
-                    ..TokenUsage::default()
+                StreamChunk::usage({
+                    let mut token_usage = TokenUsage::default();
+                    token_usage.input_tokens = 100;
+                    token_usage.output_tokens = 10;
+                    token_usage
                 }),
             );
             r
