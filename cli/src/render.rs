@@ -682,11 +682,11 @@ mod tests {
     fn script() -> Vec<SessionEvent> {
         let mut msg = AssistantMessage::new(1, 1, Message::user("a", vec![]));
         msg.usage = Some({
-            let mut token_usage = TokenUsage::new(10, 5);
-            token_usage.cache_read_tokens = Some(90);
-            token_usage.cache_write_tokens = None;
-            token_usage.reasoning_tokens = Some(2);
-            token_usage
+            let mut usage = TokenUsage::new(10, 5);
+            usage.cache_read_tokens = Some(90);
+            usage.cache_write_tokens = None;
+            usage.reasoning_tokens = Some(2);
+            usage
         });
         vec![
             SessionEvent::new(0, 0, TurnStart { turn: 1 }),

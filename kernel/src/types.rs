@@ -26,6 +26,7 @@ use crate::ids::IdMode;
 /// request (LC-13), and `reasoning_effort`, `temperature` and `stop` fill
 /// every request seed that lacks them.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct AgentConfig {
     /// The call config of every request.
     pub call: LlmCallConfig,
@@ -218,6 +219,7 @@ pub enum AgentEvent {
 
 /// How the last turn ended.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct TurnSummary {
     /// The last turn number (0: none yet).
     pub turn: u64,

@@ -389,12 +389,7 @@ fn side_collector_folds_a_side_call() {
         index: 0,
         text: "mary".into(),
     }));
-    let usage = {
-        let mut token_usage = TokenUsage::default();
-        token_usage.input_tokens = 3;
-        token_usage.output_tokens = 1;
-        token_usage
-    };
+    let usage = TokenUsage::new(3, 1);
     assert!(!c.push(StreamChunk::usage(usage)));
     assert!(c.push(StreamChunk::finish(FinishReason::Stop)));
     let r = c.finish().unwrap();

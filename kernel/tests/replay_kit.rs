@@ -83,12 +83,7 @@ fn model() -> VecDeque<Vec<StreamChunk>> {
             StreamChunk::text_delta(0, "It says "),
             StreamChunk::text_delta(0, "HELLO."),
             StreamChunk::block_end(0, ContentBlock::text("It says HELLO.")),
-            StreamChunk::usage({
-                let mut token_usage = TokenUsage::default();
-                token_usage.input_tokens = 120;
-                token_usage.output_tokens = 7;
-                token_usage
-            }),
+            StreamChunk::usage(TokenUsage::new(120, 7)),
             StreamChunk::finish(FinishReason::Stop),
         ],
         vec![

@@ -82,15 +82,7 @@ fn text_stream() {
     let c = decode("text.sse");
     assert_eq!(ended(&c), vec![ContentBlock::text("Hello! 你好 🙂")]);
     assert_eq!(finish(&c), &FinishReason::Stop);
-    assert_eq!(
-        usage(&c),
-        Some({
-            let mut token_usage = TokenUsage::default();
-            token_usage.input_tokens = 25;
-            token_usage.output_tokens = 15;
-            token_usage
-        })
-    );
+    assert_eq!(usage(&c), Some(TokenUsage::new(25, 15)));
 }
 
 #[test]

@@ -546,12 +546,7 @@ pub fn j(m: &Message) -> String {
 }
 
 pub fn usage() -> StreamChunk {
-    StreamChunk::usage({
-        let mut token_usage = TokenUsage::default();
-        token_usage.input_tokens = 10;
-        token_usage.output_tokens = 5;
-        token_usage
-    })
+    StreamChunk::usage(TokenUsage::new(10, 5))
 }
 
 pub fn finish(reason: FinishReason) -> StreamChunk {

@@ -62,12 +62,7 @@ fn reply(text: &str, input: i64, output: i64) -> Vec<StreamChunk> {
             text: long(text).into(),
         },
         StreamChunk::block_end(0, ContentBlock::text(long(text))),
-        StreamChunk::usage({
-            let mut token_usage = TokenUsage::default();
-            token_usage.input_tokens = input;
-            token_usage.output_tokens = output;
-            token_usage
-        }),
+        StreamChunk::usage(TokenUsage::new(input, output)),
         StreamChunk::finish(FinishReason::Stop),
     ]
 }
@@ -116,15 +111,7 @@ fn run(
 }
 
 fn summary(text: &str) -> Result<SideReply, String> {
-    Ok(SideReply {
-        text: text.into(),
-        usage: Some({
-            let mut token_usage = TokenUsage::default();
-            token_usage.input_tokens = 40;
-            token_usage.output_tokens = 5;
-            token_usage
-        }),
-    })
+    Ok(SideReply::new(text, Some(TokenUsage::new(40, 5))))
 }
 
 fn types(s: &Session) -> Vec<String> {
@@ -417,12 +404,7 @@ fn pressure_prunes_old_tool_results_first() {
         vec![
             StreamChunk::block_start(0, "tool-call"),
             StreamChunk::block_end(0, ContentBlock::tool_call(id, "cat", "{}")),
-            StreamChunk::usage({
-                let mut token_usage = TokenUsage::default();
-                token_usage.input_tokens = input;
-                token_usage.output_tokens = 10;
-                token_usage
-            }),
+            StreamChunk::usage(TokenUsage::new(input, 10)),
             StreamChunk::finish(FinishReason::ToolCalls),
         ]
     };
@@ -661,15 +643,7 @@ fn issue_32_reported_usage_wins_over_the_estimate() {
         .iter()
         .map(|t| {
             let mut r = reply_without_usage(t, 1_500);
-            r.insert(
-                r.len() - 1,
-                StreamChunk::usage({
-                    let mut token_usage = TokenUsage::default();
-                    token_usage.input_tokens = 100;
-                    token_usage.output_tokens = 10;
-                    token_usage
-                }),
-            );
+            r.insert(r.len() - 1, StreamChunk::usage(TokenUsage::new(100, 10)));
             r
         })
         .collect();

@@ -19,12 +19,7 @@ fn answer(text: &str, input: i64) -> ScriptedReply {
             text: text.into(),
         },
         StreamChunk::block_end(0, ContentBlock::text(text)),
-        StreamChunk::usage({
-            let mut token_usage = TokenUsage::default();
-            token_usage.input_tokens = input;
-            token_usage.output_tokens = 10;
-            token_usage
-        }),
+        StreamChunk::usage(TokenUsage::new(input, 10)),
         StreamChunk::finish(FinishReason::Stop),
     ])
 }

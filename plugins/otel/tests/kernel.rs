@@ -22,11 +22,11 @@ fn run(plugins: Vec<Box<dyn Plugin>>) -> Vec<String> {
         match effect {
             Effect::StartModel(call) => {
                 let usage = {
-                    let mut token_usage = TokenUsage::new(10, 3);
-                    token_usage.cache_read_tokens = Some(4);
-                    token_usage.cache_write_tokens = None;
-                    token_usage.reasoning_tokens = None;
-                    token_usage
+                    let mut usage = TokenUsage::new(10, 3);
+                    usage.cache_read_tokens = Some(4);
+                    usage.cache_write_tokens = None;
+                    usage.reasoning_tokens = None;
+                    usage
                 };
                 let reply = [
                     StreamChunk::block_start(0, "text"),
