@@ -74,7 +74,7 @@ pub(crate) fn write_js_number(out: &mut String, value: f64) {
     }
 }
 
-/// Formats `value` as JavaScript would (see [`write_js_number`]).
+/// Formats `value` as JavaScript would (ECMAScript `Number::toString`).
 pub fn js_number(value: f64) -> String {
     let mut out = String::new();
     write_js_number(&mut out, value);

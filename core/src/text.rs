@@ -60,7 +60,7 @@ impl Default for ChunkText {
 
 impl ChunkText {
     /// The longest text stored inline, in bytes.
-    pub(crate) const INLINE_CAPACITY: usize = 23;
+    pub const INLINE_CAPACITY: usize = 23;
 
     /// A copy of `text` (inline when short).
     #[inline]
@@ -127,7 +127,7 @@ impl ChunkText {
     /// For inline text, the whole inline buffer and the text's length: the
     /// text is `buf[..len]` and every byte after it is zero.
     #[inline]
-    pub(crate) fn inline_padded(&self) -> Option<(&[u8; 23], usize)> {
+    pub fn inline_padded(&self) -> Option<(&[u8; 23], usize)> {
         match &self.0 {
             Repr::Inline { len, buf } => Some((buf, *len as usize)),
             Repr::Heap(_) => None,

@@ -532,7 +532,7 @@ impl Harness {
                     FuzzReply::AllowAlways => Reply::Approval(ApprovalDecision::AllowAlways),
                     FuzzReply::Deny => Reply::Approval(ApprovalDecision::Deny),
                     FuzzReply::Plugin => Reply::Plugin(json!({"a": 1})),
-                    FuzzReply::ModelOk(text) => Reply::Model(Ok(SideReply { text, usage: None })),
+                    FuzzReply::ModelOk(text) => Reply::Model(Ok(SideReply::new(text, None))),
                     FuzzReply::ModelErr => Reply::Model(Err("side call failed".into())),
                     FuzzReply::Cancelled => Reply::Cancelled,
                 };
