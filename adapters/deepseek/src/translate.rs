@@ -566,6 +566,7 @@ impl Translator {
 
 /// What one [`StreamDecoder::push`] saw besides chunks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PushOutcome {
     /// SSE comment lines seen (activity for the idle watchdog, WD-3).
     pub comments: usize,

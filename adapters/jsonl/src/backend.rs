@@ -53,6 +53,7 @@ impl std::fmt::Debug for JsonlBackend {
 
 /// A transcript's logical text (OP2).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RawArtifact {
     /// The header.
     pub header: SessionHeader,
