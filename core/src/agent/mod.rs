@@ -55,14 +55,13 @@
 //! use dsh_core::session::{Session, SessionHeader};
 //! use dsh_core::{ContentBlock, FinishReason, Message, StreamChunk};
 //!
-//! let config = AgentConfig {
-//!     options: AgentOptions {
-//!         provider: Some("mock".into()),
-//!         model: Some("mock".into()),
-//!         max_tokens: None,
-//!     },
-//!     ..AgentConfig::default()
-//! };
+//! // The config types are `#[non_exhaustive]`: start from `default()`
+//! // and set fields.
+//! let mut options = AgentOptions::default();
+//! options.provider = Some("mock".into());
+//! options.model = Some("mock".into());
+//! let mut config = AgentConfig::default();
+//! config.options = options;
 //! let session = Session::new(SessionHeader::new("a1", 0));
 //! let mut agent = Agent::new(config, session).unwrap();
 //! let now = 1_000;

@@ -46,7 +46,7 @@ enum Transition {
 /// use dsh_core::session::{EventData, TurnStart};
 ///
 /// let mut s = Session::new(SessionHeader::new("s1", 1000));
-/// s.append(TurnStart { turn: 1 }, None, 1000).unwrap();
+/// s.append(TurnStart::new(1), None, 1000).unwrap();
 /// let m = Message::user("m1", vec![ContentBlock::text("hi")]);
 /// s.append(m, Some(SurfaceIntent::append()), 1001).unwrap();
 /// assert_eq!(s.surface().nodes, &[1]);
