@@ -46,7 +46,6 @@ fn config() -> AgentConfig {
             let mut options = AgentOptions::default();
             options.provider = Some("deepseek".into());
             options.model = Some("deepseek-v4-flash".into());
-            options.max_tokens = None;
             options
         };
         config.tools = tools;

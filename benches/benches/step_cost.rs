@@ -230,7 +230,6 @@ fn core_turn(steps: u64) -> (Duration, Duration) {
             let mut options = AgentOptions::default();
             options.provider = Some("deepseek".into());
             options.model = Some("deepseek-v4-flash".into());
-            options.max_tokens = None;
             options
         };
         config.tools = registry;

@@ -109,6 +109,7 @@ fn expected_system(request: &Value) -> String {
         {
             let mut assembly = Assembly::default();
             assembly.tools = tools;
+            // The web tools' guidance (issue 31).
             assembly.sections = dsh_web::guidance();
             assembly
         },

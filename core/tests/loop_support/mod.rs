@@ -214,11 +214,11 @@ pub fn f0_config(tools: Vec<ToolDefinition>) -> AgentConfig {
             let mut options = AgentOptions::default();
             options.provider = Some("mock".into());
             options.model = Some("mock".into());
-            options.max_tokens = None;
             options
         };
         config.sections = vec![PromptSection::new("harness:identity", -100, SYS)];
         config.tools = registry;
+        // F0 is the base loop: no retry executor, no HEAD deltas, no cap.
         config.retry_executor = false;
         config.interrupted_prefix = false;
         config.wake_latch = false;

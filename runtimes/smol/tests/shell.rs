@@ -91,11 +91,13 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
             let mut options = AgentOptions::default();
             options.provider = Some("deepseek".into());
             options.model = Some(MODEL.into());
-            options.max_tokens = None;
             options
         };
         config.tools = tools;
         config.retry_executor = true;
+        // The shell answers `prepare` with the provider's (LC-15, the
+        // context window from the client's catalog); every other seam
+        // keeps the default.
         config.seams = dsh_core::agent::Seams::PREPARE;
         config
     };
