@@ -40,14 +40,16 @@ fn config() -> AgentConfig {
             ))
             .unwrap();
     }
-    AgentConfig {
-        options: AgentOptions {
-            provider: Some("deepseek".into()),
-            model: Some("deepseek-v4-flash".into()),
-            max_tokens: None,
-        },
-        tools,
-        ..AgentConfig::default()
+    {
+        let mut config = AgentConfig::default();
+        config.options = {
+            let mut options = AgentOptions::default();
+            options.provider = Some("deepseek".into());
+            options.model = Some("deepseek-v4-flash".into());
+            options
+        };
+        config.tools = tools;
+        config
     }
 }
 

@@ -66,10 +66,10 @@ fn synthetic(n: u64) -> Session {
     let mut turn = 0;
     while s.len() + 8 < n {
         turn += 1;
-        s.append(TurnStart { turn }, None, 1).unwrap();
+        s.append(TurnStart::new(turn), None, 1).unwrap();
         let m = Message::user(format!("u{turn}"), vec![ContentBlock::text("hello")]);
         s.append(m, Some(SurfaceIntent::append()), 1).unwrap();
-        s.append(EventData::StepStart(Step { turn, step: 1 }), None, 1)
+        s.append(EventData::StepStart(Step::new(turn, 1)), None, 1)
             .unwrap();
         for _ in 0..64.min(n - s.len() - 4) {
             let c = StreamChunk::ReasoningDelta {
@@ -78,13 +78,10 @@ fn synthetic(n: u64) -> Session {
             };
             s.append(AssistantChunk::new(turn, 1, c), None, 1).unwrap();
         }
-        s.append(EventData::StepEnd(Step { turn, step: 1 }), None, 1)
+        s.append(EventData::StepEnd(Step::new(turn, 1)), None, 1)
             .unwrap();
         s.append(
-            dsh_core::session::TurnEnd {
-                turn,
-                reason: dsh_core::session::TurnEndReason::Completed,
-            },
+            dsh_core::session::TurnEnd::new(turn, dsh_core::session::TurnEndReason::Completed),
             None,
             1,
         )

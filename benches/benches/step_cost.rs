@@ -225,14 +225,16 @@ fn core_turn(steps: u64) -> (Duration, Duration) {
             ))
             .unwrap();
     }
-    let config = CoreConfig {
-        options: AgentOptions {
-            provider: Some("deepseek".into()),
-            model: Some("deepseek-v4-flash".into()),
-            max_tokens: None,
-        },
-        tools: registry,
-        ..CoreConfig::default()
+    let config = {
+        let mut config = CoreConfig::default();
+        config.options = {
+            let mut options = AgentOptions::default();
+            options.provider = Some("deepseek".into());
+            options.model = Some("deepseek-v4-flash".into());
+            options
+        };
+        config.tools = registry;
+        config
     };
     let mut agent = Core::new(config, Session::new(SessionHeader::new("bench", 0))).unwrap();
     let mut replies = script(steps).into_iter();

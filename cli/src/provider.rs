@@ -147,10 +147,11 @@ impl ClientSettings {
         {
             retryable_codes.push(dsh_deepseek::codes::STREAM_CLOSED.to_string());
             *max_retries = self.attempts.saturating_sub(1);
-            *backoff = Backoff {
-                initial_delay_ms: DEFAULT_INITIAL_DELAY_MS.min(max),
-                max_delay_ms: max,
-                ..Backoff::default()
+            *backoff = {
+                let mut backoff = Backoff::default();
+                backoff.initial_delay_ms = DEFAULT_INITIAL_DELAY_MS.min(max);
+                backoff.max_delay_ms = max;
+                backoff
             };
         }
         policy

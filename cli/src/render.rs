@@ -681,15 +681,15 @@ mod tests {
 
     fn script() -> Vec<SessionEvent> {
         let mut msg = AssistantMessage::new(1, 1, Message::user("a", vec![]));
-        msg.usage = Some(TokenUsage {
-            input_tokens: 10,
-            output_tokens: 5,
-            cache_read_tokens: Some(90),
-            cache_write_tokens: None,
-            reasoning_tokens: Some(2),
+        msg.usage = Some({
+            let mut usage = TokenUsage::new(10, 5);
+            usage.cache_read_tokens = Some(90);
+            usage.cache_write_tokens = None;
+            usage.reasoning_tokens = Some(2);
+            usage
         });
         vec![
-            SessionEvent::new(0, 0, TurnStart { turn: 1 }),
+            SessionEvent::new(0, 0, TurnStart::new(1)),
             chunk(
                 1,
                 StreamChunk::ReasoningDelta {
@@ -712,14 +712,7 @@ mod tests {
                 },
             ),
             SessionEvent::new(4, 0, msg),
-            SessionEvent::new(
-                5,
-                0,
-                TurnEnd {
-                    turn: 1,
-                    reason: TurnEndReason::Completed,
-                },
-            ),
+            SessionEvent::new(5, 0, TurnEnd::new(1, TurnEndReason::Completed)),
         ]
     }
 
@@ -754,17 +747,10 @@ mod tests {
         let mut r = Renderer::new(RenderOptions::default());
         r.observe(&SessionEvent::new(0, 0, past));
         let events = [
-            SessionEvent::new(1, 0, TurnStart { turn: 1 }),
+            SessionEvent::new(1, 0, TurnStart::new(1)),
             SessionEvent::new(2, 0, prompt),
             SessionEvent::new(3, 0, AssistantMessage::new(1, 1, answer.clone())),
-            SessionEvent::new(
-                4,
-                0,
-                TurnEnd {
-                    turn: 1,
-                    reason: TurnEndReason::Completed,
-                },
-            ),
+            SessionEvent::new(4, 0, TurnEnd::new(1, TurnEndReason::Completed)),
         ];
         let mut out = Vec::new();
         for e in &events {
@@ -794,13 +780,13 @@ mod tests {
 
     #[test]
     fn tool_call_line_summarizes_arguments() {
-        let call = ToolCall {
-            turn: 1,
-            step: 1,
-            call_id: CallId("c1".into()),
-            name: "write".into(),
-            arguments: r#"{"file_path":"a.txt","content":"x\ny"}"#.into(),
-        };
+        let call = ToolCall::new(
+            1,
+            1,
+            CallId("c1".into()),
+            "write",
+            r#"{"file_path":"a.txt","content":"x\ny"}"#,
+        );
         let (out, _) = render(&[SessionEvent::new(0, 0, call)], RenderOptions::default());
         assert_eq!(out, "▸ write file_path=\"a.txt\" content=\"x⏎y\"\n");
     }
@@ -895,7 +881,7 @@ mod tests {
     #[test]
     fn model_text_escapes_reach_the_screen_as_visible_text() {
         let events = vec![
-            SessionEvent::new(0, 0, TurnStart { turn: 1 }),
+            SessionEvent::new(0, 0, TurnStart::new(1)),
             chunk(
                 1,
                 StreamChunk::TextDelta {

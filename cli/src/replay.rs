@@ -38,9 +38,10 @@ pub fn run(args: ReplayArgs) -> Outcome {
             return Outcome::BadInput;
         }
     };
-    let options = ReplayOptions {
-        fixture_tokens: args.fixture_tokens,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = args.fixture_tokens;
+        options
     };
     let report = match replay_jsonl(&bytes, options) {
         Ok(r) => r,

@@ -456,7 +456,7 @@ mod tests {
             header.cwd = Some("/work/p".into());
             store.create(header).unwrap();
             let sid = SessionId::new(id);
-            let events = vec![SessionEvent::new(0, 2_000, TurnStart { turn: 1 })];
+            let events = vec![SessionEvent::new(0, 2_000, TurnStart::new(1))];
             store.append(&sid, &events).unwrap();
             store.release(&sid).unwrap();
         }
@@ -531,7 +531,7 @@ mod tests {
         store.create(header).unwrap();
         let id = SessionId::new("s1");
         let events = vec![
-            SessionEvent::new(0, 2_000, TurnStart { turn: 1 }),
+            SessionEvent::new(0, 2_000, TurnStart::new(1)),
             SessionEvent::new(
                 1,
                 3_000,

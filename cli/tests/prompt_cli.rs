@@ -98,11 +98,12 @@ fn expected_system(request: &Value) -> String {
     }
     let tools = registry.schemas();
     let assembly = dsh_system_prompt::SystemPrompt::new().apply(
-        Assembly {
-            tools,
+        {
+            let mut assembly = Assembly::default();
+            assembly.tools = tools;
             // The web tools' guidance.
-            sections: dsh_web::guidance(),
-            ..Assembly::default()
+            assembly.sections = dsh_web::guidance();
+            assembly
         },
         None,
     );

@@ -24,6 +24,7 @@ use crate::text::{ChunkText, ToolCallHead};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct TokenUsage {
     /// Uncached input tokens.
     pub input_tokens: i64,
@@ -41,6 +42,16 @@ pub struct TokenUsage {
 }
 
 impl TokenUsage {
+    /// These input and output counts, no cache or reasoning counts (set
+    /// those fields after).
+    pub fn new(input_tokens: i64, output_tokens: i64) -> Self {
+        TokenUsage {
+            input_tokens,
+            output_tokens,
+            ..TokenUsage::default()
+        }
+    }
+
     /// Billed input: uncached plus cache reads and writes (TU-2).
     pub fn billed_input(&self) -> i64 {
         self.input_tokens
@@ -55,6 +66,7 @@ impl TokenUsage {
 /// [`LlmError::new`] to build a validated one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct LlmFailure {
     /// Human-readable message.
     pub message: String,
@@ -309,12 +321,20 @@ impl Serialize for FinishReason {
 
 /// An adapter-private replay envelope carried by a `finish` chunk (RP-1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ReplayEnvelope {
     /// Response-level metadata.
     pub response: Value,
     /// One entry per emitted block, in first-seen order, when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks: Option<Vec<Value>>,
+}
+
+impl ReplayEnvelope {
+    /// An envelope of this response metadata and per-block entries.
+    pub fn new(response: Value, blocks: Option<Vec<Value>>) -> Self {
+        ReplayEnvelope { response, blocks }
+    }
 }
 
 /// One chunk of a model response stream (SC-2). The set is closed (SC-1).

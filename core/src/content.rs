@@ -61,6 +61,7 @@ pub enum ContentBlock {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct ImageAttachment {
     /// Content-addressed id, e.g. `"sha256:<64 hex>"`.
     pub attachment_id: AttachmentId,
@@ -75,6 +76,26 @@ pub struct ImageAttachment {
     /// Optional display name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+impl ImageAttachment {
+    /// An attachment with no display name (set [`name`](Self::name) after).
+    pub fn new(
+        attachment_id: AttachmentId,
+        media_type: impl Into<String>,
+        width: u64,
+        height: u64,
+        bytes: u64,
+    ) -> Self {
+        ImageAttachment {
+            attachment_id,
+            media_type: media_type.into(),
+            width,
+            height,
+            bytes,
+            name: None,
+        }
+    }
 }
 
 impl ContentBlock {

@@ -17,7 +17,7 @@ pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 /// Appends `value` formatted as JavaScript's `Number.prototype.toString` would.
 ///
 /// Non-finite values print as `null`, which is what `JSON.stringify` writes.
-pub fn write_js_number(out: &mut String, value: f64) {
+pub(crate) fn write_js_number(out: &mut String, value: f64) {
     if !value.is_finite() {
         out.push_str("null");
         return;
@@ -169,7 +169,7 @@ fn tie_to_even(value: f64, negative: bool, digits: String, exponent: i32) -> (bo
     (negative, text, exponent)
 }
 
-/// Formats `value` as JavaScript would (see [`write_js_number`]).
+/// Formats `value` as JavaScript would (ECMAScript `Number::toString`).
 pub fn js_number(value: f64) -> String {
     let mut out = String::new();
     write_js_number(&mut out, value);
@@ -189,7 +189,7 @@ pub fn serialize_js_f64<S: Serializer>(value: &f64, serializer: S) -> Result<S::
 }
 
 /// [`serialize_js_f64`] for an optional field (used with `skip_serializing_if`).
-pub fn serialize_js_f64_opt<S: Serializer>(
+pub(crate) fn serialize_js_f64_opt<S: Serializer>(
     value: &Option<f64>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {

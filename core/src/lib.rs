@@ -99,7 +99,7 @@ pub use ids::{
 };
 pub use message::{
     ContextForm, MODEL_KEY_ORDER, Message, MessageKey, MessageKeyOrder, MessageSource, Role,
-    SPEC_KEY_ORDER, Section, TOOL_KEY_ORDER, USER_KEY_ORDER, cap_summary,
+    SPEC_KEY_ORDER, Section, TOOL_KEY_ORDER, USER_KEY_ORDER,
 };
 pub use options::{
     AdapterDefaults, DEEPSEEK_EFFORTS, GenerateOptions, LlmCallConfig, Purpose,

@@ -77,6 +77,7 @@ pub const TOOL_KEY_ORDER: MessageKeyOrder = [
 
 /// An immutable conversation message (M-1).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Message {
     /// Message identity; a rewrite keeps it (M-3).
     pub id: MessageId,
@@ -226,6 +227,7 @@ impl Serialize for Message {
 /// One named section of a `snapshot` context (CF-1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct Section {
     /// The contributing subsystem.
     pub name: String,
@@ -280,7 +282,7 @@ impl ContextForm {
 }
 
 /// Caps a notice summary at 120 UTF-16 code units (CF-4).
-pub fn cap_summary(summary: &str) -> String {
+pub(crate) fn cap_summary(summary: &str) -> String {
     let units: usize = summary.chars().map(char::len_utf16).sum();
     if units <= 120 {
         return String::from(summary);

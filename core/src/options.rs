@@ -13,6 +13,7 @@ use crate::message::Message;
 
 /// A tool definition offered to the model (TS-1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolSchema {
     /// Tool name.
     pub name: String,
@@ -22,10 +23,22 @@ pub struct ToolSchema {
     pub parameters: Value,
 }
 
+impl ToolSchema {
+    /// A schema of this name, description and parameters.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        ToolSchema {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
 /// What an auxiliary model call is for (7.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum Purpose {
     /// Conversation compaction.
     Compaction,
@@ -37,6 +50,7 @@ pub enum Purpose {
 /// runtime concern of the shells and is not part of this value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct GenerateOptions {
     /// Registered provider route.
     pub provider: String,
@@ -102,6 +116,7 @@ impl GenerateOptions {
 /// The per-conversation part of a request, logged in the request header (CC-1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct LlmCallConfig {
     /// Provider route.
     pub provider: String,
@@ -154,6 +169,7 @@ impl LlmCallConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct AdapterDefaults {
     /// `reasoningEffort` came from the adapter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +181,7 @@ pub struct AdapterDefaults {
 
 /// One reasoning effort an adapter advertises for a model (RE-1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ReasoningEffortInfo {
     /// Opaque effort id.
     pub id: ReasoningEffortId,

@@ -137,6 +137,7 @@ impl fmt::Display for Rule {
 
 /// One broken rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Violation {
     /// Zero-based position of the offending chunk in the stream (for
     /// [`Rule::G8`], the number of chunks seen).

@@ -254,11 +254,11 @@ fn user_event(seq: u64, time: i64) -> SessionEvent {
 }
 
 fn turn_start(seq: u64, time: i64, turn: u64) -> SessionEvent {
-    SessionEvent::new(seq, time, TurnStart { turn })
+    SessionEvent::new(seq, time, TurnStart::new(turn))
 }
 
 fn step(seq: u64, time: i64, turn: u64, s: u64, start: bool) -> SessionEvent {
-    let st = Step { turn, step: s };
+    let st = Step::new(turn, s);
     SessionEvent::new(
         seq,
         time,
@@ -271,28 +271,11 @@ fn step(seq: u64, time: i64, turn: u64, s: u64, start: bool) -> SessionEvent {
 }
 
 fn tool_call(seq: u64, time: i64, call: &str) -> SessionEvent {
-    SessionEvent::new(
-        seq,
-        time,
-        ToolCall {
-            turn: 1,
-            step: 1,
-            call_id: call.into(),
-            name: "bash".into(),
-            arguments: "{}".into(),
-        },
-    )
+    SessionEvent::new(seq, time, ToolCall::new(1, 1, call.into(), "bash", "{}"))
 }
 
 fn turn_end(seq: u64, time: i64, turn: u64) -> SessionEvent {
-    SessionEvent::new(
-        seq,
-        time,
-        TurnEnd {
-            turn,
-            reason: TurnEndReason::Completed,
-        },
-    )
+    SessionEvent::new(seq, time, TurnEnd::new(turn, TurnEndReason::Completed))
 }
 
 fn file(events: &[SessionEvent], tail: &str) -> String {

@@ -61,9 +61,10 @@ fn add(key: &str, value: Value) -> impl Fn(&mut Value) {
 }
 
 fn replay(bytes: &[u8]) -> String {
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = true;
+        options
     };
     format!(
         "{:?}",

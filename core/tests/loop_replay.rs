@@ -15,9 +15,10 @@ fn testdata_dir() -> PathBuf {
 
 fn replay_file(path: &std::path::Path) -> Result<ReplayReport, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = true;
+        options
     };
     replay_jsonl(&bytes, options).map_err(|e| e.to_string())
 }
@@ -169,9 +170,10 @@ fn sequential_variant() -> String {
 
 #[test]
 fn lc24_replay_derives_parallel_tools_from_the_recording() {
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = true;
+        options
     };
     // The same two `read` calls recorded one after the other: replay does
     // not mark `read` parallel, so the core runs them sequentially and
@@ -216,9 +218,10 @@ fn a_log_repaired_after_a_crash_replays() {
     // inputs of the replay, not events the loop must reproduce.
     let (bytes, closers) = repaired_prefix("examples-acp-agent__tool-call-turn__session.jsonl", 20);
     assert_eq!(closers, 3);
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = true;
+        options
     };
     let r = replay_jsonl(&bytes, options).unwrap();
     assert!(r.identical(), "{r:?}");
@@ -249,9 +252,10 @@ fn a_torn_or_open_recording_does_not_pass_the_check() {
     let path = testdata_dir().join("conformance/sessions").join(name);
     let bytes = dsh_core::jsonl::fixture_tokens(&std::fs::read(path).unwrap());
     let lines: Vec<&[u8]> = bytes.split_inclusive(|b| *b == b'\n').collect();
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = true;
+        options
     };
     // Torn: the first 20 lines and half of the 21st.
     let mut torn: Vec<u8> = lines[..20].concat();
@@ -327,9 +331,10 @@ fn a_title_landing_between_the_finish_chunk_and_the_message_replays() {
     });
     let name = "examples-acp-agent__text-turn__session.jsonl";
     let text = with_event_before_first_message(name, title);
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = true;
+        options
     };
     let r = replay_jsonl(text.as_bytes(), options).unwrap();
     assert!(r.identical(), "{:?}", r.first_difference);
@@ -371,9 +376,10 @@ fn e7_ignorable_foreign_events_replay_identically() {
     // flag must survive, or every marked event is reported as a mismatch.
     let name = "examples-acp-agent__repeat-tool-reminder__session.jsonl";
     let text = with_ignorable_foreign_events(name, &["todo/write", "session/title"]);
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = true;
+        options
     };
     let r = replay_jsonl(text.as_bytes(), options).unwrap();
     assert!(r.identical(), "{:?}", r.first_difference);
@@ -391,9 +397,10 @@ fn changed_text_turn() -> dsh_core::agent::replay::ReplayReport {
         1,
     );
     assert_ne!(changed, text);
-    let options = ReplayOptions {
-        fixture_tokens: true,
-        ..ReplayOptions::default()
+    let options = {
+        let mut options = ReplayOptions::default();
+        options.fixture_tokens = true;
+        options
     };
     replay_jsonl(changed.as_bytes(), options).unwrap()
 }

@@ -539,9 +539,10 @@ fn v09_steer_idle_then_second_steer_before_step_one() {
 
 fn assembly_f0() -> dsh_core::agent::prompt::Assembly {
     use dsh_core::agent::prompt::{Assembly, PromptSection};
-    let mut a = Assembly {
-        sections: vec![PromptSection::new("harness:identity", -100, SYS)],
-        ..Assembly::default()
+    let mut a = {
+        let mut assembly = Assembly::default();
+        assembly.sections = vec![PromptSection::new("harness:identity", -100, SYS)];
+        assembly
     };
     a.variables.insert("provider".into(), Some("mock".into()));
     a

@@ -62,7 +62,7 @@ fn decode(line: &str) -> Result<SessionEvent, AppendError> {
 #[test]
 fn tv1_basic_append_and_surface() {
     let mut s = session();
-    assert_eq!(s.append(TurnStart { turn: 1 }, None, 1).unwrap().seq(), 0);
+    assert_eq!(s.append(TurnStart::new(1), None, 1).unwrap().seq(), 0);
     assert_eq!(s.append(user("u"), append(), 2).unwrap().seq(), 1);
     assert_eq!(
         s.append(assistant("a", "hi"), append(), 3).unwrap().seq(),
@@ -80,11 +80,11 @@ fn tv1_basic_append_and_surface() {
 #[test]
 fn tv2_marker_on_a_log_only_type_is_rejected() {
     let mut s = session();
-    let err = s.append(TurnStart { turn: 1 }, append(), 1).unwrap_err();
+    let err = s.append(TurnStart::new(1), append(), 1).unwrap_err();
     assert!(matches!(err, AppendError::MarkerOnLogOnly { .. }), "{err}");
     assert_eq!(err.rule(), "S2");
     assert!(s.is_empty(), "log unchanged");
-    let e = SessionEvent::new(0, 1, TurnStart { turn: 1 }).with_sources(vec![]);
+    let e = SessionEvent::new(0, 1, TurnStart::new(1)).with_sources(vec![]);
     assert!(matches!(
         s.append_event(e).unwrap_err(),
         AppendError::SourcesOnLogOnly { .. }
@@ -305,15 +305,8 @@ fn tv8_tool_result_rewrite() {
 #[test]
 fn tv9_seed_contiguity_and_envelope() {
     let seed = vec![
-        SessionEvent::new(0, 1, TurnStart { turn: 1 }),
-        SessionEvent::new(
-            5,
-            2,
-            TurnEnd {
-                turn: 1,
-                reason: TurnEndReason::Completed,
-            },
-        ),
+        SessionEvent::new(0, 1, TurnStart::new(1)),
+        SessionEvent::new(5, 2, TurnEnd::new(1, TurnEndReason::Completed)),
     ];
     let err = Session::from_seed(SessionHeader::new("s", 0), seed, 3).unwrap_err();
     assert_eq!(err.index, 1);
@@ -360,24 +353,18 @@ fn tv10_end_seed() {
 }
 
 fn tv11_source() -> Session {
-    let mut s = Session::new(SessionHeader {
-        cwd: Some("/w".into()),
-        ..SessionHeader::new("src", 0)
+    let mut s = Session::new({
+        let mut session_header = SessionHeader::new("src", 0);
+        session_header.cwd = Some("/w".into());
+        session_header
     });
-    s.append(TurnStart { turn: 1 }, None, 1).unwrap();
+    s.append(TurnStart::new(1), None, 1).unwrap();
     s.append(user("u1"), append(), 2).unwrap();
-    s.append(
-        TurnEnd {
-            turn: 1,
-            reason: TurnEndReason::Completed,
-        },
-        None,
-        3,
-    )
-    .unwrap();
+    s.append(TurnEnd::new(1, TurnEndReason::Completed), None, 3)
+        .unwrap();
     s.append(EventData::plugin("plugin/x", &json!({"k": 1})), None, 4)
         .unwrap();
-    s.append(TurnStart { turn: 2 }, None, 5).unwrap();
+    s.append(TurnStart::new(2), None, 5).unwrap();
     s.append(user("u2"), append(), 6).unwrap();
     s
 }
@@ -411,16 +398,13 @@ fn header(model: &str, system: Option<&str>, tools: Option<Vec<ToolSchema>>) -> 
     let mut h = EpochHeader::new(LlmCallConfig::new("p", model));
     h.system = system.map(String::from);
     h.tools = tools;
-    RequestHeader {
-        header: h,
-        reason: HeaderReason::Initial,
-    }
+    RequestHeader::new(h, HeaderReason::Initial)
 }
 
 #[test]
 fn tv12_header_canonicalization() {
     let mut s = session();
-    s.append(TurnStart { turn: 1 }, None, 1).unwrap();
+    s.append(TurnStart::new(1), None, 1).unwrap();
     assert!(s.request_header().is_none(), "none before the first header");
     let mut first = header("m", Some(""), Some(vec![]));
     first.header.adapter_defaults = Some(Default::default());
@@ -442,23 +426,11 @@ fn tv12_header_canonicalization() {
     b.tools = Some(vec![]);
     assert!(a.same_as(&b));
     let mut c = a.clone();
-    c.tools = Some(vec![ToolSchema {
-        name: "t".into(),
-        description: "d".into(),
-        parameters: json!({"type": "object"}),
-    }]);
+    c.tools = Some(vec![ToolSchema::new("t", "d", json!({"type": "object"}))]);
     assert!(!a.same_as(&c));
     // H3: the last request/context.
-    s.append(
-        RequestContext {
-            provider: "p".into(),
-            model: "m2".into(),
-            context_window: Some(128000),
-        },
-        None,
-        4,
-    )
-    .unwrap();
+    s.append(RequestContext::new("p", "m2", Some(128000)), None, 4)
+        .unwrap();
     assert_eq!(s.request_context().unwrap().context_window, Some(128000));
 }
 
@@ -510,22 +482,12 @@ fn tv14_prefix() -> Vec<SessionEvent> {
         ),
     );
     vec![
-        SessionEvent::new(0, 1, TurnStart { turn: 1 }),
-        SessionEvent::new(1, 1, EventData::StepStart(Step { turn: 1, step: 1 })),
+        SessionEvent::new(0, 1, TurnStart::new(1)),
+        SessionEvent::new(1, 1, EventData::StepStart(Step::new(1, 1))),
         SessionEvent::new(2, 1, asst).with_surface(SurfaceOp::Append, None),
-        SessionEvent::new(
-            3,
-            1,
-            ToolCall {
-                turn: 1,
-                step: 1,
-                call_id: "c1".into(),
-                name: "bash".into(),
-                arguments: "{}".into(),
-            },
-        ),
-        SessionEvent::new(4, 1, EventData::StepEnd(Step { turn: 1, step: 1 })),
-        SessionEvent::new(5, 1, EventData::StepStart(Step { turn: 1, step: 2 })),
+        SessionEvent::new(3, 1, ToolCall::new(1, 1, "c1".into(), "bash", "{}")),
+        SessionEvent::new(4, 1, EventData::StepEnd(Step::new(1, 1))),
+        SessionEvent::new(5, 1, EventData::StepStart(Step::new(1, 2))),
     ]
 }
 
@@ -553,32 +515,25 @@ fn tv14_invariants() {
 #[test]
 fn invariants_number_turns_and_steps() {
     let ev = |seq, d: EventData| SessionEvent::new(seq, 0, d);
-    let two = vec![ev(0, TurnStart { turn: 2 }.into())];
+    let two = vec![ev(0, TurnStart::new(2).into())];
     assert_eq!(InvariantChecker::check_log(&two).unwrap_err().rule, "I2");
     let nested = vec![
-        ev(0, TurnStart { turn: 1 }.into()),
-        ev(1, TurnStart { turn: 2 }.into()),
+        ev(0, TurnStart::new(1).into()),
+        ev(1, TurnStart::new(2).into()),
     ];
     assert_eq!(InvariantChecker::check_log(&nested).unwrap_err().rule, "I2");
     let open_step = vec![
-        ev(0, TurnStart { turn: 1 }.into()),
-        ev(1, EventData::StepStart(Step { turn: 1, step: 1 })),
-        ev(
-            2,
-            TurnEnd {
-                turn: 1,
-                reason: TurnEndReason::Completed,
-            }
-            .into(),
-        ),
+        ev(0, TurnStart::new(1).into()),
+        ev(1, EventData::StepStart(Step::new(1, 1))),
+        ev(2, TurnEnd::new(1, TurnEndReason::Completed).into()),
     ];
     assert_eq!(
         InvariantChecker::check_log(&open_step).unwrap_err().rule,
         "I3"
     );
     let skip = vec![
-        ev(0, TurnStart { turn: 1 }.into()),
-        ev(1, EventData::StepStart(Step { turn: 1, step: 2 })),
+        ev(0, TurnStart::new(1).into()),
+        ev(1, EventData::StepStart(Step::new(1, 2))),
     ];
     assert_eq!(InvariantChecker::check_log(&skip).unwrap_err().rule, "I4");
     let outside = vec![ev(
@@ -599,7 +554,7 @@ fn invariants_number_turns_and_steps() {
     );
     // I12: check does not mutate.
     let c = InvariantChecker::new();
-    c.check(&ev(0, TurnStart { turn: 1 }.into())).unwrap();
+    c.check(&ev(0, TurnStart::new(1).into())).unwrap();
     assert_eq!(c.open_turn(), None);
 }
 
@@ -665,9 +620,11 @@ fn v4_and_retired_formats() {
     let mut h = header("", None, None);
     assert_eq!(s.append(h.clone(), None, 1).unwrap_err().rule(), "V4");
     h.header.config.model = "m".into();
-    h.header.adapter_defaults = Some(dsh_core::AdapterDefaults {
-        reasoning_effort: Some(true),
-        max_tokens: None,
+    h.header.adapter_defaults = Some({
+        let mut adapter_defaults = dsh_core::AdapterDefaults::default();
+        adapter_defaults.reasoning_effort = Some(true);
+        adapter_defaults.max_tokens = None;
+        adapter_defaults
     });
     let err = s.append(h.clone(), None, 1).unwrap_err();
     assert!(
@@ -711,7 +668,7 @@ fn e9_envelope_key_order_and_spec_payloads() {
             reason: "no".into(),
         },
     };
-    let end = SessionEvent::new(9, 3, TurnEnd { turn: 1, reason });
+    let end = SessionEvent::new(9, 3, TurnEnd::new(1, reason));
     assert_eq!(
         end.to_json(),
         r#"{"type":"turn/end","seq":9,"time":3,"data":{"turn":1,"reason":{"kind":"aborted","reason":{"kind":"hook","reason":"no"}}}}"#
@@ -798,7 +755,7 @@ fn append_error_leaves_state_and_check_is_a_dry_run() {
     assert_eq!(s.len(), 1, "check does not append");
     s.append_event(e).unwrap();
     assert_eq!(s.derive_messages().len(), before + 1);
-    let wrong_seq = SessionEvent::new(7, 2, TurnStart { turn: 1 });
+    let wrong_seq = SessionEvent::new(7, 2, TurnStart::new(1));
     assert_eq!(
         s.append_event(wrong_seq).unwrap_err(),
         AppendError::SeqMismatch {
@@ -836,7 +793,7 @@ fn fold_surface_records_replacements() {
 #[test]
 fn h1_fold_request_header_is_pure() {
     let events = vec![
-        SessionEvent::new(0, 1, TurnStart { turn: 1 }),
+        SessionEvent::new(0, 1, TurnStart::new(1)),
         SessionEvent::new(1, 1, header("m", Some(""), None)),
         SessionEvent::new(2, 1, header("m2", Some("s"), None)),
     ];
@@ -891,7 +848,7 @@ fn restore_then_mark_end_seed_resumes() {
     assert_eq!(s.len(), 5, "ES3: not marked twice");
     assert_eq!(s.first_live_seq(), 4);
     // New live events follow the marker.
-    assert_eq!(s.append(TurnStart { turn: 2 }, None, 61).unwrap().seq(), 5);
+    assert_eq!(s.append(TurnStart::new(2), None, 61).unwrap().seq(), 5);
 }
 
 #[test]

@@ -105,7 +105,7 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
         FuzzChunk::ToolDelta(x, id, name, arguments_delta) => StreamChunk::ToolCallDelta { index: i(x), head: dsh_core::ToolCallHead::owned(id, name), arguments_delta: arguments_delta.into() },
         FuzzChunk::EndText(x, text) => StreamChunk::block_end(i(x), ContentBlock::text(text)),
         FuzzChunk::EndCall(x, id, n, args) => StreamChunk::block_end(i(x), ContentBlock::tool_call(id, NAMES[usize::from(n) % NAMES.len()], args)),
-        FuzzChunk::Usage(a, b) => StreamChunk::usage(TokenUsage { input_tokens: a, output_tokens: b, ..TokenUsage::default() }),
+        FuzzChunk::Usage(a, b) => StreamChunk::usage(TokenUsage::new(a, b)),
         FuzzChunk::Finish(f) => StreamChunk::finish(match f {
             FuzzFinish::Stop => FinishReason::Stop,
             FuzzFinish::ToolCalls => FinishReason::ToolCalls,
@@ -173,17 +173,18 @@ fuzz_target!(|case: Case| {
     let mut look = ToolDefinition::untyped("look", "", serde_json::json!({}));
     look.concurrency_safe = true;
     let _ = tools.register(look);
-    let config = AgentConfig {
-        options: AgentOptions { provider: Some("mock".into()), model: Some("mock".into()), max_tokens: None },
-        tools,
-        retry_executor: case.retry_executor,
-        interrupted_prefix: case.interrupted_prefix,
-        wake_latch: case.wake_latch,
-        max_parallel_tool_calls: usize::from(case.defer % 4),
-        seams: claimed(case.defer),
-        max_steps_per_turn: (case.defer & (1 << 15) != 0).then_some(3),
-        ..AgentConfig::default()
-    };
+    let mut options = AgentOptions::default();
+    options.provider = Some("mock".into());
+    options.model = Some("mock".into());
+    let mut config = AgentConfig::default();
+    config.options = options;
+    config.tools = tools;
+    config.retry_executor = case.retry_executor;
+    config.interrupted_prefix = case.interrupted_prefix;
+    config.wake_latch = case.wake_latch;
+    config.max_parallel_tool_calls = usize::from(case.defer % 4);
+    config.seams = claimed(case.defer);
+    config.max_steps_per_turn = (case.defer & (1 << 15) != 0).then_some(3);
     let Ok(mut agent) = Agent::new(config, Session::new(SessionHeader::new("fuzz", 0))) else { return };
     let mut checker = InvariantChecker::new();
     let mut checked = 0u64;

@@ -63,11 +63,10 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
                     ContentBlock::Unknown(m)
                 }
             }),
-        FuzzChunk::Usage(i, o, r) => StreamChunk::usage(TokenUsage {
-                input_tokens: i,
-                output_tokens: o,
-                reasoning_tokens: r,
-                ..TokenUsage::default()
+        FuzzChunk::Usage(i, o, r) => StreamChunk::usage({
+                let mut usage = TokenUsage::new(i, o);
+                usage.reasoning_tokens = r;
+                usage
             }),
         FuzzChunk::Finish(f, blocks) => StreamChunk::finish_with(match f {
                 FuzzFinish::Stop => FinishReason::Stop,
@@ -75,10 +74,10 @@ fn chunk(c: FuzzChunk) -> StreamChunk {
                 FuzzFinish::MaxTokens => FinishReason::MaxTokens,
                 FuzzFinish::Error(m) => FinishReason::Error { failure: LlmFailure::new("X", m) },
                 FuzzFinish::Aborted(m) => FinishReason::Aborted { failure: LlmFailure::new("ABORTED", m) },
-            }, blocks.map(|n| ReplayEnvelope {
-                response: serde_json::Value::Null,
-                blocks: Some((0..n % 8).map(|k| serde_json::Value::from(k)).collect()),
-            })),
+            }, blocks.map(|n| ReplayEnvelope::new(
+                serde_json::Value::Null,
+                Some((0..n % 8).map(|k| serde_json::Value::from(k)).collect()),
+            ))),
     }
 }
 

@@ -422,7 +422,7 @@ impl Harness {
                 ContentBlock::tool_call(format!("c{}", c % 4), name(n), args(good)),
             ),
             FuzzChunk::EndReasoning(x, text) => StreamChunk::block_end(i(x), ContentBlock::reasoning(text)),
-            FuzzChunk::Usage(a, b) => StreamChunk::usage(TokenUsage { input_tokens: a, output_tokens: b, ..TokenUsage::default() }),
+            FuzzChunk::Usage(a, b) => StreamChunk::usage(TokenUsage::new(a, b)),
             FuzzChunk::Finish(f) => StreamChunk::finish(match f {
                 FuzzFinish::Stop => FinishReason::Stop,
                 FuzzFinish::ToolCalls => FinishReason::ToolCalls,
@@ -532,7 +532,7 @@ impl Harness {
                     FuzzReply::AllowAlways => Reply::Approval(ApprovalDecision::AllowAlways),
                     FuzzReply::Deny => Reply::Approval(ApprovalDecision::Deny),
                     FuzzReply::Plugin => Reply::Plugin(json!({"a": 1})),
-                    FuzzReply::ModelOk(text) => Reply::Model(Ok(SideReply { text, usage: None })),
+                    FuzzReply::ModelOk(text) => Reply::Model(Ok(SideReply::new(text, None))),
                     FuzzReply::ModelErr => Reply::Model(Err("side call failed".into())),
                     FuzzReply::Cancelled => Reply::Cancelled,
                 };

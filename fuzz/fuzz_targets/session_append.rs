@@ -54,20 +54,10 @@ fn seqs(v: &[u8]) -> Vec<u64> {
 fn data(ev: Ev) -> EventData {
     let n = u64::from;
     match ev {
-        Ev::TurnStart(t) => TurnStart { turn: n(t) }.into(),
-        Ev::TurnEnd(t) => TurnEnd {
-            turn: n(t),
-            reason: TurnEndReason::Completed,
-        }
-        .into(),
-        Ev::StepStart(t, s) => EventData::StepStart(Step {
-            turn: n(t),
-            step: n(s),
-        }),
-        Ev::StepEnd(t, s) => EventData::StepEnd(Step {
-            turn: n(t),
-            step: n(s),
-        }),
+        Ev::TurnStart(t) => TurnStart::new(n(t)).into(),
+        Ev::TurnEnd(t) => TurnEnd::new(n(t), TurnEndReason::Completed).into(),
+        Ev::StepStart(t, s) => EventData::StepStart(Step::new(n(t), n(s))),
+        Ev::StepEnd(t, s) => EventData::StepEnd(Step::new(n(t), n(s))),
         Ev::User(id, text) => Message::user(id, vec![ContentBlock::text(text)]).into(),
         Ev::Assistant(t, s, id, text, call) => {
             let mut content: Vec<ContentBlock> = text.into_iter().map(ContentBlock::text).collect();
@@ -81,14 +71,7 @@ fn data(ev: Ev) -> EventData {
             )
             .into()
         }
-        Ev::ToolCall(t, s, call) => ToolCall {
-            turn: n(t),
-            step: n(s),
-            call_id: call.into(),
-            name: "bash".into(),
-            arguments: "{}".into(),
-        }
-        .into(),
+        Ev::ToolCall(t, s, call) => ToolCall::new(n(t), n(s), call.into(), "bash", "{}").into(),
         Ev::ToolResult(t, s, id, call, is_error, not_started) => {
             let mut r = ToolResult::new(
                 n(t),

@@ -12,6 +12,7 @@ use dsh_core::{MessageId, RetryId};
 
 /// How an agent mints message, retry and user-message ids.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IdMode {
     /// Random UUID v4 from a small generator seeded by the runtime.
     #[default]
@@ -78,6 +79,7 @@ impl Rng {
 
 /// The id source of an agent ([`IdMode`] over a seed).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum Ids {
     /// UUID v4 ids.
     Uuid(Rng),

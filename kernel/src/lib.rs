@@ -145,7 +145,7 @@ mod session;
 mod types;
 
 pub use ids::{IdMode, Ids, Rng};
-pub use kernel::{Kernel, timeout_outcome};
+pub use kernel::Kernel;
 pub use plugin::{
     ApprovalDecision, Ask, Cx, Flow, Plugin, Reply, SIDE_REPLY_MAX_BYTES, Seams, SideCollector,
     SideReply, ToolDispatch,

@@ -87,6 +87,7 @@ pub enum Ask {
 
 /// A front end's answer to an approval ask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ApprovalDecision {
     /// Run this call.
     Allow,
@@ -112,11 +113,22 @@ pub enum Reply {
 
 /// The folded reply of a side model call ([`Ask::Model`]).
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct SideReply {
     /// The concatenated text deltas.
     pub text: String,
     /// The usage the provider reported, if any.
     pub usage: Option<TokenUsage>,
+}
+
+impl SideReply {
+    /// A reply of this text and usage.
+    pub fn new(text: impl Into<String>, usage: Option<TokenUsage>) -> Self {
+        SideReply {
+            text: text.into(),
+            usage,
+        }
+    }
 }
 
 /// Most text a side reply keeps (bytes); more is cut at a char boundary.
@@ -183,6 +195,7 @@ pub use dsh_core::agent::Seams;
 /// What `tools/execute` passes around the body.
 #[derive(Clone, Debug, PartialEq)]
 #[allow(clippy::large_enum_variant)] // one per tool call
+#[non_exhaustive]
 pub enum ToolDispatch {
     /// Run the body with this call (arguments may have been rewritten; the
     /// logged `tool/call` keeps the model's text).

@@ -26,6 +26,7 @@ use crate::ids::IdMode;
 /// request (LC-13), and `reasoning_effort`, `temperature` and `stop` fill
 /// every request seed that lacks them.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct AgentConfig {
     /// The call config of every request.
     pub call: LlmCallConfig,
@@ -147,22 +148,21 @@ impl AgentConfig {
             all.push(PromptSection::new("system", 0, text.clone()));
         }
         all.extend(sections);
-        Ok(dsh_core::agent::AgentConfig {
-            options: AgentOptions {
-                provider: Some(self.call.provider.clone()),
-                model: Some(self.call.model.clone()),
-                max_tokens: self.call.max_tokens,
-            },
-            sections: all,
-            tools: registry,
-            retry_executor: self.retry_executor,
-            interrupted_prefix: self.interrupted_prefix,
-            wake_latch: self.wake_latch,
-            request_fill: RequestFill::from_call(&self.call),
-            retry_policy: self.retry_policy.clone().unwrap_or_default(),
-            max_steps_per_turn: self.max_steps_per_turn,
-            ..dsh_core::agent::AgentConfig::default()
-        })
+        let mut options = AgentOptions::default();
+        options.provider = Some(self.call.provider.clone());
+        options.model = Some(self.call.model.clone());
+        options.max_tokens = self.call.max_tokens;
+        let mut config = dsh_core::agent::AgentConfig::default();
+        config.options = options;
+        config.sections = all;
+        config.tools = registry;
+        config.retry_executor = self.retry_executor;
+        config.interrupted_prefix = self.interrupted_prefix;
+        config.wake_latch = self.wake_latch;
+        config.request_fill = RequestFill::from_call(&self.call);
+        config.retry_policy = self.retry_policy.clone().unwrap_or_default();
+        config.max_steps_per_turn = self.max_steps_per_turn;
+        Ok(config)
     }
 }
 
@@ -243,6 +243,7 @@ pub enum AgentEvent {
 
 /// How the last turn ended.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct TurnSummary {
     /// The last turn number (0: none yet).
     pub turn: u64,

@@ -422,11 +422,7 @@ fn side_collector_folds_a_side_call() {
         index: 0,
         text: "mary".into(),
     }));
-    let usage = TokenUsage {
-        input_tokens: 3,
-        output_tokens: 1,
-        ..TokenUsage::default()
-    };
+    let usage = TokenUsage::new(3, 1);
     assert!(!c.push(StreamChunk::usage(usage)));
     assert!(c.push(StreamChunk::finish(FinishReason::Stop)));
     let r = c.finish().unwrap();

@@ -84,11 +84,7 @@ fn model() -> VecDeque<Vec<StreamChunk>> {
             StreamChunk::text_delta(0, "It says "),
             StreamChunk::text_delta(0, "HELLO."),
             StreamChunk::block_end(0, ContentBlock::text("It says HELLO.")),
-            StreamChunk::usage(TokenUsage {
-                input_tokens: 120,
-                output_tokens: 7,
-                ..TokenUsage::default()
-            }),
+            StreamChunk::usage(TokenUsage::new(120, 7)),
             StreamChunk::finish(FinishReason::Stop),
         ],
         vec![

@@ -213,10 +213,7 @@ impl Translator {
             .collect();
         let replay = (!self.response.is_empty()
             || self.blocks.iter().any(|b| !b.replay.is_empty()))
-        .then(|| ReplayEnvelope {
-            response: Value::Object(self.response.clone()),
-            blocks: Some(blocks),
-        });
+        .then(|| ReplayEnvelope::new(Value::Object(self.response.clone()), Some(blocks)));
         out.push(StreamChunk::finish_with(reason, replay));
     }
 

@@ -55,16 +55,12 @@ fn conversation() -> GenerateOptions {
     );
     o.system = Some("You are dsh.".into());
     o.tools = Some(vec![
-        ToolSchema {
-            name: "get_weather".into(),
-            description: "Weather for a city".into(),
-            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-        },
-        ToolSchema {
-            name: "read".into(),
-            description: "Read a file".into(),
-            parameters: json!({"type": "object"}),
-        },
+        ToolSchema::new(
+            "get_weather",
+            "Weather for a city",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        ),
+        ToolSchema::new("read", "Read a file", json!({"type": "object"})),
     ]);
     o.stop = Some(vec!["</done>".into()]);
     o.max_tokens = Some(20_000);

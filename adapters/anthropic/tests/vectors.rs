@@ -82,14 +82,7 @@ fn text_stream() {
     let c = decode("text.sse");
     assert_eq!(ended(&c), vec![ContentBlock::text("Hello! 你好 🙂")]);
     assert_eq!(finish(&c), &FinishReason::Stop);
-    assert_eq!(
-        usage(&c),
-        Some(TokenUsage {
-            input_tokens: 25,
-            output_tokens: 15,
-            ..TokenUsage::default()
-        })
-    );
+    assert_eq!(usage(&c), Some(TokenUsage::new(25, 15)));
 }
 
 #[test]

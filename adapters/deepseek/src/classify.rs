@@ -52,6 +52,7 @@ pub fn is_quota_exhausted(detail: &str) -> bool {
 /// The provider's error object (`{"error":{"message","type","code"}}`), as far
 /// as it could be read. Fields that are absent, empty or not strings are `None`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProviderError {
     /// `error.message`.
     pub message: Option<String>,

@@ -90,6 +90,7 @@ pub enum Modality {
 /// One advisory catalog entry (D-2).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ModelEntry {
     /// Model id (non-empty, unique).
     pub id: String,

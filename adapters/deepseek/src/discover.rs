@@ -61,6 +61,7 @@ pub enum ProbeBase {
 
 /// One discovery request.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct Probe {
     /// What answers it.
     pub source: WindowSource,

@@ -52,6 +52,7 @@ pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 /// not read further (an endless line would otherwise be buffered until
 /// allocation fails).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SseLimitError {
     /// The limit, in bytes.
     pub limit: usize,

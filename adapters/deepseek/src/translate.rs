@@ -175,14 +175,14 @@ fn map_usage(u: &WireUsage) -> TokenUsage {
     // U-1: `cached_tokens` wins when present (even 0), else the hit count.
     let cache_read = u.cached_tokens.0.or(u.prompt_cache_hit_tokens.0);
     let prompt = u.prompt_tokens.0.unwrap_or(0);
-    TokenUsage {
-        // U-2 (no clamp, Q-8); saturating instead of overflowing.
-        input_tokens: prompt.saturating_sub(cache_read.unwrap_or(0)),
-        output_tokens: u.completion_tokens.0.unwrap_or(0),
-        cache_read_tokens: cache_read,
-        cache_write_tokens: None,
-        reasoning_tokens: u.reasoning_tokens.0,
-    }
+    // U-2 (no clamp, Q-8); saturating instead of overflowing.
+    let mut usage = TokenUsage::new(
+        prompt.saturating_sub(cache_read.unwrap_or(0)),
+        u.completion_tokens.0.unwrap_or(0),
+    );
+    usage.cache_read_tokens = cache_read;
+    usage.reasoning_tokens = u.reasoning_tokens.0;
+    usage
 }
 
 /// The EMPTY_RESPONSE finish of T-9 / AC-9.
@@ -566,6 +566,7 @@ impl Translator {
 
 /// What one [`StreamDecoder::push`] saw besides chunks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PushOutcome {
     /// SSE comment lines seen (activity for the idle watchdog, WD-3).
     pub comments: usize,

@@ -53,6 +53,7 @@ impl std::fmt::Debug for JsonlBackend {
 
 /// A transcript's logical text (OP2).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RawArtifact {
     /// The header.
     pub header: SessionHeader,
@@ -92,7 +93,7 @@ fn scan_error(id: &str, e: ScanError) -> LogError {
         ScanError::Corrupt { message } => LogError::Corrupt { message },
         ScanError::Invalid { index, error } => LogError::InvalidEvent {
             session_id: id.to_owned(),
-            error: SeedError { index, error },
+            error: SeedError::new(index, error),
         },
         other => corrupt(other.to_string()),
     }

@@ -9,6 +9,7 @@ const MAGIC: u32 = 0xFD2F_B528;
 
 /// The result of the structural scan (PE3).
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FrameScan {
     /// Byte ranges of the complete frames, in order.
     pub frames: Vec<std::ops::Range<usize>>,

@@ -62,6 +62,7 @@ pub enum Compression {
 
 /// Configuration of a JSONL store (persistence.md section 8).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct JsonlConfig {
     /// The store root (required; made absolute at open).
     pub root: PathBuf,

@@ -122,6 +122,7 @@ pub enum Location {
 /// A stored log as returned by `load` and `inspect`: balanced (closers of an
 /// interrupted turn included) and validated.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Inspection {
     /// The session header.
     pub header: SessionHeader,

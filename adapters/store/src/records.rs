@@ -41,7 +41,7 @@ impl RecordScan {
                 ScanError::Corrupt { message } => LogError::Corrupt { message },
                 ScanError::Invalid { index, error } => LogError::InvalidEvent {
                     session_id: id.to_owned(),
-                    error: SeedError { index, error },
+                    error: SeedError::new(index, error),
                 },
                 other => LogError::Corrupt {
                     message: other.to_string(),

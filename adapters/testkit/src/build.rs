@@ -135,11 +135,7 @@ fn block_chunks(index: u64, plan: &BlockPlan) -> Vec<StreamChunk> {
 }
 
 fn usage(input: u32, output: u32) -> StreamChunk {
-    StreamChunk::usage(TokenUsage {
-        input_tokens: i64::from(input),
-        output_tokens: i64::from(output),
-        ..TokenUsage::default()
-    })
+    StreamChunk::usage(TokenUsage::new(i64::from(input), i64::from(output)))
 }
 
 fn failure_finish() -> StreamChunk {

@@ -185,14 +185,15 @@ pub fn check_image(
             "the image exceeds the {MAX_IMAGE_PIXELS}-pixel limit; downscale the image and read the smaller copy"
         ));
     }
-    Ok(ImageAttachment {
-        attachment_id: AttachmentId::new(sha256_id(data)),
-        media_type: media_type.to_string(),
+    let mut attachment = ImageAttachment::new(
+        AttachmentId::new(sha256_id(data)),
+        media_type,
         width,
         height,
-        bytes: data.len() as u64,
-        name,
-    })
+        data.len() as u64,
+    );
+    attachment.name = name;
+    Ok(attachment)
 }
 
 /// `read_image {file_path}`: the image file, stored, as an image block

@@ -82,7 +82,7 @@ impl Tool for TodoWriteTool {
             count(&TodoStatus::Completed),
         );
         let value = serde_json::to_value(&todos).unwrap_or(Value::Null);
-        if let Err(message) = sink.append(EventData::TodoWrite(Arc::new(TodoWrite { todos }))) {
+        if let Err(message) = sink.append(EventData::TodoWrite(Arc::new(TodoWrite::new(todos)))) {
             return ToolOutcome::error(message);
         }
         ToolOutcome::success(text(format!(
@@ -126,10 +126,7 @@ impl TodoWriteTool {
             if status == TodoStatus::InProgress {
                 active += 1;
             }
-            out.push(TodoItem {
-                content: content.to_string(),
-                status,
-            });
+            out.push(TodoItem::new(content.to_string(), status));
         }
         if !self.allow_parallel_in_progress && active > 1 {
             return Err(format!(

@@ -145,6 +145,7 @@ impl core::error::Error for HookError {}
 
 /// The final value of the `agent/pre-step` waterfall (SM-3).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum PreStepDecision {
     /// Block the turn: it ends `blocked` (LC-11 case 3).
     Reject,
@@ -155,6 +156,7 @@ pub enum PreStepDecision {
 /// What `agent/request-error` decided (LC-26).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum Recovery {
     /// Retry the request inside the same step.
     Retry,
@@ -164,6 +166,7 @@ pub enum Recovery {
 
 /// The result of `llm.prepareCall` (LC-15).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct PreparedCall {
     /// The effective config (the adapter may fill `maxTokens` and effort).
     pub config: LlmCallConfig,
@@ -190,6 +193,7 @@ impl PreparedCall {
 
 /// The final value of `tools/pre-execute` (TL-9 step 4).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PreToolDecision {
     /// Run the tool.
     Allow,
@@ -208,6 +212,7 @@ pub enum PreToolDecision {
 /// An approval outcome (TL-10).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum ApprovalOutcome {
     /// Proceed once.
     AllowedOnce,
@@ -223,6 +228,7 @@ pub enum ApprovalOutcome {
 
 /// The final value of `tools/post-execute` (TL-11).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum PostToolDecision {
     /// Keep the result, optionally replacing its content; contexts are added
     /// after the existing ones.
@@ -254,6 +260,7 @@ impl PostToolDecision {
 
 /// One tool call going through the pipeline (TL-4).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ToolExecution {
     /// Correlates [`Output::ExecuteTool`](super::Output::ExecuteTool) with
     /// [`Agent::handle_tool_result`](super::Agent::handle_tool_result).
@@ -274,6 +281,7 @@ pub struct ToolExecution {
 
 /// `agent/pre-step` payload.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct PreStepPayload {
     /// The turn.
     pub turn: u64,
@@ -286,6 +294,7 @@ pub struct PreStepPayload {
 
 /// `agent/request-error` payload (SM-4).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RequestErrorPayload {
     /// The turn.
     pub turn: u64,
@@ -301,6 +310,7 @@ pub struct RequestErrorPayload {
 
 /// Why a turn was cancelled (loop.md 1.5).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CancelCause {
     /// `{"kind":"user"}`.
     User,
@@ -332,6 +342,9 @@ impl CancelCause {
 
 /// What an id is for, so an id source can mint meaningful ids (and a replay
 /// can hand back recorded ones).
+///
+/// Exhaustive on purpose: an id source must mint an id for every purpose,
+/// so a new one is a compile error rather than a fallback id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdPurpose<'a> {
     /// The `assistant/message` of a model call.

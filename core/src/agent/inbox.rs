@@ -13,12 +13,10 @@ use serde_json::{Map, Value};
 use crate::ids::MessageId;
 use crate::message::Message;
 
-/// The event type of every inbox mutation (IB-2).
-pub const INBOX_SPLICED: &str = "agent/inbox/spliced";
-
 /// Which pending list (IB-1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum InboxTarget {
     /// Prompts that each own a turn.
     NextTurn,
@@ -89,6 +87,7 @@ impl core::error::Error for InboxError {}
 
 /// One normalised inbox mutation (IB-2, IB-3).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Splice {
     /// The list.
     pub target: InboxTarget,

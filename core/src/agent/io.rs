@@ -18,6 +18,7 @@ pub use super::seams::{HookAnswer, HookCall};
 /// Public activity status (SM-6, LC-3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum AgentStatus {
     /// No driver runs (also during maintenance).
     Idle,
@@ -28,6 +29,7 @@ pub enum AgentStatus {
 /// A durability barrier the shell may honour (SM-13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum Checkpoint {
     /// Before `agent/pre-step`: the previous step's results.
     PreStep,
@@ -73,6 +75,7 @@ pub enum Notification {
 
 /// One model attempt to dispatch (LC-15).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ModelCall {
     /// Identifies the attempt: pass it with every chunk and the stream end,
     /// so chunks of an earlier (cancelled or failed) attempt are refused.

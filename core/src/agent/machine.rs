@@ -35,6 +35,7 @@ use tools::{PlannedCall, ToolPhase};
 
 /// The agent's request options (IB-13).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AgentOptions {
     /// Provider route of the first request (LC-13).
     pub provider: Option<String>,
@@ -95,6 +96,7 @@ impl RequestFill {
 /// [`DEFAULT_MAX_STEPS_PER_TURN`] steps per turn. The loop.md test
 /// vectors (fixture F0) turn the executor and both deltas off explicitly.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct AgentConfig {
     /// Request options.
     pub options: AgentOptions,
@@ -372,7 +374,7 @@ impl core::fmt::Debug for Agent {
 }
 
 /// Event types only the loop writes; [`Agent::append_event`] refuses them.
-pub fn is_loop_owned(event_type: &str) -> bool {
+pub(crate) fn is_loop_owned(event_type: &str) -> bool {
     matches!(
         event_type,
         "turn/start"
@@ -825,6 +827,7 @@ impl Agent {
 
 /// A direct inbox edit (IB-7).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum InboxEdit {
     /// Replace the pending message `id` (either list) by a new one.
     Replace(crate::ids::MessageId, Message),

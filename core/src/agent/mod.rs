@@ -55,14 +55,13 @@
 //! use dsh_core::session::{Session, SessionHeader};
 //! use dsh_core::{ContentBlock, FinishReason, Message, StreamChunk};
 //!
-//! let config = AgentConfig {
-//!     options: AgentOptions {
-//!         provider: Some("mock".into()),
-//!         model: Some("mock".into()),
-//!         max_tokens: None,
-//!     },
-//!     ..AgentConfig::default()
-//! };
+//! // The config types are `#[non_exhaustive]`: start from `default()`
+//! // and set fields.
+//! let mut options = AgentOptions::default();
+//! options.provider = Some("mock".into());
+//! options.model = Some("mock".into());
+//! let mut config = AgentConfig::default();
+//! config.options = options;
 //! let session = Session::new(SessionHeader::new("a1", 0));
 //! let mut agent = Agent::new(config, session).unwrap();
 //! let now = dsh_core::Time::from_millis(1_000);
@@ -124,7 +123,7 @@ pub use io::{
 };
 pub use machine::{
     Agent, AgentConfig, AgentOptions, DEFAULT_MAX_PARALLEL_TOOL_CALLS, DEFAULT_MAX_STEPS_PER_TURN,
-    InboxEdit, RequestFill, ResumeError, is_loop_owned,
+    InboxEdit, RequestFill, ResumeError,
 };
 pub use seams::Seams;
 

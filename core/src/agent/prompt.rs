@@ -22,6 +22,7 @@ pub const RUNTIME_CONTEXT_CLEARED: &str =
 
 /// One ordered text section of the system prompt (SP-1).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PromptSection {
     /// Section name, used in render errors.
     pub name: String,
@@ -45,6 +46,7 @@ impl PromptSection {
 /// One resolved prompt assembly (SP-1): sections, dynamic contexts, tool
 /// schemas and variables, resolved once per proposed step.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Assembly {
     /// System-prompt sections.
     pub sections: Vec<PromptSection>,
@@ -75,7 +77,7 @@ impl Assembly {
     }
 
     /// The runtime-context sections with non-empty text (LC-12), in `order`.
-    pub fn context_sections(&self) -> Vec<Section> {
+    pub(crate) fn context_sections(&self) -> Vec<Section> {
         let mut contexts: Vec<&PromptSection> = self
             .contexts
             .iter()
@@ -100,7 +102,7 @@ fn valid_variable_name(name: &str) -> bool {
 
 /// Strict `{{name}}` interpolation (SP-3). Substituted values are not
 /// rescanned.
-pub fn interpolate(
+pub(crate) fn interpolate(
     text: &str,
     section: &str,
     variables: &BTreeMap<String, Option<String>>,
@@ -149,7 +151,7 @@ pub fn interpolate(
 /// What the agent remembers about the last runtime-context snapshot on the
 /// surface (LC-12).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RetainedContext {
+pub(crate) enum RetainedContext {
     /// No snapshot message ever existed.
     Never,
     /// One existed, but a surface replacement shadowed it.
@@ -165,7 +167,7 @@ pub enum RetainedContext {
 
 /// The runtime-context candidate (LC-12): the text and source of the message
 /// to add to the default pre-step decision, or `None`.
-pub fn runtime_context_candidate(
+pub(crate) fn runtime_context_candidate(
     retained: &RetainedContext,
     sections: &[Section],
 ) -> Option<(String, MessageSource)> {
@@ -203,7 +205,7 @@ pub fn runtime_context_candidate(
 }
 
 /// Whether a message source is the runtime-context producer's.
-pub fn is_runtime_context_source(source: &MessageSource) -> bool {
+pub(crate) fn is_runtime_context_source(source: &MessageSource) -> bool {
     matches!(source, MessageSource::Plugin { plugin, .. } if plugin == RUNTIME_CONTEXT_PLUGIN)
         || matches!(source, MessageSource::Other(o)
             if o.get("kind").and_then(|k| k.as_str()) == Some("plugin")

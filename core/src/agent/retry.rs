@@ -21,13 +21,8 @@ use crate::chunk::LlmFailure;
 use crate::ids::RetryId;
 use crate::json::{MAX_SAFE_INTEGER, serialize_js_f64, write_js_number};
 
-/// The event type of a scheduled retry record.
-pub const LLM_RETRY: &str = "llm/retry";
-/// The event type written when a scheduled retry's wait ended.
-pub const LLM_RETRY_STARTED: &str = "llm/retry-started";
-
 /// The largest timer delay, in milliseconds (2^31 − 1).
-pub const MAX_TIMER_DELAY_MS: f64 = 2_147_483_647.0;
+pub(crate) const MAX_TIMER_DELAY_MS: f64 = 2_147_483_647.0;
 
 /// Default `maxRetries`.
 pub const DEFAULT_MAX_RETRIES: u64 = 5;
@@ -48,6 +43,7 @@ pub const DEFAULT_RETRYABLE_CODES: [&str; 5] = [
 
 /// Bounded exponential backoff with symmetric jitter.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Backoff {
     /// First local delay in milliseconds.
     pub initial_delay_ms: f64,
@@ -72,6 +68,7 @@ impl Default for Backoff {
 /// It serializes flattened, exactly as R-4 shows:
 /// `{"mode":"normal","maxRetries":5,"retryableCodes":[…],"initialDelayMs":500,…}`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum RetryPolicy {
     /// Retry only the configured transient codes, at most `max_retries` times.
     Normal {
@@ -106,6 +103,7 @@ impl Default for RetryPolicy {
 /// A retry-policy configuration error. The message starts with the
 /// provider path given to [`RetryPolicy::resolve`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryConfigError {
     /// The full message, e.g. `llm-deepseek: retryPolicy.maxRetries must be a
     /// non-negative safe integer`.
@@ -188,6 +186,7 @@ fn resolve_backoff(config: Option<&Value>, path: &str) -> Result<Backoff, RetryC
 
 /// What the executor does with one failure (R-7..R-12).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum RetrySchedule {
     /// Pass the failure to the next handler (usually making it terminal).
     Delegate,
@@ -357,7 +356,7 @@ impl RetryPolicy {
     }
 
     /// `localDelay(retry)` for a jitter sample `r` in `[0, 1]`.
-    pub fn local_delay(&self, retry: u64, r: f64) -> f64 {
+    pub(crate) fn local_delay(&self, retry: u64, r: f64) -> f64 {
         let b = self.backoff();
         let r = if r.is_finite() {
             r.clamp(0.0, 1.0)
@@ -447,6 +446,7 @@ impl Serialize for RetryPolicy {
 
 /// The previous retry of a chain found in the log.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct PreviousRetry {
     /// Its `retry` number.
     pub retry: u64,
@@ -465,7 +465,7 @@ pub fn previous_retry<'a>(
     policy_key: &str,
 ) -> Option<PreviousRetry> {
     events.rev().find_map(|(ty, data)| {
-        if ty != LLM_RETRY {
+        if ty != crate::session::types::LLM_RETRY {
             return None;
         }
         let matches = data.get("turn").and_then(Value::as_u64) == Some(turn)
@@ -484,6 +484,7 @@ pub fn previous_retry<'a>(
 
 /// The `llm/retry` payload, in the reference's key order.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RetryRecord {
     /// Stable id of the chain.
     pub retry_id: RetryId,

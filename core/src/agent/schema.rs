@@ -41,7 +41,7 @@ const ONE_OF_SIBLINGS: [&str; 6] = [
 
 /// Writes `value` the way JavaScript's `JSON.stringify` does (compact, JS
 /// number formatting), for the `must be one of <JSON>` texts.
-pub fn js_stringify(value: &Value) -> String {
+pub(crate) fn js_stringify(value: &Value) -> String {
     let mut out = String::new();
     write_js_json(&mut out, value);
     out
@@ -88,7 +88,7 @@ fn is_negative_zero(n: &serde_json::Number) -> bool {
 }
 
 /// Whether a value holds no `-0` anywhere (the lossless JSON domain).
-pub fn is_lossless(value: &Value) -> bool {
+pub(crate) fn is_lossless(value: &Value) -> bool {
     let mut stack = alloc::vec![value];
     while let Some(v) = stack.pop() {
         match v {
@@ -158,7 +158,7 @@ pub fn check_schema(schema: &Value) -> Vec<String> {
 }
 
 /// [`check_schema`] with a custom root path.
-pub fn check_schema_at(schema: &Value, root: &str) -> Vec<String> {
+pub(crate) fn check_schema_at(schema: &Value, root: &str) -> Vec<String> {
     let mut violations = Vec::new();
     let mut tasks = alloc::vec![SchemaTask::Enter(schema, String::from(root))];
     while let Some(task) = tasks.pop() {

@@ -28,6 +28,7 @@ pub const UNLISTED_TOOLS: &str = "<unlisted-tools>";
 /// core needs to run the pipeline. Behaviour (the body, rendering,
 /// `finalizeContent`, presenters) belongs to the shell.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ToolDefinition {
     /// Name, description and parameters as sent to the model (TL-1).
     pub schema: ToolSchema,
@@ -145,6 +146,7 @@ impl core::error::Error for ToolRegistryError {}
 /// How a call may be scheduled (TL-15).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum ExecutionMode {
     /// May overlap other parallel calls.
     Parallel,
@@ -289,6 +291,7 @@ pub fn parse_arguments(raw: &str) -> Value {
 
 /// `{name, code}` identity of a structured harness error (TL-5 `info`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ErrorInfo {
     /// Error class name, e.g. `ToolArgsError`.
     pub name: String,
@@ -308,6 +311,7 @@ impl ErrorInfo {
 
 /// The error half of a failed [`ToolOutcome`] (TL-5).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ToolError {
     /// The message; the model sees `Error: <message>`.
     pub message: String,
@@ -323,6 +327,7 @@ pub struct ToolError {
 /// [`success`](Self::success), [`error`](Self::error) or
 /// [`coded_error`](Self::coded_error).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ToolOutcome {
     /// Model-facing content.
     pub content: Vec<ContentBlock>,
@@ -439,7 +444,7 @@ impl ToolOutcome {
     }
 
     /// TL-9 step 9: the body's value failed the output schema.
-    pub fn invalid_output(name: &str, violations: &[String]) -> Self {
+    pub(crate) fn invalid_output(name: &str, violations: &[String]) -> Self {
         ToolOutcome::coded_error(
             format!(
                 "tool \"{name}\" returned invalid output: {}",
@@ -487,7 +492,7 @@ impl ToolOutcome {
 
 /// The text of blocked feedback (TL-11): text blocks joined with `"\n"`,
 /// other blocks as `[<type> content]`.
-pub fn feedback_text(feedback: &[ContentBlock]) -> String {
+pub(crate) fn feedback_text(feedback: &[ContentBlock]) -> String {
     let parts: Vec<String> = feedback
         .iter()
         .map(|b| match b.as_text() {

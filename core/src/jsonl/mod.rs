@@ -38,13 +38,12 @@ use crate::session::{
 };
 
 pub use decode::{Decoded, Decoder, InvalidEvent, Record, Unparsable};
-pub use packed::{MIN_RUN, REASONING_CHUNKS, RowKind, TEXT_CHUNKS, TOOL_CALL_CHUNKS, encode_batch};
+pub use packed::{MIN_RUN, encode_batch};
 pub use paths::{check_batch_seqs, project_key, session_id_segment, transcript_path};
 pub use repair::{TOOL_NOT_STARTED_TEXT, TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers};
 pub use verify::{VerifyReport, verify_log};
-pub use write::{
-    encode_event_line, encode_header_line, write_event_canonical, write_event_json, write_value_js,
-};
+pub use write::{encode_event_line, encode_header_line};
+pub(crate) use write::{write_event_canonical, write_event_json, write_value_js};
 
 /// Why a stored log cannot be read (persistence.md OP12, 6.6).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,12 +117,12 @@ impl core::error::Error for LogError {}
 
 /// The position of the first `\n` in `bytes` (vectorized where the target
 /// has SIMD).
-pub fn find_newline(bytes: &[u8]) -> Option<usize> {
+pub(crate) fn find_newline(bytes: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', bytes)
 }
 
 /// How many `\n` bytes `bytes` holds (exact; memchr's vectorized count).
-pub fn count_newlines(bytes: &[u8]) -> usize {
+pub(crate) fn count_newlines(bytes: &[u8]) -> usize {
     memchr::memchr_iter(b'\n', bytes).count()
 }
 
@@ -414,6 +413,7 @@ impl Scanner {
 
 /// A raw (uncompressed) log after the scan (6.2).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ScannedLog {
     /// The header.
     pub header: SessionHeader,
@@ -496,6 +496,7 @@ pub fn check_types(
 
 /// A raw log read, checked and balanced (6.5 steps 2–7).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct LoadedLog {
     /// The validated session over `stored ++ closers` (no end-seed marker).
     pub session: Session,

@@ -12,17 +12,17 @@ use crate::text::{ChunkText, ToolCallHead};
 use super::write::{encode_event_line, push_i64, push_str, push_u64};
 
 /// The storage tag of a text-delta run.
-pub const TEXT_CHUNKS: &str = "text-chunks";
+pub(crate) const TEXT_CHUNKS: &str = "text-chunks";
 /// The storage tag of a reasoning-delta run.
-pub const REASONING_CHUNKS: &str = "reasoning-chunks";
+pub(crate) const REASONING_CHUNKS: &str = "reasoning-chunks";
 /// The storage tag of a tool-call-delta run.
-pub const TOOL_CALL_CHUNKS: &str = "tool-call-chunks";
+pub(crate) const TOOL_CALL_CHUNKS: &str = "tool-call-chunks";
 /// Runs shorter than this are written as individual events (CK8).
 pub const MIN_RUN: usize = 3;
 
 /// The delta kind of a packable chunk event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RowKind {
+pub(crate) enum RowKind {
     /// `text-delta` (`text-chunks`).
     Text,
     /// `reasoning-delta` (`reasoning-chunks`).
@@ -42,7 +42,7 @@ impl RowKind {
     }
 
     /// The kind of a storage tag.
-    pub fn from_tag(tag: &str) -> Option<RowKind> {
+    pub(crate) fn from_tag(tag: &str) -> Option<RowKind> {
         match tag {
             TEXT_CHUNKS => Some(RowKind::Text),
             REASONING_CHUNKS => Some(RowKind::Reasoning),

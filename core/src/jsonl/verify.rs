@@ -18,6 +18,7 @@ use super::{header_len, load_log};
 
 /// What [`verify_log`] checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct VerifyReport {
     /// Events in the log.
     pub events: usize,

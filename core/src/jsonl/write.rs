@@ -67,7 +67,7 @@ pub(crate) fn push_i64(out: &mut Vec<u8>, n: i64) {
 /// JavaScript form (`1`, not `1.0`; `1e+21`), strings escaped like
 /// `JSON.stringify` (only `"`, `\` and U+0000–U+001F), no whitespace,
 /// object keys in their order.
-pub fn write_value_js(out: &mut Vec<u8>, v: &serde_json::Value) {
+pub(crate) fn write_value_js(out: &mut Vec<u8>, v: &serde_json::Value) {
     use serde_json::Value;
     match v {
         Value::Null => out.extend_from_slice(b"null"),
@@ -208,7 +208,7 @@ fn push_sources(out: &mut Vec<u8>, sources: &[u64]) {
 /// with when it has one, else the E9 envelope
 /// `type, seq, time, data, ignorable?, sourceEventSeqs?, surfaceOp?`
 /// (`surfaceOp` before `sourceEventSeqs` for crash-repair results).
-pub fn write_event_json(e: &SessionEvent, out: &mut Vec<u8>) {
+pub(crate) fn write_event_json(e: &SessionEvent, out: &mut Vec<u8>) {
     if let Some(raw) = e.verbatim() {
         out.extend_from_slice(raw.get().as_bytes());
         return;
@@ -217,7 +217,7 @@ pub fn write_event_json(e: &SessionEvent, out: &mut Vec<u8>) {
 }
 
 /// Appends the canonical line of `e` (E9), ignoring any source text it keeps.
-pub fn write_event_canonical(e: &SessionEvent, out: &mut Vec<u8>) {
+pub(crate) fn write_event_canonical(e: &SessionEvent, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"type\":");
     push_str(out, e.event_type());
     out.extend_from_slice(b",\"seq\":");

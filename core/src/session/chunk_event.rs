@@ -31,6 +31,7 @@ pub struct AssistantChunk {
 
 /// A borrowed view of an `assistant/chunk`'s chunk.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ChunkView<'a> {
     /// `text-delta`.
     TextDelta {

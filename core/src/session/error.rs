@@ -265,11 +265,19 @@ impl core::error::Error for AppendError {}
 
 /// A seed, restore or load failed validation (5.4): which event and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SeedError {
     /// Index of the offending event in the seed.
     pub index: usize,
     /// The rule violation.
     pub error: AppendError,
+}
+
+impl SeedError {
+    /// The event at `index` of a seed broke `error`.
+    pub fn new(index: usize, error: AppendError) -> Self {
+        SeedError { index, error }
+    }
 }
 
 impl fmt::Display for SeedError {

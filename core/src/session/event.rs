@@ -113,6 +113,7 @@ pub const KNOWN_EVENT_TYPES: &[&str] = &[
 /// How a surface event changes the surface (5.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum SurfaceOp {
     /// `"append"`: join the tail of the surface.
     Append,
@@ -144,6 +145,7 @@ impl Serialize for SurfaceOp {
 /// The surface intent of a live append (5.1): required for the three
 /// surface-eligible types, forbidden for all others.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SurfaceIntent {
     /// The operation.
     pub op: SurfaceOp,

@@ -21,6 +21,7 @@ pub const SESSION_FORMAT_VERSION: u64 = 0;
 
 /// Per-session metadata stored beside the log, never as an event (8.3).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionHeader {
     /// The session id.
     pub id: SessionId,
@@ -99,7 +100,7 @@ impl SessionHeader {
 /// Whether `path` is absolute under POSIX rules (`/…`) or Windows rules
 /// (`C:\…`, `C:/…`, `\\server\…`); session.md Q7 leaves the platform choice
 /// to the port, and the core has no platform, so both are accepted.
-pub fn is_absolute_path(path: &str) -> bool {
+pub(crate) fn is_absolute_path(path: &str) -> bool {
     let b = path.as_bytes();
     if b.first() == Some(&b'/') || path.starts_with("\\\\") {
         return true;
@@ -139,6 +140,7 @@ impl Serialize for SessionHeader {
 
 /// A session header rule violation (HD-rules).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HeaderError {
     /// The rule id, e.g. `"HD5"`.
     pub rule: &'static str,
@@ -165,6 +167,7 @@ impl core::error::Error for HeaderError {}
 
 /// The request epoch header logged by `request/header` (4.10).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct EpochHeader {
     /// Provider route, model and call options.
     pub config: LlmCallConfig,

@@ -12,6 +12,7 @@ use super::event::{EventData, SessionEvent, SurfaceOp};
 
 /// An invariant violation: the rule and what was wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InvariantViolation {
     /// The rule id, e.g. `"I7"`.
     pub rule: &'static str,

@@ -21,10 +21,10 @@
 //! use dsh_core::{ContentBlock, Message, MessageSource, Session, SessionHeader, SurfaceIntent};
 //!
 //! let mut s = Session::new(SessionHeader::new("s1", 0));
-//! s.append(TurnStart { turn: 1 }, None, 10).unwrap();
+//! s.append(TurnStart::new(1), None, 10).unwrap();
 //! s.append(Message::user("u1", vec![ContentBlock::text("hi")]), Some(SurfaceIntent::append()), 11)
 //!     .unwrap();
-//! s.append(EventData::StepStart(Step { turn: 1, step: 1 }), None, 12).unwrap();
+//! s.append(EventData::StepStart(Step::new(1, 1)), None, 12).unwrap();
 //! let reply = Message::model("a1", vec![ContentBlock::text("hello")], MessageSource::model("p", "m"));
 //! let e = s
 //!     .append(AssistantMessage::new(1, 1, reply), Some(SurfaceIntent::append_citing(vec![])), 13)
@@ -54,9 +54,7 @@ pub use error::{AppendError, SeedError};
 pub(crate) use event::Extra;
 pub use event::{EventData, KNOWN_EVENT_TYPES, SessionEvent, SurfaceIntent, SurfaceOp, types};
 pub use fork::{ForkError, completed_boundary};
-pub use header::{
-    EpochHeader, HeaderError, SESSION_FORMAT_VERSION, SessionHeader, is_absolute_path,
-};
+pub use header::{EpochHeader, HeaderError, SESSION_FORMAT_VERSION, SessionHeader};
 pub use invariants::{InvariantChecker, InvariantViolation};
 pub use payload::{
     AbortCause, AssistantMessage, HeaderReason, InboxSpliced, InboxTarget, LlmRetry,

@@ -28,12 +28,18 @@ use super::fields::Strict;
 /// `turn/start` data: `{"turn":n}` (4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct TurnStart {
     /// The turn number, 1 for the first turn (I2, I11).
     pub turn: u64,
 }
 
 impl TurnStart {
+    /// The start of turn `turn`.
+    pub fn new(turn: u64) -> Self {
+        TurnStart { turn }
+    }
+
     fn from_fields(fields: Fields) -> Result<Self, String> {
         let mut f = Strict::new(fields, "turn/start data", &["turn"])?;
         Ok(TurnStart {
@@ -55,6 +61,7 @@ impl Serialize for TurnStart {
 /// `step/start` and `step/end` data: `{"turn":n,"step":k}` (4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct Step {
     /// The enclosing turn.
     pub turn: u64,
@@ -63,6 +70,11 @@ pub struct Step {
 }
 
 impl Step {
+    /// Step `step` of turn `turn`.
+    pub fn new(turn: u64, step: u64) -> Self {
+        Step { turn, step }
+    }
+
     fn from_fields(fields: Fields) -> Result<Self, String> {
         let mut f = Strict::new(fields, "step data", &["turn", "step"])?;
         Ok(Step {
@@ -267,6 +279,7 @@ impl Serialize for TurnEndReason {
 
 /// `turn/end` data: `{"turn":n,"reason":TurnEndReason}` (4.2).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct TurnEnd {
     /// The turn being closed.
     pub turn: u64,
@@ -275,6 +288,11 @@ pub struct TurnEnd {
 }
 
 impl TurnEnd {
+    /// The end of turn `turn`, for `reason`.
+    pub fn new(turn: u64, reason: TurnEndReason) -> Self {
+        TurnEnd { turn, reason }
+    }
+
     fn from_fields(fields: Fields) -> Result<Self, String> {
         let mut f = Strict::new(fields, "turn/end data", &["turn", "reason"])?;
         let turn = f.u64("turn")?;
@@ -296,6 +314,7 @@ impl Serialize for TurnEnd {
 
 /// `assistant/message` data (4.6).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct AssistantMessage {
     /// The turn of the model call.
     pub turn: u64,
@@ -375,6 +394,7 @@ impl Serialize for AssistantMessage {
 
 /// `tool/call` data (4.7).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ToolCall {
     /// The turn.
     pub turn: u64,
@@ -389,6 +409,23 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
+    /// The call `call_id` of tool `name` with `arguments` (the model's text).
+    pub fn new(
+        turn: u64,
+        step: u64,
+        call_id: CallId,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        ToolCall {
+            turn,
+            step,
+            call_id,
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
     fn from_fields(fields: Fields) -> Result<Self, String> {
         let mut f = Strict::new(
             fields,
@@ -422,6 +459,7 @@ impl Serialize for ToolCall {
 /// The internal failure identity of a tool result: `{"name","code"}` (4.8).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ToolError {
     /// Error class name, e.g. `ToolOutcomeUnknownError`.
     pub name: String,
@@ -441,6 +479,7 @@ impl ToolError {
 
 /// `tool/result` data (4.8).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ToolResult {
     /// The turn.
     pub turn: u64,
@@ -568,6 +607,7 @@ impl<'de> Deserialize<'de> for TodoStatus {
 /// One todo item: `{"content","status"}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct TodoItem {
     /// What to do.
     pub content: String,
@@ -575,12 +615,30 @@ pub struct TodoItem {
     pub status: TodoStatus,
 }
 
+impl TodoItem {
+    /// A todo of this text and status.
+    pub fn new(content: impl Into<String>, status: TodoStatus) -> Self {
+        TodoItem {
+            content: content.into(),
+            status,
+        }
+    }
+}
+
 /// `todo/write` data: the whole list; the latest one wins (4.9).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct TodoWrite {
     /// The items.
     pub todos: Vec<TodoItem>,
+}
+
+impl TodoWrite {
+    /// The whole todo list, replacing the previous one.
+    pub fn new(todos: Vec<TodoItem>) -> Self {
+        TodoWrite { todos }
+    }
 }
 
 /// Why a `request/header` was logged (4.10).
@@ -629,6 +687,7 @@ impl<'de> Deserialize<'de> for HeaderReason {
 
 /// `request/header` data: `{"header":EpochHeader,"reason":…}` (4.10).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RequestHeader {
     /// The header of this request epoch.
     pub header: super::header::EpochHeader,
@@ -637,6 +696,11 @@ pub struct RequestHeader {
 }
 
 impl RequestHeader {
+    /// A header epoch written for `reason`.
+    pub fn new(header: super::header::EpochHeader, reason: HeaderReason) -> Self {
+        RequestHeader { header, reason }
+    }
+
     fn from_fields(fields: Fields) -> Result<Self, String> {
         let mut f = Strict::new(fields, "request/header data", &["header", "reason"])?;
         let header = f.typed("header")?;
@@ -662,6 +726,7 @@ impl Serialize for RequestHeader {
 
 /// `request/context` data: route metadata (4.11).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RequestContext {
     /// Provider route.
     pub provider: String,
@@ -672,6 +737,19 @@ pub struct RequestContext {
 }
 
 impl RequestContext {
+    /// The request context of `provider` and `model`.
+    pub fn new(
+        provider: impl Into<String>,
+        model: impl Into<String>,
+        context_window: Option<u64>,
+    ) -> Self {
+        RequestContext {
+            provider: provider.into(),
+            model: model.into(),
+            context_window,
+        }
+    }
+
     fn from_fields(fields: Fields) -> Result<Self, String> {
         let mut f = Strict::new(
             fields,
@@ -807,6 +885,7 @@ impl Serialize for LlmRetry {
 
 /// `llm/retry-started` data: the retry's wait elapsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LlmRetryStarted {
     /// The chain id of the matching `llm/retry`.
     pub retry_id: RetryId,
@@ -819,6 +898,16 @@ pub struct LlmRetryStarted {
 }
 
 impl LlmRetryStarted {
+    /// The wait of retry `retry` (id `retry_id`) at `turn`/`step` ended.
+    pub fn new(retry_id: RetryId, turn: u64, step: u64, retry: u64) -> Self {
+        LlmRetryStarted {
+            retry_id,
+            turn,
+            step,
+            retry,
+        }
+    }
+
     fn from_fields(fields: Fields) -> Result<Self, String> {
         let mut f = Strict::new(
             fields,
@@ -876,6 +965,7 @@ impl InboxTarget {
 
 /// `agent/inbox/spliced` data: one pending-inbox mutation (loop.md 1.7, IB-2).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct InboxSpliced {
     /// The inbox edited.
     pub target: InboxTarget,
@@ -948,6 +1038,7 @@ impl Serialize for ArcMessages<'_> {
 /// An event of a type the core does not interpret (plugin or unknown), kept
 /// verbatim: its `data` is the exact JSON text it was read or built with.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct PluginEvent {
     /// The event `type`.
     pub event_type: String,

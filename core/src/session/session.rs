@@ -17,6 +17,7 @@ use super::rules;
 
 /// The surface as a session exposes it (5.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SurfaceView<'a> {
     /// Seqs of the message-producing events visible to the model, in order.
     pub nodes: &'a [u64],
@@ -45,7 +46,7 @@ enum Transition {
 /// use dsh_core::session::{EventData, TurnStart};
 ///
 /// let mut s = Session::new(SessionHeader::new("s1", 1000));
-/// s.append(TurnStart { turn: 1 }, None, 1000).unwrap();
+/// s.append(TurnStart::new(1), None, 1000).unwrap();
 /// let m = Message::user("m1", vec![ContentBlock::text("hi")]);
 /// s.append(m, Some(SurfaceIntent::append()), 1001).unwrap();
 /// assert_eq!(s.surface().nodes, &[1]);
@@ -420,6 +421,7 @@ fn blank_tool_content(mut data: Value) -> Value {
 /// One replacement of a surface fold (5.5).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Replacement {
     /// The replacing event.
     pub seq: u64,
@@ -434,6 +436,7 @@ pub struct Replacement {
 /// The result of [`fold_surface`]:
 /// `{"nodes":[…],"replacements":[{"seq","start","end","shadowedSeqs"}]}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct SurfaceFold {
     /// The final surface nodes.
     pub nodes: Vec<u64>,

@@ -210,20 +210,22 @@ pub fn f0_config(tools: Vec<ToolDefinition>) -> AgentConfig {
     for t in tools {
         registry.register(t).unwrap();
     }
-    AgentConfig {
-        options: AgentOptions {
-            provider: Some("mock".into()),
-            model: Some("mock".into()),
-            max_tokens: None,
-        },
-        sections: vec![PromptSection::new("harness:identity", -100, SYS)],
-        tools: registry,
+    {
+        let mut config = AgentConfig::default();
+        config.options = {
+            let mut options = AgentOptions::default();
+            options.provider = Some("mock".into());
+            options.model = Some("mock".into());
+            options
+        };
+        config.sections = vec![PromptSection::new("harness:identity", -100, SYS)];
+        config.tools = registry;
         // F0 is the base loop: no retry executor, no HEAD deltas, no cap.
-        retry_executor: false,
-        interrupted_prefix: false,
-        wake_latch: false,
-        max_steps_per_turn: None,
-        ..AgentConfig::default()
+        config.retry_executor = false;
+        config.interrupted_prefix = false;
+        config.wake_latch = false;
+        config.max_steps_per_turn = None;
+        config
     }
 }
 
@@ -546,11 +548,7 @@ pub fn j(m: &Message) -> String {
 }
 
 pub fn usage() -> StreamChunk {
-    StreamChunk::usage(TokenUsage {
-        input_tokens: 10,
-        output_tokens: 5,
-        ..TokenUsage::default()
-    })
+    StreamChunk::usage(TokenUsage::new(10, 5))
 }
 
 pub fn finish(reason: FinishReason) -> StreamChunk {

@@ -252,7 +252,7 @@ fn ceil_ms(ms: f64) -> u64 {
 }
 
 /// The TL-14 timeout result.
-pub fn timeout_outcome(ms: u64) -> ToolOutcome {
+pub(crate) fn timeout_outcome(ms: u64) -> ToolOutcome {
     ToolOutcome::coded_error(
         format!("tool call timed out after {ms}ms"),
         "ToolTimeoutError",

@@ -153,6 +153,8 @@ impl ApprovalPolicy {
                 ApprovalOutcome::AllowedOnce
             }
             Some(ApprovalDecision::Deny) => ApprovalOutcome::Rejected,
+            // A decision this version does not know runs nothing.
+            Some(_) => ApprovalOutcome::Rejected,
             None => ApprovalOutcome::Cancelled,
         }
     }

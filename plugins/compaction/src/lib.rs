@@ -314,9 +314,10 @@ impl Compaction {
                     "[tool result pruned to save context: {chars} chars]"
                 ))];
             }
-            let pruned = ToolResult {
-                message: Arc::new(message),
-                ..(**r).clone()
+            let pruned = {
+                let mut tool_result = (**r).clone();
+                tool_result.message = Arc::new(message);
+                tool_result
             };
             edits.push((*seq, (chars / 4) as u64, pruned));
         }

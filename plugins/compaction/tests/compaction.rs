@@ -63,11 +63,7 @@ fn reply(text: &str, input: i64, output: i64) -> Vec<StreamChunk> {
             text: long(text).into(),
         },
         StreamChunk::block_end(0, ContentBlock::text(long(text))),
-        StreamChunk::usage(TokenUsage {
-            input_tokens: input,
-            output_tokens: output,
-            ..TokenUsage::default()
-        }),
+        StreamChunk::usage(TokenUsage::new(input, output)),
         StreamChunk::finish(FinishReason::Stop),
     ]
 }
@@ -116,14 +112,7 @@ fn run(
 }
 
 fn summary(text: &str) -> Result<SideReply, String> {
-    Ok(SideReply {
-        text: text.into(),
-        usage: Some(TokenUsage {
-            input_tokens: 40,
-            output_tokens: 5,
-            ..TokenUsage::default()
-        }),
-    })
+    Ok(SideReply::new(text, Some(TokenUsage::new(40, 5))))
 }
 
 fn types(s: &Session) -> Vec<String> {
@@ -416,11 +405,7 @@ fn pressure_prunes_old_tool_results_first() {
         vec![
             StreamChunk::block_start(0, "tool-call"),
             StreamChunk::block_end(0, ContentBlock::tool_call(id, "cat", "{}")),
-            StreamChunk::usage(TokenUsage {
-                input_tokens: input,
-                output_tokens: 10,
-                ..TokenUsage::default()
-            }),
+            StreamChunk::usage(TokenUsage::new(input, 10)),
             StreamChunk::finish(FinishReason::ToolCalls),
         ]
     };
@@ -659,14 +644,7 @@ fn reported_usage_wins_over_the_estimate() {
         .iter()
         .map(|t| {
             let mut r = reply_without_usage(t, 1_500);
-            r.insert(
-                r.len() - 1,
-                StreamChunk::usage(TokenUsage {
-                    input_tokens: 100,
-                    output_tokens: 10,
-                    ..TokenUsage::default()
-                }),
-            );
+            r.insert(r.len() - 1, StreamChunk::usage(TokenUsage::new(100, 10)));
             r
         })
         .collect();

@@ -19,11 +19,7 @@ fn answer(text: &str, input: i64) -> ScriptedReply {
             text: text.into(),
         },
         StreamChunk::block_end(0, ContentBlock::text(text)),
-        StreamChunk::usage(TokenUsage {
-            input_tokens: input,
-            output_tokens: 10,
-            ..TokenUsage::default()
-        }),
+        StreamChunk::usage(TokenUsage::new(input, 10)),
         StreamChunk::finish(FinishReason::Stop),
     ])
 }

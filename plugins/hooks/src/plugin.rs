@@ -506,6 +506,8 @@ impl Plugin for HooksPlugin {
                     additional_contexts,
                 }
             }
+            // A decision this version does not know carries no contexts.
+            other => other,
         })
     }
 

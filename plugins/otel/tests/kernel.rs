@@ -24,12 +24,12 @@ fn run(plugins: Vec<Box<dyn Plugin>>) -> Vec<String> {
     while let Some(effect) = kernel.poll() {
         match effect {
             Effect::StartModel(call) => {
-                let usage = TokenUsage {
-                    input_tokens: 10,
-                    output_tokens: 3,
-                    cache_read_tokens: Some(4),
-                    cache_write_tokens: None,
-                    reasoning_tokens: None,
+                let usage = {
+                    let mut usage = TokenUsage::new(10, 3);
+                    usage.cache_read_tokens = Some(4);
+                    usage.cache_write_tokens = None;
+                    usage.reasoning_tokens = None;
+                    usage
                 };
                 let reply = [
                     StreamChunk::block_start(0, "text"),

@@ -365,11 +365,7 @@ mod tests {
     use serde_json::json;
 
     fn schema(name: &str, description: &str, parameters: Value) -> ToolSchema {
-        ToolSchema {
-            name: name.into(),
-            description: description.into(),
-            parameters,
-        }
+        ToolSchema::new(name, description, parameters)
     }
 
     fn tools() -> Vec<ToolSchema> {
@@ -391,9 +387,10 @@ mod tests {
     fn sp2_sections_in_bands_and_tool_guidance_from_schemas() {
         let p = SystemPrompt::new();
         let a = p.apply(
-            Assembly {
-                tools: tools(),
-                ..Assembly::default()
+            {
+                let mut assembly = Assembly::default();
+                assembly.tools = tools();
+                assembly
             },
             None,
         );

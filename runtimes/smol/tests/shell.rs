@@ -86,19 +86,21 @@ fn core_level_run(server: &dsh_deepseek::mock::MockServer) -> Vec<SessionEvent> 
         .expect("client");
     let mut tools = ToolRegistry::new();
     tools.register(Echo.definition()).expect("register");
-    let config = CoreConfig {
-        options: AgentOptions {
-            provider: Some("deepseek".into()),
-            model: Some(MODEL.into()),
-            max_tokens: None,
-        },
-        tools,
-        retry_executor: true,
+    let config = {
+        let mut config = CoreConfig::default();
+        config.options = {
+            let mut options = AgentOptions::default();
+            options.provider = Some("deepseek".into());
+            options.model = Some(MODEL.into());
+            options
+        };
+        config.tools = tools;
+        config.retry_executor = true;
         // The shell answers `prepare` with the provider's (LC-15, the
         // context window from the client's catalog); every other seam
         // keeps the default.
-        seams: dsh_core::agent::Seams::PREPARE,
-        ..CoreConfig::default()
+        config.seams = dsh_core::agent::Seams::PREPARE;
+        config
     };
     let mut core = Core::new(config, Session::new(SessionHeader::new("core-run", 0))).unwrap();
     core.followup(
@@ -235,10 +237,12 @@ fn fast_retries() -> RetryPolicy {
             .iter()
             .map(|c| c.to_string())
             .collect(),
-        backoff: Backoff {
-            initial_delay_ms: 20.0,
-            max_delay_ms: 50.0,
-            jitter_ratio: 0.0,
+        backoff: {
+            let mut backoff = Backoff::default();
+            backoff.initial_delay_ms = 20.0;
+            backoff.max_delay_ms = 50.0;
+            backoff.jitter_ratio = 0.0;
+            backoff
         },
     }
 }
@@ -788,10 +792,12 @@ fn cancel_during_a_retry_wait_ends_the_turn_at_once() {
             .iter()
             .map(|c| c.to_string())
             .collect(),
-        backoff: Backoff {
-            initial_delay_ms: 30_000.0,
-            max_delay_ms: 30_000.0,
-            jitter_ratio: 0.0,
+        backoff: {
+            let mut backoff = Backoff::default();
+            backoff.initial_delay_ms = 30_000.0;
+            backoff.max_delay_ms = 30_000.0;
+            backoff.jitter_ratio = 0.0;
+            backoff
         },
     });
     let summary = smol::block_on(async {

@@ -196,10 +196,12 @@ fn run(soak: Soak) {
                 model.stream_idle_timeout_ms = 400;
                 let mut cfg = config_for(model);
                 cfg.retry_policy = Some(RetryPolicy::Always {
-                    backoff: Backoff {
-                        initial_delay_ms: 20.0,
-                        max_delay_ms: 1500.0,
-                        jitter_ratio: 0.1,
+                    backoff: {
+                        let mut backoff = Backoff::default();
+                        backoff.initial_delay_ms = 20.0;
+                        backoff.max_delay_ms = 1500.0;
+                        backoff.jitter_ratio = 0.1;
+                        backoff
                     },
                 });
                 cfg.id_seed = Some(soak.seed ^ i as u64);

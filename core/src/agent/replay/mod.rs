@@ -43,6 +43,7 @@ pub use recording::recorded_outcome;
 
 /// How to replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplayOptions {
     /// [HEAD Δ H-1]: the recording keeps interrupted prefixes.
     pub interrupted_prefix: bool,

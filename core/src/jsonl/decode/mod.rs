@@ -34,6 +34,7 @@ use value::{event_from_value, row_from_value};
 
 /// A line that is not JSON, or a malformed packed row (SC1).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Unparsable {
     /// Why.
     pub reason: String,
@@ -50,6 +51,7 @@ impl fmt::Display for Unparsable {
 /// scan: its `seq` and `type` take part in the contiguity and `turn/end`
 /// checks (SC2, SC3).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InvalidEvent {
     /// The `seq`, when it is a non-negative safe integer.
     pub seq: Option<u64>,
@@ -61,6 +63,7 @@ pub struct InvalidEvent {
 
 /// One decoded event of a record.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Decoded {
     /// A well-formed event.
     Event(SessionEvent),
@@ -88,6 +91,7 @@ impl Decoded {
 
 /// What one storage line decodes to.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Record {
     /// An event line.
     One(Decoded),
