@@ -64,7 +64,7 @@ class Session:
 
     def place(self, store_dir):
         """Copies the log where dsh's JSONL store looks for it (persistence.md TP-6)."""
-        target = os.path.join(store_dir, project_key(self.cwd), self.id)
+        target = os.path.join(store_dir, "sessions", project_key(self.cwd), self.id)
         os.makedirs(target, exist_ok=True)
         shutil.copyfile(self.path, os.path.join(target, "session.jsonl"))
 
@@ -130,7 +130,8 @@ class Dsh(Peer):
 class Reference(Peer):
     name = "reference"
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, node):
+        self.node = node
         self.bin = os.path.join(prefix, "node_modules/@deepseek-ai/dsh/lib/bin.js")
         if not os.path.exists(self.bin):
             self.error = "not installed (%s missing)" % self.bin
@@ -141,7 +142,9 @@ class Reference(Peer):
         env = base_env(home)
         env.update(DSH_HOME=os.path.join(home, "dsh"), DSH_TELEMETRY_DISABLED="1",
                    DEEPSEEK_API_KEY=API_KEY, DEEPSEEK_BASE_URL=url)
-        return (["node", self.bin, "--profile", "headless", PROMPTS[workload]], env, "")
+        if os.path.dirname(self.node):
+            env["PATH"] = os.path.dirname(self.node) + os.pathsep + env.get("PATH", "")
+        return ([self.node, self.bin, "--profile", "headless", PROMPTS[workload]], env, "")
 
 
 class Codex(Peer):
@@ -190,13 +193,15 @@ class Mini(Peer):
 def run_once(argv, env, stdin_text, cwd, log):
     start = time.monotonic()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=out,
-                                stderr=subprocess.STDOUT)
-        try:
-            proc.stdin.write(stdin_text.encode())
-            proc.stdin.close()
-        except OSError:
-            pass
+        proc = subprocess.Popen(argv, env=env, cwd=cwd,
+                                stdin=subprocess.PIPE if stdin_text else subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT)
+        if stdin_text:
+            try:
+                proc.stdin.write(stdin_text.encode())
+                proc.stdin.close()
+            except OSError:
+                pass
         deadline = start + RUN_TIMEOUT
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -216,7 +221,9 @@ def run_once(argv, env, stdin_text, cwd, log):
 def main():
     ap = argparse.ArgumentParser(description="dsh vs peers: wall, CPU, peak RSS")
     ap.add_argument("--dsh", required=True, help="dsh release binary")
-    ap.add_argument("--npm-prefix", required=True)
+    ap.add_argument("--npm-prefix", required=True, help="npm prefix holding @openai/codex")
+    ap.add_argument("--ref-prefix", required=True, help="npm prefix holding @deepseek-ai/dsh")
+    ap.add_argument("--ref-node", default="node", help="the node (>= 22) that runs the reference")
     ap.add_argument("--venv", required=True)
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -231,7 +238,7 @@ def main():
     workloads = [w for w in args.workloads.split(",") if w]
     session = Session(work, args.resume_events) if "resume" in workloads else None
     dsh = Dsh(os.path.abspath(args.dsh), session)
-    known = {"codex": Codex(args.npm_prefix), "reference": Reference(args.npm_prefix),
+    known = {"codex": Codex(args.npm_prefix), "reference": Reference(args.ref_prefix, args.ref_node),
              "mini-swe-agent": Mini(args.venv)}
     peers = [known[p] for p in args.peers.split(",") if p in known]
     load_start = os.getloadavg()
@@ -283,8 +290,10 @@ def record(runs, who, workload, url, work, i):
         return
     if result["code"] != 0:
         with open(log, "rb") as f:
-            tail = f.read()[-300:].decode("utf-8", "replace").strip().splitlines()
-        result["error"] = "exit %d: %s" % (result["code"], tail[-1] if tail else "")
+            lines = f.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
+        errors = [line.strip() for line in lines if "rror" in line]
+        why = (errors[0] if errors else lines[-1] if lines else "")[:160]
+        result["error"] = "exit %d: %s" % (result["code"], why)
     bucket.append(result)
     sys.stderr.write("%-15s %-8s #%d %s\n" % (who.name, workload, i + 1,
                      result.get("error") or "%.2fs cpu %.2fs rss %.0f MiB" % (

@@ -51,16 +51,18 @@ def text_of(content):
     return ""
 
 
-def tool_names(body):
-    names = []
+def tool_schemas(body):
+    """Tool name -> its parameters schema, as the request offers them."""
+    tools = {}
     for tool in body.get("tools") or []:
         if not isinstance(tool, dict):
             continue
         fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
         name = fn.get("name")
         if isinstance(name, str):
-            names.append(name)
-    return names
+            params = fn.get("parameters")
+            tools[name] = params if isinstance(params, dict) else {}
+    return tools
 
 
 def pick_shell(names):
@@ -70,12 +72,19 @@ def pick_shell(names):
     return None
 
 
-def shell_args(tool, command):
+def shell_args(tool, command, schema):
     if tool == "exec_command":
-        return {"cmd": command}
-    if tool == "shell":
-        return {"command": ["bash", "-lc", command]}
-    return {"command": command}
+        args = {"cmd": command}
+    elif tool == "shell":
+        args = {"command": ["bash", "-lc", command]}
+    else:
+        args = {"command": command}
+    # Other required string fields (dsh's `description`) get a short text.
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    for field in schema.get("required") or []:
+        if field not in args and isinstance(props.get(field), dict) and props[field].get("type") == "string":
+            args[field] = "benchmark step"
+    return args
 
 
 def is_title_request(system_text):
@@ -90,15 +99,17 @@ class Plan:
         self.call = call  # (tool name, arguments dict, call id)
 
 
-def plan_for(workload, steps_done, tool, system_text, submit):
+def plan_for(workload, steps_done, tools, system_text, submit):
     """The answer; `submit`: the agent ends its run with the MINI_SUBMIT command."""
     if is_title_request(system_text):
         return Plan(text="Benchmark session")
+    tool = pick_shell(tools)
+    schema = tools.get(tool) or {}
     if workload == "tool20" and steps_done < STEPS:
         command = "echo step-%d" % (steps_done + 1)
         if tool is None:
             return Plan(text="Running step %d.\n\n```bash\n%s\n```" % (steps_done + 1, command))
-        return Plan(call=(tool, shell_args(tool, command), "call_%d" % (steps_done + 1)))
+        return Plan(call=(tool, shell_args(tool, command, schema), "call_%d" % (steps_done + 1)))
     text = DONE_TEXT
     if workload == "big":
         line = ("x" * 1023) + "\n"
@@ -109,7 +120,7 @@ def plan_for(workload, steps_done, tool, system_text, submit):
     command = "echo %s" % MINI_SUBMIT
     if tool is None:
         return Plan(text="%s\n\n```bash\n%s\n```" % (text, command))
-    return Plan(text=text, call=(tool, shell_args(tool, command), "call_submit"))
+    return Plan(text=text, call=(tool, shell_args(tool, command, schema), "call_submit"))
 
 
 def wants_submit(texts):
@@ -119,15 +130,15 @@ def wants_submit(texts):
 def chat_plan(workload, body):
     messages = body.get("messages") or []
     system = "".join(text_of(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "system")
-    tool = pick_shell(tool_names(body))
-    if tool is None:
+    tools = tool_schemas(body)
+    if pick_shell(tools) is None:
         # A text-format agent: each observation after the task is a step done.
         users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
         steps = max(0, len(users) - 1)
     else:
         steps = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool")
     texts = [text_of(m.get("content")) for m in messages[:2] if isinstance(m, dict)]
-    return plan_for(workload, steps, tool, system, wants_submit(texts))
+    return plan_for(workload, steps, tools, system, wants_submit(texts))
 
 
 def responses_plan(workload, body):
@@ -136,7 +147,7 @@ def responses_plan(workload, body):
         items = []
     steps = sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output")
     system = text_of(body.get("instructions") or "")
-    return plan_for(workload, steps, pick_shell(tool_names(body)), system, wants_submit([system]))
+    return plan_for(workload, steps, tool_schemas(body), system, wants_submit([system]))
 
 
 def chunks(text):
@@ -287,13 +298,21 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that hangs up early (an agent ending its run) is no error here.
+        pass
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", choices=["oneshot", "tool20", "big", "resume"], default="oneshot")
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
     Handler.workload = args.workload
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server = Server(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print("http://127.0.0.1:%d" % server.server_address[1], flush=True)
