@@ -192,6 +192,8 @@ enum Msg {
     },
     Subscribe(Sender<AgentEvent>),
     Snapshot(SyncSender<Vec<SessionEvent>>),
+    /// Runs a reader over the events in place (no copy of the log).
+    Visit(Box<dyn FnOnce(&[SessionEvent]) + Send>),
     Append {
         data: EventData,
         reply: SyncSender<Result<u64, KernelError>>,
@@ -520,6 +522,21 @@ impl Agent {
         answer.recv().map_err(|_| ShellError::Disposed)
     }
 
+    /// What `read` makes of the session events so far, run on the agent's
+    /// thread over the events in place: unlike [`Agent::events`] it copies
+    /// none of the log, so a long resumed session is not held twice.
+    pub fn with_events<R, F>(&self, read: F) -> Result<R, ShellError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&[SessionEvent]) -> R + Send + 'static,
+    {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.submit(Msg::Visit(Box::new(move |events: &[SessionEvent]| {
+            let _ = reply.send(read(events));
+        })))?;
+        answer.recv().map_err(|_| ShellError::Disposed)
+    }
+
     /// The public status.
     pub fn status(&self) -> AgentStatus {
         self.shared
@@ -788,6 +805,10 @@ impl Driver {
             }
             Msg::Snapshot(reply) => {
                 let _ = reply.send(self.kernel.session().events().to_vec());
+                true
+            }
+            Msg::Visit(read) => {
+                read(self.kernel.session().events());
                 true
             }
             Msg::Append { data, reply } => {
