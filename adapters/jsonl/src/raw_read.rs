@@ -30,12 +30,13 @@ pub(crate) struct RawScan {
     pub len: u64,
 }
 
+/// A scan's result (the log's own verdict) and the stable stat it was read at.
+pub(crate) type RawRead = (Result<RawScan, LogError>, Stat);
+
 /// Reads and scans the raw transcript at `path`; `None` when it does not
 /// exist. The inner result is the scan's (what `scan_log` of the whole file
 /// would give); the outer one an I/O failure or a file that kept changing.
-pub(crate) fn read_raw(
-    path: &Path,
-) -> Result<Option<(Result<RawScan, LogError>, Stat)>, StoreError> {
+pub(crate) fn read_raw(path: &Path) -> Result<Option<RawRead>, StoreError> {
     let io_error = |e: io::Error| StoreError::io(format!("read {}", path.display()), e);
     for _ in 0..TRIES {
         let Some(before) = Stat::of(path)? else {

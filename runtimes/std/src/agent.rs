@@ -175,6 +175,9 @@ impl AgentConfig {
     }
 }
 
+/// A reader of the session events, run on the driver thread.
+type EventsReader = Box<dyn FnOnce(&[SessionEvent]) + Send>;
+
 /// What reaches the driver thread.
 enum Msg {
     /// An input for the kernel: from a handle call (`counted`, for
@@ -193,7 +196,7 @@ enum Msg {
     Subscribe(Sender<AgentEvent>),
     Snapshot(SyncSender<Vec<SessionEvent>>),
     /// Runs a reader over the events in place (no copy of the log).
-    Visit(Box<dyn FnOnce(&[SessionEvent]) + Send>),
+    Visit(EventsReader),
     Append {
         data: EventData,
         reply: SyncSender<Result<u64, KernelError>>,
