@@ -5,8 +5,10 @@ Standard library only. Called by run.sh (which installs the peers); see README.m
 
 Each run is one process tree started fresh (its own HOME and data folders under a
 temporary directory). Wall time is measured around the process; CPU (user + sys) and
-peak RSS come from wait4's rusage of the child, which covers the descendants it waited
-for (the RSS is the largest single process of the tree, not a sum). Runs are
+peak RSS come from the rusage of GNU time (/usr/bin/time) wrapped around it: wait4 of the
+wrapper for CPU (its descendants included), time's %M for the RSS (the largest single
+process of the tree, not a sum; measured from a small forking process, since a child
+forked from Python counts Python's pages in its peak). Runs are
 interleaved (peer, dsh, peer, dsh, ...) and each figure is the median of --n runs.
 """
 
@@ -190,10 +192,17 @@ class Mini(Peer):
                  "-t", PROMPTS[workload], "-o", os.path.join(home, "traj.json")], env, "")
 
 
+TIME = "/usr/bin/time"
+
+
 def run_once(argv, env, stdin_text, cwd, log):
+    """Runs `argv` under GNU time, which forks it from a small process: a child
+    forked from this Python process would count Python's resident pages in its
+    peak RSS (Linux carries the peak of the pre-exec image into ru_maxrss)."""
+    timing = log + ".time"
     start = time.monotonic()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd,
+        proc = subprocess.Popen([TIME, "-f", "%M", "-o", timing] + argv, env=env, cwd=cwd,
                                 stdin=subprocess.PIPE if stdin_text else subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT)
         if stdin_text:
@@ -202,6 +211,8 @@ def run_once(argv, env, stdin_text, cwd, log):
                 proc.stdin.close()
             except OSError:
                 pass
+        # CPU from wait4 (microseconds; GNU time prints hundredths): the
+        # wrapper's rusage covers the agent's tree, plus time's own ~1 ms.
         deadline = start + RUN_TIMEOUT
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -214,8 +225,15 @@ def run_once(argv, env, stdin_text, cwd, log):
             time.sleep(0.002)
     wall = time.monotonic() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
+    rss_kib = 0
+    try:
+        with open(timing, encoding="utf-8") as f:
+            # The last line: GNU time puts "Command exited with non-zero status" first.
+            rss_kib = int(f.read().strip().splitlines()[-1].split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
     return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
-            "rss_mib": usage.ru_maxrss / 1024.0, "code": proc.returncode}
+            "rss_mib": rss_kib / 1024.0, "code": proc.returncode}
 
 
 def main():
@@ -233,6 +251,8 @@ def main():
     ap.add_argument("--json", help="also write the raw runs here")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     args = ap.parse_args()
+    if not os.access(TIME, os.X_OK):
+        raise SystemExit("%s (GNU time) is needed: apt-get install time" % TIME)
 
     work = tempfile.mkdtemp(prefix="dsh-peers-run-")
     workloads = [w for w in args.workloads.split(",") if w]
@@ -291,7 +311,8 @@ def record(runs, who, workload, url, work, i):
     if result["code"] != 0:
         with open(log, "rb") as f:
             lines = f.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
-        errors = [line.strip() for line in lines if "rror" in line]
+        errors = [line.strip() for line in lines if "Error:" in line] or \
+            [line.strip() for line in lines if "rror" in line]
         why = (errors[0] if errors else lines[-1] if lines else "")[:160]
         result["error"] = "exit %d: %s" % (result["code"], why)
     bucket.append(result)
