@@ -147,6 +147,22 @@ impl Estimate {
     }
 }
 
+/// The token-estimate surface of a log, built where the log is (the
+/// agent's thread) so that the log itself is not copied; see
+/// [`Renderer::adopt_surface`].
+pub struct LogSurface(Estimate);
+
+impl LogSurface {
+    /// The surface `events` leave.
+    pub fn of(events: &[SessionEvent]) -> LogSurface {
+        let mut estimate = Estimate::default();
+        for e in events {
+            estimate.observe(e);
+        }
+        LogSurface(estimate)
+    }
+}
+
 impl Renderer {
     /// A renderer with `options`.
     pub fn new(options: RenderOptions) -> Self {
@@ -167,10 +183,10 @@ impl Renderer {
         }
     }
 
-    /// Takes in an event of the session's past (a resumed session) without
-    /// rendering it, so the token estimate knows the surface.
-    pub fn observe(&mut self, event: &SessionEvent) {
-        self.estimate.observe(event);
+    /// Takes `surface`, the session's past (a resumed session), as the
+    /// surface so far without rendering it, so the token estimate knows it.
+    pub fn adopt_surface(&mut self, surface: LogSurface) {
+        self.estimate = surface.0;
     }
 
     /// A new model attempt begins: what follows is its text.
@@ -745,7 +761,9 @@ mod tests {
         );
         assert!(input > est(&prompt));
         let mut r = Renderer::new(RenderOptions::default());
-        r.observe(&SessionEvent::new(0, 0, past));
+        // The surface so far taken whole, as a resumed chat does (built
+        // where the log is, not copied).
+        r.adopt_surface(LogSurface::of(&[SessionEvent::new(0, 0, past)]));
         let events = [
             SessionEvent::new(1, 0, TurnStart::new(1)),
             SessionEvent::new(2, 0, prompt),
@@ -935,8 +953,10 @@ mod tests {
 /// A short recap of a resumed session: the last `max` user prompts and
 /// assistant answers (text only, one line each, cut to `width`).
 pub fn recap(events: &[SessionEvent], max: usize, width: usize) -> Vec<String> {
+    // From the end: only the last `max` messages are rendered.
     let mut lines: Vec<String> = events
         .iter()
+        .rev()
         .filter_map(|e| {
             let (prefix, message) = match e.data() {
                 EventData::UserMessage(m) if matches!(m.source, dsh_core::MessageSource::User) => {
@@ -955,9 +975,9 @@ pub fn recap(events: &[SessionEvent], max: usize, width: usize) -> Vec<String> {
             (!text.trim().is_empty())
                 .then(|| cut(&format!("{prefix}{}", text.replace('\n', " ")), width))
         })
+        .take(max)
         .collect();
-    let skip = lines.len().saturating_sub(max);
-    lines.drain(..skip);
+    lines.reverse();
     lines
 }
 

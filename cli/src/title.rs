@@ -142,17 +142,37 @@ impl Titler {
         }
     }
 
+    /// A titler for `agent`'s session as it stands (its log read in place,
+    /// not copied): done already when it holds a model title, or when
+    /// `enabled` is false.
+    pub fn for_agent(
+        provider: Arc<dyn ModelProvider>,
+        call: LlmCallConfig,
+        agent: &Agent,
+        enabled: bool,
+    ) -> Titler {
+        let titled = enabled && agent.with_events(has_title).unwrap_or(false);
+        Titler::new(provider, call, &[], enabled && !titled)
+    }
+
     /// After a turn ended: starts the title request when the session has a
     /// completed turn and no title yet. Never waits.
     pub fn turn_ended(&mut self, agent: &Agent) {
         if !matches!(self.state, State::Idle) {
             return;
         }
-        let Ok(events) = agent.events() else { return };
-        let Some((seq, prompt)) = first_prompt(&events) else {
+        // Read in place: a resumed session's log is not copied for this.
+        let found = agent.with_events(|events| {
+            first_prompt(events).map(|(seq, prompt)| {
+                (
+                    seq,
+                    prompt.chars().take(MAX_PROMPT_CHARS).collect::<String>(),
+                )
+            })
+        });
+        let Ok(Some((seq, prompt))) = found else {
             return;
         };
-        let prompt: String = prompt.chars().take(MAX_PROMPT_CHARS).collect();
         let (tx, rx) = mpsc::channel();
         let provider = self.provider.clone();
         let call = self.call.clone();

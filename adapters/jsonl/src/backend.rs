@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use dsh_core::SessionId;
 use dsh_core::jsonl::{
     LogError, ScanError, Scanner, decode_header_line, encode_batch, encode_header_line, header_len,
-    scan_log,
 };
 use dsh_core::session::{SeedError, SessionEvent, SessionHeader};
 use dsh_store::{Backend, Location, Revision, Snapshot, StoreError, Stored};
@@ -88,7 +87,7 @@ fn zstd_corrupt(what: impl std::fmt::Display) -> LogError {
     corrupt(format!("corrupt Zstandard session log: {what}"))
 }
 
-fn scan_error(id: &str, e: ScanError) -> LogError {
+pub(crate) fn scan_error(id: &str, e: ScanError) -> LogError {
     match e {
         ScanError::Corrupt { message } => LogError::Corrupt { message },
         ScanError::Invalid { index, error } => LogError::InvalidEvent {
@@ -101,14 +100,14 @@ fn scan_error(id: &str, e: ScanError) -> LogError {
 
 type Parsed = (SessionHeader, Vec<SessionEvent>, Option<JsonlMarker>);
 
-/// Reads a raw transcript (6.2).
-fn parse_raw(bytes: &[u8]) -> Result<Parsed, LogError> {
-    let scanned = scan_log(bytes)?;
-    let marker = scanned.torn.then_some(JsonlMarker {
-        truncate_to: scanned.committed as u64,
+/// A raw transcript (6.2) after its scan in pieces: torn (RR2) when bytes
+/// follow the last committed line.
+fn raw_parsed(scan: crate::raw_read::RawScan) -> Parsed {
+    let marker = (scan.committed < scan.len).then_some(JsonlMarker {
+        truncate_to: scan.committed,
         recovered: Vec::new(),
     });
-    Ok((scanned.header, scanned.events, marker))
+    (scan.header, scan.events, marker)
 }
 
 /// Reads a zstd transcript (6.3, RZ1–RZ6).
@@ -548,12 +547,16 @@ impl Backend for JsonlBackend {
         let Some(path) = self.find(id)? else {
             return Ok(None);
         };
-        let Some((bytes, stat)) = fsio::read_stable(&path)? else {
-            return Ok(None);
-        };
-        let parsed = match self.compression {
-            Compression::None => parse_raw(&bytes),
-            Compression::Zstd => parse_zstd(&bytes),
+        let (parsed, stat) = match self.compression {
+            // Read in pieces: the file is not held beside its events.
+            Compression::None => match crate::raw_read::read_raw(&path)? {
+                Some((scan, stat)) => (scan.map(raw_parsed), stat),
+                None => return Ok(None),
+            },
+            Compression::Zstd => match fsio::read_stable(&path)? {
+                Some((bytes, stat)) => (parse_zstd(&bytes), stat),
+                None => return Ok(None),
+            },
         };
         let (header, events, torn) =
             parsed.map_err(|e| StoreError::from_log(id.as_str(), e, Some(path.clone())))?;

@@ -164,6 +164,11 @@ pub struct Stat {
 }
 
 impl Stat {
+    /// The file's length in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
     /// Stats `path`; `None` when it does not exist.
     pub fn of(path: &Path) -> Result<Option<Stat>, StoreError> {
         match fs::metadata(path) {

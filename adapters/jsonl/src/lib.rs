@@ -38,6 +38,7 @@ pub mod frames;
 mod fsio;
 pub mod layout;
 mod locks;
+mod raw_read;
 
 use std::path::PathBuf;
 

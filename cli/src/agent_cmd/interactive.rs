@@ -55,14 +55,19 @@ pub(super) fn repl(
         id.as_str(),
         if resumed { " (resumed)" } else { "" }
     );
-    if resumed && let Ok(events) = agent.events() {
-        for line in crate::render::recap(&events, 4, render.width) {
+    // The recap and the surface so far (for the token estimate), read in
+    // place: a copy of a long log would double the resume's memory.
+    let width = render.width;
+    if resumed
+        && let Ok((recap, surface)) = agent.with_events(move |events| {
+            let recap = crate::render::recap(events, 4, width);
+            (recap, crate::render::LogSurface::of(events))
+        })
+    {
+        for line in recap {
             let _ = r.notice(&mut out, &line);
         }
-        // The surface so far, for the token estimate.
-        for e in &events {
-            r.observe(e);
-        }
+        r.adopt_surface(surface);
     }
     // Piped input is a script of what the user would type, in order: a
     // line that arrives while a turn runs waits and answers the next

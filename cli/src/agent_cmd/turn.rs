@@ -37,8 +37,7 @@ pub(super) fn titler_for(
     agent: &Agent,
     enabled: bool,
 ) -> Titler {
-    let events = agent.events().unwrap_or_default();
-    Titler::new(provider, call, &events, enabled)
+    Titler::for_agent(provider, call, agent, enabled)
 }
 
 /// `dsh run PROMPT`.

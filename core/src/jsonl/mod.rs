@@ -122,7 +122,7 @@ pub(crate) fn find_newline(bytes: &[u8]) -> Option<usize> {
 }
 
 /// How many `\n` bytes `bytes` holds (exact; memchr's vectorized count).
-pub(crate) fn count_newlines(bytes: &[u8]) -> usize {
+pub fn count_newlines(bytes: &[u8]) -> usize {
     memchr::memchr_iter(b'\n', bytes).count()
 }
 

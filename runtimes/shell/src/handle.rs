@@ -18,6 +18,10 @@ pub type Answer<T> = Box<dyn FnOnce(T) + Send>;
 /// then dropped).
 pub type Sink = Box<dyn FnMut(&AgentEvent) -> bool + Send>;
 
+/// A reader of the session events, run by the driver over the events in
+/// place (no copy of the log).
+pub type Visitor = Box<dyn FnOnce(&[SessionEvent]) + Send>;
+
 /// The result of a plugin command: its value or its error text.
 pub type CommandResult = Result<serde_json::Value, String>;
 
@@ -46,6 +50,8 @@ pub enum Msg {
     Subscribe(Sink),
     /// A copy of the session events so far.
     Snapshot(Answer<Vec<SessionEvent>>),
+    /// Runs a reader over the session events in place.
+    Visit(Visitor),
     /// Appends a foreign event at the end of the log; answers its seq.
     Append {
         /// The event.
@@ -78,6 +84,7 @@ impl core::fmt::Debug for Msg {
             Msg::Send { .. } => "Send",
             Msg::Subscribe(_) => "Subscribe",
             Msg::Snapshot(_) => "Snapshot",
+            Msg::Visit(_) => "Visit",
             Msg::Append { .. } => "Append",
             Msg::Command { .. } => "Command",
             Msg::WaitIdle(_) => "WaitIdle",
@@ -167,6 +174,7 @@ pub fn handle<H: Host + ?Sized>(kernel: &mut Kernel, host: &mut H, msg: Msg) -> 
             kernel.set_publish_events(true);
         }
         Msg::Snapshot(reply) => reply(kernel.session().events().to_vec()),
+        Msg::Visit(read) => read(kernel.session().events()),
         Msg::Append { data, reply } => {
             let r = kernel.append_event(now, *data);
             host.settle(kernel);

@@ -24,5 +24,5 @@ mod handle;
 mod session;
 
 pub use config::{AgentConfig, LoopOptions, Started, os_seed};
-pub use handle::{Answer, Callers, CommandResult, Host, Msg, Sink, handle};
+pub use handle::{Answer, Callers, CommandResult, Host, Msg, Sink, Visitor, handle};
 pub use session::{adopt_session, create_session, fork_session, resume_session};

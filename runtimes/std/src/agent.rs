@@ -313,6 +313,21 @@ impl Agent {
         answer.recv().map_err(|_| ShellError::Disposed)
     }
 
+    /// What `read` makes of the session events so far, run on the agent's
+    /// thread over the events in place: unlike [`Agent::events`] it copies
+    /// none of the log, so a long resumed session is not held twice.
+    pub fn with_events<R, F>(&self, read: F) -> Result<R, ShellError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&[SessionEvent]) -> R + Send + 'static,
+    {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.submit(Msg::Visit(Box::new(move |events: &[SessionEvent]| {
+            let _ = reply.send(read(events));
+        })))?;
+        answer.recv().map_err(|_| ShellError::Disposed)
+    }
+
     /// The public status.
     pub fn status(&self) -> AgentStatus {
         self.shared

@@ -141,6 +141,8 @@ fn tool_turn_log_is_byte_identical_to_the_core_driven_turn() {
     assert_eq!(summary.turn, 1);
     assert_eq!(summary.usage.map(|u| u.output_tokens), Some(4));
     let shell_log = agent.events().unwrap();
+    // `with_events` reads the same log in place, without a copy.
+    assert_eq!(agent.with_events(lines).unwrap(), lines(&shell_log));
     agent.dispose();
 
     // The core driven directly with the chunks the transport decodes.
