@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Peak RSS of `dsh chat --resume` on a generated long session (issue 34,
-# point 2), by /usr/bin/time -v: resume alone (stdin at EOF: the recap, then
+# Peak RSS of `dsh chat --resume` on a generated long session, by
+# /usr/bin/time -v: resume alone (stdin at EOF: the recap, then
 # exit) and resume plus one turn against benches/peers/mock.py.
 #
 #   bash benches/peers/resume_rss.sh DSH_BINARY [EVENTS]   (EVENTS: 100000, ~18 MB)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dsh and its peers side by side (issue 34, point 5). Not run in CI.
+# dsh and its peers side by side. Not run in CI.
 #
 # Installs the peers into a temporary folder (never globally), builds dsh's
 # release binary, and runs benches/peers/bench.py: one scripted mock on

@@ -57,7 +57,7 @@ pub struct AgentConfig {
     /// written at most this long after the first of them; `None`: only at
     /// checkpoints and when the agent goes quiet.
     pub write_batch_max_delay_ms: Option<u64>,
-    /// The most one model response may add (issue 25): the bytes of its
+    /// The most one model response may add: the bytes of its
     /// text, reasoning and tool calls, plus [`CHUNK_OVERHEAD_BYTES`] for
     /// each chunk. Past it the stream is stopped and the turn ends in
     /// error `RESPONSE_TOO_LARGE`; what came before stays in the log.

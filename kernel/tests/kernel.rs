@@ -173,7 +173,7 @@ fn a_tool_deadline_stops_the_body_and_replaces_its_result() {
     assert!(result.contains("TOOL_TIMEOUT"), "{result}");
 }
 
-/// Issue 26: a timer input carries the deadline it was armed for, and the
+/// A timer input carries the deadline it was armed for, and the
 /// kernel takes it as reached whatever the wall clock reads. A wall clock
 /// that went back an hour neither keeps the tool deadline from firing nor
 /// moves the grace deadline, and logged times never decrease.
@@ -452,7 +452,7 @@ fn assert_turn_error(k: &Kernel, code: &str, needle: &str) {
     assert!(message.contains(needle), "{message}");
 }
 
-/// Issue 25 (SM-14 extended): a write that fails while a response streams
+/// SM-14 extended: a write that fails while a response streams
 /// (the write-behind of W2/W3) ends the stream and the turn with
 /// `FLUSH_FAILED`; what streamed before the failure stays in the log.
 #[test]
@@ -513,7 +513,7 @@ fn a_failed_write_while_a_response_streams_ends_the_turn_with_flush_failed() {
     assert_eq!(k.summary().store_error, None);
 }
 
-/// Issue 25: a failed write of the turn's end is published before the
+/// A failed write of the turn's end is published before the
 /// agent reports idle, and the summary carries it until a write succeeds,
 /// so a front end never reports a turn as saved when it is not.
 #[test]
@@ -594,7 +594,7 @@ fn kernel_with(edit: impl FnOnce(&mut AgentConfig)) -> Kernel {
     k
 }
 
-/// Issue 25: one model response is bounded (text, reasoning and tool
+/// One model response is bounded (text, reasoning and tool
 /// arguments together); past the bound the stream is stopped and the turn
 /// ends in error `RESPONSE_TOO_LARGE`, keeping what streamed before.
 #[test]
@@ -690,7 +690,7 @@ fn responses_within_the_byte_cap_complete() {
     }
 }
 
-/// Issue 25: a server that always answers with a tool call cannot keep a
+/// A server that always answers with a tool call cannot keep a
 /// turn going: at the pre-step of step `max + 1` the turn is cancelled
 /// with cause `{"kind":"hook","reason":…}` (loop.md SM-10 d, the shape the
 /// reference uses to stop a runaway turn).
@@ -903,7 +903,7 @@ fn uuid_ids_from_the_default_seed_continue_after_resume_and_fork() {
     continues_after_resume_and_fork(IdMode::Uuid);
 }
 
-/// Issue 27 item 3: in debug builds (and so in tests) every provider stream
+/// In debug builds (and so in tests) every provider stream
 /// is checked (streaming.md 2.5); a G-3 violation stops the stream and the
 /// step ends in error `INVARIANT` naming the rule.
 #[test]

@@ -200,7 +200,7 @@ fn a_changed_tool_fails_the_replay_and_says_where() {
 
 #[test]
 fn an_edit_of_the_first_turn_fails_the_replay() {
-    // Issue 27: the first instance of a resumed log is replayed too.
+    // The first instance of a resumed log is replayed too.
     let log = String::from_utf8(record()).unwrap();
     let changed = edit(&log, "assistant/message", "It says HELLO.", "It says HI.");
     assert_ne!(changed, log);
@@ -240,7 +240,7 @@ fn edit(log: &str, kind: &str, from: &str, to: &str) -> String {
 
 #[test]
 fn an_edit_of_anything_the_loop_derives_in_the_first_turn_fails() {
-    // Issue 27: messages, parsed tool calls, turn and step boundaries and
+    // Messages, parsed tool calls, turn and step boundaries and
     // usage, in the first of two loop instances, under both replays: the
     // core's (`dsh replay --check`) and the kernel's with the user's tool.
     let log = String::from_utf8(record()).unwrap();

@@ -9,7 +9,7 @@
 # bounded lifetime, runs the #[ignore]d tests of cli/tests/interop_llmock.rs
 # against it (DSH_INTEROP_URL), and stops it.
 #
-# Then the LiteLLM proxy (https://pypi.org/project/litellm/, issue 32): the
+# Then the LiteLLM proxy (https://pypi.org/project/litellm/): the
 # venv .ci/run installs in the background (DSH_LITELLM_VENV; the script waits
 # for DSH_LITELLM_STATUS, at most DSH_LITELLM_INSTALL_WAIT seconds), or,
 # run alone, an install of its own. The proxy runs on 127.0.0.1 with
@@ -100,7 +100,7 @@ kill "$server_pid" 2>/dev/null || true
 wait "$server_pid" 2>/dev/null || true
 server_pid=""
 
-# ---- LiteLLM proxy (issue 32) ----
+# ---- LiteLLM proxy ----
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }

@@ -1,6 +1,6 @@
 //! Loading a raw transcript in pieces (6.2, RR1–RR2) with a stable stat
 //! before and after (5.8): the events are decoded as the file is read, so a
-//! long log is never held whole beside its events (issue 34: resume memory).
+//! long log is never held whole beside its events (resume memory).
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};

@@ -141,7 +141,7 @@ const script = {
     { turn: { text: ["Tests pass."] } },
     // Prompt 4: streams, then stalls until cancelled.
     { fault: { kind: "stall", turn: { text: ["Partial ", "answer ", "never ", "finished"] }, afterEvents: 3 } },
-    // Third process, plan mode (issue 30): a write refused, the plan
+    // Third process, plan mode: a write refused, the plan
     // approved through a permission request, the write then asked and run.
     { turn: { toolCalls: [{ id: "call_early", name: "write",
       arguments: ['{"file_path":"plan.txt","content":"early\\n"}'] }] } },

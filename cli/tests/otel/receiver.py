@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A local OTLP/HTTP trace receiver for dsh's tests (issue 33).
+"""A local OTLP/HTTP trace receiver for dsh's tests.
 
 Listens on 127.0.0.1 (an ephemeral port, printed as the first stdout line),
 decodes each POST /v1/traces body as an ExportTraceServiceRequest with the

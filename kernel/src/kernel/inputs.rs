@@ -65,7 +65,7 @@ impl Kernel {
         }
         let max = self.max_response_bytes;
         if self.response.add(&chunk) > max {
-            // Issue 25: a response is bounded; this chunk and the rest of
+            // A response is bounded; this chunk and the rest of
             // the stream are refused, what came before stays.
             self.effects.push_back(Effect::CancelModel { attempt });
             let error = HookError::llm(
@@ -177,7 +177,7 @@ impl Kernel {
                 self.publish(AgentEvent::Error(message.clone()));
                 self.store_error = Some(message.clone());
                 match self.model {
-                    // Issue 25: a response that cannot be stored is not
+                    // A response that cannot be stored is not
                     // read on; the turn ends in error, keeping what
                     // streamed so far (the write is retried at its end).
                     Some(attempt) => {

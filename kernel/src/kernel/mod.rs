@@ -363,7 +363,7 @@ impl Kernel {
     /// Gives back the spare capacity of the empty queues (the kernel's
     /// effects, the core's outputs): hosts call it when the agent is idle
     /// ([`Kernel::is_idle`]) so ten thousand idle agents do not each keep
-    /// their busiest step's buffers (issue 34). Changes nothing observable.
+    /// their busiest step's buffers. Changes nothing observable.
     pub fn trim(&mut self) {
         if self.effects.is_empty() {
             self.effects = VecDeque::new();

@@ -31,7 +31,7 @@ impl Kernel {
             };
             // SM-14: the checkpoint's write comes before the dispatch; the
             // turn's end is written before idle is reported, so a failed
-            // write reaches subscribers first (issue 25).
+            // write reaches subscribers first.
             if matches!(
                 out,
                 Output::CallModel(_) | Output::ExecuteTool(_) | Output::Status(AgentStatus::Idle)

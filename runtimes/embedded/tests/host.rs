@@ -19,7 +19,7 @@ use support::{
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// The budget issue 34 sets for the two-step tool turn (32 KiB).
+/// The heap budget of the two-step tool turn (32 KiB).
 const HEAP_BUDGET: i64 = 32 * 1024;
 
 fn run_two_step() -> (Vec<u8>, MockServer, HeapFigures) {

@@ -247,7 +247,7 @@ fn fast_retries() -> RetryPolicy {
     }
 }
 
-/// Issue 26: the smol driver waits for a kernel deadline by its distance
+/// The smol driver waits for a kernel deadline by its distance
 /// from the kernel's clock on a monotonic timer. The wall clock goes back an
 /// hour between two turns; the retry of the second turn still runs after
 /// its 20 ms delay (a driver that measures against the wall clock waits an

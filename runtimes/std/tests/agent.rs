@@ -469,7 +469,7 @@ fn rate_limit_then_success_is_retried_and_logged() {
     assert_valid(&log);
 }
 
-/// Issue 26: a runtime waits for a kernel deadline by its distance from the
+/// A runtime waits for a kernel deadline by its distance from the
 /// kernel's clock, on a monotonic timer, and reports the deadline reached.
 /// Here the wall clock goes back an hour between two turns (an NTP step):
 /// the kernel's clock stays ahead, and the retry of the second turn must

@@ -1,4 +1,4 @@
-"""A minimal OpenAI-compatible upstream for the LiteLLM proxy (issue 32).
+"""A minimal OpenAI-compatible upstream for the LiteLLM proxy.
 
 LiteLLM's `mock_response` cannot stream a tool call (its streaming mock
 sends text only, and `mock_tool_calls` applies to non-streamed answers), so
