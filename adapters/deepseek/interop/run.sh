@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interop suite (issues 16, 32): dsh against a real third-party OpenAI-compatible
+# Interop suite: dsh against a real third-party OpenAI-compatible
 # (and, on its /anthropic route, Anthropic Messages)
 # mock server from PyPI, LLMock (https://pypi.org/project/llmock/), which
 # also injects faults (429/500 with Retry-After, disconnects, truncation,
