@@ -61,6 +61,10 @@ fn no_code_cites_an_outside_tracker_or_document() {
         let Ok(name) = std::str::from_utf8(name) else {
             continue;
         };
+        // This file names what it looks for.
+        if name == "tests/tests/citations.rs" {
+            continue;
+        }
         let ext = Path::new(name).extension().and_then(|e| e.to_str());
         if !ext.is_some_and(|e| CODE.contains(&e)) {
             continue;
