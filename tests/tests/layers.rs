@@ -8,9 +8,6 @@
 //! cargo builds them apart, so they form no library cycle).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
-
-use serde_json::Value;
 
 /// The floors, lowest first. A crate may depend on crates of its own floor
 /// or below.
@@ -140,27 +137,12 @@ fn violations(packages: &BTreeSet<String>, edges: &[Edge]) -> Vec<String> {
     out
 }
 
+#[path = "support/metadata.rs"]
+mod support;
+
 /// The workspace's packages and the edges between them, from `cargo metadata`.
 fn workspace() -> (BTreeSet<String>, Vec<Edge>) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo"));
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
-    let output = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .args(["--manifest-path", root])
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        output.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let meta: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+    let meta = support::workspace_metadata();
     let packages = meta["packages"].as_array().expect("a package list");
     let names: BTreeSet<String> = packages
         .iter()

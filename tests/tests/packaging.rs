@@ -9,31 +9,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
+#[path = "support/metadata.rs"]
+mod support;
+
 /// `cargo metadata --no-deps` of the workspace.
 fn metadata() -> Value {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo"));
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
-    let output = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .args(["--manifest-path", root])
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        output.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON")
+    support::workspace_metadata()
 }
 
 fn text(v: &Value) -> &str {
