@@ -250,15 +250,16 @@ impl Dispatch for Io {
         let tx = self.tx.clone();
         let token = exec.token;
         let timeout = timeout_ms.map(Duration::from_millis);
-        smol::spawn(async move {
-            let (outcome, events) =
-                smol::unblock(move || tools.run(&exec, workspace, cancel, timeout)).await;
+        // One hop: the body and the hand-back both run on the blocking
+        // pool (the channel is unbounded, so the send never waits).
+        smol::unblock(move || {
+            let (outcome, events) = tools.run(&exec, workspace, cancel, timeout);
             let input = Input::ToolDone {
                 token,
                 outcome: Box::new(outcome),
                 events,
             };
-            let _ = tx.send(Msg::Work(input)).await;
+            let _ = tx.send_blocking(Msg::Work(input));
         })
         .detach();
         Ok(())
