@@ -15,6 +15,7 @@ use core::fmt;
 use serde_json::{Map, Value};
 
 use crate::content::ContentBlock;
+#[cfg(test)]
 use crate::ids::{CallId, MessageId};
 use crate::message::Message;
 use crate::options::ToolSchema;
@@ -198,11 +199,6 @@ impl ToolRegistry {
         Ok(self)
     }
 
-    /// Removes a tool, returning it.
-    pub fn unregister(&mut self, name: &str) -> Option<ToolDefinition> {
-        self.tools.remove(name)
-    }
-
     /// The definition of `name`.
     pub fn get(&self, name: &str) -> Option<&ToolDefinition> {
         self.tools.get(name)
@@ -229,7 +225,7 @@ impl ToolRegistry {
     /// the rest at the single [`UNLISTED_TOOLS`] entry in name order. A listed
     /// name no tool has, or an order without exactly one marker, is an
     /// assembly error.
-    pub fn ordered_schemas(&self, order: &[String]) -> Result<Vec<ToolSchema>, String> {
+    pub(crate) fn ordered_schemas(&self, order: &[String]) -> Result<Vec<ToolSchema>, String> {
         let markers = order.iter().filter(|n| *n == UNLISTED_TOOLS).count();
         if markers != 1 {
             return Err(format!(
@@ -455,9 +451,10 @@ impl ToolOutcome {
         )
     }
 
+    #[cfg(test)]
     /// The `tool/result` payload (TL-20, session.md 4.8), in the reference's
     /// key order: `turn, step, message, error?, meta?`.
-    pub fn result_data(
+    pub(crate) fn result_data(
         &self,
         turn: u64,
         step: u64,
