@@ -4,8 +4,8 @@
 //! The policy is data: [`RetryPolicy::resolve`] validates a provider's
 //! `retryPolicy` configuration and fills the defaults.
 //! The executor's decisions are pure functions of the failure, the policy,
-//! the previous `llm/retry` record and a jitter sample in `[0, 1]`
-//! ([`RetryPolicy::schedule`]); the [`Agent`](super::Agent) runs them at the
+//! the previous `llm/retry` record and a jitter sample in `[0, 1]`; the
+//! [`Agent`](super::Agent) makes them inside the crate, runs them at the
 //! request-error seam, logs `llm/retry` / `llm/retry-started` and waits
 //! through [`Agent::poll_timeout`](super::Agent::poll_timeout).
 
@@ -187,7 +187,7 @@ fn resolve_backoff(config: Option<&Value>, path: &str) -> Result<Backoff, RetryC
 /// What the executor does with one failure (R-7..R-12).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub enum RetrySchedule {
+pub(crate) enum RetrySchedule {
     /// Pass the failure to the next handler (usually making it terminal).
     Delegate,
     /// Schedule retry number `retry` after `delay_ms` milliseconds.
@@ -390,7 +390,7 @@ impl RetryPolicy {
     /// previous matching `llm/retry` record (0 when none) and a jitter sample
     /// `r`. In always mode the caller has already
     /// delegated first; this only computes the policy's own retry.
-    pub fn schedule(&self, failure: &LlmFailure, previous: u64, r: f64) -> RetrySchedule {
+    pub(crate) fn schedule(&self, failure: &LlmFailure, previous: u64, r: f64) -> RetrySchedule {
         if !self.covers(&failure.code) {
             return RetrySchedule::Delegate;
         }

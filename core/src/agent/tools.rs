@@ -45,8 +45,7 @@ pub struct ToolDefinition {
     /// `isConcurrencySafe` (TL-15): consecutive calls of such tools whose
     /// arguments validate run as a parallel group (LC-24, at most
     /// [`AgentConfig::max_parallel_tool_calls`](super::AgentConfig::max_parallel_tool_calls)
-    /// in flight); every other call runs alone (LC-23). See
-    /// [`ToolRegistry::execution_mode`].
+    /// in flight); every other call runs alone (LC-23).
     pub concurrency_safe: bool,
 }
 
@@ -148,7 +147,7 @@ impl core::error::Error for ToolRegistryError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
-pub enum ExecutionMode {
+pub(crate) enum ExecutionMode {
     /// May overlap other parallel calls.
     Parallel,
     /// Runs alone.
@@ -260,7 +259,7 @@ impl ToolRegistry {
 
     /// TL-15: `parallel` only for a known concurrency-safe tool whose
     /// (typed) arguments validate.
-    pub fn execution_mode(&self, name: &str, arguments: &Value) -> ExecutionMode {
+    pub(crate) fn execution_mode(&self, name: &str, arguments: &Value) -> ExecutionMode {
         match self.tools.get(name) {
             Some(t)
                 if t.concurrency_safe
