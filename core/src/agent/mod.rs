@@ -117,7 +117,7 @@ pub use hooks::{
     PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery,
     RequestErrorPayload, SeededJitter, SequentialIds, ToolExecution,
 };
-pub use inbox::{Inbox, InboxTarget, Splice};
+pub use inbox::{Inbox, InboxError, InboxTarget, Splice};
 pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
 };
