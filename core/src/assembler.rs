@@ -24,7 +24,7 @@ use crate::message::{Message, MessageSource};
 use crate::text::{ChunkText, TextBuf, ToolCallHead};
 
 /// The plugin name of the default assembler message source (MSG-1).
-pub const ASSEMBLER_SOURCE_PLUGIN: &str = "dsh-llm/assembler";
+pub(crate) const ASSEMBLER_SOURCE_PLUGIN: &str = "dsh-llm/assembler";
 
 /// Why assembly failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -492,11 +492,6 @@ impl BlockAssembler {
         self.finish
             .as_ref()
             .is_some_and(|f| matches!(f, FinishReason::MaxTokens) || f.kind() == "max-tokens")
-    }
-
-    /// Whether any chunk has mentioned a block index.
-    pub fn has_blocks(&self) -> bool {
-        !self.partials.is_empty()
     }
 
     /// The assembled blocks in first-seen order (BB-1..BB-7). Idempotent and

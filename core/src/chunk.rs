@@ -400,7 +400,7 @@ pub enum StreamChunk {
 
 impl StreamChunk {
     /// The wire `type` of this chunk.
-    pub fn chunk_type(&self) -> &'static str {
+    pub(crate) fn chunk_type(&self) -> &'static str {
         match self {
             StreamChunk::BlockStart { .. } => "block-start",
             StreamChunk::TextDelta { .. } => "text-delta",
@@ -424,8 +424,9 @@ impl StreamChunk {
         }
     }
 
+    #[cfg(test)]
     /// The first-token predicate `isTokenDelta` (M-6).
-    pub fn is_token_delta(&self) -> bool {
+    pub(crate) fn is_token_delta(&self) -> bool {
         match self {
             StreamChunk::TextDelta { text, .. } | StreamChunk::ReasoningDelta { text, .. } => {
                 !text.is_empty()
@@ -640,17 +641,6 @@ impl<'de> Deserialize<'de> for ChunkField {
         d.deserialize_identifier(V)
     }
 }
-
-/// The chunk types of SC-2, in a fixed order (for messages).
-pub const CHUNK_TYPES: [&str; 7] = [
-    "block-start",
-    "text-delta",
-    "reasoning-delta",
-    "tool-call-delta",
-    "block-end",
-    "usage",
-    "finish",
-];
 
 struct ChunkVisitor;
 

@@ -88,23 +88,16 @@ mod text;
 pub mod time;
 mod validator;
 
-pub use assembler::{ASSEMBLER_SOURCE_PLUGIN, AssembleError, BlockAssembler};
+pub use assembler::{AssembleError, BlockAssembler};
 pub use chunk::{
-    CHUNK_TYPES, FinishReason, InvalidFailure, LlmError, LlmFailure, ReplayEnvelope, StreamChunk,
-    TokenUsage,
+    FinishReason, InvalidFailure, LlmError, LlmFailure, ReplayEnvelope, StreamChunk, TokenUsage,
 };
 pub use content::{ContentBlock, ImageAttachment};
 pub use ids::{
     AttachmentId, CallId, MessageId, ProviderRequestId, ReasoningEffortId, RetryId, SessionId,
 };
-pub use message::{
-    ContextForm, MODEL_KEY_ORDER, Message, MessageKey, MessageKeyOrder, MessageSource, Role,
-    SPEC_KEY_ORDER, Section, TOOL_KEY_ORDER, USER_KEY_ORDER,
-};
-pub use options::{
-    AdapterDefaults, DEEPSEEK_EFFORTS, GenerateOptions, LlmCallConfig, Purpose,
-    ReasoningEffortInfo, ToolSchema,
-};
+pub use message::{ContextForm, Message, MessageKey, MessageSource, Role, Section};
+pub use options::{AdapterDefaults, GenerateOptions, LlmCallConfig, Purpose, ToolSchema};
 pub use session::{
     AppendError, EventData, Session, SessionEvent, SessionHeader, SurfaceIntent, SurfaceOp,
 };

@@ -44,31 +44,24 @@ pub enum MessageKey {
 /// (`content,source,role,id` for user input, `role,content,source,id` for model
 /// output, `source,content,role,id` for tool results); keeping the order makes
 /// a log round-trip byte for byte (session.md J4).
-pub type MessageKeyOrder = [MessageKey; 4];
+pub(crate) type MessageKeyOrder = [MessageKey; 4];
 
-/// `id, role, content, source`: the order streaming.md M-1 shows.
-pub const SPEC_KEY_ORDER: MessageKeyOrder = [
-    MessageKey::Id,
-    MessageKey::Role,
-    MessageKey::Content,
-    MessageKey::Source,
-];
 /// The reference's order for user and plugin input messages.
-pub const USER_KEY_ORDER: MessageKeyOrder = [
+pub(crate) const USER_KEY_ORDER: MessageKeyOrder = [
     MessageKey::Content,
     MessageKey::Source,
     MessageKey::Role,
     MessageKey::Id,
 ];
 /// The reference's order for assembled model messages.
-pub const MODEL_KEY_ORDER: MessageKeyOrder = [
+pub(crate) const MODEL_KEY_ORDER: MessageKeyOrder = [
     MessageKey::Role,
     MessageKey::Content,
     MessageKey::Source,
     MessageKey::Id,
 ];
 /// The reference's order for tool-result messages.
-pub const TOOL_KEY_ORDER: MessageKeyOrder = [
+pub(crate) const TOOL_KEY_ORDER: MessageKeyOrder = [
     MessageKey::Source,
     MessageKey::Content,
     MessageKey::Role,
@@ -145,8 +138,9 @@ impl Message {
         }
     }
 
+    #[cfg(test)]
     /// Whether this is a tool-result message in the M-4 shape.
-    pub fn is_tool_result(&self) -> bool {
+    pub(crate) fn is_tool_result(&self) -> bool {
         matches!(
             (&self.source, self.content.as_slice()),
             (MessageSource::Tool { call_id }, [ContentBlock::ToolResult { tool_call_id, .. }])

@@ -179,27 +179,6 @@ pub struct AdapterDefaults {
     pub max_tokens: Option<bool>,
 }
 
-/// One reasoning effort an adapter advertises for a model (RE-1).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct ReasoningEffortInfo {
-    /// Opaque effort id.
-    pub id: ReasoningEffortId,
-    /// Display name.
-    pub name: String,
-    /// Optional description.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-}
-
-/// The DeepSeek effort ids in display order (RE-2): `off`, `low`, `high`, `max`.
-pub const DEEPSEEK_EFFORTS: [(&str, &str); 4] = [
-    ("off", "Off"),
-    ("low", "Low"),
-    ("high", "High"),
-    ("max", "Max"),
-];
-
 #[cfg(feature = "defmt")]
 mod defmt_impls {
     use super::*;
@@ -230,12 +209,6 @@ mod defmt_impls {
                 self.provider.as_str(),
                 self.model.as_str()
             )
-        }
-    }
-
-    impl defmt::Format for ReasoningEffortInfo {
-        fn format(&self, f: defmt::Formatter<'_>) {
-            defmt::write!(f, "ReasoningEffortInfo({=str})", self.id.as_str())
         }
     }
 }

@@ -60,7 +60,7 @@ impl Default for ChunkText {
 
 impl ChunkText {
     /// The longest text stored inline, in bytes.
-    pub const INLINE_CAPACITY: usize = 23;
+    pub(crate) const INLINE_CAPACITY: usize = 23;
 
     /// A copy of `text` (inline when short).
     #[inline]
@@ -119,8 +119,9 @@ impl ChunkText {
         self.len() == 0
     }
 
+    #[cfg(test)]
     /// Whether the text lives inline (no heap allocation).
-    pub fn is_inline(&self) -> bool {
+    pub(crate) fn is_inline(&self) -> bool {
         matches!(self.0, Repr::Inline { .. })
     }
 
@@ -382,13 +383,13 @@ impl ToolCallHead {
     /// Whether both are the same shared head (a pointer comparison; equal
     /// heads made separately are not the same).
     #[inline]
-    pub fn same(&self, other: &ToolCallHead) -> bool {
+    pub(crate) fn same(&self, other: &ToolCallHead) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// Whether this head has exactly this id and name.
     #[inline]
-    pub fn is(&self, id: &str, name: Option<&str>) -> bool {
+    pub(crate) fn is(&self, id: &str, name: Option<&str>) -> bool {
         self.id() == id && self.name() == name
     }
 

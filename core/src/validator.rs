@@ -200,14 +200,10 @@ impl StreamValidator {
         &self.warnings
     }
 
+    #[cfg(test)]
     /// Takes the warnings seen so far, leaving none.
-    pub fn take_warnings(&mut self) -> alloc::vec::Vec<Violation> {
+    pub(crate) fn take_warnings(&mut self) -> alloc::vec::Vec<Violation> {
         core::mem::take(&mut self.warnings)
-    }
-
-    /// Indexes of blocks that are open now, in no particular order.
-    pub fn open_indexes(&self) -> impl Iterator<Item = u64> + '_ {
-        self.open.keys().copied()
     }
 
     /// Checks one chunk. On a violation the chunk is still applied as far as

@@ -24,7 +24,7 @@ use crate::options::{AdapterDefaults, LlmCallConfig};
 
 use super::handle::ToolToken;
 use super::retry::RetryPolicy;
-use super::tools::{ErrorInfo, ToolOutcome};
+use super::tools::ToolOutcome;
 
 /// A seam's answer inside the machine: now (the default), or later
 /// through [`Agent::complete_hook`](super::Agent::complete_hook).
@@ -327,7 +327,7 @@ pub enum CancelCause {
 
 impl CancelCause {
     /// The session's abort cause for `turn/end`.
-    pub fn to_abort_cause(&self) -> crate::session::AbortCause {
+    pub(crate) fn to_abort_cause(&self) -> crate::session::AbortCause {
         use crate::session::AbortCause;
         match self {
             CancelCause::User => AbortCause::User,
@@ -478,17 +478,5 @@ impl JitterSource for SeededJitter {
         x ^= x >> 27;
         self.0 = x;
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Identity from an error's info, when it has one.
-pub fn error_info(e: &HookError) -> Option<ErrorInfo> {
-    match e {
-        HookError::Error {
-            name: Some(n),
-            code: Some(c),
-            ..
-        } => Some(ErrorInfo::new(n.clone(), c.clone())),
-        _ => None,
     }
 }

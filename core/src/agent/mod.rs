@@ -100,9 +100,9 @@
 //! ```
 
 mod handle;
-pub mod hooks;
-pub mod inbox;
-pub mod io;
+mod hooks;
+mod inbox;
+mod io;
 mod machine;
 pub mod prompt;
 pub mod replay;
@@ -117,7 +117,7 @@ pub use hooks::{
     PostToolDecision, PreStepDecision, PreStepPayload, PreToolDecision, PreparedCall, Recovery,
     RequestErrorPayload, SeededJitter, SequentialIds, ToolExecution,
 };
-pub use inbox::{Inbox, InboxTarget};
+pub use inbox::{Inbox, InboxError, InboxTarget, Splice};
 pub use io::{
     AgentStatus, Checkpoint, HookAnswer, HookCall, InputError, ModelCall, Notification, Output,
 };

@@ -12,7 +12,7 @@ use crate::options::ToolSchema;
 /// The harness identity section text (SP-2, band `-100`).
 pub const HARNESS_IDENTITY: &str = "You are an AI agent powered by the DeepSeek Harness SDK.";
 /// The plugin name on runtime-context messages (LC-12).
-pub const RUNTIME_CONTEXT_PLUGIN: &str = "@deepseek-ai/dsh-system-prompt";
+pub(crate) const RUNTIME_CONTEXT_PLUGIN: &str = "@deepseek-ai/dsh-system-prompt";
 /// The first line of a runtime-context snapshot (LC-12).
 pub const RUNTIME_CONTEXT_HEADER: &str =
     "Current runtime context. This snapshot supersedes earlier runtime-context snapshots.\n\n";

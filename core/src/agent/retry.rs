@@ -4,8 +4,8 @@
 //! The policy is data: [`RetryPolicy::resolve`] validates a provider's
 //! `retryPolicy` configuration (R-1, R-2) and fills the defaults (R-3, R-5).
 //! The executor's decisions are pure functions of the failure, the policy,
-//! the previous `llm/retry` record and a jitter sample in `[0, 1]`
-//! ([`RetryPolicy::schedule`]); the [`Agent`](super::Agent) runs them at the
+//! the previous `llm/retry` record and a jitter sample in `[0, 1]`; the
+//! [`Agent`](super::Agent) makes them inside the crate, runs them at the
 //! request-error seam, logs `llm/retry` / `llm/retry-started` and waits
 //! through [`Agent::poll_timeout`](super::Agent::poll_timeout).
 
@@ -25,13 +25,13 @@ use crate::json::{MAX_SAFE_INTEGER, serialize_js_f64, write_js_number};
 pub(crate) const MAX_TIMER_DELAY_MS: f64 = 2_147_483_647.0;
 
 /// Default `maxRetries` (R-5).
-pub const DEFAULT_MAX_RETRIES: u64 = 5;
+pub(crate) const DEFAULT_MAX_RETRIES: u64 = 5;
 /// Default `initialDelayMs` (R-5).
 pub const DEFAULT_INITIAL_DELAY_MS: f64 = 500.0;
 /// Default `maxDelayMs` (R-5).
-pub const DEFAULT_MAX_DELAY_MS: f64 = 10_000.0;
+pub(crate) const DEFAULT_MAX_DELAY_MS: f64 = 10_000.0;
 /// Default `jitterRatio` (R-5).
-pub const DEFAULT_JITTER_RATIO: f64 = 0.1;
+pub(crate) const DEFAULT_JITTER_RATIO: f64 = 0.1;
 /// Default `retryableCodes`, in this order (R-5).
 pub const DEFAULT_RETRYABLE_CODES: [&str; 5] = [
     "EMPTY_RESPONSE",
@@ -187,7 +187,7 @@ fn resolve_backoff(config: Option<&Value>, path: &str) -> Result<Backoff, RetryC
 /// What the executor does with one failure (R-7..R-12).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub enum RetrySchedule {
+pub(crate) enum RetrySchedule {
     /// Pass the failure to the next handler (usually making it terminal).
     Delegate,
     /// Schedule retry number `retry` after `delay_ms` milliseconds.
@@ -322,7 +322,7 @@ impl RetryPolicy {
 
     /// The compact JSON `policyKey` (R-11), numbers formatted as JavaScript
     /// formats them, codes sorted ascending.
-    pub fn policy_key(&self) -> String {
+    pub(crate) fn policy_key(&self) -> String {
         let b = self.backoff();
         let mut out = String::from("[\"");
         out.push_str(self.mode());
@@ -390,7 +390,7 @@ impl RetryPolicy {
     /// previous matching `llm/retry` record (0 when none) and a jitter sample
     /// `r` (R-8, R-10, R-12, R-13). In always mode the caller has already
     /// delegated first (R-9); this only computes the policy's own retry.
-    pub fn schedule(&self, failure: &LlmFailure, previous: u64, r: f64) -> RetrySchedule {
+    pub(crate) fn schedule(&self, failure: &LlmFailure, previous: u64, r: f64) -> RetrySchedule {
         if !self.covers(&failure.code) {
             return RetrySchedule::Delegate;
         }
@@ -444,20 +444,22 @@ impl Serialize for RetryPolicy {
     }
 }
 
+#[cfg(test)]
 /// The previous retry of a chain found in the log (R-10).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct PreviousRetry {
+pub(crate) struct PreviousRetry {
     /// Its `retry` number.
     pub retry: u64,
     /// Its `retryId`, when it carried one.
     pub retry_id: Option<RetryId>,
 }
 
+#[cfg(test)]
 /// Finds the last `llm/retry` record whose `turn`, `step`, `provider` and
 /// `policyKey` equal the given ones (R-10). `events` yields `(type, data)`
 /// pairs in log order.
-pub fn previous_retry<'a>(
+pub(crate) fn previous_retry<'a>(
     events: impl DoubleEndedIterator<Item = (&'a str, &'a Value)>,
     turn: u64,
     step: u64,
@@ -485,7 +487,7 @@ pub fn previous_retry<'a>(
 /// The `llm/retry` payload (R-15), in the reference's key order.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct RetryRecord {
+pub(crate) struct RetryRecord {
     /// Stable id of the chain.
     pub retry_id: RetryId,
     /// Turn of the failed step.
@@ -505,6 +507,7 @@ pub struct RetryRecord {
 }
 
 impl RetryRecord {
+    #[cfg(test)]
     /// The `llm/retry` data object.
     pub fn data(&self) -> Value {
         let mut m = serde_json::Map::new();
@@ -526,8 +529,9 @@ impl RetryRecord {
         Value::Object(m)
     }
 
+    #[cfg(test)]
     /// The `llm/retry-started` data object (R-15).
-    pub fn started_data(&self) -> Value {
+    pub(crate) fn started_data(&self) -> Value {
         let mut m = serde_json::Map::new();
         m.insert("retryId".into(), Value::String(self.retry_id.0.clone()));
         m.insert("turn".into(), Value::from(self.turn));
@@ -537,6 +541,7 @@ impl RetryRecord {
     }
 }
 
+#[cfg(test)]
 /// A JSON number that prints as JavaScript prints `v` (integral values
 /// without a fraction).
 pub(crate) fn js_number_value(v: f64) -> Value {

@@ -44,7 +44,7 @@ impl Seams {
     }
 
     /// The union of two sets.
-    pub const fn union(self, other: Seams) -> Seams {
+    pub(crate) const fn union(self, other: Seams) -> Seams {
         Seams(self.0 | other.0)
     }
 }

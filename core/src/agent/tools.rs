@@ -15,6 +15,7 @@ use core::fmt;
 use serde_json::{Map, Value};
 
 use crate::content::ContentBlock;
+#[cfg(test)]
 use crate::ids::{CallId, MessageId};
 use crate::message::Message;
 use crate::options::ToolSchema;
@@ -44,8 +45,7 @@ pub struct ToolDefinition {
     /// `isConcurrencySafe` (TL-15): consecutive calls of such tools whose
     /// arguments validate run as a parallel group (LC-24, at most
     /// [`AgentConfig::max_parallel_tool_calls`](super::AgentConfig::max_parallel_tool_calls)
-    /// in flight); every other call runs alone (LC-23). See
-    /// [`ToolRegistry::execution_mode`].
+    /// in flight); every other call runs alone (LC-23).
     pub concurrency_safe: bool,
 }
 
@@ -147,7 +147,7 @@ impl core::error::Error for ToolRegistryError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
-pub enum ExecutionMode {
+pub(crate) enum ExecutionMode {
     /// May overlap other parallel calls.
     Parallel,
     /// Runs alone.
@@ -198,11 +198,6 @@ impl ToolRegistry {
         Ok(self)
     }
 
-    /// Removes a tool, returning it.
-    pub fn unregister(&mut self, name: &str) -> Option<ToolDefinition> {
-        self.tools.remove(name)
-    }
-
     /// The definition of `name`.
     pub fn get(&self, name: &str) -> Option<&ToolDefinition> {
         self.tools.get(name)
@@ -229,7 +224,7 @@ impl ToolRegistry {
     /// the rest at the single [`UNLISTED_TOOLS`] entry in name order. A listed
     /// name no tool has, or an order without exactly one marker, is an
     /// assembly error.
-    pub fn ordered_schemas(&self, order: &[String]) -> Result<Vec<ToolSchema>, String> {
+    pub(crate) fn ordered_schemas(&self, order: &[String]) -> Result<Vec<ToolSchema>, String> {
         let markers = order.iter().filter(|n| *n == UNLISTED_TOOLS).count();
         if markers != 1 {
             return Err(format!(
@@ -264,7 +259,7 @@ impl ToolRegistry {
 
     /// TL-15: `parallel` only for a known concurrency-safe tool whose
     /// (typed) arguments validate.
-    pub fn execution_mode(&self, name: &str, arguments: &Value) -> ExecutionMode {
+    pub(crate) fn execution_mode(&self, name: &str, arguments: &Value) -> ExecutionMode {
         match self.tools.get(name) {
             Some(t)
                 if t.concurrency_safe
@@ -455,9 +450,10 @@ impl ToolOutcome {
         )
     }
 
+    #[cfg(test)]
     /// The `tool/result` payload (TL-20, session.md 4.8), in the reference's
     /// key order: `turn, step, message, error?, meta?`.
-    pub fn result_data(
+    pub(crate) fn result_data(
         &self,
         turn: u64,
         step: u64,

@@ -460,7 +460,7 @@ fn scan_log_flagged(bytes: &[u8]) -> Result<(ScannedLog, bool), LogError> {
 }
 
 /// Extra event types a reader knows beyond [`KNOWN_EVENT_TYPES`].
-pub type ExtraKnownTypes<'a> = &'a [&'a str];
+pub(crate) type ExtraKnownTypes<'a> = &'a [&'a str];
 
 /// The known-type check (6.5 step 5) and the retired vocabulary (OP4.3):
 /// every type outside the known lists must be marked `ignorable: true`.

@@ -143,16 +143,6 @@ impl AssistantChunk {
         self.chunk.clone()
     }
 
-    /// The chunk, by value.
-    pub fn into_chunk(self) -> StreamChunk {
-        self.chunk
-    }
-
-    /// The chunk's wire `type`.
-    pub fn chunk_type(&self) -> &'static str {
-        self.chunk.chunk_type()
-    }
-
     /// Whether this is a `finish` chunk.
     pub fn is_finish(&self) -> bool {
         matches!(self.chunk, StreamChunk::Finish { .. })

@@ -251,7 +251,7 @@ impl EventData {
 
     /// Whether the type is surface-eligible (`user/message`,
     /// `assistant/message`, `tool/result`).
-    pub fn is_surface_eligible(&self) -> bool {
+    pub(crate) fn is_surface_eligible(&self) -> bool {
         matches!(
             self,
             EventData::UserMessage(_) | EventData::AssistantMessage(_) | EventData::ToolResult(_)
@@ -467,11 +467,6 @@ impl SessionEvent {
     /// Whether the envelope says `"ignorable": true`.
     pub fn ignorable(&self) -> bool {
         self.extra.as_ref().is_some_and(|e| e.ignorable)
-    }
-
-    /// A *surface event*: an eligible type carrying a `surfaceOp` (5.7).
-    pub fn is_surface_event(&self) -> bool {
-        self.data.is_surface_eligible() && self.surface_op().is_some()
     }
 
     /// The per-event projection `deriveEventMessage` (6.1): the message of a

@@ -68,11 +68,6 @@ impl InvariantChecker {
         self.open_turn
     }
 
-    /// Whether a step is open.
-    pub fn open_step(&self) -> Option<u64> {
-        self.open_step
-    }
-
     /// Validates `e` as the next event without changing state (I12).
     pub fn check(&self, e: &SessionEvent) -> Result<(), InvariantViolation> {
         self.plan(e).map(|_| ())
