@@ -30,10 +30,10 @@ pub type CommandResult = Result<serde_json::Value, String>;
 #[non_exhaustive]
 pub enum Msg {
     /// An input from work in flight (a stream chunk or end, a tool result,
-    /// a side answer): not a handle call.
-    Work(Input),
+    /// a side answer): not a handle call. Boxed, as every large payload.
+    Work(Box<Input>),
     /// An input from a handle call (a cancel, an answer, disposal).
-    Feed(Input),
+    Feed(Box<Input>),
     /// Delivers `message` to `target` (IB-6), waking the agent when
     /// `wakeup`.
     Send {
@@ -157,7 +157,7 @@ pub fn handle<H: Host + ?Sized>(kernel: &mut Kernel, host: &mut H, msg: Msg) -> 
     let now = host.now();
     match msg {
         Msg::Work(input) | Msg::Feed(input) => {
-            let _ = exec::feed(kernel, host, input);
+            let _ = exec::feed(kernel, host, *input);
         }
         Msg::Send {
             message,

@@ -232,7 +232,7 @@ impl Dispatch for Io {
         let provider = self.provider.clone();
         smol::unblock(move || {
             run_model(&*provider, &call, &cancel, |input| {
-                tx.send_blocking(Msg::Work(input)).is_ok()
+                tx.send_blocking(Msg::Work(Box::new(input))).is_ok()
             });
         })
         .detach();
@@ -259,7 +259,7 @@ impl Dispatch for Io {
                 outcome: Box::new(outcome),
                 events,
             };
-            let _ = tx.send_blocking(Msg::Work(input));
+            let _ = tx.send_blocking(Msg::Work(Box::new(input)));
         })
         .detach();
         Ok(())
@@ -273,7 +273,7 @@ impl Dispatch for Io {
         let provider = self.provider.clone();
         smol::unblock(move || {
             run_side(&*provider, id, &request, &cancel, |input| {
-                let _ = tx.send_blocking(Msg::Work(input));
+                let _ = tx.send_blocking(Msg::Work(Box::new(input)));
             });
         })
         .detach();
@@ -317,7 +317,7 @@ mod tests {
     #[test]
     fn a_channel_message_is_small() {
         let size = core::mem::size_of::<dsh_shell::Msg>();
-        assert!(size <= 128, "Msg is {size} bytes");
+        assert!(size <= 64, "Msg is {size} bytes");
         eprintln!("Msg is {size} bytes");
     }
 }

@@ -214,7 +214,7 @@ impl Agent {
     /// `aborted`; the model stream and tool body in flight are interrupted.
     pub async fn cancel(&self, cause: CancelCause, keep_inbox: bool) {
         let input = Input::Cancel { cause, keep_inbox };
-        let _ = self.tx.send(Msg::Feed(input)).await;
+        let _ = self.tx.send(Msg::Feed(Box::new(input))).await;
     }
 
     /// Waits until the agent is idle with nothing pending (IB-13
@@ -282,7 +282,7 @@ impl Agent {
     pub async fn answer(&self, request: ApprovalRequestId, reply: Reply) {
         let _ = self
             .tx
-            .send(Msg::Feed(Input::Answer { id: request, reply }))
+            .send(Msg::Feed(Box::new(Input::Answer { id: request, reply })))
             .await;
     }
 

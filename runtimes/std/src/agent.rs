@@ -234,7 +234,7 @@ impl Agent {
     /// Cancels the running turn (LC-33); `keep_inbox` keeps pending input.
     pub fn cancel(&self, cause: CancelCause, keep_inbox: bool) {
         let input = Input::Cancel { cause, keep_inbox };
-        let _ = self.submit(Msg::Feed(input));
+        let _ = self.submit(Msg::Feed(Box::new(input)));
     }
 
     /// Answers an [`AgentEvent::ApprovalRequested`]. An unknown or stale id
@@ -247,7 +247,7 @@ impl Agent {
     /// [`AgentEvent::Asked`]). An unknown or stale id is ignored.
     pub fn answer(&self, request: ApprovalRequestId, reply: Reply) {
         let input = Input::Answer { id: request, reply };
-        let _ = self.submit(Msg::Feed(input));
+        let _ = self.submit(Msg::Feed(Box::new(input)));
     }
 
     /// Appends a foreign event (a plugin's, e.g. `session/title`) at the
@@ -396,7 +396,7 @@ impl Agent {
 
     fn shutdown(&mut self) {
         if let Some(handle) = self.driver.take() {
-            let _ = self.tx.send(Msg::Feed(Input::Dispose));
+            let _ = self.tx.send(Msg::Feed(Box::new(Input::Dispose)));
             let _ = handle.join();
         }
     }
@@ -719,7 +719,7 @@ impl Host for Io {
 /// An input from work (a stream, a tool body, a side call): not a handle
 /// call, so not counted for `wait_idle`.
 fn feed(input: Input) -> Msg {
-    Msg::Work(input)
+    Msg::Work(Box::new(input))
 }
 
 /// A one-shot answer channel: the [`Answer`] a call carries and the
