@@ -121,11 +121,19 @@
 //!
 //! # Features
 //!
+//! - `plugins` (default): the plugin chain. [`Kernel::new`] takes plugins
+//!   and each seam a plugin declares runs through them (asks, approvals,
+//!   side model calls, commands, event and flush listeners). A device
+//!   build without plugins turns it off (`default-features = false`): the
+//!   chain is left out of the binary, [`Kernel::new`] refuses any plugin
+//!   (`KernelError::NoPluginChain`), every seam keeps the value it has with
+//!   no plugin registered (as the default build does then), and
+//!   [`Kernel::answer`] finds no ask pending.
 //! - `std`: links `std` (serde_json's `std` feature). The host glue of the
 //!   std runtimes (clock, model providers, the cancel token, their error
 //!   type) is the crate `dsh-host`, one floor up.
 //!
-//! No feature is on by default.
+//! `plugins` is on by default.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

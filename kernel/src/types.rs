@@ -372,6 +372,10 @@ pub enum KernelError {
     Fork(ForkError),
     /// The session refused an event (the end-seed marker).
     Append(AppendError),
+    /// Plugins were given to a build without the plugin chain (feature
+    /// `plugins` off).
+    #[cfg(not(feature = "plugins"))]
+    NoPluginChain,
 }
 
 impl KernelError {
@@ -405,6 +409,10 @@ impl fmt::Display for KernelError {
             KernelError::Seed(e) => write!(f, "stored log is invalid: {e}"),
             KernelError::Fork(e) => write!(f, "cannot fork: {e}"),
             KernelError::Append(e) => write!(f, "the session refused the event: {e}"),
+            #[cfg(not(feature = "plugins"))]
+            KernelError::NoPluginChain => {
+                f.write_str("this build has no plugin chain (feature `plugins` is off)")
+            }
         }
     }
 }

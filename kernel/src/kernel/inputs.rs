@@ -236,6 +236,18 @@ impl Kernel {
     /// [`AgentEvent::Asked`]).
     pub fn answer(&mut self, now: Time, id: AskId, reply: Reply) -> Result<(), KernelError> {
         self.tick(now);
+        #[cfg(not(feature = "plugins"))]
+        {
+            // Without the plugin chain nothing asks.
+            let _ = reply;
+            Err(KernelError::StaleAsk { id })
+        }
+        #[cfg(feature = "plugins")]
+        self.answer_pending(id, reply)
+    }
+
+    #[cfg(feature = "plugins")]
+    fn answer_pending(&mut self, id: AskId, reply: Reply) -> Result<(), KernelError> {
         let Some(pending) = self.asks.remove(&id) else {
             return Err(KernelError::StaleAsk { id });
         };

@@ -14,7 +14,8 @@ use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use dsh_core::agent::tools::ToolOutcome;
+use dsh_core::agent::prompt::PromptSection;
+use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::agent::{
     Agent as Core, AgentStatus, AttemptId, CancelCause, Checkpoint, HookCall, HookError,
     InboxTarget, Notification, Output, ToolExecution, ToolToken,
@@ -23,9 +24,9 @@ use dsh_core::session::{EventData, Session, SurfaceIntent};
 use dsh_core::{ContentBlock, Message, SessionId, StreamChunk, StreamValidator, Time};
 
 use crate::ids::{Ids, Jitter};
-use crate::plugin::{
-    Action, Ask, Cx, KernelCall, Plugin, Reply, Seams, Step, ToolDispatch, run_hook, run_kernel,
-};
+use crate::plugin::{Action, KernelCall, Plugin, Reply, Seams, ToolDispatch};
+#[cfg(feature = "plugins")]
+use crate::plugin::{Ask, Cx, Step, run_hook, run_kernel};
 use crate::types::{
     AgentConfig, AgentEvent, AskId, CHUNK_OVERHEAD_BYTES, Effect, KernelError, TurnSummary,
 };
@@ -75,6 +76,7 @@ use crate::types::{
 /// byte-identical session log, whatever runtime carries the effects.
 pub struct Kernel {
     core: Core,
+    #[cfg(feature = "plugins")]
     plugins: Vec<Box<dyn Plugin>>,
     seams: Seams,
     tool_timeout_ms: Option<u64>,
@@ -116,7 +118,9 @@ pub struct Kernel {
     validator: Option<StreamValidator>,
     validate_streams: bool,
     tools: BTreeMap<ToolToken, Running>,
+    #[cfg(feature = "plugins")]
     asks: BTreeMap<AskId, Pending>,
+    #[cfg(feature = "plugins")]
     next_ask: u64,
     /// The id of the last plugin command started.
     next_command: u64,
@@ -220,6 +224,7 @@ enum Seat {
 }
 
 impl Seat {
+    #[cfg(feature = "plugins")]
     fn seam(&self) -> Seams {
         match self {
             Seat::Hook { call, .. } => call.seam(),
@@ -229,6 +234,7 @@ impl Seat {
 }
 
 /// A chain stopped at a plugin's ask.
+#[cfg(feature = "plugins")]
 struct Pending {
     seat: Seat,
     plugin: usize,
@@ -238,7 +244,51 @@ struct Pending {
 
 enum ChainEnd {
     Final(Result<(), HookError>),
-    Asked { plugin: usize, ask: Ask },
+    #[cfg(feature = "plugins")]
+    Asked {
+        plugin: usize,
+        ask: Ask,
+    },
+}
+
+/// The plugins with what they add to the config: their sections, their
+/// tools, and the seams they handle (deferred by the core).
+#[cfg(feature = "plugins")]
+#[allow(clippy::type_complexity)]
+fn take_plugins(
+    mut plugins: Vec<Box<dyn Plugin>>,
+) -> Result<
+    (
+        Vec<Box<dyn Plugin>>,
+        Vec<PromptSection>,
+        Vec<ToolDefinition>,
+        Seams,
+    ),
+    KernelError,
+> {
+    let mut sections = Vec::new();
+    let mut tools = Vec::new();
+    let mut seams = Seams::NONE;
+    for p in plugins.iter_mut() {
+        sections.extend(p.sections());
+        tools.extend(p.tools());
+        seams = seams | p.seams();
+    }
+    Ok((plugins, sections, tools, seams))
+}
+
+/// Without the plugin chain (feature `plugins` off) there are no plugins
+/// to take: any is refused ([`KernelError::NoPluginChain`]).
+#[cfg(not(feature = "plugins"))]
+#[allow(clippy::type_complexity)]
+fn take_plugins(
+    plugins: Vec<Box<dyn Plugin>>,
+) -> Result<((), Vec<PromptSection>, Vec<ToolDefinition>, Seams), KernelError> {
+    if plugins.is_empty() {
+        Ok(((), Vec::new(), Vec::new(), Seams::NONE))
+    } else {
+        Err(KernelError::NoPluginChain)
+    }
 }
 
 /// A positive finite `timeoutMs` rounded up to whole milliseconds.
@@ -269,16 +319,11 @@ impl Kernel {
         config: AgentConfig,
         session: Session,
         persisted: u64,
-        mut plugins: Vec<Box<dyn Plugin>>,
+        plugins: Vec<Box<dyn Plugin>>,
     ) -> Result<Kernel, KernelError> {
-        let mut sections = Vec::new();
-        let mut tools = Vec::new();
-        let mut seams = Seams::NONE;
-        for p in plugins.iter_mut() {
-            sections.extend(p.sections());
-            tools.extend(p.tools());
-            seams = seams | p.seams();
-        }
+        let (plugins, sections, tools, seams) = take_plugins(plugins)?;
+        #[cfg(not(feature = "plugins"))]
+        let () = plugins;
         let mut core_config = config.core_config_with(sections, tools)?;
         // The core defers exactly the seams a plugin handles.
         core_config.seams = seams;
@@ -292,6 +337,7 @@ impl Kernel {
         let persisted = persisted.min(core.session().len());
         Ok(Kernel {
             core,
+            #[cfg(feature = "plugins")]
             plugins,
             seams,
             tool_timeout_ms: config.tool_timeout_ms,
@@ -313,7 +359,9 @@ impl Kernel {
             validator: None,
             validate_streams: config.validate_streams,
             tools: BTreeMap::new(),
+            #[cfg(feature = "plugins")]
             asks: BTreeMap::new(),
+            #[cfg(feature = "plugins")]
             next_ask: 0,
             next_command: 0,
             status: AgentStatus::Idle,
@@ -329,6 +377,16 @@ impl Kernel {
     pub fn with_ids(mut self, ids: impl dsh_core::agent::IdSource + Send + 'static) -> Self {
         self.core = self.core.with_ids(ids);
         self
+    }
+
+    /// The seams the plugins handle ([`Seams::NONE`] without the plugin
+    /// chain, so the code behind them is left out of such a build).
+    fn seams(&self) -> Seams {
+        if cfg!(feature = "plugins") {
+            self.seams
+        } else {
+            Seams::NONE
+        }
     }
 
     /// Consumes the kernel into its core machine (and its session).
