@@ -38,17 +38,22 @@
 //!
 //! # Features
 //!
+//! - `float-roundtrip` (default): exact float parsing, serde_json's
+//!   `float_roundtrip` (below). A device build may turn it off
+//!   (`default-features = false`): a float read from a log, a tool call or
+//!   a response may then be one ulp off, for about 9 KB less code.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
-//! No feature is on by default.
+//! `float-roundtrip` is on by default.
 //!
 //! # serde_json
 //!
 //! Public types carry `serde_json` 1 values ([`serde_json::Value`], and
 //! [`json::JsonObject`], a `serde_json::Map`), so `serde_json` 1 is part of this
 //! crate's API: add `serde_json = "1"` to build them (Cargo unifies it with
-//! the copy this crate uses). This crate turns on three of its features, and
+//! the copy this crate uses). This crate turns on three of its features (the
+//! third with its default feature `float-roundtrip`), and
 //! Cargo features are additive, so every crate in the same build sees them:
 //!
 //! - `preserve_order`: a `Map` keeps the order its keys were read or

@@ -129,11 +129,14 @@
 //!   (`KernelError::NoPluginChain`), every seam keeps the value it has with
 //!   no plugin registered (as the default build does then), and
 //!   [`Kernel::answer`] finds no ask pending.
+//! - `float-roundtrip` (default): the core's exact float parsing
+//!   (`dsh-core/float-roundtrip`); this crate names the core with its default
+//!   features off, so a device build can leave them out through this one.
 //! - `std`: links `std` (serde_json's `std` feature). The host glue of the
 //!   std runtimes (clock, model providers, the cancel token, their error
 //!   type) is the crate `dsh-host`, one floor up.
 //!
-//! `plugins` is on by default.
+//! `plugins` and `float-roundtrip` are on by default.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

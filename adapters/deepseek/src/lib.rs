@@ -80,12 +80,15 @@
 //!
 //! # Features
 //!
+//! - `float-roundtrip` (default): the core's exact float parsing
+//!   (`dsh-core/float-roundtrip`); this crate names the core with its default
+//!   features off, so a device build can leave them out through this one.
 //! - `std`: the blocking ureq 3 transport (`DeepSeekClient`), cancellation and
 //!   the idle watchdog.
 //! - `mock`: the scripted mock DeepSeek server, bound to 127.0.0.1 only
 //!   (implies `std`).
 //!
-//! No feature is on by default.
+//! `float-roundtrip` is on by default.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

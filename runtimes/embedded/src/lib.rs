@@ -73,10 +73,13 @@
 //!   `default-features = false` and leaves the plugin chain out
 //!   (`examples/firmware` does; its README lists what each left-out part
 //!   saves).
+//! - `float-roundtrip` (default): exact float parsing
+//!   (`dsh-core/float-roundtrip`); off, a float in a tool call or a response
+//!   may read one ulp off.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!
-//! `plugins` is on by default.
+//! `plugins` and `float-roundtrip` are on by default.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
