@@ -42,10 +42,20 @@
 //!   `float_roundtrip` (below). A device build may turn it off
 //!   (`default-features = false`): a float read from a log, a tool call or
 //!   a response may then be one ulp off, for about 9 KB less code.
+//! - `tool-schema` (default): tools' JSON schemas are checked at
+//!   registration and arguments and outputs validated against them
+//!   ([`agent::tools::ToolDefinition::validate_arguments`]). Off, every tool
+//!   takes its arguments unvalidated, as an untyped tool does.
+//! - `retry-executor` (default): the `llm-retry` executor
+//!   ([`agent::AgentConfig::retry_executor`]). Off, it is left out and the
+//!   flag reads as false.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
-//! `float-roundtrip` is on by default.
+//! `float-roundtrip`, `tool-schema` and `retry-executor` are on by default.
+//! Each default feature keeps code a device may not need; `dsh-embedded`'s
+//! `examples/firmware` builds without them (its README says what each
+//! saves).
 //!
 //! # serde_json
 //!

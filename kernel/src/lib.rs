@@ -129,14 +129,14 @@
 //!   (`KernelError::NoPluginChain`), every seam keeps the value it has with
 //!   no plugin registered (as the default build does then), and
 //!   [`Kernel::answer`] finds no ask pending.
-//! - `float-roundtrip` (default): the core's exact float parsing
-//!   (`dsh-core/float-roundtrip`); this crate names the core with its default
-//!   features off, so a device build can leave them out through this one.
 //! - `std`: links `std` (serde_json's `std` feature). The host glue of the
 //!   std runtimes (clock, model providers, the cancel token, their error
 //!   type) is the crate `dsh-host`, one floor up.
 //!
-//! `plugins` and `float-roundtrip` are on by default.
+//! `plugins` is on by default, and with it the core's default features
+//! (`dsh-core/default`: `float-roundtrip`, `tool-schema`, `retry-executor`):
+//! this crate names the core with its default features off, so a device
+//! build (`default-features = false`) leaves them out through this one.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

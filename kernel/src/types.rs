@@ -42,7 +42,9 @@ pub struct AgentConfig {
     pub tool_grace_ms: u64,
     /// The route's retry policy; `None`: the R-3 defaults.
     pub retry_policy: Option<RetryPolicy>,
-    /// Run the `llm-retry` executor at the request-error seam.
+    /// Run the `llm-retry` executor at the request-error seam (with
+    /// feature `dsh-core/retry-executor`, a default one; read as false
+    /// without it).
     pub retry_executor: bool,
     /// [HEAD Δ H-1] keep the delivered text of a cancelled stream.
     pub interrupted_prefix: bool,

@@ -80,15 +80,15 @@
 //!
 //! # Features
 //!
-//! - `float-roundtrip` (default): the core's exact float parsing
-//!   (`dsh-core/float-roundtrip`); this crate names the core with its default
-//!   features off, so a device build can leave them out through this one.
 //! - `std`: the blocking ureq 3 transport (`DeepSeekClient`), cancellation and
 //!   the idle watchdog.
 //! - `mock`: the scripted mock DeepSeek server, bound to 127.0.0.1 only
 //!   (implies `std`).
 //!
-//! `float-roundtrip` is on by default.
+//! No feature of its own is on by default; the default features turn on the
+//! core's (`dsh-core/default`): this crate names the core with its default
+//! features off, so a device build (`default-features = false`) leaves them
+//! out through this one.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

@@ -111,7 +111,9 @@ pub struct AgentConfig {
     /// `toolOrder` (SP-4); `None` orders tools by name.
     pub tool_order: Option<Vec<String>>,
     /// Run the `llm-retry` executor (streaming.md 6) at the request-error
-    /// seam, logging `llm/retry` and `llm/retry-started`.
+    /// seam, logging `llm/retry` and `llm/retry-started`. Needs feature
+    /// `retry-executor` (default); without it the executor is left out of
+    /// the build and this is read as false.
     pub retry_executor: bool,
     /// [HEAD Δ H-1] Keep the delivered text of a cancelled stream as an
     /// `assistant/message` with `interrupted: true`.

@@ -24,6 +24,13 @@ use super::schema::{check_schema, validate_value};
 /// The `toolOrder` entry that stands for every tool not listed (SP-4).
 pub const UNLISTED_TOOLS: &str = "<unlisted-tools>";
 
+/// Whether the core checks tools' schemas and validates arguments and
+/// outputs against them (feature `tool-schema`, on by default). Without it
+/// [`ToolDefinition::validate_arguments`] and
+/// [`ToolDefinition::output_schema`] are not acted on: every tool takes its
+/// arguments as an untyped tool does, and its body checks them.
+pub(crate) const SCHEMAS: bool = cfg!(feature = "tool-schema");
+
 /// A tool the model may call (TL-2): its model-facing schema plus what the
 /// core needs to run the pipeline. Behaviour (the body, rendering,
 /// `finalizeContent`, presenters) belongs to the shell.
@@ -34,10 +41,11 @@ pub struct ToolDefinition {
     pub schema: ToolSchema,
     /// Whether the core validates arguments against `schema.parameters`
     /// before the body runs (a typed tool, TL-6). An unvalidated tool
-    /// receives invalid JSON as a string (TL-7).
+    /// receives invalid JSON as a string (TL-7). Acted on only with
+    /// feature `tool-schema` (default).
     pub validate_arguments: bool,
     /// Schema the body's `value` must satisfy (TL-9 step 9), when the shell
-    /// reports one.
+    /// reports one. Acted on only with feature `tool-schema` (default).
     pub output_schema: Option<Value>,
     /// Cooperative timeout the shell enforces (TL-14).
     pub timeout_ms: Option<f64>,
@@ -179,10 +187,10 @@ impl ToolRegistry {
             return Err(ToolRegistryError::BadTimeout { name });
         }
         let mut violations = Vec::new();
-        if tool.validate_arguments {
+        if SCHEMAS && tool.validate_arguments {
             violations.extend(check_schema(&tool.schema.parameters));
         }
-        if let Some(output) = &tool.output_schema {
+        if let Some(output) = tool.output_schema.as_ref().filter(|_| SCHEMAS) {
             violations.extend(check_schema(output));
         }
         if !violations.is_empty() {
@@ -268,7 +276,7 @@ impl ToolRegistry {
         match self.tools.get(name) {
             Some(t)
                 if t.concurrency_safe
-                    && (!t.validate_arguments
+                    && (!(SCHEMAS && t.validate_arguments)
                         || validate_value(&t.schema.parameters, arguments, "").is_empty()) =>
             {
                 ExecutionMode::Parallel
