@@ -80,15 +80,19 @@
 //!
 //! # Features
 //!
+//! - `fast-reader` (default): the hand-written reader of the usual SSE
+//!   payload, tried before serde; it reads what serde reads, faster. A
+//!   device build may leave it out (`default-features = false`): every
+//!   payload then goes through serde, and about 5 KB of code less are linked.
 //! - `std`: the blocking ureq 3 transport (`DeepSeekClient`), cancellation and
 //!   the idle watchdog.
 //! - `mock`: the scripted mock DeepSeek server, bound to 127.0.0.1 only
 //!   (implies `std`).
 //!
-//! No feature of its own is on by default; the default features turn on the
-//! core's (`dsh-core/default`): this crate names the core with its default
-//! features off, so a device build (`default-features = false`) leaves them
-//! out through this one.
+//! `fast-reader` is on by default, and with it the core's default features
+//! (`dsh-core/default`): this crate names the core with its default features
+//! off, so a device build (`default-features = false`) leaves them out
+//! through this one.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

@@ -293,10 +293,12 @@ impl Translator {
         }
         let mut parsed = wire::Payload::default();
         // The hand-written reader takes the usual payload; serde the rest.
-        let object = wire::parse_slice_fast(payload, &mut parsed, &mut self.fast) || {
-            parsed = wire::Payload::default();
-            matches!(wire::parse_slice_into(payload, &mut parsed), Ok(true))
-        };
+        let object = (cfg!(feature = "fast-reader")
+            && wire::parse_slice_fast(payload, &mut parsed, &mut self.fast))
+            || {
+                parsed = wire::Payload::default();
+                matches!(wire::parse_slice_into(payload, &mut parsed), Ok(true))
+            };
         if object && !(parsed.error && self.interop()) && self.apply(&parsed, out) {
             return Ok(false);
         }
