@@ -129,11 +129,16 @@
 //!   (`KernelError::NoPluginChain`), every seam keeps the value it has with
 //!   no plugin registered (as the default build does then), and
 //!   [`Kernel::answer`] finds no ask pending.
+//! - `stream-validation` (default): [`AgentConfig::validate_streams`] (on in
+//!   debug builds) runs every chunk through a
+//!   [`StreamValidator`](dsh_core::StreamValidator). Off, the validator is
+//!   left out of the build and the flag reads as false (as in a release
+//!   build's default).
 //! - `std`: links `std` (serde_json's `std` feature). The host glue of the
 //!   std runtimes (clock, model providers, the cancel token, their error
 //!   type) is the crate `dsh-host`, one floor up.
 //!
-//! `plugins` is on by default, and with it the core's default features
+//! `plugins` and `stream-validation` are on by default, and with them the core's default features
 //! (`dsh-core/default`: `float-roundtrip`, `tool-schema`, `retry-executor`):
 //! this crate names the core with its default features off, so a device
 //! build (`default-features = false`) leaves them out through this one.

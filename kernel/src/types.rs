@@ -78,7 +78,8 @@ pub struct AgentConfig {
     /// ends without a `finish` (G-8) is left as AC-8 says, and a
     /// `max-tokens` finish may leave blocks open (G-7), as the reference's
     /// recordings do (the assembler drops a cut tool call, BB-3). Default: on in debug
-    /// builds (and so in tests), off in release builds.
+    /// builds (and so in tests), off in release builds. Acted on with
+    /// feature `stream-validation` (default); read as false without it.
     pub validate_streams: bool,
 }
 

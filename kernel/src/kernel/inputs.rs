@@ -74,7 +74,7 @@ impl Kernel {
             );
             return self.model_error(now, attempt, error);
         }
-        if let Some(validator) = &mut self.validator {
+        if STREAM_VALIDATION && let Some(validator) = &mut self.validator {
             // The reference's library adapter ends a `max-tokens` stream
             // with the cut tool call still open (the recording
             // `max-tokens-continue` breaks G-7 so); the assembler drops

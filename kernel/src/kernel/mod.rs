@@ -291,6 +291,11 @@ fn take_plugins(
     }
 }
 
+/// Whether [`AgentConfig::validate_streams`] is acted on (feature
+/// `stream-validation`, on by default); without it the validator is left
+/// out of the build and the flag reads as false.
+const STREAM_VALIDATION: bool = cfg!(feature = "stream-validation");
+
 /// A positive finite `timeoutMs` rounded up to whole milliseconds.
 fn ceil_ms(ms: f64) -> u64 {
     let whole = ms as u64; // saturating

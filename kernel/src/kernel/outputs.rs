@@ -132,7 +132,8 @@ impl Kernel {
                 None => {
                     self.model = Some(call.attempt);
                     self.response = ResponseSize::default();
-                    self.validator = self.validate_streams.then(StreamValidator::new);
+                    self.validator =
+                        (STREAM_VALIDATION && self.validate_streams).then(StreamValidator::new);
                     self.effects.push_back(Effect::StartModel(call));
                 }
             },
