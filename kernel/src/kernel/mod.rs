@@ -8,7 +8,9 @@ mod seams;
 mod tools;
 
 use alloc::boxed::Box;
-use alloc::collections::{BTreeMap, VecDeque};
+#[cfg(feature = "plugins")]
+use alloc::collections::BTreeMap;
+use alloc::collections::VecDeque;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
@@ -117,7 +119,7 @@ pub struct Kernel {
     /// ([`AgentConfig::validate_streams`]); `None` when off.
     validator: Option<StreamValidator>,
     validate_streams: bool,
-    tools: BTreeMap<ToolToken, Running>,
+    tools: InFlight,
     #[cfg(feature = "plugins")]
     asks: BTreeMap<AskId, Pending>,
     #[cfg(feature = "plugins")]
@@ -137,6 +139,51 @@ impl core::fmt::Debug for Kernel {
             .field("status", &self.status)
             .field("tools_in_flight", &self.tools.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The tool bodies in flight by token, in token order: a sorted `Vec` (a
+/// few at a time; less code than a `BTreeMap` for a device build).
+#[derive(Default)]
+struct InFlight(Vec<(ToolToken, Running)>);
+
+impl InFlight {
+    fn find(&self, token: &ToolToken) -> Result<usize, usize> {
+        self.0.binary_search_by(|(t, _)| t.cmp(token))
+    }
+
+    /// Adds (or replaces) the body of `token`.
+    fn insert(&mut self, token: ToolToken, running: Running) {
+        match self.find(&token) {
+            Ok(i) => {
+                if let Some(slot) = self.0.get_mut(i) {
+                    slot.1 = running;
+                }
+            }
+            Err(i) => self.0.insert(i, (token, running)),
+        }
+    }
+
+    /// Removes the body of `token`.
+    fn remove(&mut self, token: &ToolToken) -> Option<Running> {
+        let i = self.find(token).ok()?;
+        Some(self.0.remove(i).1)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&ToolToken, &mut Running)> {
+        self.0.iter_mut().map(|(t, r)| (&*t, r))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Running> {
+        self.0.iter().map(|(_, r)| r)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -165,17 +212,20 @@ enum Phase {
 #[derive(Default)]
 struct ResponseSize {
     total: u64,
-    /// Delta bytes by block index.
-    blocks: BTreeMap<u64, u64>,
+    /// Delta bytes by block index (a few blocks; a `Vec` is less code
+    /// than a `BTreeMap` for a device build).
+    blocks: Vec<(u64, u64)>,
 }
 
 impl ResponseSize {
     /// Counts `chunk`; returns the new total.
     fn add(&mut self, chunk: &StreamChunk) -> u64 {
         let len = |s: &str| s.len() as u64;
-        let delta = |blocks: &mut BTreeMap<u64, u64>, index: u64, n: u64| {
-            let seen = blocks.entry(index).or_default();
-            *seen = seen.saturating_add(n);
+        let delta = |blocks: &mut Vec<(u64, u64)>, index: u64, n: u64| {
+            match blocks.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, seen)) => *seen = seen.saturating_add(n),
+                None => blocks.push((index, n)),
+            }
             n
         };
         let n = match chunk {
@@ -201,7 +251,11 @@ impl ResponseSize {
                     } => len(id.as_str()) + len(name) + len(arguments),
                     _ => 0,
                 };
-                let seen = self.blocks.get(index).copied().unwrap_or(0);
+                let seen = self
+                    .blocks
+                    .iter()
+                    .find(|(i, _)| i == index)
+                    .map_or(0, |(_, seen)| *seen);
                 size.saturating_sub(seen)
             }
             _ => 0,
@@ -363,7 +417,7 @@ impl Kernel {
             response: ResponseSize::default(),
             validator: None,
             validate_streams: config.validate_streams,
-            tools: BTreeMap::new(),
+            tools: InFlight::default(),
             #[cfg(feature = "plugins")]
             asks: BTreeMap::new(),
             #[cfg(feature = "plugins")]
