@@ -67,19 +67,39 @@
 //!
 //! # Features
 //!
+//! The default features keep everything the shell did; a firmware turns
+//! them off (`default-features = false`) and names what it wants.
+//! `examples/firmware` turns all off; the crate's README lists what each
+//! leaves out of its `.text` and what that costs.
+//!
 //! - `plugins` (default): kernel plugins ([`Shell::with_plugins`],
 //!   [`Shell::command`], a plugin's side model calls over the link), through
-//!   `dsh-runtime/plugins`. A firmware without plugins builds with
-//!   `default-features = false` and leaves the plugin chain out
-//!   (`examples/firmware` does; its README lists what each left-out part
-//!   saves).
+//!   `dsh-runtime/plugins`. Off, the kernel's plugin chain is left out and
+//!   [`Shell::with_plugins`] refuses any plugin.
+//! - `stream-validation` (default): the kernel's stream validation
+//!   (`dsh-runtime/stream-validation`; `validate_streams`, on in debug
+//!   builds).
 //! - `float-roundtrip` (default): exact float parsing
 //!   (`dsh-core/float-roundtrip`); off, a float in a tool call or a response
 //!   may read one ulp off.
+//! - `tool-schema` (default): tools' parameter schemas checked at
+//!   [`Shell::new`] and arguments validated before a tool runs
+//!   (`dsh-core/tool-schema`); off, a tool checks its own arguments.
+//! - `retry-executor` (default): the core's `llm-retry` executor
+//!   (`dsh-core/retry-executor`); the shell does not turn it on, so off
+//!   changes nothing at run time.
+//! - `fast-reader` (default): the adapter's hand-written SSE payload reader
+//!   (`dsh-deepseek/fast-reader`); off, serde reads every payload (the same
+//!   chunks, slower).
+//! - `http-date` (default): `Retry-After` dates (`dsh-deepseek/http-date`);
+//!   off, only seconds are read.
+//! - `error-patterns` (default): the CL-1 / CL-2 error message patterns
+//!   (`dsh-deepseek/error-patterns`); off, an HTTP error is classified by
+//!   its status alone.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!
-//! `plugins` and `float-roundtrip` are on by default.
+//! Every feature but `defmt` is on by default.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
@@ -333,24 +353,14 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         opener: O,
         sink: S,
     ) -> Result<Self, ShellError> {
-        Self::build(config, tools, clock, opener, sink, Vec::new())
+        Self::with_plugins(config, tools, clock, opener, sink, Vec::new())
     }
 
     /// [`new`](Self::new) with kernel `plugins`, in order (for example the
-    /// compaction plugin, whose summaries go over the same link).
-    #[cfg(feature = "plugins")]
+    /// compaction plugin, whose summaries go over the same link). Without
+    /// feature `plugins` (a default one) any plugin is refused
+    /// ([`ShellError::Input`]).
     pub fn with_plugins(
-        config: ShellConfig,
-        tools: &[Tool],
-        clock: fn() -> i64,
-        opener: O,
-        sink: S,
-        plugins: Vec<alloc::boxed::Box<dyn Plugin>>,
-    ) -> Result<Self, ShellError> {
-        Self::build(config, tools, clock, opener, sink, plugins)
-    }
-
-    fn build(
         config: ShellConfig,
         tools: &[Tool],
         clock: fn() -> i64,
