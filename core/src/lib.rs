@@ -49,10 +49,15 @@
 //! - `retry-executor` (default): the `llm-retry` executor
 //!   ([`agent::AgentConfig::retry_executor`]). Off, it is left out and the
 //!   flag reads as false.
+//! - `head-deltas` (default): the HEAD deltas H-1 and H-2
+//!   ([`agent::AgentConfig::interrupted_prefix`],
+//!   [`agent::AgentConfig::wake_latch`]). Off, they are left out and both
+//!   flags read as false.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
-//! `float-roundtrip`, `tool-schema` and `retry-executor` are on by default.
+//! `float-roundtrip`, `tool-schema`, `retry-executor` and `head-deltas` are
+//! on by default.
 //! Each default feature keeps code a device may not need; `dsh-embedded`'s
 //! `examples/firmware` builds without them (its README says what each
 //! saves).

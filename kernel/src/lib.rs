@@ -138,10 +138,11 @@
 //!   std runtimes (clock, model providers, the cancel token, their error
 //!   type) is the crate `dsh-host`, one floor up.
 //!
-//! `plugins` and `stream-validation` are on by default, and with them the core's default features
-//! (`dsh-core/default`: `float-roundtrip`, `tool-schema`, `retry-executor`):
-//! this crate names the core with its default features off, so a device
-//! build (`default-features = false`) leaves them out through this one.
+//! `plugins` and `stream-validation` are on by default, and with them the
+//! core's default features (`dsh-core/default`: `float-roundtrip`,
+//! `tool-schema`, `retry-executor`, `head-deltas`): this crate names the
+//! core with its default features off, so a device build
+//! (`default-features = false`) leaves them out through this one.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

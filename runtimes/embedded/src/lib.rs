@@ -88,6 +88,9 @@
 //! - `retry-executor` (default): the core's `llm-retry` executor
 //!   (`dsh-core/retry-executor`); the shell does not turn it on, so off
 //!   changes nothing at run time.
+//! - `head-deltas` (default): the core's HEAD deltas H-1 and H-2
+//!   (`dsh-core/head-deltas`); the shell turns both off, so off changes
+//!   nothing at run time.
 //! - `fast-reader` (default): the adapter's hand-written SSE payload reader
 //!   (`dsh-deepseek/fast-reader`); off, serde reads every payload (the same
 //!   chunks, slower).
