@@ -53,11 +53,18 @@
 //!   ([`agent::AgentConfig::interrupted_prefix`],
 //!   [`agent::AgentConfig::wake_latch`]). Off, they are left out and both
 //!   flags read as false.
+//! - `value-serializer` (default): serde_json's `Value` serializer
+//!   (`serde_json::to_value`) for the core's own types (a tool result's
+//!   message, replay state, failures, inbox splices, the tool-result
+//!   rewrite check). Off, such a value is written as JSON text and read
+//!   back: the same `Value` (with `float-roundtrip` off, a float may read
+//!   one ulp off), and serde_json's `Value` serializer and the second
+//!   `Value` deserializer its raw values link are left out.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
-//! `float-roundtrip`, `tool-schema`, `retry-executor` and `head-deltas` are
-//! on by default.
+//! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas` and
+//! `value-serializer` are on by default.
 //! Each default feature keeps code a device may not need; `dsh-embedded`'s
 //! `examples/firmware` builds without them (its README says what each
 //! saves).

@@ -483,7 +483,7 @@ impl ToolOutcome {
         data.insert("step".into(), Value::from(step));
         data.insert(
             "message".into(),
-            serde_json::to_value(&message).unwrap_or(Value::Null),
+            crate::json::to_value(&message).unwrap_or(Value::Null),
         );
         if let Some(info) = self.error.as_ref().and_then(|e| e.info.as_ref()) {
             let mut e = Map::new();

@@ -91,6 +91,9 @@
 //! - `head-deltas` (default): the core's HEAD deltas H-1 and H-2
 //!   (`dsh-core/head-deltas`); the shell turns both off, so off changes
 //!   nothing at run time.
+//! - `value-serializer` (default): serde_json's `Value` serializer for the
+//!   core's own types (`dsh-core/value-serializer`); off, the core writes
+//!   such a value as JSON text and reads it back (the same value).
 //! - `fast-reader` (default): the adapter's hand-written SSE payload reader
 //!   (`dsh-deepseek/fast-reader`); off, serde reads every payload (the same
 //!   chunks, slower).
