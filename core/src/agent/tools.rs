@@ -7,7 +7,6 @@
 //! [`ToolOutcome`] back through
 //! [`Agent::handle_tool_result`](super::Agent::handle_tool_result).
 
-use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -166,7 +165,9 @@ pub enum ExecutionMode {
 /// order never leaks into requests).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, ToolDefinition>,
+    /// Sorted by name, names unique (a sorted `Vec` rather than a
+    /// `BTreeMap`: less code on a device, the same order and lookups).
+    tools: Vec<(String, ToolDefinition)>,
 }
 
 impl ToolRegistry {
@@ -175,12 +176,22 @@ impl ToolRegistry {
         ToolRegistry::default()
     }
 
+    /// Where `name` is (`Ok`), or would be inserted (`Err`).
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.tools.binary_search_by(|(n, _)| n.as_str().cmp(name))
+    }
+
+    /// The tools in name order.
+    fn values(&self) -> impl Iterator<Item = &ToolDefinition> {
+        self.tools.iter().map(|(_, t)| t)
+    }
+
     /// Registers a tool (TL-2).
     pub fn register(&mut self, tool: ToolDefinition) -> Result<(), ToolRegistryError> {
         let name = tool.schema.name.clone();
-        if self.tools.contains_key(&name) {
+        let Err(at) = self.find(&name) else {
             return Err(ToolRegistryError::Duplicate { name });
-        }
+        };
         if let Some(t) = tool.timeout_ms
             && !(t.is_finite() && t > 0.0)
         {
@@ -196,7 +207,7 @@ impl ToolRegistry {
         if !violations.is_empty() {
             return Err(ToolRegistryError::UnsupportedSchema { name, violations });
         }
-        self.tools.insert(name, tool);
+        self.tools.insert(at, (name, tool));
         Ok(())
     }
 
@@ -208,12 +219,14 @@ impl ToolRegistry {
 
     /// Removes a tool, returning it.
     pub fn unregister(&mut self, name: &str) -> Option<ToolDefinition> {
-        self.tools.remove(name)
+        let at = self.find(name).ok()?;
+        Some(self.tools.remove(at).1)
     }
 
     /// The definition of `name`.
     pub fn get(&self, name: &str) -> Option<&ToolDefinition> {
-        self.tools.get(name)
+        let at = self.find(name).ok()?;
+        self.tools.get(at).map(|(_, t)| t)
     }
 
     /// Number of tools.
@@ -230,7 +243,7 @@ impl ToolRegistry {
     /// by code point, which equals JavaScript's UTF-16 order except between
     /// astral characters and U+E000..U+FFFF.
     pub fn schemas(&self) -> Vec<ToolSchema> {
-        self.tools.values().map(|t| t.schema.clone()).collect()
+        self.values().map(|t| t.schema.clone()).collect()
     }
 
     /// The schemas in `toolOrder` (SP-4): listed tools at their positions,
@@ -245,8 +258,8 @@ impl ToolRegistry {
             ));
         }
         for name in order.iter().filter(|n| *n != UNLISTED_TOOLS) {
-            if !self.tools.contains_key(name) {
-                let known: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+            if self.find(name).is_err() {
+                let known: Vec<&str> = self.tools.iter().map(|(n, _)| n.as_str()).collect();
                 return Err(format!(
                     "toolOrder lists unregistered tool \"{name}\"; known tools: {}",
                     known.join(", ")
@@ -261,7 +274,7 @@ impl ToolRegistry {
                         out.push(t.schema.clone());
                     }
                 }
-            } else if let Some(t) = self.tools.get(name)
+            } else if let Some(t) = self.get(name)
                 && !out.iter().any(|s: &ToolSchema| s.name == *name)
             {
                 out.push(t.schema.clone());
@@ -273,7 +286,7 @@ impl ToolRegistry {
     /// TL-15: `parallel` only for a known concurrency-safe tool whose
     /// (typed) arguments validate.
     pub fn execution_mode(&self, name: &str, arguments: &Value) -> ExecutionMode {
-        match self.tools.get(name) {
+        match self.get(name) {
             Some(t)
                 if t.concurrency_safe
                     && (!(SCHEMAS && t.validate_arguments)
