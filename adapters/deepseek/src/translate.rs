@@ -1,7 +1,6 @@
 //! Payload → `StreamChunk` translation (5.11–5.14) and the body decoder that
 //! chains the SSE framer and the translator.
 
-use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use dsh_core::{
@@ -112,7 +111,9 @@ pub struct Translator {
     next_index: u64,
     text: Option<usize>,
     reasoning: Option<usize>,
-    tools: BTreeMap<ToolKey, usize>,
+    /// Tool-call keys and their blocks, sorted by key (a sorted `Vec`
+    /// rather than a `BTreeMap`: less code on a device, the same lookups).
+    tools: Vec<(ToolKey, usize)>,
     blocks: Vec<Block>,
     pending_finish: Option<FinishReason>,
     pending_usage: Option<TokenUsage>,
@@ -365,11 +366,11 @@ impl Translator {
                     let slot = match &call.key {
                         ToolKey::Absent if self.interop() => self.unindexed_slot(call, out),
                         ToolKey::Unique => self.open(Kind::ToolCall, out),
-                        key => match self.tools.get(key) {
-                            Some(slot) => *slot,
-                            None => {
+                        key => match self.tools.binary_search_by(|(k, _)| k.cmp(key)) {
+                            Ok(at) => self.tools[at].1,
+                            Err(at) => {
                                 let slot = self.open(Kind::ToolCall, out);
-                                self.tools.insert(key.clone(), slot);
+                                self.tools.insert(at, (key.clone(), slot));
                                 slot
                             }
                         },
