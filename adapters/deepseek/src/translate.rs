@@ -1,7 +1,7 @@
 //! Payload → `StreamChunk` translation (5.11–5.14) and the body decoder that
 //! chains the SSE framer and the translator.
 
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use dsh_core::{
     ChunkText, ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage,
@@ -504,7 +504,7 @@ impl Translator {
                             && !args.is_string()
                             && !args.is_null()
                         {
-                            *args = Value::String(args.to_string());
+                            *args = Value::String(json_text(args));
                         }
                     }
                 }
@@ -521,7 +521,7 @@ impl Translator {
         if let Some(usage) = root.get("usage") {
             payload.insert(String::from("usage"), usage.clone());
         }
-        let payload = Value::Object(payload).to_string();
+        let payload = json_text(&Value::Object(payload));
         self.push_payload(&payload, out)?;
         self.flush(out);
         Ok(())
@@ -782,4 +782,11 @@ pub fn decode_pieces_with<'a>(
 /// [`decode_pieces`] for a body in one piece.
 pub fn decode_body(body: &[u8]) -> Vec<StreamChunk> {
     decode_pieces(core::iter::once(body))
+}
+
+/// `value` as compact JSON text: what `Value`'s `Display` writes, through
+/// the `Vec` writer the request body already links (one copy of the
+/// `Value` serializer on a device instead of three).
+fn json_text(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
