@@ -16,8 +16,8 @@ pub type JsonObject = serde_json::Map<alloc::string::String, serde_json::Value>;
 /// With the feature `value-serializer` (default) this is
 /// `serde_json::to_value`. Off, the value is written as JSON text and read
 /// back: the same `Value` (with `float-roundtrip` off a float may read one
-/// ulp off), and serde_json's `Value` serializer, with the second `Value`
-/// deserializer its raw values link, is left out.
+/// ulp off), and serde_json's `Value` serializer (`to_value` and its raw
+/// value emitters) is left out.
 pub(crate) fn to_value<T: serde::Serialize + ?Sized>(
     value: &T,
 ) -> Result<serde_json::Value, serde_json::Error> {

@@ -58,8 +58,8 @@
 //!   message, replay state, failures, inbox splices, the tool-result
 //!   rewrite check). Off, such a value is written as JSON text and read
 //!   back: the same `Value` (with `float-roundtrip` off, a float may read
-//!   one ulp off), and serde_json's `Value` serializer and the second
-//!   `Value` deserializer its raw values link are left out.
+//!   one ulp off), and serde_json's `Value` serializer (`to_value` and its
+//!   raw value emitters) is left out.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!

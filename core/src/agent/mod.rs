@@ -214,7 +214,7 @@ mod tests {
                 let mut ours = items.clone();
                 super::sort_stable_by(&mut ours, |x, y| x.0.cmp(&y.0));
                 let mut std = items;
-                std.sort_by(|x, y| x.0.cmp(&y.0));
+                std.sort_by_key(|x| x.0);
                 assert_eq!(ours, std, "n = {n}, range = {range}");
             }
         }
