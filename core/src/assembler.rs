@@ -15,7 +15,6 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
-use hashbrown::HashMap;
 
 use crate::chunk::{FinishReason, ReplayEnvelope, StreamChunk, TokenUsage};
 use crate::content::ContentBlock;
@@ -295,8 +294,9 @@ impl Partial {
 pub struct BlockAssembler {
     /// Partials in first-seen order (BS-1, BS-2).
     partials: Vec<Partial>,
-    /// Index → position in `partials`.
-    positions: HashMap<u64, usize>,
+    /// Index → position in `partials`, sorted by index (a sorted `Vec`
+    /// rather than a hash map: less code on a device, the same lookups).
+    positions: Vec<(u64, usize)>,
     /// What the hot partial (`partials[hot_pos]`, block `hot_index`) takes on
     /// the fast path; [`Hot::None`] when there is none.
     hot: Hot,
@@ -318,12 +318,12 @@ impl BlockAssembler {
         if self.hot != Hot::None && self.hot_index == index {
             return self.hot_pos;
         }
-        match self.positions.get(&index) {
-            Some(&pos) => pos,
-            None => {
+        match self.positions.binary_search_by_key(&index, |&(i, _)| i) {
+            Ok(at) => self.positions[at].1,
+            Err(at) => {
                 let pos = self.partials.len();
                 self.partials.push(Partial::new(index, kind()));
-                self.positions.insert(index, pos);
+                self.positions.insert(at, (index, pos));
                 pos
             }
         }

@@ -282,7 +282,7 @@ impl FinishReason {
 /// (known keys, canonical order); if not, the reason is kept verbatim.
 fn round_trips(failure: &LlmFailure, fields: &mut Fields) -> bool {
     let original = fields.take("failure");
-    let same = match (&original, serde_json::to_value(failure)) {
+    let same = match (&original, crate::json::to_value(failure)) {
         (Some(Value::Object(a)), Ok(Value::Object(b))) => {
             a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x == y)
         }

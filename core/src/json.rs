@@ -11,6 +11,26 @@ use serde::Serializer;
 /// An order-preserving JSON object (serde_json with `preserve_order`).
 pub type JsonObject = serde_json::Map<alloc::string::String, serde_json::Value>;
 
+/// `serde_json::to_value`, for the core's own types.
+///
+/// With the feature `value-serializer` (default) this is
+/// `serde_json::to_value`. Off, the value is written as JSON text and read
+/// back: the same `Value` (with `float-roundtrip` off a float may read one
+/// ulp off), and serde_json's `Value` serializer (`to_value` and its raw
+/// value emitters) is left out.
+pub(crate) fn to_value<T: serde::Serialize + ?Sized>(
+    value: &T,
+) -> Result<serde_json::Value, serde_json::Error> {
+    #[cfg(feature = "value-serializer")]
+    {
+        serde_json::to_value(value)
+    }
+    #[cfg(not(feature = "value-serializer"))]
+    {
+        serde_json::from_slice(&serde_json::to_vec(value)?)
+    }
+}
+
 /// Largest integer JavaScript represents exactly (2^53 − 1).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 

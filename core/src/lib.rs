@@ -38,17 +38,44 @@
 //!
 //! # Features
 //!
+//! - `float-roundtrip` (default): exact float parsing, serde_json's
+//!   `float_roundtrip` (below). A device build may turn it off
+//!   (`default-features = false`): a float read from a log, a tool call or
+//!   a response may then be one ulp off, for about 9 KB less code.
+//! - `tool-schema` (default): tools' JSON schemas are checked at
+//!   registration and arguments and outputs validated against them
+//!   ([`agent::tools::ToolDefinition::validate_arguments`]). Off, every tool
+//!   takes its arguments unvalidated, as an untyped tool does.
+//! - `retry-executor` (default): the `llm-retry` executor
+//!   ([`agent::AgentConfig::retry_executor`]). Off, it is left out and the
+//!   flag reads as false.
+//! - `head-deltas` (default): the HEAD deltas H-1 and H-2
+//!   ([`agent::AgentConfig::interrupted_prefix`],
+//!   [`agent::AgentConfig::wake_latch`]). Off, they are left out and both
+//!   flags read as false.
+//! - `value-serializer` (default): serde_json's `Value` serializer
+//!   (`serde_json::to_value`) for the core's own types (a tool result's
+//!   message, replay state, failures, inbox splices, the tool-result
+//!   rewrite check). Off, such a value is written as JSON text and read
+//!   back: the same `Value` (with `float-roundtrip` off, a float may read
+//!   one ulp off), and serde_json's `Value` serializer (`to_value` and its
+//!   raw value emitters) is left out.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
-//! No feature is on by default.
+//! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas` and
+//! `value-serializer` are on by default.
+//! Each default feature keeps code a device may not need; `dsh-embedded`'s
+//! `examples/firmware` builds without them (its README says what each
+//! saves).
 //!
 //! # serde_json
 //!
 //! Public types carry `serde_json` 1 values ([`serde_json::Value`], and
 //! [`json::JsonObject`], a `serde_json::Map`), so `serde_json` 1 is part of this
 //! crate's API: add `serde_json = "1"` to build them (Cargo unifies it with
-//! the copy this crate uses). This crate turns on three of its features, and
+//! the copy this crate uses). This crate turns on three of its features (the
+//! third with its default feature `float-roundtrip`), and
 //! Cargo features are additive, so every crate in the same build sees them:
 //!
 //! - `preserve_order`: a `Map` keeps the order its keys were read or

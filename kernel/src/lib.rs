@@ -121,11 +121,29 @@
 //!
 //! # Features
 //!
+//! - `plugins` (default): the plugin chain. [`Kernel::new`] takes plugins
+//!   and each seam a plugin declares runs through them (asks, approvals,
+//!   side model calls, commands, event and flush listeners). A device
+//!   build without plugins turns it off (`default-features = false`): the
+//!   chain is left out of the binary, [`Kernel::new`] refuses any plugin
+//!   (`KernelError::NoPluginChain`), every seam keeps the value it has with
+//!   no plugin registered (as the default build does then), and
+//!   [`Kernel::answer`] finds no ask pending.
+//! - `stream-validation` (default): [`AgentConfig::validate_streams`] (on in
+//!   debug builds) runs every chunk through a
+//!   [`StreamValidator`](dsh_core::StreamValidator). Off, the validator is
+//!   left out of the build and the flag reads as false (as in a release
+//!   build's default).
 //! - `std`: links `std` (serde_json's `std` feature). The host glue of the
 //!   std runtimes (clock, model providers, the cancel token, their error
 //!   type) is the crate `dsh-host`, one floor up.
 //!
-//! No feature is on by default.
+//! `plugins` and `stream-validation` are on by default, and with them the
+//! core's default features (`dsh-core/default`: `float-roundtrip`,
+//! `tool-schema`, `retry-executor`, `head-deltas`, `value-serializer`): this
+//! crate names the
+//! core with its default features off, so a device build
+//! (`default-features = false`) leaves them out through this one.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

@@ -42,7 +42,9 @@ pub struct AgentConfig {
     pub tool_grace_ms: u64,
     /// The route's retry policy; `None`: the R-3 defaults.
     pub retry_policy: Option<RetryPolicy>,
-    /// Run the `llm-retry` executor at the request-error seam.
+    /// Run the `llm-retry` executor at the request-error seam (with
+    /// feature `dsh-core/retry-executor`, a default one; read as false
+    /// without it).
     pub retry_executor: bool,
     /// [HEAD Δ H-1] keep the delivered text of a cancelled stream.
     pub interrupted_prefix: bool,
@@ -76,7 +78,8 @@ pub struct AgentConfig {
     /// ends without a `finish` (G-8) is left as AC-8 says, and a
     /// `max-tokens` finish may leave blocks open (G-7), as the reference's
     /// recordings do (the assembler drops a cut tool call, BB-3). Default: on in debug
-    /// builds (and so in tests), off in release builds.
+    /// builds (and so in tests), off in release builds. Acted on with
+    /// feature `stream-validation` (default); read as false without it.
     pub validate_streams: bool,
 }
 
@@ -372,6 +375,10 @@ pub enum KernelError {
     Fork(ForkError),
     /// The session refused an event (the end-seed marker).
     Append(AppendError),
+    /// Plugins were given to a build without the plugin chain (feature
+    /// `plugins` off).
+    #[cfg(not(feature = "plugins"))]
+    NoPluginChain,
 }
 
 impl KernelError {
@@ -405,6 +412,10 @@ impl fmt::Display for KernelError {
             KernelError::Seed(e) => write!(f, "stored log is invalid: {e}"),
             KernelError::Fork(e) => write!(f, "cannot fork: {e}"),
             KernelError::Append(e) => write!(f, "the session refused the event: {e}"),
+            #[cfg(not(feature = "plugins"))]
+            KernelError::NoPluginChain => {
+                f.write_str("this build has no plugin chain (feature `plugins` is off)")
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 #     mock DeepSeek server, counting global allocator on the shell's thread);
 #  2. the section sizes of the firmware-style thumbv7em binary that links the
 #     shell (examples/firmware, release: opt-level z, LTO, panic=abort).
-# Run from anywhere; uses the workspace target dir.
+# Run from anywhere; uses the workspace target dir (the firmware: target/firmware).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -14,9 +14,9 @@ echo "== heap high-water mark (cargo test -p dsh-embedded --test host -- --nocap
 cargo test -q -p dsh-embedded --test host -- --nocapture --test-threads 1 2>/dev/null | grep -o 'heap.*'
 
 echo "== firmware .text (cargo build --release --target thumbv7em-none-eabihf, examples/firmware)"
-cargo build -q --release --target thumbv7em-none-eabihf \
-  --manifest-path "$here/examples/firmware/Cargo.toml" \
-  --target-dir "$root/target/firmware"
+# From the firmware's directory, so cargo reads its .cargo/config.toml.
+(cd "$here/examples/firmware" && cargo build -q --release --target thumbv7em-none-eabihf \
+  --target-dir "$root/target/firmware")
 elf="$root/target/firmware/thumbv7em-none-eabihf/release/dsh-embedded-firmware"
 size_tool=""
 for t in llvm-size rust-size arm-none-eabi-size; do

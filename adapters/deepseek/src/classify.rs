@@ -32,19 +32,24 @@ const QUOTA: [&str; 5] = [
 ];
 
 fn any_match(patterns: &[&str], detail: &str) -> bool {
+    if !cfg!(feature = "error-patterns") {
+        return false;
+    }
     patterns
         .iter()
         .filter_map(|p| Pattern::new(p).ok())
         .any(|p| p.is_match(detail))
 }
 
-/// CL-1: whether provider `detail` describes an exceeded context window.
+/// CL-1: whether provider `detail` describes an exceeded context window
+/// (always false without feature `error-patterns`, a default one).
 pub fn is_context_overflow(detail: &str) -> bool {
     any_match(&CONTEXT_OVERFLOW, detail)
 }
 
 /// CL-2: whether provider `detail` describes an exhausted quota (not a
-/// transient rate limit).
+/// transient rate limit). Always false without feature `error-patterns`
+/// (a default one).
 pub fn is_quota_exhausted(detail: &str) -> bool {
     any_match(&QUOTA, detail)
 }
@@ -229,10 +234,14 @@ pub fn request_id<'a>(
 ///
 /// Digits only: seconds. Otherwise an HTTP-date (IMF-fixdate, RFC 850,
 /// asctime) or an RFC 3339 timestamp, measured from `now_unix_ms`.
-/// Anything else, a zero, a past date or an overflow gives `None`.
+/// Anything else, a zero, a past date or an overflow gives `None`. Dates
+/// are read with feature `http-date` (default); without it only seconds
+/// are.
 pub fn parse_retry_after(value: &str, now_unix_ms: Option<i64>) -> Option<f64> {
     let delay = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         seconds(value)? * 1000.0
+    } else if !cfg!(feature = "http-date") {
+        return None;
     } else {
         let at = parse_http_date(value)?;
         (at - now_unix_ms?) as f64

@@ -80,12 +80,27 @@
 //!
 //! # Features
 //!
+//! - `fast-reader` (default): the hand-written reader of the usual SSE
+//!   payload, tried before serde; it reads what serde reads, faster. A
+//!   device build may leave it out (`default-features = false`): every
+//!   payload then goes through serde, and about 5 KB of code less are linked.
+//! - `http-date` (default): a `Retry-After` given as an HTTP-date or RFC 3339
+//!   timestamp ([`parse_retry_after`]). Off, only seconds are read.
+//! - `error-patterns` (default): the CL-1 / CL-2 message patterns
+//!   ([`is_context_overflow`], [`is_quota_exhausted`]; a small regex
+//!   engine). Off, both are false and an error is classified by its status
+//!   alone (`CONTEXT_WINDOW_EXCEEDED` becomes `INVALID_REQUEST`, `QUOTA`
+//!   `RATE_LIMIT` or the status's code).
 //! - `std`: the blocking ureq 3 transport (`DeepSeekClient`), cancellation and
 //!   the idle watchdog.
 //! - `mock`: the scripted mock DeepSeek server, bound to 127.0.0.1 only
 //!   (implies `std`).
 //!
-//! No feature is on by default.
+//! `fast-reader`, `http-date` and `error-patterns` are on by default, and
+//! with them the core's default features
+//! (`dsh-core/default`): this crate names the core with its default features
+//! off, so a device build (`default-features = false`) leaves them out
+//! through this one.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

@@ -1,8 +1,7 @@
 //! Payload → `StreamChunk` translation (5.11–5.14) and the body decoder that
 //! chains the SSE framer and the translator.
 
-use alloc::collections::BTreeMap;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use dsh_core::{
     ChunkText, ContentBlock, FinishReason, LlmError, LlmFailure, StreamChunk, TokenUsage,
@@ -112,7 +111,9 @@ pub struct Translator {
     next_index: u64,
     text: Option<usize>,
     reasoning: Option<usize>,
-    tools: BTreeMap<ToolKey, usize>,
+    /// Tool-call keys and their blocks, sorted by key (a sorted `Vec`
+    /// rather than a `BTreeMap`: less code on a device, the same lookups).
+    tools: Vec<(ToolKey, usize)>,
     blocks: Vec<Block>,
     pending_finish: Option<FinishReason>,
     pending_usage: Option<TokenUsage>,
@@ -293,10 +294,12 @@ impl Translator {
         }
         let mut parsed = wire::Payload::default();
         // The hand-written reader takes the usual payload; serde the rest.
-        let object = wire::parse_slice_fast(payload, &mut parsed, &mut self.fast) || {
-            parsed = wire::Payload::default();
-            matches!(wire::parse_slice_into(payload, &mut parsed), Ok(true))
-        };
+        let object = (cfg!(feature = "fast-reader")
+            && wire::parse_slice_fast(payload, &mut parsed, &mut self.fast))
+            || {
+                parsed = wire::Payload::default();
+                matches!(wire::parse_slice_into(payload, &mut parsed), Ok(true))
+            };
         if object && !(parsed.error && self.interop()) && self.apply(&parsed, out) {
             return Ok(false);
         }
@@ -363,11 +366,11 @@ impl Translator {
                     let slot = match &call.key {
                         ToolKey::Absent if self.interop() => self.unindexed_slot(call, out),
                         ToolKey::Unique => self.open(Kind::ToolCall, out),
-                        key => match self.tools.get(key) {
-                            Some(slot) => *slot,
-                            None => {
+                        key => match self.tools.binary_search_by(|(k, _)| k.cmp(key)) {
+                            Ok(at) => self.tools[at].1,
+                            Err(at) => {
                                 let slot = self.open(Kind::ToolCall, out);
-                                self.tools.insert(key.clone(), slot);
+                                self.tools.insert(at, (key.clone(), slot));
                                 slot
                             }
                         },
@@ -501,7 +504,7 @@ impl Translator {
                             && !args.is_string()
                             && !args.is_null()
                         {
-                            *args = Value::String(args.to_string());
+                            *args = Value::String(json_text(args));
                         }
                     }
                 }
@@ -518,7 +521,7 @@ impl Translator {
         if let Some(usage) = root.get("usage") {
             payload.insert(String::from("usage"), usage.clone());
         }
-        let payload = Value::Object(payload).to_string();
+        let payload = json_text(&Value::Object(payload));
         self.push_payload(&payload, out)?;
         self.flush(out);
         Ok(())
@@ -779,4 +782,11 @@ pub fn decode_pieces_with<'a>(
 /// [`decode_pieces`] for a body in one piece.
 pub fn decode_body(body: &[u8]) -> Vec<StreamChunk> {
     decode_pieces(core::iter::once(body))
+}
+
+/// `value` as compact JSON text: what `Value`'s `Display` writes, through
+/// the `Vec` writer the request body already links (one copy of the
+/// `Value` serializer on a device instead of three).
+fn json_text(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }

@@ -120,7 +120,7 @@ impl Splice {
             Value::Array(
                 self.inserted
                     .iter()
-                    .map(|msg| serde_json::to_value(msg).unwrap_or(Value::Null))
+                    .map(|msg| crate::json::to_value(msg).unwrap_or(Value::Null))
                     .collect(),
             ),
         );

@@ -111,13 +111,17 @@ pub struct AgentConfig {
     /// `toolOrder` (SP-4); `None` orders tools by name.
     pub tool_order: Option<Vec<String>>,
     /// Run the `llm-retry` executor (streaming.md 6) at the request-error
-    /// seam, logging `llm/retry` and `llm/retry-started`.
+    /// seam, logging `llm/retry` and `llm/retry-started`. Needs feature
+    /// `retry-executor` (default); without it the executor is left out of
+    /// the build and this is read as false.
     pub retry_executor: bool,
     /// [HEAD Δ H-1] Keep the delivered text of a cancelled stream as an
-    /// `assistant/message` with `interrupted: true`.
+    /// `assistant/message` with `interrupted: true`. Acted on with feature
+    /// `head-deltas` (default); read as false without it.
     pub interrupted_prefix: bool,
     /// [HEAD Δ H-2] Latch wakes that arrive while an aborted activity
-    /// winds down, and start a new driver when it stops.
+    /// winds down, and start a new driver when it stops. Acted on with
+    /// feature `head-deltas` (default); read as false without it.
     pub wake_latch: bool,
     /// `maxParallelToolCalls` (LC-24): how many calls of a parallel group
     /// may be in flight at once; read when a group starts (H-3). Default
@@ -145,6 +149,20 @@ pub const DEFAULT_MAX_PARALLEL_TOOL_CALLS: usize = 10;
 
 /// The default of [`AgentConfig::max_steps_per_turn`].
 pub const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
+
+impl AgentConfig {
+    /// [`interrupted_prefix`](Self::interrupted_prefix), with feature
+    /// `head-deltas` (default); false without it.
+    pub(crate) fn keeps_interrupted_prefix(&self) -> bool {
+        cfg!(feature = "head-deltas") && self.interrupted_prefix
+    }
+
+    /// [`wake_latch`](Self::wake_latch), with feature `head-deltas`
+    /// (default); false without it.
+    pub(crate) fn latches_wakes(&self) -> bool {
+        cfg!(feature = "head-deltas") && self.wake_latch
+    }
+}
 
 impl Default for AgentConfig {
     fn default() -> Self {

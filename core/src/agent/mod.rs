@@ -151,13 +151,39 @@ pub(crate) fn sort_stable_by<T: Copy>(
     *items = sorted;
 }
 
-/// `0..n` stably sorted by `cmp` (see [`sort_stable_by`]).
+/// `0..n` stably sorted by `cmp` (see [`sort_stable_by`]): a bottom-up
+/// merge sort (stable, O(n log n)), the same order as `sort_by` for a total
+/// order, in far less code than the standard sort.
 fn stable_order(
     n: usize,
     cmp: &mut dyn FnMut(usize, usize) -> core::cmp::Ordering,
 ) -> alloc::vec::Vec<usize> {
     let mut order: alloc::vec::Vec<usize> = (0..n).collect();
-    order.sort_by(|a, b| cmp(*a, *b));
+    if n < 2 {
+        return order;
+    }
+    let mut merged: alloc::vec::Vec<usize> = alloc::vec::Vec::with_capacity(n);
+    let mut width = 1;
+    while width < n {
+        merged.clear();
+        for run in order.chunks(width.saturating_mul(2)) {
+            let (mut left, mut right) = run.split_at(width.min(run.len()));
+            // Take from the right run only when strictly less: stable.
+            while let (Some(&a), Some(&b)) = (left.first(), right.first()) {
+                if cmp(b, a) == core::cmp::Ordering::Less {
+                    merged.push(b);
+                    right = &right[1..];
+                } else {
+                    merged.push(a);
+                    left = &left[1..];
+                }
+            }
+            merged.extend_from_slice(left);
+            merged.extend_from_slice(right);
+        }
+        core::mem::swap(&mut order, &mut merged);
+        width = width.saturating_mul(2);
+    }
     order
 }
 
@@ -172,5 +198,25 @@ mod tests {
         let mut empty: alloc::vec::Vec<u8> = alloc::vec::Vec::new();
         super::sort_stable_by(&mut empty, |x, y| x.cmp(y));
         assert!(empty.is_empty());
+        // The same order as the standard stable sort, for every length
+        // up to 70 and a few key ranges.
+        let mut seed = 0x2545_f491_u32;
+        for n in 0..70 {
+            for range in [1u32, 3, 50] {
+                let items: alloc::vec::Vec<(u32, usize)> = (0..n)
+                    .map(|i| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 17;
+                        seed ^= seed << 5;
+                        (seed % range, i)
+                    })
+                    .collect();
+                let mut ours = items.clone();
+                super::sort_stable_by(&mut ours, |x, y| x.0.cmp(&y.0));
+                let mut std = items;
+                std.sort_by_key(|x| x.0);
+                assert_eq!(ours, std, "n = {n}, range = {range}");
+            }
+        }
     }
 }

@@ -7,7 +7,6 @@
 //! [`ToolOutcome`] back through
 //! [`Agent::handle_tool_result`](super::Agent::handle_tool_result).
 
-use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -25,6 +24,13 @@ use super::schema::{check_schema, validate_value};
 /// The `toolOrder` entry that stands for every tool not listed (SP-4).
 pub const UNLISTED_TOOLS: &str = "<unlisted-tools>";
 
+/// Whether the core checks tools' schemas and validates arguments and
+/// outputs against them (feature `tool-schema`, on by default). Without it
+/// [`ToolDefinition::validate_arguments`] and
+/// [`ToolDefinition::output_schema`] are not acted on: every tool takes its
+/// arguments as an untyped tool does, and its body checks them.
+pub(crate) const SCHEMAS: bool = cfg!(feature = "tool-schema");
+
 /// A tool the model may call (TL-2): its model-facing schema plus what the
 /// core needs to run the pipeline. Behaviour (the body, rendering,
 /// `finalizeContent`, presenters) belongs to the shell.
@@ -35,10 +41,11 @@ pub struct ToolDefinition {
     pub schema: ToolSchema,
     /// Whether the core validates arguments against `schema.parameters`
     /// before the body runs (a typed tool, TL-6). An unvalidated tool
-    /// receives invalid JSON as a string (TL-7).
+    /// receives invalid JSON as a string (TL-7). Acted on only with
+    /// feature `tool-schema` (default).
     pub validate_arguments: bool,
     /// Schema the body's `value` must satisfy (TL-9 step 9), when the shell
-    /// reports one.
+    /// reports one. Acted on only with feature `tool-schema` (default).
     pub output_schema: Option<Value>,
     /// Cooperative timeout the shell enforces (TL-14).
     pub timeout_ms: Option<f64>,
@@ -158,7 +165,9 @@ pub(crate) enum ExecutionMode {
 /// order never leaks into requests).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, ToolDefinition>,
+    /// Sorted by name, names unique (a sorted `Vec` rather than a
+    /// `BTreeMap`: less code on a device, the same order and lookups).
+    tools: Vec<(String, ToolDefinition)>,
 }
 
 impl ToolRegistry {
@@ -167,28 +176,38 @@ impl ToolRegistry {
         ToolRegistry::default()
     }
 
+    /// Where `name` is (`Ok`), or would be inserted (`Err`).
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.tools.binary_search_by(|(n, _)| n.as_str().cmp(name))
+    }
+
+    /// The tools in name order.
+    fn values(&self) -> impl Iterator<Item = &ToolDefinition> {
+        self.tools.iter().map(|(_, t)| t)
+    }
+
     /// Registers a tool (TL-2).
     pub fn register(&mut self, tool: ToolDefinition) -> Result<(), ToolRegistryError> {
         let name = tool.schema.name.clone();
-        if self.tools.contains_key(&name) {
+        let Err(at) = self.find(&name) else {
             return Err(ToolRegistryError::Duplicate { name });
-        }
+        };
         if let Some(t) = tool.timeout_ms
             && !(t.is_finite() && t > 0.0)
         {
             return Err(ToolRegistryError::BadTimeout { name });
         }
         let mut violations = Vec::new();
-        if tool.validate_arguments {
+        if SCHEMAS && tool.validate_arguments {
             violations.extend(check_schema(&tool.schema.parameters));
         }
-        if let Some(output) = &tool.output_schema {
+        if let Some(output) = tool.output_schema.as_ref().filter(|_| SCHEMAS) {
             violations.extend(check_schema(output));
         }
         if !violations.is_empty() {
             return Err(ToolRegistryError::UnsupportedSchema { name, violations });
         }
-        self.tools.insert(name, tool);
+        self.tools.insert(at, (name, tool));
         Ok(())
     }
 
@@ -200,7 +219,8 @@ impl ToolRegistry {
 
     /// The definition of `name`.
     pub fn get(&self, name: &str) -> Option<&ToolDefinition> {
-        self.tools.get(name)
+        let at = self.find(name).ok()?;
+        self.tools.get(at).map(|(_, t)| t)
     }
 
     /// Number of tools.
@@ -217,7 +237,7 @@ impl ToolRegistry {
     /// by code point, which equals JavaScript's UTF-16 order except between
     /// astral characters and U+E000..U+FFFF.
     pub fn schemas(&self) -> Vec<ToolSchema> {
-        self.tools.values().map(|t| t.schema.clone()).collect()
+        self.values().map(|t| t.schema.clone()).collect()
     }
 
     /// The schemas in `toolOrder` (SP-4): listed tools at their positions,
@@ -232,8 +252,8 @@ impl ToolRegistry {
             ));
         }
         for name in order.iter().filter(|n| *n != UNLISTED_TOOLS) {
-            if !self.tools.contains_key(name) {
-                let known: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+            if self.find(name).is_err() {
+                let known: Vec<&str> = self.tools.iter().map(|(n, _)| n.as_str()).collect();
                 return Err(format!(
                     "toolOrder lists unregistered tool \"{name}\"; known tools: {}",
                     known.join(", ")
@@ -248,7 +268,7 @@ impl ToolRegistry {
                         out.push(t.schema.clone());
                     }
                 }
-            } else if let Some(t) = self.tools.get(name)
+            } else if let Some(t) = self.get(name)
                 && !out.iter().any(|s: &ToolSchema| s.name == *name)
             {
                 out.push(t.schema.clone());
@@ -260,10 +280,10 @@ impl ToolRegistry {
     /// TL-15: `parallel` only for a known concurrency-safe tool whose
     /// (typed) arguments validate.
     pub(crate) fn execution_mode(&self, name: &str, arguments: &Value) -> ExecutionMode {
-        match self.tools.get(name) {
+        match self.get(name) {
             Some(t)
                 if t.concurrency_safe
-                    && (!t.validate_arguments
+                    && (!(SCHEMAS && t.validate_arguments)
                         || validate_value(&t.schema.parameters, arguments, "").is_empty()) =>
             {
                 ExecutionMode::Parallel
@@ -471,7 +491,7 @@ impl ToolOutcome {
         data.insert("step".into(), Value::from(step));
         data.insert(
             "message".into(),
-            serde_json::to_value(&message).unwrap_or(Value::Null),
+            crate::json::to_value(&message).unwrap_or(Value::Null),
         );
         if let Some(info) = self.error.as_ref().and_then(|e| e.info.as_ref()) {
             let mut e = Map::new();

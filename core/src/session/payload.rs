@@ -235,7 +235,7 @@ impl TurnEndReason {
 /// An `LlmFailure` only when it writes back exactly as read (keys, order).
 pub(crate) fn failure_exactly(v: &Value) -> Option<LlmFailure> {
     let failure = LlmFailure::deserialize(v).ok()?;
-    let back = serde_json::to_value(&failure).ok()?;
+    let back = crate::json::to_value(&failure).ok()?;
     match (v, &back) {
         (Value::Object(a), Value::Object(b))
             if a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x == y) =>

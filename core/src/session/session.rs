@@ -333,8 +333,8 @@ impl Session {
                 return Err(AppendError::RewriteTargetNotToolResult { seq: target_seq });
             };
             let same = match (
-                serde_json::to_value(&**old).ok(),
-                serde_json::to_value(&**new).ok(),
+                crate::json::to_value(&**old).ok(),
+                crate::json::to_value(&**new).ok(),
             ) {
                 (Some(a), Some(b)) => blank_tool_content(a) == blank_tool_content(b),
                 _ => false,

@@ -74,7 +74,7 @@ impl Kernel {
             );
             return self.model_error(now, attempt, error);
         }
-        if let Some(validator) = &mut self.validator {
+        if STREAM_VALIDATION && let Some(validator) = &mut self.validator {
             // The reference's library adapter ends a `max-tokens` stream
             // with the cut tool call still open (the recording
             // `max-tokens-continue` breaks G-7 so); the assembler drops
@@ -236,6 +236,18 @@ impl Kernel {
     /// [`AgentEvent::Asked`]).
     pub fn answer(&mut self, now: Time, id: AskId, reply: Reply) -> Result<(), KernelError> {
         self.tick(now);
+        #[cfg(not(feature = "plugins"))]
+        {
+            // Without the plugin chain nothing asks.
+            let _ = reply;
+            Err(KernelError::StaleAsk { id })
+        }
+        #[cfg(feature = "plugins")]
+        self.answer_pending(id, reply)
+    }
+
+    #[cfg(feature = "plugins")]
+    fn answer_pending(&mut self, id: AskId, reply: Reply) -> Result<(), KernelError> {
         let Some(pending) = self.asks.remove(&id) else {
             return Err(KernelError::StaleAsk { id });
         };

@@ -8,13 +8,16 @@ mod seams;
 mod tools;
 
 use alloc::boxed::Box;
-use alloc::collections::{BTreeMap, VecDeque};
+#[cfg(feature = "plugins")]
+use alloc::collections::BTreeMap;
+use alloc::collections::VecDeque;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use dsh_core::agent::tools::ToolOutcome;
+use dsh_core::agent::prompt::PromptSection;
+use dsh_core::agent::tools::{ToolDefinition, ToolOutcome};
 use dsh_core::agent::{
     Agent as Core, AgentStatus, AttemptId, CancelCause, Checkpoint, HookCall, HookError,
     InboxTarget, Notification, Output, ToolExecution, ToolToken,
@@ -23,9 +26,9 @@ use dsh_core::session::{EventData, Session, SurfaceIntent};
 use dsh_core::{ContentBlock, Message, SessionId, StreamChunk, StreamValidator, Time};
 
 use crate::ids::{Ids, Jitter};
-use crate::plugin::{
-    Action, Ask, Cx, KernelCall, Plugin, Reply, Seams, Step, ToolDispatch, run_hook, run_kernel,
-};
+use crate::plugin::{Action, KernelCall, Plugin, Reply, Seams, ToolDispatch};
+#[cfg(feature = "plugins")]
+use crate::plugin::{Ask, Cx, Step, run_hook, run_kernel};
 use crate::types::{
     AgentConfig, AgentEvent, AskId, CHUNK_OVERHEAD_BYTES, Effect, KernelError, TurnSummary,
 };
@@ -75,6 +78,7 @@ use crate::types::{
 /// byte-identical session log, whatever runtime carries the effects.
 pub struct Kernel {
     core: Core,
+    #[cfg(feature = "plugins")]
     plugins: Vec<Box<dyn Plugin>>,
     seams: Seams,
     tool_timeout_ms: Option<u64>,
@@ -115,8 +119,10 @@ pub struct Kernel {
     /// ([`AgentConfig::validate_streams`]); `None` when off.
     validator: Option<StreamValidator>,
     validate_streams: bool,
-    tools: BTreeMap<ToolToken, Running>,
+    tools: InFlight,
+    #[cfg(feature = "plugins")]
     asks: BTreeMap<AskId, Pending>,
+    #[cfg(feature = "plugins")]
     next_ask: u64,
     /// The id of the last plugin command started.
     next_command: u64,
@@ -133,6 +139,51 @@ impl core::fmt::Debug for Kernel {
             .field("status", &self.status)
             .field("tools_in_flight", &self.tools.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The tool bodies in flight by token, in token order: a sorted `Vec` (a
+/// few at a time; less code than a `BTreeMap` for a device build).
+#[derive(Default)]
+struct InFlight(Vec<(ToolToken, Running)>);
+
+impl InFlight {
+    fn find(&self, token: &ToolToken) -> Result<usize, usize> {
+        self.0.binary_search_by(|(t, _)| t.cmp(token))
+    }
+
+    /// Adds (or replaces) the body of `token`.
+    fn insert(&mut self, token: ToolToken, running: Running) {
+        match self.find(&token) {
+            Ok(i) => {
+                if let Some(slot) = self.0.get_mut(i) {
+                    slot.1 = running;
+                }
+            }
+            Err(i) => self.0.insert(i, (token, running)),
+        }
+    }
+
+    /// Removes the body of `token`.
+    fn remove(&mut self, token: &ToolToken) -> Option<Running> {
+        let i = self.find(token).ok()?;
+        Some(self.0.remove(i).1)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&ToolToken, &mut Running)> {
+        self.0.iter_mut().map(|(t, r)| (&*t, r))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Running> {
+        self.0.iter().map(|(_, r)| r)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -161,17 +212,20 @@ enum Phase {
 #[derive(Default)]
 struct ResponseSize {
     total: u64,
-    /// Delta bytes by block index.
-    blocks: BTreeMap<u64, u64>,
+    /// Delta bytes by block index (a few blocks; a `Vec` is less code
+    /// than a `BTreeMap` for a device build).
+    blocks: Vec<(u64, u64)>,
 }
 
 impl ResponseSize {
     /// Counts `chunk`; returns the new total.
     fn add(&mut self, chunk: &StreamChunk) -> u64 {
         let len = |s: &str| s.len() as u64;
-        let delta = |blocks: &mut BTreeMap<u64, u64>, index: u64, n: u64| {
-            let seen = blocks.entry(index).or_default();
-            *seen = seen.saturating_add(n);
+        let delta = |blocks: &mut Vec<(u64, u64)>, index: u64, n: u64| {
+            match blocks.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, seen)) => *seen = seen.saturating_add(n),
+                None => blocks.push((index, n)),
+            }
             n
         };
         let n = match chunk {
@@ -197,7 +251,11 @@ impl ResponseSize {
                     } => len(id.as_str()) + len(name) + len(arguments),
                     _ => 0,
                 };
-                let seen = self.blocks.get(index).copied().unwrap_or(0);
+                let seen = self
+                    .blocks
+                    .iter()
+                    .find(|(i, _)| i == index)
+                    .map_or(0, |(_, seen)| *seen);
                 size.saturating_sub(seen)
             }
             _ => 0,
@@ -220,6 +278,7 @@ enum Seat {
 }
 
 impl Seat {
+    #[cfg(feature = "plugins")]
     fn seam(&self) -> Seams {
         match self {
             Seat::Hook { call, .. } => call.seam(),
@@ -229,6 +288,7 @@ impl Seat {
 }
 
 /// A chain stopped at a plugin's ask.
+#[cfg(feature = "plugins")]
 struct Pending {
     seat: Seat,
     plugin: usize,
@@ -238,8 +298,57 @@ struct Pending {
 
 enum ChainEnd {
     Final(Result<(), HookError>),
-    Asked { plugin: usize, ask: Ask },
+    #[cfg(feature = "plugins")]
+    Asked {
+        plugin: usize,
+        ask: Ask,
+    },
 }
+
+/// The plugins with what they add to the config: their sections, their
+/// tools, and the seams they handle (deferred by the core).
+#[cfg(feature = "plugins")]
+#[allow(clippy::type_complexity)]
+fn take_plugins(
+    mut plugins: Vec<Box<dyn Plugin>>,
+) -> Result<
+    (
+        Vec<Box<dyn Plugin>>,
+        Vec<PromptSection>,
+        Vec<ToolDefinition>,
+        Seams,
+    ),
+    KernelError,
+> {
+    let mut sections = Vec::new();
+    let mut tools = Vec::new();
+    let mut seams = Seams::NONE;
+    for p in plugins.iter_mut() {
+        sections.extend(p.sections());
+        tools.extend(p.tools());
+        seams = seams | p.seams();
+    }
+    Ok((plugins, sections, tools, seams))
+}
+
+/// Without the plugin chain (feature `plugins` off) there are no plugins
+/// to take: any is refused ([`KernelError::NoPluginChain`]).
+#[cfg(not(feature = "plugins"))]
+#[allow(clippy::type_complexity)]
+fn take_plugins(
+    plugins: Vec<Box<dyn Plugin>>,
+) -> Result<((), Vec<PromptSection>, Vec<ToolDefinition>, Seams), KernelError> {
+    if plugins.is_empty() {
+        Ok(((), Vec::new(), Vec::new(), Seams::NONE))
+    } else {
+        Err(KernelError::NoPluginChain)
+    }
+}
+
+/// Whether [`AgentConfig::validate_streams`] is acted on (feature
+/// `stream-validation`, on by default); without it the validator is left
+/// out of the build and the flag reads as false.
+const STREAM_VALIDATION: bool = cfg!(feature = "stream-validation");
 
 /// A positive finite `timeoutMs` rounded up to whole milliseconds.
 fn ceil_ms(ms: f64) -> u64 {
@@ -269,16 +378,11 @@ impl Kernel {
         config: AgentConfig,
         session: Session,
         persisted: u64,
-        mut plugins: Vec<Box<dyn Plugin>>,
+        plugins: Vec<Box<dyn Plugin>>,
     ) -> Result<Kernel, KernelError> {
-        let mut sections = Vec::new();
-        let mut tools = Vec::new();
-        let mut seams = Seams::NONE;
-        for p in plugins.iter_mut() {
-            sections.extend(p.sections());
-            tools.extend(p.tools());
-            seams = seams | p.seams();
-        }
+        let (plugins, sections, tools, seams) = take_plugins(plugins)?;
+        #[cfg(not(feature = "plugins"))]
+        let () = plugins;
         let mut core_config = config.core_config_with(sections, tools)?;
         // The core defers exactly the seams a plugin handles.
         core_config.seams = seams;
@@ -292,6 +396,7 @@ impl Kernel {
         let persisted = persisted.min(core.session().len());
         Ok(Kernel {
             core,
+            #[cfg(feature = "plugins")]
             plugins,
             seams,
             tool_timeout_ms: config.tool_timeout_ms,
@@ -312,8 +417,10 @@ impl Kernel {
             response: ResponseSize::default(),
             validator: None,
             validate_streams: config.validate_streams,
-            tools: BTreeMap::new(),
+            tools: InFlight::default(),
+            #[cfg(feature = "plugins")]
             asks: BTreeMap::new(),
+            #[cfg(feature = "plugins")]
             next_ask: 0,
             next_command: 0,
             status: AgentStatus::Idle,
@@ -329,6 +436,16 @@ impl Kernel {
     pub fn with_ids(mut self, ids: impl dsh_core::agent::IdSource + Send + 'static) -> Self {
         self.core = self.core.with_ids(ids);
         self
+    }
+
+    /// The seams the plugins handle ([`Seams::NONE`] without the plugin
+    /// chain, so the code behind them is left out of such a build).
+    fn seams(&self) -> Seams {
+        if cfg!(feature = "plugins") {
+            self.seams
+        } else {
+            Seams::NONE
+        }
     }
 
     /// Consumes the kernel into its core machine (and its session).

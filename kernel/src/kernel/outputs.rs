@@ -111,6 +111,7 @@ impl Kernel {
             }
             Output::Notify(_) => {}
             Output::Flush(cp) => {
+                #[cfg(feature = "plugins")]
                 for p in self.plugins.iter_mut() {
                     if p.seams().contains(Seams::FLUSH) {
                         p.on_flush(cp);
@@ -131,7 +132,8 @@ impl Kernel {
                 None => {
                     self.model = Some(call.attempt);
                     self.response = ResponseSize::default();
-                    self.validator = self.validate_streams.then(StreamValidator::new);
+                    self.validator =
+                        (STREAM_VALIDATION && self.validate_streams).then(StreamValidator::new);
                     self.effects.push_back(Effect::StartModel(call));
                 }
             },
@@ -166,16 +168,20 @@ impl Kernel {
     }
 
     pub(super) fn appended(&mut self, start: u64, end: u64) {
-        let listen = self.seams.contains(Seams::EVENTS);
+        let listen = self.seams().contains(Seams::EVENTS);
         if !listen && !self.publish_events {
             return;
         }
+        // Plugin appends and actions (none without the plugin chain).
+        #[cfg_attr(not(feature = "plugins"), allow(unused_mut))]
         let mut appends = Vec::new();
+        #[cfg_attr(not(feature = "plugins"), allow(unused_mut))]
         let mut actions = Vec::new();
         for seq in start..end {
             let Some(event) = self.core.session().event(seq) else {
                 continue;
             };
+            #[cfg(feature = "plugins")]
             if listen {
                 let session = self.core.session();
                 let mut cx = Cx {
@@ -230,6 +236,7 @@ impl Kernel {
     /// Withdraws every pending ask: each plugin sees [`Reply::Cancelled`];
     /// side calls in flight are stopped ([`Effect::CancelSide`]).
     pub(super) fn withdraw_asks(&mut self) {
+        #[cfg(feature = "plugins")]
         while let Some((id, pending)) = self.asks.pop_first() {
             if pending.side {
                 self.effects.push_back(Effect::CancelSide { id });

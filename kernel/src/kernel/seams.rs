@@ -7,6 +7,7 @@ impl Kernel {
         self.run_and_end(Seat::Hook { id, call }, 0, None);
     }
 
+    #[cfg(feature = "plugins")]
     pub(super) fn resume_chain(&mut self, pending: Pending, reply: Reply) {
         let Pending { seat, plugin, .. } = pending;
         self.run_and_end(seat, plugin, Some(reply));
@@ -18,6 +19,7 @@ impl Kernel {
     }
 
     /// Runs the plugins from `start` on; `reply` goes to the first one.
+    #[cfg(feature = "plugins")]
     pub(super) fn run_chain(
         &mut self,
         mut seat: Seat,
@@ -72,10 +74,23 @@ impl Kernel {
         (seat, end.unwrap_or(ChainEnd::Final(Ok(()))), actions)
     }
 
+    /// Without the plugin chain no plugin handles the seam: its value is
+    /// final as it came (what the chain gives when no plugin is registered).
+    #[cfg(not(feature = "plugins"))]
+    pub(super) fn run_chain(
+        &mut self,
+        seat: Seat,
+        _start: usize,
+        _reply: Option<Reply>,
+    ) -> (Seat, ChainEnd, Vec<Action>) {
+        (seat, ChainEnd::Final(Ok(())), Vec::new())
+    }
+
     /// Completes a chain; queued calls apply after the seam completes
     /// (loop.md Q3).
     pub(super) fn chain_end(&mut self, seat: Seat, end: ChainEnd, actions: Vec<Action>) {
         match end {
+            #[cfg(feature = "plugins")]
             ChainEnd::Asked { plugin, ask } => {
                 if self.disposing {
                     // Nobody will answer: the plugin sees the withdrawal at

@@ -4,7 +4,7 @@ use super::*;
 
 impl Kernel {
     pub(super) fn execute(&mut self, exec: ToolExecution) {
-        if !self.seams.contains(Seams::TOOL_EXECUTE) {
+        if !self.seams().contains(Seams::TOOL_EXECUTE) {
             self.start_tool(exec);
             return;
         }

@@ -67,10 +67,45 @@
 //!
 //! # Features
 //!
+//! The default features keep everything the shell did; a firmware turns
+//! them off (`default-features = false`) and names what it wants.
+//! `examples/firmware` turns all off; the crate's README lists what each
+//! leaves out of its `.text` and what that costs.
+//!
+//! - `plugins` (default): kernel plugins ([`Shell::with_plugins`],
+//!   [`Shell::command`], a plugin's side model calls over the link), through
+//!   `dsh-runtime/plugins`. Off, the kernel's plugin chain is left out and
+//!   [`Shell::with_plugins`] refuses any plugin.
+//! - `stream-validation` (default): the kernel's stream validation
+//!   (`dsh-runtime/stream-validation`; `validate_streams`, on in debug
+//!   builds).
+//! - `float-roundtrip` (default): exact float parsing
+//!   (`dsh-core/float-roundtrip`); off, a float in a tool call or a response
+//!   may read one ulp off.
+//! - `tool-schema` (default): tools' parameter schemas checked at
+//!   [`Shell::new`] and arguments validated before a tool runs
+//!   (`dsh-core/tool-schema`); off, a tool checks its own arguments.
+//! - `retry-executor` (default): the core's `llm-retry` executor
+//!   (`dsh-core/retry-executor`); the shell does not turn it on, so off
+//!   changes nothing at run time.
+//! - `head-deltas` (default): the core's HEAD deltas H-1 and H-2
+//!   (`dsh-core/head-deltas`); the shell turns both off, so off changes
+//!   nothing at run time.
+//! - `value-serializer` (default): serde_json's `Value` serializer for the
+//!   core's own types (`dsh-core/value-serializer`); off, the core writes
+//!   such a value as JSON text and reads it back (the same value).
+//! - `fast-reader` (default): the adapter's hand-written SSE payload reader
+//!   (`dsh-deepseek/fast-reader`); off, serde reads every payload (the same
+//!   chunks, slower).
+//! - `http-date` (default): `Retry-After` dates (`dsh-deepseek/http-date`);
+//!   off, only seconds are read.
+//! - `error-patterns` (default): the CL-1 / CL-2 error message patterns
+//!   (`dsh-deepseek/error-patterns`); off, an HTTP error is classified by
+//!   its status alone.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!
-//! No feature is on by default.
+//! Every feature but `defmt` is on by default.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
@@ -104,9 +139,10 @@ use dsh_deepseek::{
 };
 use dsh_runtime::exec::{self, Dispatch, Job};
 use dsh_runtime::{
-    AgentConfig as KernelConfig, AskId, AttemptId, IdMode, Kernel, KernelError, Plugin, Reply,
-    SideCollector,
+    AgentConfig as KernelConfig, AskId, AttemptId, IdMode, Kernel, KernelError, Plugin,
 };
+#[cfg(feature = "plugins")]
+use dsh_runtime::{Reply, SideCollector};
 use embedded_io::{Error as _, ErrorKind, ErrorType, Read, Write};
 use heapless::Vec as HVec;
 
@@ -264,6 +300,7 @@ enum Work {
     Model(ModelCall),
     Tool(ToolExecution),
     /// A plugin's side model call (a compaction summary).
+    #[cfg(feature = "plugins")]
     Side {
         id: AskId,
         request: dsh_core::GenerateOptions,
@@ -296,8 +333,10 @@ pub struct Shell<O, S> {
     /// Ids of the user messages [`prompt`](Self::prompt) builds.
     user_ids: dsh_runtime::Ids,
     /// The side call being streamed, if any.
+    #[cfg(feature = "plugins")]
     side: Option<SideCollector>,
     /// The result of the last plugin command, by command id.
+    #[cfg(feature = "plugins")]
     command: Option<(u64, Result<serde_json::Value, String>)>,
 }
 
@@ -324,7 +363,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     }
 
     /// [`new`](Self::new) with kernel `plugins`, in order (for example the
-    /// compaction plugin, whose summaries go over the same link).
+    /// compaction plugin, whose summaries go over the same link). Without
+    /// feature `plugins` (a default one) any plugin is refused
+    /// ([`ShellError::Input`]).
     pub fn with_plugins(
         config: ShellConfig,
         tools: &[Tool],
@@ -378,7 +419,9 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             chunks: Vec::new(),
             sink_error: None,
             user_ids: dsh_runtime::Ids::new(IdMode::Sequential, 0),
+            #[cfg(feature = "plugins")]
             side: None,
+            #[cfg(feature = "plugins")]
             command: None,
         };
         encode_header_line(&header, &mut shell.scratch);
@@ -448,6 +491,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// Runs plugin command `name` (maintenance while idle, LC-39; for
     /// example `"compact"`, the compaction plugin's manual run) to its end.
+    #[cfg(feature = "plugins")]
     pub fn command(
         &mut self,
         name: &str,
@@ -475,6 +519,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
                 match work {
                     Work::Model(call) => self.call_model(call),
                     Work::Tool(exec) => self.run_tool(exec),
+                    #[cfg(feature = "plugins")]
                     Work::Side { id, request } => self.call_side(id, request),
                 }
                 continue;
@@ -507,6 +552,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
             clock: self.clock,
             work: &mut self.work,
             cancelled: &mut self.cancelled,
+            #[cfg(feature = "plugins")]
             command: &mut self.command,
             sink: &mut self.sink,
             scratch: &mut self.scratch,
@@ -587,6 +633,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
 
     /// A plugin's side call (loop.md CP-2's summary) over the same link
     /// and configuration; the answer goes back to the asking plugin.
+    #[cfg(feature = "plugins")]
     fn call_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) {
         self.side = Some(SideCollector::new());
         let streamed = self.stream(request, None);
@@ -727,16 +774,7 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
     /// wants this attempt.
     fn deliver(&mut self, attempt: Option<AttemptId>) -> bool {
         let Some(attempt) = attempt else {
-            // A side call: fold into its collector; stop at its finish.
-            let mut wanted = true;
-            for chunk in self.chunks.drain(..) {
-                if let Some(side) = self.side.as_mut()
-                    && side.push(chunk)
-                {
-                    wanted = false;
-                }
-            }
-            return wanted;
+            return self.deliver_side();
         };
         let mut chunks = core::mem::take(&mut self.chunks);
         let mut wanted = true;
@@ -756,6 +794,27 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         }
         self.chunks = chunks;
         wanted
+    }
+
+    /// A side call's chunks: folded into its collector; false at its
+    /// finish.
+    #[cfg(feature = "plugins")]
+    fn deliver_side(&mut self) -> bool {
+        let mut wanted = true;
+        for chunk in self.chunks.drain(..) {
+            if let Some(side) = self.side.as_mut()
+                && side.push(chunk)
+            {
+                wanted = false;
+            }
+        }
+        wanted
+    }
+
+    /// No side calls without the kernel's plugin chain.
+    #[cfg(not(feature = "plugins"))]
+    fn deliver_side(&mut self) -> bool {
+        false
     }
 
     /// H-2: reads up to [`MAX_ERROR_BODY`] bytes of a non-2xx body and
@@ -808,6 +867,7 @@ struct Io<'a, S> {
     clock: fn() -> i64,
     work: &'a mut VecDeque<Work>,
     cancelled: &'a mut Option<AttemptId>,
+    #[cfg(feature = "plugins")]
     command: &'a mut Option<(u64, Result<serde_json::Value, String>)>,
     sink: &'a mut S,
     scratch: &'a mut Vec<u8>,
@@ -829,9 +889,16 @@ impl<S: Write> Dispatch for Io<'_, S> {
         Ok(())
     }
 
+    #[cfg(feature = "plugins")]
     fn start_side(&mut self, id: AskId, request: dsh_core::GenerateOptions) -> Result<(), String> {
         self.work.push_back(Work::Side { id, request });
         Ok(())
+    }
+
+    /// Without the kernel's plugin chain nothing asks for a side call.
+    #[cfg(not(feature = "plugins"))]
+    fn start_side(&mut self, _: AskId, _: dsh_core::GenerateOptions) -> Result<(), String> {
+        Err(String::from("no plugin chain in this build"))
     }
 
     /// Tools run synchronously, so no body is in flight to stop; a queued
@@ -843,9 +910,12 @@ impl<S: Write> Dispatch for Io<'_, S> {
                 self.work
                     .retain(|w| !matches!(w, Work::Model(c) if c.attempt == attempt));
             }
+            #[cfg(feature = "plugins")]
             Job::Side(id) => self
                 .work
                 .retain(|w| !matches!(w, Work::Side { id: side, .. } if *side == id)),
+            #[cfg(not(feature = "plugins"))]
+            Job::Side(_) => {}
             Job::Tool(_) => {}
         }
     }
@@ -876,8 +946,11 @@ impl<S: Write> Dispatch for Io<'_, S> {
         }))
     }
 
-    fn command_done(&mut self, id: u64, result: &Result<serde_json::Value, String>) {
-        *self.command = Some((id, result.clone()));
+    fn command_done(&mut self, _id: u64, _result: &Result<serde_json::Value, String>) {
+        #[cfg(feature = "plugins")]
+        {
+            *self.command = Some((_id, _result.clone()));
+        }
     }
 
     /// There is no front end to publish to.

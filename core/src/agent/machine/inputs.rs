@@ -168,7 +168,7 @@ impl Agent {
             return Err(InputError::NotAllowedNow("no maintenance is running"));
         };
         self.phase = Phase::Idle { last_turn };
-        if wake_requested && (!self.config.wake_latch || !self.inbox.is_empty()) {
+        if wake_requested && (!self.config.latches_wakes() || !self.inbox.is_empty()) {
             self.wake(now);
         }
         self.after_input();

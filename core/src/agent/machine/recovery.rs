@@ -14,7 +14,9 @@ impl Agent {
     // Request errors and retry (LC-26, streaming.md 6)
 
     pub(super) fn request_failed(&mut self, now: Time, failed: Failed) {
-        let executor = self.config.retry_executor && failed.policy.is_some();
+        let executor = cfg!(feature = "retry-executor")
+            && self.config.retry_executor
+            && failed.policy.is_some();
         let always = matches!(failed.policy, Some(RetryPolicy::Always { .. }));
         if executor && always {
             self.ask_request_error(now, failed, ErrorPhase::AlwaysFirst);
@@ -77,7 +79,11 @@ impl Agent {
     }
 
     /// R-10..R-13: the executor's own retry, if the policy grants one.
+    /// None without feature `retry-executor`.
     pub(super) fn schedule_retry(&mut self, failed: &Failed) -> Option<RetryRecord> {
+        if !cfg!(feature = "retry-executor") {
+            return None;
+        }
         let policy = failed.policy.clone()?;
         let (turn, step) = self.coords();
         let key = policy.policy_key();

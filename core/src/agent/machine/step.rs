@@ -458,7 +458,7 @@ impl Agent {
             .replay_state()
             .ok()
             .flatten()
-            .and_then(|r| serde_json::to_value(r).ok());
+            .and_then(|r| crate::json::to_value(&r).ok());
         let (turn, step) = self.coords();
         let id = self.ids.message_id(IdPurpose::Assistant { turn, step });
         let source = MessageSource::Model {

@@ -18,7 +18,7 @@ use crate::agent::inbox::InboxTarget;
 use crate::agent::io::{Checkpoint, HookAnswer, HookCall, Output};
 use crate::agent::schema::validate_value;
 use crate::agent::seams::Seams;
-use crate::agent::tools::{ExecutionMode, ToolOutcome, feedback_text, parse_arguments};
+use crate::agent::tools::{ExecutionMode, SCHEMAS, ToolOutcome, feedback_text, parse_arguments};
 use crate::ids::CallId;
 use crate::message::Message;
 use crate::session::{SurfaceIntent, ToolCall, ToolError, ToolResult};
@@ -535,7 +535,7 @@ impl Agent {
         let Some(tool) = self.config.tools.get(&exec.name) else {
             return Next::Post(ToolOutcome::unknown_tool(&exec.name));
         };
-        if tool.validate_arguments {
+        if SCHEMAS && tool.validate_arguments {
             let violations = validate_value(&tool.schema.parameters, &exec.arguments, "");
             if !violations.is_empty() {
                 return Next::Post(ToolOutcome::invalid_arguments(&violations));
@@ -560,7 +560,8 @@ impl Agent {
                 self.config
                     .tools
                     .get(&exec.name)
-                    .and_then(|t| t.output_schema.as_ref()),
+                    .and_then(|t| t.output_schema.as_ref())
+                    .filter(|_| SCHEMAS),
             )
         {
             let violations = validate_value(schema, value, "value");

@@ -54,7 +54,7 @@ impl Agent {
                     Some(Stage::Streaming(_)) => {
                         if let Some(Stage::Streaming(s)) = self.take_stage() {
                             self.emit(Output::CancelModelCall { attempt: s.attempt });
-                            if self.config.interrupted_prefix {
+                            if self.config.keeps_interrupted_prefix() {
                                 self.interrupted_message(now, &s);
                             }
                         }
@@ -163,7 +163,7 @@ impl Agent {
         };
         self.phase = Phase::Idle { last_turn };
         self.emit(Output::Status(AgentStatus::Idle));
-        if latched && self.config.wake_latch && !self.inbox.is_empty() {
+        if latched && self.config.latches_wakes() && !self.inbox.is_empty() {
             self.wake(now);
         }
     }
@@ -194,7 +194,7 @@ impl Agent {
             Phase::Running(r) => {
                 // [HEAD Δ H-2] latch a wake that arrives while aborting;
                 // disposal never latches.
-                if self.config.wake_latch
+                if self.config.latches_wakes()
                     && r.abort
                         .as_ref()
                         .is_some_and(|c| *c != CancelCause::Disposed)
@@ -208,7 +208,7 @@ impl Agent {
                 ..
             } => {
                 if aborted.is_none()
-                    || (self.config.wake_latch && *aborted != Some(CancelCause::Disposed))
+                    || (self.config.latches_wakes() && *aborted != Some(CancelCause::Disposed))
                 {
                     *wake_requested = true;
                 }
