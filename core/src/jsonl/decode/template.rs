@@ -340,6 +340,28 @@ pub(super) fn canonical_chunk_len(e: &SessionEvent) -> Option<usize> {
 mod tests {
     use super::{Cursor, find_special};
 
+    /// `len` pseudo-random bytes: one in `odds` from `alphabet`, the others
+    /// from the `plain.1` bytes starting at `plain.0`.
+    fn mixed_bytes(
+        state: &mut u32,
+        len: usize,
+        alphabet: &[u8],
+        odds: usize,
+        plain: (u8, usize),
+    ) -> alloc::vec::Vec<u8> {
+        (0..len)
+            .map(|_| {
+                *state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                let r = (*state >> 16) as usize;
+                if r.is_multiple_of(odds) {
+                    alphabet[(r / odds) % alphabet.len()]
+                } else {
+                    plain.0 + (r % plain.1) as u8
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn canonical_integers_and_nothing_else() {
         let read = |text: &str, max: u64| {
@@ -386,17 +408,7 @@ mod tests {
         let mut state = 11u32;
         for len in 0..24 {
             for _ in 0..300 {
-                let bytes: alloc::vec::Vec<u8> = (0..len)
-                    .map(|_| {
-                        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                        let r = (state >> 16) as usize;
-                        if r.is_multiple_of(3) {
-                            alphabet[(r / 3) % alphabet.len()]
-                        } else {
-                            b'0' + (r % 10) as u8
-                        }
-                    })
-                    .collect();
+                let bytes = mixed_bytes(&mut state, len, &alphabet, 3, (b'0', 10));
                 let digits = bytes.iter().take_while(|c| c.is_ascii_digit()).count();
                 let naive = (digits > 0 && digits <= 16 && (digits == 1 || bytes[0] != b'0'))
                     .then(|| {
@@ -425,19 +437,9 @@ mod tests {
         let mut state = 7u32;
         for len in 0..80 {
             for _ in 0..200 {
-                let bytes: alloc::vec::Vec<u8> = (0..len)
-                    .map(|_| {
-                        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                        // Mostly plain bytes, so the first special one
-                        // lands at every position of a word.
-                        let r = (state >> 16) as usize;
-                        if r.is_multiple_of(4) {
-                            alphabet[(r / 4) % alphabet.len()]
-                        } else {
-                            b'a' + (r % 26) as u8
-                        }
-                    })
-                    .collect();
+                // Mostly plain bytes, so the first special one lands at
+                // every position of a word.
+                let bytes = mixed_bytes(&mut state, len, &alphabet, 4, (b'a', 26));
                 let naive = bytes
                     .iter()
                     .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20);
