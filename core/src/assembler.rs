@@ -132,6 +132,9 @@ fn is_tool_call(block: &ContentBlock) -> bool {
 /// kind, and tool-call deltas touch `buf`, `tool_call_id` and
 /// `tool_call_name` only for a tool-call kind: BB-2 never reads those fields
 /// for another kind, so keeping them would only grow memory.
+///
+/// While a partial is the assembler's hot one, its `buf` is checked out into
+/// [`BlockAssembler::hot_buf`] and this one is empty.
 #[derive(Clone, Debug)]
 struct Partial {
     /// The text (text, reasoning) or the arguments (tool-call).
@@ -168,13 +171,13 @@ impl Partial {
         }
     }
 
-    /// BA-5 on an open tool-call partial.
+    /// BA-5's id and name part on an open tool-call partial (the caller
+    /// appends the arguments fragment to the partial's buffer).
     #[inline]
-    fn tool_delta(&mut self, head: &ToolCallHead, arguments_delta: &ChunkText) {
+    fn tool_head(&mut self, head: &ToolCallHead) {
         if !self.head.as_ref().is_some_and(|h| h.same(head)) {
             self.take_head(head);
         }
-        self.buf.push(arguments_delta);
     }
 
     /// BA-5's id and name rules for a head other than the last one.
@@ -217,17 +220,18 @@ impl Partial {
         }
     }
 
-    /// BB-2: the block this partial produces.
-    fn produce(&self) -> Result<ContentBlock, AssembleError> {
+    /// BB-2: the block this partial produces; `buf` is its buffer (its own,
+    /// or the assembler's hot one).
+    fn produce(&self, buf: &TextBuf) -> Result<ContentBlock, AssembleError> {
         if let Some(block) = &self.closed {
             return Ok(block.clone());
         }
         match &self.kind {
             Kind::Text => Ok(ContentBlock::Text {
-                text: self.buf.to_owned_string(),
+                text: buf.to_owned_string(),
             }),
             Kind::Reasoning => Ok(ContentBlock::Reasoning {
-                text: self.buf.to_owned_string(),
+                text: buf.to_owned_string(),
             }),
             Kind::ToolCall => Ok(ContentBlock::ToolCall {
                 id: CallId(match &self.tool_call_id {
@@ -235,7 +239,7 @@ impl Partial {
                     None => alloc::format!("call-{}", self.index),
                 }),
                 name: self.tool_call_name.clone().unwrap_or_default(),
-                arguments: self.buf.to_owned_string(),
+                arguments: buf.to_owned_string(),
             }),
             Kind::Other(kind) => Err(AssembleError::IncompleteBlock { kind: kind.clone() }),
         }
@@ -297,6 +301,10 @@ pub struct BlockAssembler {
     /// Index → position in `partials`, sorted by index (a sorted `Vec`
     /// rather than a hash map: less code on a device, the same lookups).
     positions: Vec<(u64, usize)>,
+    /// The hot partial's buffer, checked out of it while `hot` is not
+    /// [`Hot::None`]: the fast path appends to a field of the assembler
+    /// instead of reaching into `partials`.
+    hot_buf: TextBuf,
     /// What the hot partial (`partials[hot_pos]`, block `hot_index`) takes on
     /// the fast path; [`Hot::None`] when there is none.
     hot: Hot,
@@ -329,12 +337,37 @@ impl BlockAssembler {
         }
     }
 
-    /// Makes `partials[pos]` the hot partial.
+    /// Makes `partials[pos]` the hot partial (when it takes deltas), its
+    /// buffer checked out into `hot_buf`.
     fn heat(&mut self, index: u64, pos: usize) {
-        if let Some(partial) = self.partials.get(pos) {
-            self.hot = partial.hot();
-            self.hot_index = index;
-            self.hot_pos = pos;
+        self.cool();
+        if let Some(partial) = self.partials.get_mut(pos) {
+            let hot = partial.hot();
+            if hot != Hot::None {
+                self.hot_buf = core::mem::take(&mut partial.buf);
+                self.hot = hot;
+                self.hot_index = index;
+                self.hot_pos = pos;
+            }
+        }
+    }
+
+    /// Returns the hot buffer to its partial; no partial is hot after.
+    fn cool(&mut self) {
+        if self.hot != Hot::None {
+            if let Some(partial) = self.partials.get_mut(self.hot_pos) {
+                partial.buf = core::mem::take(&mut self.hot_buf);
+            }
+            self.hot = Hot::None;
+        }
+    }
+
+    /// The buffer of `partials[pos]`: the hot buffer for the hot partial.
+    fn buf_of<'a>(&'a self, pos: usize, partial: &'a Partial) -> &'a TextBuf {
+        if self.hot != Hot::None && pos == self.hot_pos {
+            &self.hot_buf
+        } else {
+            &partial.buf
         }
     }
 
@@ -349,11 +382,8 @@ impl BlockAssembler {
         match chunk {
             StreamChunk::TextDelta { index, text }
             | StreamChunk::ReasoningDelta { index, text } => {
-                if self.hot == Hot::Text
-                    && self.hot_index == *index
-                    && let Some(partial) = self.partials.get_mut(self.hot_pos)
-                {
-                    partial.buf.push(text);
+                if self.hot == Hot::Text && self.hot_index == *index {
+                    self.hot_buf.push(text);
                     return;
                 }
                 let is_text = matches!(chunk, StreamChunk::TextDelta { .. });
@@ -368,7 +398,8 @@ impl BlockAssembler {
                     && self.hot_index == *index
                     && let Some(partial) = self.partials.get_mut(self.hot_pos)
                 {
-                    partial.tool_delta(head, arguments_delta);
+                    partial.tool_head(head);
+                    self.hot_buf.push(arguments_delta);
                     return;
                 }
                 self.tool_call_delta(*index, head, arguments_delta);
@@ -387,8 +418,8 @@ impl BlockAssembler {
         };
         // Both delta kinds share the text buffer; a closed partial ignores.
         if partial.hot() == Hot::Text {
-            partial.buf.push(text);
             self.heat(index, pos);
+            self.hot_buf.push(text);
         }
     }
 
@@ -400,8 +431,9 @@ impl BlockAssembler {
             return;
         };
         if partial.hot() == Hot::Tool {
-            partial.tool_delta(head, arguments_delta);
+            partial.tool_head(head);
             self.heat(index, pos);
+            self.hot_buf.push(arguments_delta);
         }
     }
 
@@ -433,13 +465,13 @@ impl BlockAssembler {
     /// BA-6: the first close wins and overrides the deltas.
     fn block_end(&mut self, index: u64, block: &ContentBlock) {
         let pos = self.slot(index, || Kind::from_type(block.block_type()));
+        if self.hot_pos == pos {
+            self.cool();
+        }
         if let Some(partial) = self.partials.get_mut(pos)
             && partial.closed.is_none()
         {
             partial.close(block.clone());
-        }
-        if self.hot_pos == pos {
-            self.hot = Hot::None;
         }
     }
 
@@ -449,13 +481,13 @@ impl BlockAssembler {
         match chunk {
             StreamChunk::BlockEnd { index, block } => {
                 let pos = self.slot(index, || Kind::from_type(block.block_type()));
+                if self.hot_pos == pos {
+                    self.cool();
+                }
                 if let Some(partial) = self.partials.get_mut(pos)
                     && partial.closed.is_none()
                 {
                     partial.close(*block);
-                }
-                if self.hot_pos == pos {
-                    self.hot = Hot::None;
                 }
             }
             StreamChunk::Finish {
@@ -500,18 +532,19 @@ impl BlockAssembler {
         let truncated = self.truncated();
         // BB-4: any incomplete block fails, before the BB-3 filter.
         let mut out = Vec::with_capacity(self.partials.len());
-        for partial in &self.partials {
+        for (pos, partial) in self.partials.iter().enumerate() {
             if partial.produced_is_tool_call()? && truncated {
                 continue;
             }
-            out.push(partial.produce()?);
+            out.push(partial.produce(self.buf_of(pos, partial))?);
         }
         Ok(out)
     }
 
     /// [`blocks`](Self::blocks) by value: the buffers and closed blocks are
     /// moved out instead of copied.
-    pub fn into_blocks(self) -> Result<Vec<ContentBlock>, AssembleError> {
+    pub fn into_blocks(mut self) -> Result<Vec<ContentBlock>, AssembleError> {
+        self.cool();
         let truncated = self.truncated();
         for partial in &self.partials {
             partial.produced_is_tool_call()?;
@@ -576,7 +609,8 @@ impl BlockAssembler {
     pub fn interrupted_blocks(&self) -> Vec<ContentBlock> {
         self.partials
             .iter()
-            .filter(|p| {
+            .enumerate()
+            .filter(|(_, p)| {
                 // IB-1: the closed block's type, else the kind; IB-2: keep
                 // text and reasoning only.
                 let effective = match &p.closed {
@@ -589,7 +623,7 @@ impl BlockAssembler {
                 };
                 matches!(effective, "text" | "reasoning")
             })
-            .filter_map(|p| p.produce().ok())
+            .filter_map(|(pos, p)| p.produce(self.buf_of(pos, p)).ok())
             .filter(|b| !is_blank(b))
             .collect()
     }

@@ -299,42 +299,75 @@ impl<'de> Deserialize<'de> for ChunkText {
 ///
 /// `String::push_str` copies every fragment with a variable-length `memcpy`,
 /// whose branches on the length dominate a fold of short deltas; here inline
-/// fragments are copied at a fixed size (see [`TextBuf::push`]). The bytes
-/// are always the concatenation of whole `str`s, so they are valid UTF-8.
+/// fragments are copied at a fixed size (see [`TextBuf::push`]). The text is
+/// `bytes[..len]`, always the concatenation of whole `str`s, so it is valid
+/// UTF-8; the initialized bytes after it are room for the next fixed-size
+/// copy, so that a push is one copy and one store of `len`, with no second
+/// look at the vector's length.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct TextBuf(Vec<u8>);
+pub(crate) struct TextBuf {
+    bytes: Vec<u8>,
+    len: usize,
+}
 
 impl TextBuf {
     /// Appends `text`. Inline text is copied as its whole zero-padded
-    /// buffer, then cut to length: a fixed-size copy, with no call to
-    /// `memcpy` and no branch on the length.
+    /// buffer into the room after the text, then the length moves by the
+    /// text's own length: a fixed-size copy, with no call to `memcpy` and no
+    /// branch on the length.
     #[inline(always)]
     pub(crate) fn push(&mut self, text: &ChunkText) {
-        let v = &mut self.0;
         match text.inline_padded() {
             Some((padded, n)) => {
-                let len = v.len();
-                v.extend_from_slice(padded);
-                v.truncate(len + n);
+                let len = self.len;
+                match self.bytes.get_mut(len..len + ChunkText::INLINE_CAPACITY) {
+                    Some(room) => {
+                        room.copy_from_slice(padded);
+                        self.len = len + n;
+                    }
+                    None => self.push_bytes(padded.get(..n).unwrap_or_default()),
+                }
             }
-            None => v.extend_from_slice(text.as_bytes()),
+            None => self.push_bytes(text.as_bytes()),
+        }
+    }
+
+    /// Appends `bytes` (a whole `str`), growing the room first when needed.
+    #[inline(never)]
+    fn push_bytes(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        // Room for this copy and a fixed-size one after it, doubling.
+        let need = end + ChunkText::INLINE_CAPACITY;
+        if self.bytes.len() < need {
+            let grown = need.max(self.bytes.len().saturating_mul(2)).max(64);
+            self.bytes.resize(grown, 0);
+        }
+        if let Some(dst) = self.bytes.get_mut(self.len..end) {
+            dst.copy_from_slice(bytes);
+            self.len = end;
         }
     }
 
     /// The text's bytes.
     pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.0
+        self.bytes.get(..self.len).unwrap_or_default()
     }
 
     /// The text as a new `String`.
     pub(crate) fn to_owned_string(&self) -> String {
-        TextBuf(self.0.clone()).into_string()
+        TextBuf {
+            bytes: self.as_bytes().to_vec(),
+            len: self.len,
+        }
+        .into_string()
     }
 
     /// The text.
     pub(crate) fn into_string(self) -> String {
+        let mut bytes = self.bytes;
+        bytes.truncate(self.len);
         // Always valid (see the type docs); the lossy path is never taken.
-        String::from_utf8(self.0)
+        String::from_utf8(bytes)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 }

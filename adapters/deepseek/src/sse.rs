@@ -230,6 +230,16 @@ impl SseFramer {
             }
         }
         while pos < input.len() {
+            // A blank line (the end of an event, every other line of a
+            // stream) needs no search: what the search below does for it.
+            if input[pos] == b'\n' && self.line.is_empty() {
+                self.line_borrowed(input, pos, pos, on_event)?;
+                if self.done {
+                    return Ok(());
+                }
+                pos += 1;
+                continue;
+            }
             let rest = &input[pos..];
             let Some(rel) = memchr::memchr2(b'\n', b'\r', rest) else {
                 self.limit(self.line.len() + rest.len())?;

@@ -255,9 +255,9 @@ pub struct Scanner {
     committed: usize,
     issue: Option<String>,
     line: usize,
-    /// Whether the prefix holds a plugin (or unknown) event: only those
-    /// need the known-type check.
-    plugins: bool,
+    /// The positions in the prefix of its plugin (or unknown) events: only
+    /// those need the known-type check.
+    plugins: Vec<usize>,
 }
 
 impl Scanner {
@@ -271,7 +271,7 @@ impl Scanner {
             committed: base,
             issue: None,
             line: 0,
-            plugins: false,
+            plugins: Vec::new(),
         }
     }
 
@@ -365,7 +365,9 @@ impl Scanner {
         match record {
             Record::One(Decoded::Event(e)) => {
                 // Templates never read plugin events: only this path can.
-                self.plugins |= matches!(e.data(), EventData::Plugin(_));
+                if matches!(e.data(), EventData::Plugin(_)) {
+                    self.plugins.push(self.events.len());
+                }
                 self.events.push(e);
             }
             Record::One(Decoded::Invalid(i)) => {
@@ -430,8 +432,8 @@ pub fn scan_log(bytes: &[u8]) -> Result<ScannedLog, LogError> {
     scan_log_flagged(bytes).map(|(scanned, _)| scanned)
 }
 
-/// [`scan_log`], and whether the prefix holds a plugin event.
-fn scan_log_flagged(bytes: &[u8]) -> Result<(ScannedLog, bool), LogError> {
+/// [`scan_log`], and the positions of the prefix's plugin events.
+fn scan_log_flagged(bytes: &[u8]) -> Result<(ScannedLog, Vec<usize>), LogError> {
     let hlen = header_len(bytes).ok_or_else(|| {
         LogError::corrupt("corrupt session log: empty or header-less session log")
     })?;
@@ -447,7 +449,7 @@ fn scan_log_flagged(bytes: &[u8]) -> Result<(ScannedLog, bool), LogError> {
         },
     })?;
     let committed = scanner.committed();
-    let plugins = scanner.plugins;
+    let plugins = core::mem::take(&mut scanner.plugins);
     let mut events = scanner.into_events();
     events.shrink_to_fit();
     let scanned = ScannedLog {
@@ -469,27 +471,49 @@ pub fn check_types(
     events: &[SessionEvent],
     extra_known: ExtraKnownTypes<'_>,
 ) -> Result<(), LogError> {
-    for e in events {
-        // Every other type is a core or runtime type: known, not retired.
-        let EventData::Plugin(p) = e.data() else {
-            continue;
-        };
-        let t = p.event_type.as_str();
-        if t == "mode/set" || t == crate::session::types::REQUEST_HEADER_DELTA {
-            return Err(LogError::corrupt(format!(
-                "session \"{session_id}\" contains retired event type \"{t}\" (seq {})",
+    events
+        .iter()
+        .try_for_each(|e| check_type(session_id, e, extra_known))
+}
+
+/// [`check_types`] on `events[k]` for each `k` of `positions`, in order.
+fn check_types_at(
+    session_id: &str,
+    events: &[SessionEvent],
+    positions: &[usize],
+    extra_known: ExtraKnownTypes<'_>,
+) -> Result<(), LogError> {
+    positions
+        .iter()
+        .filter_map(|&k| events.get(k))
+        .try_for_each(|e| check_type(session_id, e, extra_known))
+}
+
+/// The known-type check of [`check_types`] on one event.
+fn check_type(
+    session_id: &str,
+    e: &SessionEvent,
+    extra_known: ExtraKnownTypes<'_>,
+) -> Result<(), LogError> {
+    // Every other type is a core or runtime type: known, not retired.
+    let EventData::Plugin(p) = e.data() else {
+        return Ok(());
+    };
+    let t = p.event_type.as_str();
+    if t == "mode/set" || t == crate::session::types::REQUEST_HEADER_DELTA {
+        return Err(LogError::corrupt(format!(
+            "session \"{session_id}\" contains retired event type \"{t}\" (seq {})",
+            e.seq()
+        )));
+    }
+    let known = KNOWN_EVENT_TYPES.contains(&t) || extra_known.contains(&t);
+    if !known && !e.ignorable() {
+        return Err(LogError::FormatUnsupported {
+            message: format!(
+                "session \"{session_id}\" contains event type \"{t}\" (seq {}) unknown to this harness and not marked ignorable; refusing to interpret the log \u{2014} it was likely written by a newer harness",
                 e.seq()
-            )));
-        }
-        let known = KNOWN_EVENT_TYPES.contains(&t) || extra_known.contains(&t);
-        if !known && !e.ignorable() {
-            return Err(LogError::FormatUnsupported {
-                message: format!(
-                    "session \"{session_id}\" contains event type \"{t}\" (seq {}) unknown to this harness and not marked ignorable; refusing to interpret the log \u{2014} it was likely written by a newer harness",
-                    e.seq()
-                ),
-            });
-        }
+            ),
+        });
     }
     Ok(())
 }
@@ -542,10 +566,9 @@ pub fn load_log(bytes: &[u8], extra_known: ExtraKnownTypes<'_>) -> Result<Loaded
             session_id: id.clone(),
             error,
         })?;
-    // Only plugin events can fail the type check; most logs need no pass.
-    if plugins {
-        check_types(&id, &scanned.events, extra_known)?;
-    }
+    // Only plugin events can fail the type check: only they are checked
+    // (no pass over every event of the log).
+    check_types_at(&id, &scanned.events, &plugins, extra_known)?;
     let closers = interrupted_turn_closers(&scanned.events);
     let stored = scanned.events.len();
     let mut events = scanned.events;

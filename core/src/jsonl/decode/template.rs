@@ -43,6 +43,25 @@ pub(in crate::jsonl) fn find_special(bytes: &[u8]) -> Option<usize> {
         .map(|i| base + i)
 }
 
+/// Whether every byte of the little-endian word `x` is an ASCII digit.
+fn eight_digits(x: u64) -> bool {
+    const HIGH_NIBBLES: u64 = 0xf0f0_f0f0_f0f0_f0f0;
+    // A byte is a digit when its high nibble is 3 and adding 6 keeps it 3;
+    // a byte whose +6 carries into the next lane fails the first test.
+    (x & HIGH_NIBBLES) | ((x.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES) >> 4)
+        == 0x3333_3333_3333_3333
+}
+
+/// The value of the eight ASCII digits of the little-endian word `x` (the
+/// first digit in the lowest byte): pairs, then quadruples, then the whole,
+/// each step within its lanes (at most 99, 9999 and 99999999).
+fn eight_digits_value(x: u64) -> u64 {
+    let x = x & 0x0f0f_0f0f_0f0f_0f0f;
+    let x = (x * 10 + (x >> 8)) & 0x00ff_00ff_00ff_00ff;
+    let x = (x * 100 + (x >> 16)) & 0x0000_ffff_0000_ffff;
+    (x * 10_000 + (x >> 32)) & 0xffff_ffff
+}
+
 /// A cursor over one line for the canonical-line templates.
 pub(in crate::jsonl) struct Cursor<'a> {
     pub(in crate::jsonl) b: &'a [u8],
@@ -74,11 +93,27 @@ impl<'a> Cursor<'a> {
     /// A canonical non-negative integer (no leading zero) within `max`,
     /// which is at most [`MAX_SAFE_INTEGER`].
     pub(in crate::jsonl) fn uint(&mut self, max: u64) -> Option<u64> {
+        self.digits(max, false)
+    }
+
+    /// [`uint`](Self::uint); `wide` when the number usually has eight
+    /// digits or more (a time), whose first eight are then read in one step.
+    #[inline(always)]
+    fn digits(&mut self, max: u64, wide: bool) -> Option<u64> {
         // Sixteen digits hold every value up to MAX_SAFE_INTEGER, and
         // seventeen fit a u64 unchecked: a longer run is out of range.
         let rest = self.b.get(self.i..)?;
         let mut n = 0u64;
         let mut len = 0;
+        if wide && let Some(word) = rest.get(..8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            let x = u64::from_le_bytes(w);
+            if eight_digits(x) {
+                n = eight_digits_value(x);
+                len = 8;
+            }
+        }
         while let Some(&c) = rest.get(len) {
             let d = c.wrapping_sub(b'0');
             if d > 9 || len == 17 {
@@ -98,13 +133,13 @@ impl<'a> Cursor<'a> {
     pub(in crate::jsonl) fn int(&mut self) -> Option<i64> {
         if self.b.get(self.i) == Some(&b'-') {
             self.i += 1;
-            let n = self.uint(MAX_SAFE_INTEGER)?;
+            let n = self.digits(MAX_SAFE_INTEGER, true)?;
             if n == 0 {
                 return None;
             }
             return Some(-(n as i64));
         }
-        self.uint(MAX_SAFE_INTEGER).map(|n| n as i64)
+        self.digits(MAX_SAFE_INTEGER, true).map(|n| n as i64)
     }
 
     /// The body of a string without escapes or control characters, after
@@ -305,11 +340,37 @@ pub(super) fn canonical_chunk_len(e: &SessionEvent) -> Option<usize> {
 mod tests {
     use super::{Cursor, find_special};
 
+    /// `len` pseudo-random bytes: one in `odds` from `alphabet`, the others
+    /// from the `plain.1` bytes starting at `plain.0`.
+    fn mixed_bytes(
+        state: &mut u32,
+        len: usize,
+        alphabet: &[u8],
+        odds: usize,
+        plain: (u8, usize),
+    ) -> alloc::vec::Vec<u8> {
+        (0..len)
+            .map(|_| {
+                *state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                let r = (*state >> 16) as usize;
+                if r.is_multiple_of(odds) {
+                    alphabet[(r / odds) % alphabet.len()]
+                } else {
+                    plain.0 + (r % plain.1) as u8
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn canonical_integers_and_nothing_else() {
         let read = |text: &str, max: u64| {
             let mut c = Cursor::new(text.as_bytes(), Some(text));
-            c.uint(max).map(|n| (n, c.i))
+            let narrow = c.uint(max).map(|n| (n, c.i));
+            let mut c = Cursor::new(text.as_bytes(), Some(text));
+            let wide = c.digits(max, true).map(|n| (n, c.i));
+            assert_eq!(narrow, wide, "{text}");
+            narrow
         };
         let safe = crate::json::MAX_SAFE_INTEGER;
         assert_eq!(read("0}", safe), Some((0, 1)));
@@ -328,6 +389,42 @@ mod tests {
         assert_eq!(read("", safe), None);
         assert_eq!(read("00000000000000000001", safe), None);
         assert_eq!(read("123456789012345678901234", safe), None);
+        // Whole words of digits and the digits after them.
+        assert_eq!(read("12345678", safe), Some((12_345_678, 8)));
+        assert_eq!(read("12345678,", safe), Some((12_345_678, 8)));
+        assert_eq!(read("123456789", safe), Some((123_456_789, 9)));
+        assert_eq!(read("1234567/9", safe), Some((1_234_567, 7)));
+        assert_eq!(read("1234567:9", safe), Some((1_234_567, 7)));
+        assert_eq!(
+            read("1234567890123456", safe),
+            Some((1_234_567_890_123_456, 16))
+        );
+        assert_eq!(read("12345678901234567", safe), None);
+        assert_eq!(read("01234567", safe), None);
+        assert_eq!(read("99999999", 99_999_998), None);
+        // Against the plain reading, on digits mixed with neighbours of the
+        // digit range.
+        let alphabet = [b'0', b'1', b'5', b'9', b'/', b':', b'*', 0xf9, 0xff, b','];
+        let mut state = 11u32;
+        for len in 0..24 {
+            for _ in 0..300 {
+                let bytes = mixed_bytes(&mut state, len, &alphabet, 3, (b'0', 10));
+                let digits = bytes.iter().take_while(|c| c.is_ascii_digit()).count();
+                let naive = (digits > 0 && digits <= 16 && (digits == 1 || bytes[0] != b'0'))
+                    .then(|| {
+                        bytes[..digits]
+                            .iter()
+                            .fold(0u64, |n, c| n * 10 + u64::from(c - b'0'))
+                    })
+                    .filter(|n| *n <= safe)
+                    .map(|n| (n, digits));
+                for wide in [false, true] {
+                    let mut c = Cursor::new(&bytes, None);
+                    let got = c.digits(safe, wide).map(|n| (n, c.i));
+                    assert_eq!(got, naive, "{bytes:?}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -340,19 +437,9 @@ mod tests {
         let mut state = 7u32;
         for len in 0..80 {
             for _ in 0..200 {
-                let bytes: alloc::vec::Vec<u8> = (0..len)
-                    .map(|_| {
-                        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                        // Mostly plain bytes, so the first special one
-                        // lands at every position of a word.
-                        let r = (state >> 16) as usize;
-                        if r.is_multiple_of(4) {
-                            alphabet[(r / 4) % alphabet.len()]
-                        } else {
-                            b'a' + (r % 26) as u8
-                        }
-                    })
-                    .collect();
+                // Mostly plain bytes, so the first special one lands at
+                // every position of a word.
+                let bytes = mixed_bytes(&mut state, len, &alphabet, 4, (b'a', 26));
                 let naive = bytes
                     .iter()
                     .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20);
