@@ -128,6 +128,9 @@ pub struct Kernel {
     next_command: u64,
     status: AgentStatus,
     publish_events: bool,
+    /// The log length when publishing was last turned on: events before
+    /// it are not published.
+    publish_from: u64,
     disposing: bool,
     finished: bool,
 }
@@ -425,6 +428,7 @@ impl Kernel {
             next_command: 0,
             status: AgentStatus::Idle,
             publish_events: false,
+            publish_from: 0,
             disposing: false,
             finished: false,
         })
@@ -510,7 +514,19 @@ impl Kernel {
     /// Publish every appended session event as [`AgentEvent::Event`]
     /// (runtimes turn it on while anyone subscribes; statuses, asks and
     /// errors are always published).
+    ///
+    /// Turned on when the log holds `n` events, it publishes each event
+    /// with seq `n` or later once, in seq order, and none before `n` (a
+    /// subscriber reads those from the log). Turned off, it drops the
+    /// event publications not yet drained.
     pub fn set_publish_events(&mut self, on: bool) {
+        if on && !self.publish_events {
+            self.publish_from = self.core.session().len();
+        }
+        if !on {
+            self.effects
+                .retain(|e| !matches!(e, Effect::Publish(AgentEvent::Event(_))));
+        }
         self.publish_events = on;
     }
 

@@ -197,7 +197,7 @@ impl Kernel {
                     }
                 }
             }
-            if self.publish_events {
+            if self.publish_events && seq >= self.publish_from {
                 let e = Arc::new(event.clone());
                 self.effects
                     .push_back(Effect::Publish(AgentEvent::Event(e)));
