@@ -677,6 +677,9 @@ impl Harness {
     }
 
     fn check(&mut self, effect: Effect, persist_seen: &mut bool) {
+        if TRACE.with(|t| *t) {
+            eprintln!("  effect {effect:?}");
+        }
         match effect {
             Effect::StartModel(call) => {
                 assert_eq!(self.model_live, None, "a second model attempt while one streams");
@@ -770,6 +773,11 @@ fn run(case: &Case) -> Vec<u8> {
             assert_eq!(h.kernel.session().len(), before, "a refused input changed the log");
         }
         h.drain();
+        if trace {
+            for e in h.kernel.session().events_from(before) {
+                eprintln!("  event {} {:?}", e.seq(), e.data());
+            }
+        }
     }
     let mut out = Vec::new();
     if case.twice {

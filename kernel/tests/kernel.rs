@@ -265,6 +265,47 @@ fn a_chunk_of_a_cancelled_attempt_is_a_stale_refusal() {
     assert!(!KernelError::NoPersistPending.is_stale());
 }
 
+/// Found by the kernel fuzz target: a turn cancelled while a write is
+/// pending holds its `CancelModel` behind the write; if the stream ends in
+/// between, that end is the attempt's end (accepted, not stale), and no
+/// `CancelModel` follows for a stream that is over. Before, the end was
+/// refused as stale yet cleared the kernel's attempt, so the runtime saw
+/// neither an accepted end nor a cancel.
+#[test]
+fn the_end_of_a_stream_whose_cancel_waits_behind_a_write_is_accepted() {
+    for error in [false, true] {
+        let mut k = kernel_with(|c| c.write_batch_max_delay_ms = Some(0));
+        let fx = drain(&mut k, NOW);
+        let attempt = started_model(&fx).expect("a model call");
+        // A chunk opens a write-behind window of 0 ms: the write is due at
+        // once and stays pending (not reported yet).
+        k.model_chunk(NOW, attempt, StreamChunk::block_start(0, "text"))
+            .unwrap();
+        let mut pending = false;
+        while let Some(e) = k.poll() {
+            pending |= matches!(e, Effect::Persist { .. });
+        }
+        assert!(pending, "a write-behind is pending");
+        k.cancel(NOW, CancelCause::User, true);
+        assert!(k.poll().is_none(), "effects wait behind the write");
+        let ended = if error {
+            k.model_error(NOW, attempt, dsh_core::agent::HookError::msg("gone"))
+        } else {
+            k.model_end(NOW, attempt)
+        };
+        assert_eq!(ended, Ok(()), "the stream's end is the attempt's end");
+        k.persisted(NOW, Ok(())).unwrap();
+        let fx = drain(&mut k, NOW);
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::CancelModel { .. })),
+            "a cancel for a stream that ended: {fx:?}"
+        );
+        assert!(k.is_idle(), "the cancelled turn ended");
+        // A later end of the same attempt is stale.
+        assert!(k.model_end(NOW, attempt).unwrap_err().is_stale());
+    }
+}
+
 /// Sets the temperature; `stop` short-circuits the chain.
 struct Temp(f64, bool);
 

@@ -98,14 +98,30 @@ impl Kernel {
     }
 
     /// The stream of `attempt` ended (adapter failures arrive before as a
-    /// terminal `finish` chunk, AC-6).
+    /// terminal `finish` chunk, AC-6). The end of the live attempt is
+    /// accepted even when the turn already left it (a cancel waiting
+    /// behind a write); no [`Effect::CancelModel`] follows then.
     pub fn model_end(&mut self, now: Time, attempt: AttemptId) -> Result<(), KernelError> {
         let now = self.tick(now);
         if self.model != Some(attempt) {
             return Err(KernelError::StaleAttempt { attempt });
         }
         self.model = None;
-        Ok(self.core.handle_stream_end(now, attempt)?)
+        let ended = self.core.handle_stream_end(now, attempt);
+        Ok(Self::left_by_the_turn(ended)?)
+    }
+
+    /// The end of the kernel's live attempt that the turn already left (a
+    /// cancel whose [`Effect::CancelModel`] still waits behind a pending
+    /// write) is that attempt's end, not a stale input: it is accepted,
+    /// and no cancel follows for a stream that is over.
+    fn left_by_the_turn(
+        result: Result<(), dsh_core::agent::InputError>,
+    ) -> Result<(), dsh_core::agent::InputError> {
+        match result {
+            Err(dsh_core::agent::InputError::StaleAttempt { .. }) => Ok(()),
+            other => other,
+        }
     }
 
     /// The consumer of `attempt`'s stream failed outside the adapter: a
@@ -121,7 +137,8 @@ impl Kernel {
             return Err(KernelError::StaleAttempt { attempt });
         }
         self.model = None;
-        Ok(self.core.handle_stream_error(now, attempt, error)?)
+        let ended = self.core.handle_stream_error(now, attempt, error);
+        Ok(Self::left_by_the_turn(ended)?)
     }
 
     /// The body of call `token` returned `outcome`; `events` are the
