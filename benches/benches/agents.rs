@@ -10,7 +10,9 @@
 //! 3. send every agent `go` at once; each runs one tool turn (a one-call
 //!    tool step, then a text answer: two model calls, about 20 events);
 //! 4. when all are idle, with the agents still alive, read RSS and count
-//!    the open file descriptors.
+//!    the open file descriptors; split the C heap into what live
+//!    allocations hold and what freed memory the allocator keeps
+//!    (`mallinfo2`), to tell dsh's memory from the allocator's.
 //!
 //! Printed per case: RSS per agent created and per idle agent after one
 //! turn, open descriptors per idle agent, turns/s (all `N` turns over the
@@ -143,6 +145,19 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// The C heap as glibc's allocator sees it, in KiB, over all arenas:
+/// `(in use, free but kept)`: what live allocations hold, and what freed
+/// memory the allocator keeps in its arenas instead of giving it back (part
+/// of RSS that no agent holds).
+fn heap_kib() -> (u64, u64) {
+    // SAFETY: `mallinfo2` only reads the allocator's statistics.
+    let m = unsafe { libc::mallinfo2() };
+    (
+        ((m.uordblks + m.hblkhd) / 1024) as u64,
+        (m.fordblks / 1024) as u64,
+    )
+}
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
@@ -224,6 +239,7 @@ fn case(model: &str, store_kind: &str, n: usize, url: Option<String>) {
     std::fs::create_dir_all(&cwd).expect("workspace");
     let store = open_store(store_kind, dir.path());
     let base_rss = rss_kib();
+    let base_heap = heap_kib();
     let base_fds = open_fds();
     let result = smol::block_on(async {
         let mut agents = Vec::with_capacity(n);
@@ -290,6 +306,7 @@ fn case(model: &str, store_kind: &str, n: usize, url: Option<String>) {
         // Let the blocking pool's idle threads and the allocator settle.
         smol::Timer::after(Duration::from_millis(500)).await;
         let idle_rss = rss_kib();
+        let idle_heap = heap_kib();
         let idle_fds = open_fds();
         let mut turns: Vec<Duration> = sent
             .iter()
@@ -316,10 +333,12 @@ fn case(model: &str, store_kind: &str, n: usize, url: Option<String>) {
                 .map_or_else(|e| format!("load: {e}"), |i| i.events.len().to_string()),
         };
         let line = format!(
-            "RESULT model={model} store={store_kind} agents={n} nofile={} created_kib_per_agent={:.1} idle_kib_per_agent={:.1} fds_per_idle_agent={:.2} failures={failures} turns_per_s={:.0} turn_p50_ms={:.1} turn_p99_ms={:.1} step_p50_ms={:.1} step_p99_ms={:.1} events_per_session={events} first_error={}",
+            "RESULT model={model} store={store_kind} agents={n} nofile={} created_kib_per_agent={:.1} idle_kib_per_agent={:.1} heap_in_use_kib_per_idle_agent={:.1} heap_free_kept_kib_per_idle_agent={:.1} fds_per_idle_agent={:.2} failures={failures} turns_per_s={:.0} turn_p50_ms={:.1} turn_p99_ms={:.1} step_p50_ms={:.1} step_p99_ms={:.1} events_per_session={events} first_error={}",
             nofile(),
             created_rss.saturating_sub(base_rss) as f64 / n as f64,
             idle_rss.saturating_sub(base_rss) as f64 / n as f64,
+            idle_heap.0.saturating_sub(base_heap.0) as f64 / n as f64,
+            idle_heap.1.saturating_sub(base_heap.1) as f64 / n as f64,
             idle_fds.saturating_sub(base_fds) as f64 / n as f64,
             n as f64 / wall.as_secs_f64(),
             ms(percentile(&turns, 0.5)),
