@@ -60,11 +60,16 @@
 //!   back: the same `Value` (with `float-roundtrip` off, a float may read
 //!   one ulp off), and serde_json's `Value` serializer (`to_value` and its
 //!   raw value emitters) is left out.
+//! - `std-sort` (default): the standard sort (`sort_unstable_by` on key and
+//!   position) for the core's one stable sort (prompt sections and
+//!   contexts, retry codes). Off, a binary insertion over
+//!   `partition_point` and `Vec::insert`: the same order, O(n^2) moves for
+//!   the few items sorted, about 2 KB less code.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
-//! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas` and
-//! `value-serializer` are on by default.
+//! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
+//! `value-serializer` and `std-sort` are on by default.
 //! Each default feature keeps code a device may not need; `dsh-embedded`'s
 //! `examples/firmware` builds without them (its README says what each
 //! saves).

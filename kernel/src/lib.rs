@@ -140,7 +140,8 @@
 //!
 //! `plugins` and `stream-validation` are on by default, and with them the
 //! core's default features (`dsh-core/default`: `float-roundtrip`,
-//! `tool-schema`, `retry-executor`, `head-deltas`, `value-serializer`): this
+//! `tool-schema`, `retry-executor`, `head-deltas`, `value-serializer`,
+//! `std-sort`): this
 //! crate names the
 //! core with its default features off, so a device build
 //! (`default-features = false`) leaves them out through this one.

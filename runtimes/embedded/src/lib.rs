@@ -102,6 +102,9 @@
 //! - `error-patterns` (default): the CL-1 / CL-2 error message patterns
 //!   (`dsh-deepseek/error-patterns`); off, an HTTP error is classified by
 //!   its status alone.
+//! - `std-sort` (default): the standard sort for the core's stable sort
+//!   (`dsh-core/std-sort`); off, a binary insertion: the same order, for
+//!   the few prompt sections and retry codes.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!
