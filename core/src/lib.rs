@@ -65,11 +65,18 @@
 //!   contexts, retry codes). Off, a binary insertion over
 //!   `partition_point` and `Vec::insert`: the same order, O(n^2) moves for
 //!   the few items sorted, about 2 KB less code.
+//! - `error-texts` (default): the `Display` of [`session::AppendError`],
+//!   [`session::SeedError`], [`agent::InputError`] and [`agent::InboxError`]
+//!   names the seqs, ids, keys and details. Off, each prints a fixed short
+//!   text per variant (an append error still after its rule, e.g. `S1: seq
+//!   mismatch`): the errors stay typed with their fields, only the message
+//!   is shorter (and so is a message built from it, such as an invalid
+//!   input's), for about 1.5 KB less code.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
 //! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
-//! `value-serializer` and `std-sort` are on by default.
+//! `value-serializer`, `std-sort` and `error-texts` are on by default.
 //! Each default feature keeps code a device may not need; `dsh-embedded`'s
 //! `examples/firmware` builds without them (its README says what each
 //! saves).

@@ -134,15 +134,19 @@
 //!   [`StreamValidator`](dsh_core::StreamValidator). Off, the validator is
 //!   left out of the build and the flag reads as false (as in a release
 //!   build's default).
+//! - `error-texts` (default): [`KernelError`]'s `Display` names the attempt,
+//!   token or ask and wraps the inner error's text
+//!   (`dsh-core/error-texts`). Off, a fixed short text per variant (an
+//!   input or append error prints the core's short text): the error stays
+//!   typed, only its message is shorter.
 //! - `std`: links `std` (serde_json's `std` feature). The host glue of the
 //!   std runtimes (clock, model providers, the cancel token, their error
 //!   type) is the crate `dsh-host`, one floor up.
 //!
-//! `plugins` and `stream-validation` are on by default, and with them the
-//! core's default features (`dsh-core/default`: `float-roundtrip`,
-//! `tool-schema`, `retry-executor`, `head-deltas`, `value-serializer`,
-//! `std-sort`): this
-//! crate names the
+//! `plugins`, `stream-validation` and `error-texts` are on by default, and
+//! with them the core's default features (`dsh-core/default`:
+//! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
+//! `value-serializer`, `std-sort`, `error-texts`): this crate names the
 //! core with its default features off, so a device build
 //! (`default-features = false`) leaves them out through this one.
 

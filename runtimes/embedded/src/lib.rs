@@ -105,6 +105,11 @@
 //! - `std-sort` (default): the standard sort for the core's stable sort
 //!   (`dsh-core/std-sort`); off, a binary insertion: the same order, for
 //!   the few prompt sections and retry codes.
+//! - `error-texts` (default): the `Display` of [`ShellError`] and the core's
+//!   and kernel's errors it wraps names seqs, ids, tools and details
+//!   (`dsh-runtime/error-texts`, `dsh-core/error-texts`); off, a fixed
+//!   short text per variant: the errors stay typed, only their messages
+//!   (and an invalid input's message built from one) are shorter.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!
@@ -262,6 +267,7 @@ pub enum ShellError {
     Command(String),
 }
 
+#[cfg(feature = "error-texts")]
 impl fmt::Display for ShellError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -277,6 +283,23 @@ impl fmt::Display for ShellError {
             }
             ShellError::Command(e) => write!(f, "command failed: {e}"),
         }
+    }
+}
+
+/// Feature `error-texts` off: a fixed text per variant; wrapped errors
+/// print their own (short) texts.
+#[cfg(not(feature = "error-texts"))]
+impl fmt::Display for ShellError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShellError::ToolSchema { .. } => "tool parameters are not valid JSON",
+            ShellError::Tool(e) => return fmt::Display::fmt(e, f),
+            ShellError::Resume(e) => return fmt::Display::fmt(e, f),
+            ShellError::Input(e) => return fmt::Display::fmt(e, f),
+            ShellError::Sink(_) => "the session log sink failed",
+            ShellError::Stalled => "the agent waits for an answer the shell cannot give",
+            ShellError::Command(_) => "command failed",
+        })
     }
 }
 
@@ -1003,5 +1026,25 @@ fn spin(clock: fn() -> i64, ms: u64) {
         let now = clock();
         left = left.saturating_sub(now.saturating_sub(last).max(0).unsigned_abs());
         last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShellError;
+    use alloc::string::ToString;
+
+    /// The default build's texts name the tool; with `error-texts` off, a
+    /// fixed text per variant.
+    #[test]
+    fn shell_error_texts() {
+        let schema = ShellError::ToolSchema { name: "led" };
+        #[cfg(feature = "error-texts")]
+        assert_eq!(
+            schema.to_string(),
+            "tool \"led\": parameters is not valid JSON"
+        );
+        #[cfg(not(feature = "error-texts"))]
+        assert_eq!(schema.to_string(), "tool parameters are not valid JSON");
     }
 }
