@@ -72,11 +72,19 @@
 //!   mismatch`): the errors stay typed with their fields, only the message
 //!   is shorter (and so is a message built from it, such as an invalid
 //!   input's), for about 1.5 KB less code.
+//! - `prompt-templates` (default): `{{name}}` references in system-prompt
+//!   sections are interpolated (SP-3) from
+//!   [`agent::AgentConfig::variables`] and the `provider`, `model` and
+//!   `cwd` variables, strictly. Off, a section's text is used as it is
+//!   (`{{name}}` included, never an error), [`agent::AgentConfig::variables`]
+//!   is not read and the default assembly has no variables, for about 3 KB
+//!   less code.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
 //! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
-//! `value-serializer`, `std-sort` and `error-texts` are on by default.
+//! `value-serializer`, `std-sort`, `error-texts` and `prompt-templates` are
+//! on by default.
 //! Each default feature keeps code a device may not need; `dsh-embedded`'s
 //! `examples/firmware` builds without them (its README says what each
 //! saves).

@@ -105,6 +105,8 @@ pub struct AgentConfig {
     /// Dynamic context sections of the default assembly (LC-12, SP-5).
     pub contexts: Vec<PromptSection>,
     /// Extra template variables (`provider`, `model` and `cwd` are added).
+    /// Not read without feature `prompt-templates` (default), which leaves
+    /// interpolation out.
     pub variables: BTreeMap<String, Option<String>>,
     /// The tools visible to this agent.
     pub tools: ToolRegistry,

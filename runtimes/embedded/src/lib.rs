@@ -110,6 +110,9 @@
 //!   (`dsh-runtime/error-texts`, `dsh-core/error-texts`); off, a fixed
 //!   short text per variant: the errors stay typed, only their messages
 //!   (and an invalid input's message built from one) are shorter.
+//! - `prompt-templates` (default): `{{name}}` references in system-prompt
+//!   sections interpolated (`dsh-core/prompt-templates`); the shell sets no
+//!   sections or variables, so off changes nothing at run time.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!

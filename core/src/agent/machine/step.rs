@@ -78,16 +78,24 @@ impl Agent {
             None => self.config.tools.schemas(),
             Some(order) => self.config.tools.ordered_schemas(order)?,
         };
+        #[cfg(feature = "prompt-templates")]
         let mut variables = self.config.variables.clone();
+        #[cfg(feature = "prompt-templates")]
         variables
             .entry(String::from("provider"))
             .or_insert_with(|| self.config.options.provider.clone());
+        #[cfg(feature = "prompt-templates")]
         variables
             .entry(String::from("model"))
             .or_insert_with(|| self.config.options.model.clone());
+        #[cfg(feature = "prompt-templates")]
         variables
             .entry(String::from("cwd"))
             .or_insert_with(|| self.session.header().cwd.clone());
+        // Feature `prompt-templates` off: sections are not interpolated,
+        // so the assembly carries no variables.
+        #[cfg(not(feature = "prompt-templates"))]
+        let variables = alloc::collections::BTreeMap::new();
         Ok(Assembly {
             sections: self.config.sections.clone(),
             contexts: self.config.contexts.clone(),
