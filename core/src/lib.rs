@@ -79,12 +79,21 @@
 //!   (`{{name}}` included, never an error), [`agent::AgentConfig::variables`]
 //!   is not read and the default assembly has no variables, for about 3 KB
 //!   less code.
+//! - `runtime-context` (default): the runtime-context snapshot (LC-12):
+//!   non-empty [`agent::AgentConfig::contexts`] (or an assembly's) enter the
+//!   request as a snapshot message, and a snapshot in the log is cleared
+//!   when they go. Off, contexts are not sent and no snapshot or clearing
+//!   message is written, for about 1 KB less code.
+//! - `surface-replace` (default): surface replacements (S5-S8: compaction,
+//!   tool-result rewrites). Off, an event whose `surfaceOp` is a replace is
+//!   refused ([`AppendError::InvalidSurfaceOp`], S5), and so is a log or
+//!   seed holding one, for about 1.5 KB less code.
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
 //! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
-//! `value-serializer`, `std-sort`, `error-texts` and `prompt-templates` are
-//! on by default.
+//! `value-serializer`, `std-sort`, `error-texts`, `prompt-templates`,
+//! `runtime-context` and `surface-replace` are on by default.
 //! Each default feature keeps code a device may not need; `dsh-embedded`'s
 //! `examples/firmware` builds without them (its README says what each
 //! saves).

@@ -102,7 +102,8 @@ pub struct AgentConfig {
     pub options: AgentOptions,
     /// System-prompt sections of the default assembly (SP-2).
     pub sections: Vec<PromptSection>,
-    /// Dynamic context sections of the default assembly (LC-12, SP-5).
+    /// Dynamic context sections of the default assembly (LC-12, SP-5). Not
+    /// sent without feature `runtime-context` (default).
     pub contexts: Vec<PromptSection>,
     /// Extra template variables (`provider`, `model` and `cwd` are added).
     /// Not read without feature `prompt-templates` (default), which leaves

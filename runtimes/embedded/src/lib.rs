@@ -113,6 +113,12 @@
 //! - `prompt-templates` (default): `{{name}}` references in system-prompt
 //!   sections interpolated (`dsh-core/prompt-templates`); the shell sets no
 //!   sections or variables, so off changes nothing at run time.
+//! - `runtime-context` (default): the runtime-context snapshot
+//!   (`dsh-core/runtime-context`); the shell sets no contexts, so off
+//!   changes nothing at run time.
+//! - `surface-replace` (default): surface replacements
+//!   (`dsh-core/surface-replace`: compaction, tool-result rewrites), which
+//!   only plugins write; off, an event with a replace is refused.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!

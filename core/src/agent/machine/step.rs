@@ -125,8 +125,10 @@ impl Agent {
         };
         let turn = self.coords().0;
         let mut default = claimed.clone();
-        if let Some((text, source)) =
-            runtime_context_candidate(&self.retained_context(), &assembly.context_sections())
+        // Feature `runtime-context` off: no snapshot message (LC-12).
+        if cfg!(feature = "runtime-context")
+            && let Some((text, source)) =
+                runtime_context_candidate(&self.retained_context(), &assembly.context_sections())
         {
             let id = self.ids.message_id(IdPurpose::RuntimeContext {
                 turn,
