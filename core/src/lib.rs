@@ -88,12 +88,16 @@
 //!   tool-result rewrites). Off, an event whose `surfaceOp` is a replace is
 //!   refused ([`AppendError::InvalidSurfaceOp`], S5), and so is a log or
 //!   seed holding one, for about 1.5 KB less code.
+//! - `tool-order` (default): `toolOrder` (SP-4,
+//!   [`agent::AgentConfig::tool_order`]). Off, the order is not read and
+//!   tools are always sent in name order (an order naming an unknown tool
+//!   is no error).
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
 //! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
 //! `value-serializer`, `std-sort`, `error-texts`, `prompt-templates`,
-//! `runtime-context` and `surface-replace` are on by default.
+//! `runtime-context`, `surface-replace` and `tool-order` are on by default.
 //! Each default feature keeps code a device may not need; `dsh-embedded`'s
 //! `examples/firmware` builds without them (its README says what each
 //! saves).

@@ -272,6 +272,26 @@ fn lc13_reasoning_effort_comes_from_the_folded_header() {
     ));
 }
 
+/// Feature `tool-order` off: the order is not read, tools by name.
+#[cfg(not(feature = "tool-order"))]
+#[test]
+fn lc16_without_tool_order() {
+    let mut config = f0_config(vec![plain_tool("zeta"), plain_tool("alpha"), echo()]);
+    config.tool_order = Some(vec!["missing".into(), UNLISTED_TOOLS.into()]);
+    let mut t = T::with(config);
+    t.followup(&m1());
+    let names: Vec<&str> = t.calls[0]
+        .request
+        .tools
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(names, ["alpha", "echo", "zeta"]);
+}
+
+#[cfg(feature = "tool-order")]
 #[test]
 fn lc16_tool_order() {
     let mut config = f0_config(vec![plain_tool("zeta"), plain_tool("alpha"), echo()]);

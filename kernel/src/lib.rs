@@ -147,8 +147,8 @@
 //! with them the core's default features (`dsh-core/default`:
 //! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
 //! `value-serializer`, `std-sort`, `error-texts`, `prompt-templates`,
-//! `runtime-context`, `surface-replace`): this crate names the core with
-//! its default features off, so a device build
+//! `runtime-context`, `surface-replace`, `tool-order`): this crate names
+//! the core with its default features off, so a device build
 //! (`default-features = false`) leaves them out through this one.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]

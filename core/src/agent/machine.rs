@@ -111,7 +111,8 @@ pub struct AgentConfig {
     pub variables: BTreeMap<String, Option<String>>,
     /// The tools visible to this agent.
     pub tools: ToolRegistry,
-    /// `toolOrder` (SP-4); `None` orders tools by name.
+    /// `toolOrder` (SP-4); `None` orders tools by name. Not read without
+    /// feature `tool-order` (default).
     pub tool_order: Option<Vec<String>>,
     /// Run the `llm-retry` executor (streaming.md 6) at the request-error
     /// seam, logging `llm/retry` and `llm/retry-started`. Needs feature

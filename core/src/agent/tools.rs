@@ -244,6 +244,7 @@ impl ToolRegistry {
     /// the rest at the single [`UNLISTED_TOOLS`] entry in name order. A listed
     /// name no tool has, or an order without exactly one marker, is an
     /// assembly error.
+    #[cfg(feature = "tool-order")]
     pub(crate) fn ordered_schemas(&self, order: &[String]) -> Result<Vec<ToolSchema>, String> {
         let markers = order.iter().filter(|n| *n == UNLISTED_TOOLS).count();
         if markers != 1 {

@@ -119,6 +119,8 @@
 //! - `surface-replace` (default): surface replacements
 //!   (`dsh-core/surface-replace`: compaction, tool-result rewrites), which
 //!   only plugins write; off, an event with a replace is refused.
+//! - `tool-order` (default): `toolOrder` (`dsh-core/tool-order`); the shell
+//!   sets none, so off changes nothing at run time.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!

@@ -75,8 +75,10 @@ impl Agent {
 
     pub(super) fn default_assembly(&self) -> Result<Assembly, String> {
         let tools = match &self.config.tool_order {
-            None => self.config.tools.schemas(),
+            #[cfg(feature = "tool-order")]
             Some(order) => self.config.tools.ordered_schemas(order)?,
+            // Feature `tool-order` off: tools in name order, always.
+            _ => self.config.tools.schemas(),
         };
         #[cfg(feature = "prompt-templates")]
         let mut variables = self.config.variables.clone();
