@@ -67,11 +67,13 @@
 //!   the few items sorted, about 2 KB less code.
 //! - `error-texts` (default): the `Display` of [`session::AppendError`],
 //!   [`session::SeedError`], [`agent::InputError`] and [`agent::InboxError`]
-//!   names the seqs, ids, keys and details. Off, each prints a fixed short
-//!   text per variant (an append error still after its rule, e.g. `S1: seq
-//!   mismatch`): the errors stay typed with their fields, only the message
-//!   is shorter (and so is a message built from it, such as an invalid
-//!   input's), for about 1.5 KB less code.
+//!   names the seqs, ids, keys and details, and so do the details and
+//!   messages the core builds (an append error's `detail`, a tool error
+//!   result such as `unknown tool "x"`, a turn error). Off, each prints or
+//!   builds a fixed short text (an append error still after its rule, e.g.
+//!   `S1: seq mismatch`; `unknown tool`): the errors stay typed with their
+//!   fields and codes, only the messages are shorter, for about 3.5 KB less
+//!   code.
 //! - `prompt-templates` (default): `{{name}}` references in system-prompt
 //!   sections are interpolated (SP-3) from
 //!   [`agent::AgentConfig::variables`] and the `provider`, `model` and
@@ -132,6 +134,25 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+
+/// An error message: `format!` with feature `error-texts` (default), else
+/// the fixed `short` text (the arguments are neither evaluated nor
+/// formatted; the dead `format_args!` keeps them used).
+macro_rules! error_text {
+    ($short:literal, $($fmt:tt)+) => {{
+        #[cfg(feature = "error-texts")]
+        {
+            alloc::format!($($fmt)+)
+        }
+        #[cfg(not(feature = "error-texts"))]
+        {
+            if false {
+                let _ = core::format_args!($($fmt)+);
+            }
+            alloc::string::String::from($short)
+        }
+    }};
+}
 
 pub mod agent;
 mod assembler;

@@ -379,6 +379,9 @@ pub fn feed<D: Dispatch + ?Sized>(
 /// a failure is published as [`AgentEvent::Error`].
 pub fn released<D: Dispatch + ?Sized>(d: &mut D, result: Result<(), String>) {
     if let Err(e) = result {
-        d.publish(AgentEvent::Error(alloc::format!("session store: {e}")));
+        d.publish(AgentEvent::Error(error_text!(
+            "session store write failed",
+            "session store: {e}"
+        )));
     }
 }

@@ -218,7 +218,7 @@ impl From<InboxError> for InputError {
     fn from(e: InboxError) -> Self {
         match e {
             InboxError::Duplicate(id) => InputError::DuplicateMessage(id),
-            other => InputError::InvalidMessage(alloc::format!("{other}")),
+            other => InputError::InvalidMessage(error_text!("invalid inbox splice", "{other}")),
         }
     }
 }

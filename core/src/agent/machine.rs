@@ -3,7 +3,6 @@
 use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
-use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
@@ -690,7 +689,8 @@ impl Agent {
         match self.session.append(data, intent, now.as_millis()) {
             Ok(e) => Some(e.seq()),
             Err(e) => {
-                self.faults.push(format!("append refused: {e}"));
+                self.faults
+                    .push(error_text!("append refused", "append refused: {e}"));
                 None
             }
         }
@@ -751,7 +751,7 @@ impl Agent {
             .with_surface(crate::session::SurfaceOp::Append, None);
         self.session
             .check(&probe)
-            .map_err(|e| InputError::InvalidMessage(format!("{e}")))
+            .map_err(|e| InputError::InvalidMessage(error_text!("invalid message", "{e}")))
     }
 
     fn open_stream(&self, attempt: AttemptId) -> Result<(u64, u64), InputError> {

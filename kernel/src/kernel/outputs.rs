@@ -214,7 +214,10 @@ impl Kernel {
         let now = self.now;
         for (data, intent) in appends {
             if let Err(e) = self.core.append_event(now, data, intent) {
-                self.publish(AgentEvent::Error(format!("plugin event refused: {e}")));
+                self.publish(AgentEvent::Error(error_text!(
+                    "plugin event refused",
+                    "plugin event refused: {e}"
+                )));
             }
         }
         for a in actions {
@@ -225,7 +228,10 @@ impl Kernel {
                     wakeup,
                 } => {
                     if let Err(e) = self.core.send(now, message, target, wakeup) {
-                        self.publish(AgentEvent::Error(format!("plugin send refused: {e}")));
+                        self.publish(AgentEvent::Error(error_text!(
+                            "plugin send refused",
+                            "plugin send refused: {e}"
+                        )));
                     }
                 }
                 Action::Cancel { cause, keep_inbox } => self.core.cancel(now, cause, keep_inbox),

@@ -106,10 +106,12 @@
 //!   (`dsh-core/std-sort`); off, a binary insertion: the same order, for
 //!   the few prompt sections and retry codes.
 //! - `error-texts` (default): the `Display` of [`ShellError`] and the core's
-//!   and kernel's errors it wraps names seqs, ids, tools and details
-//!   (`dsh-runtime/error-texts`, `dsh-core/error-texts`); off, a fixed
-//!   short text per variant: the errors stay typed, only their messages
-//!   (and an invalid input's message built from one) are shorter.
+//!   and kernel's errors it wraps, and the messages the shell, kernel,
+//!   adapter and core build (a transport failure, a tool error result, a
+//!   turn error), name seqs, ids, hosts, tools and details
+//!   (`dsh-runtime/error-texts`, `dsh-deepseek/error-texts`,
+//!   `dsh-core/error-texts`); off, a fixed short text: the errors stay
+//!   typed and their codes unchanged, only the messages are shorter.
 //! - `prompt-templates` (default): `{{name}}` references in system-prompt
 //!   sections interpolated (`dsh-core/prompt-templates`); the shell sets no
 //!   sections or variables, so off changes nothing at run time.
@@ -132,6 +134,25 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+
+/// An error message: `format!` with feature `error-texts` (default), else
+/// the fixed `short` text (the arguments are neither evaluated nor
+/// formatted; the dead `format_args!` keeps them used).
+macro_rules! error_text {
+    ($short:literal, $($fmt:tt)+) => {{
+        #[cfg(feature = "error-texts")]
+        {
+            alloc::format!($($fmt)+)
+        }
+        #[cfg(not(feature = "error-texts"))]
+        {
+            if false {
+                let _ = core::format_args!($($fmt)+);
+            }
+            alloc::string::String::from($short)
+        }
+    }};
+}
 
 pub mod http;
 mod tools;
@@ -688,21 +709,25 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         self.fed(r);
     }
 
-    fn base_url(&self) -> String {
-        format!("http://{}", self.config.host)
-    }
-
     fn transport(&self, what: &str) -> LlmError {
         LlmError::coded(
             codes::TRANSPORT,
-            &format!("DeepSeek API {what} {} failed", self.base_url()),
+            &error_text!(
+                "DeepSeek API transport failed",
+                "DeepSeek API {what} http://{} failed",
+                self.config.host
+            ),
         )
     }
 
     fn bad_http(&self, e: HttpError) -> LlmError {
         LlmError::coded(
             codes::TRANSPORT,
-            &format!("DeepSeek API response from {}: {e}", self.base_url()),
+            &error_text!(
+                "DeepSeek API response is not valid HTTP",
+                "DeepSeek API response from http://{}: {e}",
+                self.config.host
+            ),
         )
     }
 
@@ -961,7 +986,10 @@ impl<S: Write> Dispatch for Io<'_, S> {
     /// a failure nothing more is written.
     fn persist(&mut self, events: &[SessionEvent]) -> Option<Result<(), String>> {
         if let Some(kind) = *self.sink_error {
-            return Some(Err(format!("the log sink failed: {kind:?}")));
+            return Some(Err(error_text!(
+                "the log sink failed",
+                "the log sink failed: {kind:?}"
+            )));
         }
         let mut result = Ok(());
         for event in events {
@@ -979,7 +1007,7 @@ impl<S: Write> Dispatch for Io<'_, S> {
         }
         Some(result.map_err(|kind| {
             *self.sink_error = Some(kind);
-            format!("the log sink failed: {kind:?}")
+            error_text!("the log sink failed", "the log sink failed: {kind:?}")
         }))
     }
 

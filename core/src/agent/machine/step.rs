@@ -152,7 +152,10 @@ impl Agent {
         {
             // A runaway turn is stopped the way loop.md SM-10 d says a
             // plugin stops one, before the step opens.
-            let reason = format!("max steps per turn ({max}) reached");
+            let reason = error_text!(
+                "max steps per turn reached",
+                "max steps per turn ({max}) reached"
+            );
             self.cancel_inner(now, CancelCause::Hook { reason }, true);
             self.pre_step_done(now, proposed, assembly, Ok(default));
             return;
@@ -210,7 +213,13 @@ impl Agent {
         // rather than write an event the session would reject.
         for m in &messages {
             if let Err(e) = self.check_user_message(m) {
-                self.turn_error(now, HookError::msg(format!("pre-step entered an {e}")));
+                self.turn_error(
+                    now,
+                    HookError::msg(error_text!(
+                        "pre-step entered an invalid message",
+                        "pre-step entered an {e}"
+                    )),
+                );
                 return;
             }
         }
@@ -314,7 +323,8 @@ impl Agent {
             }
         };
         if config.provider.is_empty() || config.model.is_empty() {
-            let msg = format!(
+            let msg = error_text!(
+                "agent has no provider/model",
                 "agent \"{}\" has no provider/model: set AgentOptions.provider and AgentOptions.model or supply both via the agent/request waterfall",
                 self.id
             );
@@ -449,7 +459,10 @@ impl Agent {
         let mut content = match stream.assembler.blocks() {
             Ok(c) => c,
             Err(e) => {
-                self.turn_error(now, HookError::msg(format!("{e}")));
+                self.turn_error(
+                    now,
+                    HookError::msg(error_text!("invalid response blocks", "{e}")),
+                );
                 return;
             }
         };
