@@ -214,7 +214,10 @@ impl Kernel {
                         let error = HookError::llm("FLUSH_FAILED", message);
                         let now = self.now;
                         if let Err(e) = self.model_error(now, attempt, error) {
-                            self.publish(AgentEvent::Error(e.to_string()));
+                            self.publish(AgentEvent::Error(error_text!(
+                                "model error refused",
+                                "{e}"
+                            )));
                         }
                     }
                     None if matches!(

@@ -126,7 +126,10 @@ impl Kernel {
                     self.model = Some(call.attempt);
                     let error = HookError::llm("FLUSH_FAILED", message);
                     if let Err(e) = self.model_error(now, call.attempt, error) {
-                        self.publish(AgentEvent::Error(e.to_string()));
+                        self.publish(AgentEvent::Error(error_text!(
+                            "store failure refused",
+                            "{e}"
+                        )));
                     }
                 }
                 None => {
@@ -147,7 +150,10 @@ impl Kernel {
                         self.core
                             .handle_tool_result(now, exec.token, ToolOutcome::error(message))
                     {
-                        self.publish(AgentEvent::Error(e.to_string()));
+                        self.publish(AgentEvent::Error(error_text!(
+                            "store failure refused",
+                            "{e}"
+                        )));
                     }
                 }
                 None => self.execute(exec),

@@ -349,7 +349,10 @@ impl From<KernelError> for ShellError {
             KernelError::Input(e) => ShellError::Input(e),
             KernelError::Resume(e) => ShellError::Resume(e),
             KernelError::Tools(e) => ShellError::Tool(e),
-            other => ShellError::Input(InputError::InvalidMessage(other.to_string())),
+            other => ShellError::Input(InputError::InvalidMessage(error_text!(
+                "the kernel refused the input",
+                "{other}"
+            ))),
         }
     }
 }
@@ -1085,5 +1088,15 @@ mod tests {
         );
         #[cfg(not(feature = "error-texts"))]
         assert_eq!(schema.to_string(), "tool parameters are not valid JSON");
+        // A kernel refusal becomes an invalid input with its text.
+        let refused = ShellError::from(dsh_runtime::KernelError::WrongReply);
+        #[cfg(feature = "error-texts")]
+        let text = "the reply does not match the pending ask";
+        #[cfg(not(feature = "error-texts"))]
+        let text = "the kernel refused the input";
+        assert_eq!(
+            refused,
+            ShellError::Input(dsh_core::agent::InputError::InvalidMessage(text.into()))
+        );
     }
 }
