@@ -688,7 +688,10 @@ impl<'de> Visitor<'de> for ChunkVisitor {
         let kind = kind.ok_or_else(|| de::Error::custom("chunk is missing \"type\""))?;
         fn need<T, E: de::Error>(v: Option<T>, kind: &str, field: &str) -> Result<T, E> {
             v.ok_or_else(|| {
-                de::Error::custom(alloc::format!("{kind} chunk is missing \"{field}\""))
+                de::Error::custom(error_text!(
+                    "chunk field missing",
+                    "{kind} chunk is missing \"{field}\""
+                ))
             })
         }
         Ok(match kind.as_str() {
@@ -716,7 +719,8 @@ impl<'de> Visitor<'de> for ChunkVisitor {
             "usage" => StreamChunk::usage(need(usage, &kind, "usage")?),
             "finish" => StreamChunk::finish_with(need(reason, &kind, "reason")?, replay.flatten()),
             other => {
-                return Err(de::Error::custom(alloc::format!(
+                return Err(de::Error::custom(error_text!(
+                    "unknown chunk type",
                     "unknown chunk type \"{other}\" (SC-1: the chunk set is closed)"
                 )));
             }

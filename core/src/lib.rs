@@ -60,11 +60,46 @@
 //!   back: the same `Value` (with `float-roundtrip` off, a float may read
 //!   one ulp off), and serde_json's `Value` serializer (`to_value` and its
 //!   raw value emitters) is left out.
+//! - `std-sort` (default): the standard sort (`sort_unstable_by` on key and
+//!   position) for the core's one stable sort (prompt sections and
+//!   contexts, retry codes). Off, a binary insertion over
+//!   `partition_point` and `Vec::insert`: the same order, O(n^2) moves for
+//!   the few items sorted, about 2 KB less code.
+//! - `error-texts` (default): the `Display` of [`session::AppendError`],
+//!   [`session::SeedError`], [`agent::InputError`] and [`agent::InboxError`]
+//!   names the seqs, ids, keys and details, and so do the details and
+//!   messages the core builds (an append error's `detail`, a tool error
+//!   result such as `unknown tool "x"`, a turn error). Off, each prints or
+//!   builds a fixed short text (an append error still after its rule, e.g.
+//!   `S1: seq mismatch`; `unknown tool`): the errors stay typed with their
+//!   fields and codes, only the messages are shorter, for about 3.5 KB less
+//!   code.
+//! - `prompt-templates` (default): `{{name}}` references in system-prompt
+//!   sections are interpolated (SP-3) from
+//!   [`agent::AgentConfig::variables`] and the `provider`, `model` and
+//!   `cwd` variables, strictly. Off, a section's text is used as it is
+//!   (`{{name}}` included, never an error), [`agent::AgentConfig::variables`]
+//!   is not read and the default assembly has no variables, for about 3 KB
+//!   less code.
+//! - `runtime-context` (default): the runtime-context snapshot (LC-12):
+//!   non-empty [`agent::AgentConfig::contexts`] (or an assembly's) enter the
+//!   request as a snapshot message, and a snapshot in the log is cleared
+//!   when they go. Off, contexts are not sent and no snapshot or clearing
+//!   message is written, for about 1 KB less code.
+//! - `surface-replace` (default): surface replacements (S5-S8: compaction,
+//!   tool-result rewrites). Off, an event whose `surfaceOp` is a replace is
+//!   refused ([`AppendError::InvalidSurfaceOp`], S5), and so is a log or
+//!   seed holding one, for about 1.5 KB less code.
+//! - `tool-order` (default): `toolOrder` (SP-4,
+//!   [`agent::AgentConfig::tool_order`]). Off, the order is not read and
+//!   tools are always sent in name order (an order naming an unknown tool
+//!   is no error).
 //! - `defmt`: derives `defmt::Format` on the public types, for logging from a
 //!   microcontroller.
 //!
-//! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas` and
-//! `value-serializer` are on by default.
+//! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
+//! `value-serializer`, `std-sort`, `error-texts`, `prompt-templates`,
+//! `runtime-context`, `surface-replace` and `tool-order` are on by default.
 //! Each default feature keeps code a device may not need; `dsh-embedded`'s
 //! `examples/firmware` builds without them (its README says what each
 //! saves).
@@ -99,6 +134,25 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+
+/// An error message: `format!` with feature `error-texts` (default), else
+/// the fixed `short` text (the arguments are neither evaluated nor
+/// formatted; the dead `format_args!` keeps them used).
+macro_rules! error_text {
+    ($short:literal, $($fmt:tt)+) => {{
+        #[cfg(feature = "error-texts")]
+        {
+            alloc::format!($($fmt)+)
+        }
+        #[cfg(not(feature = "error-texts"))]
+        {
+            if false {
+                let _ = core::format_args!($($fmt)+);
+            }
+            alloc::string::String::from($short)
+        }
+    }};
+}
 
 pub mod agent;
 mod assembler;

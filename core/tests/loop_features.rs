@@ -5,7 +5,7 @@
 mod loop_support;
 
 use dsh_core::Time;
-use dsh_core::agent::prompt::{PromptSection, RUNTIME_CONTEXT_CLEARED, RUNTIME_CONTEXT_HEADER};
+use dsh_core::agent::prompt::PromptSection;
 use dsh_core::agent::retry::RetryPolicy;
 use dsh_core::agent::tools::{ToolDefinition, ToolOutcome, UNLISTED_TOOLS};
 use dsh_core::agent::{
@@ -155,8 +155,27 @@ fn no_adapter_falls_back_without_policy() {
     assert!(t.seen().iter().any(|s| s == "request-error 1/1 SERVER"));
 }
 
+/// Feature `runtime-context` off: contexts are not sent, no snapshot.
+#[cfg(not(feature = "runtime-context"))]
+#[test]
+fn lc12_without_runtime_context() {
+    let mut config = f0_config(vec![]);
+    config.contexts = vec![PromptSection::new("env", 0, "cwd=/repo")];
+    let mut t = T::with(config);
+    t.followup(&m1());
+    let first: Vec<&str> = t.calls[0]
+        .request
+        .messages
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect();
+    assert_eq!(first, ["m1"]);
+}
+
+#[cfg(feature = "runtime-context")]
 #[test]
 fn lc12_runtime_context_snapshots() {
+    use dsh_core::agent::prompt::{RUNTIME_CONTEXT_CLEARED, RUNTIME_CONTEXT_HEADER};
     let mut config = f0_config(vec![]);
     config.contexts = vec![PromptSection::new("env", 0, "cwd=/repo")];
     let mut t = T::with(config);
@@ -253,6 +272,26 @@ fn lc13_reasoning_effort_comes_from_the_folded_header() {
     ));
 }
 
+/// Feature `tool-order` off: the order is not read, tools by name.
+#[cfg(not(feature = "tool-order"))]
+#[test]
+fn lc16_without_tool_order() {
+    let mut config = f0_config(vec![plain_tool("zeta"), plain_tool("alpha"), echo()]);
+    config.tool_order = Some(vec!["missing".into(), UNLISTED_TOOLS.into()]);
+    let mut t = T::with(config);
+    t.followup(&m1());
+    let names: Vec<&str> = t.calls[0]
+        .request
+        .tools
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(names, ["alpha", "echo", "zeta"]);
+}
+
+#[cfg(feature = "tool-order")]
 #[test]
 fn lc16_tool_order() {
     let mut config = f0_config(vec![plain_tool("zeta"), plain_tool("alpha"), echo()]);

@@ -23,7 +23,7 @@
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use dsh_core::agent::tools::ToolOutcome;
@@ -189,9 +189,10 @@ pub trait Dispatch {
 
     /// The kernel refused an input or a report, and not as stale (see
     /// [`KernelError::is_stale`]). Default: published as
-    /// [`AgentEvent::Error`] with its message.
+    /// [`AgentEvent::Error`] with its message (a fixed text without feature
+    /// `error-texts`).
     fn refused(&mut self, error: &KernelError) {
-        self.publish(AgentEvent::Error(error.to_string()));
+        self.publish(AgentEvent::Error(error_text!("input refused", "{error}")));
     }
 }
 
@@ -379,6 +380,9 @@ pub fn feed<D: Dispatch + ?Sized>(
 /// a failure is published as [`AgentEvent::Error`].
 pub fn released<D: Dispatch + ?Sized>(d: &mut D, result: Result<(), String>) {
     if let Err(e) = result {
-        d.publish(AgentEvent::Error(alloc::format!("session store: {e}")));
+        d.publish(AgentEvent::Error(error_text!(
+            "session store write failed",
+            "session store: {e}"
+        )));
     }
 }

@@ -134,15 +134,22 @@
 //!   [`StreamValidator`](dsh_core::StreamValidator). Off, the validator is
 //!   left out of the build and the flag reads as false (as in a release
 //!   build's default).
+//! - `error-texts` (default): [`KernelError`]'s `Display` names the attempt,
+//!   token or ask and wraps the inner error's text, and the kernel's own
+//!   messages (a tool timeout's result, a store failure, refusals) name
+//!   their details (`dsh-core/error-texts`). Off, a fixed short text (an
+//!   input or append error prints the core's short text): errors stay
+//!   typed and codes unchanged, only messages are shorter.
 //! - `std`: links `std` (serde_json's `std` feature). The host glue of the
 //!   std runtimes (clock, model providers, the cancel token, their error
 //!   type) is the crate `dsh-host`, one floor up.
 //!
-//! `plugins` and `stream-validation` are on by default, and with them the
-//! core's default features (`dsh-core/default`: `float-roundtrip`,
-//! `tool-schema`, `retry-executor`, `head-deltas`, `value-serializer`): this
-//! crate names the
-//! core with its default features off, so a device build
+//! `plugins`, `stream-validation` and `error-texts` are on by default, and
+//! with them the core's default features (`dsh-core/default`:
+//! `float-roundtrip`, `tool-schema`, `retry-executor`, `head-deltas`,
+//! `value-serializer`, `std-sort`, `error-texts`, `prompt-templates`,
+//! `runtime-context`, `surface-replace`, `tool-order`): this crate names
+//! the core with its default features off, so a device build
 //! (`default-features = false`) leaves them out through this one.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -151,6 +158,25 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+
+/// An error message: `format!` with feature `error-texts` (default), else
+/// the fixed `short` text (the arguments are neither evaluated nor
+/// formatted; the dead `format_args!` keeps them used).
+macro_rules! error_text {
+    ($short:literal, $($fmt:tt)+) => {{
+        #[cfg(feature = "error-texts")]
+        {
+            alloc::format!($($fmt)+)
+        }
+        #[cfg(not(feature = "error-texts"))]
+        {
+            if false {
+                let _ = core::format_args!($($fmt)+);
+            }
+            alloc::string::String::from($short)
+        }
+    }};
+}
 #[cfg(feature = "std")]
 extern crate std;
 

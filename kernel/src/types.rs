@@ -394,6 +394,7 @@ impl KernelError {
     }
 }
 
+#[cfg(feature = "error-texts")]
 impl fmt::Display for KernelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -420,10 +421,58 @@ impl fmt::Display for KernelError {
     }
 }
 
+/// Feature `error-texts` off: a fixed text per variant; the core's input
+/// and append errors print their own (short) texts.
+#[cfg(not(feature = "error-texts"))]
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KernelError::StaleAttempt { .. } => "stale model attempt",
+            KernelError::StaleTool { .. } => "stale tool call",
+            KernelError::StaleAsk { .. } => "stale ask",
+            KernelError::WrongReply => "the reply does not match the pending ask",
+            KernelError::NoPersistPending => "no persist effect is pending",
+            KernelError::Disposed => "the agent is being disposed",
+            KernelError::Input(e) => return fmt::Display::fmt(e, f),
+            KernelError::Tools(_) => "tool registry refused a tool",
+            KernelError::Header(_) => "invalid session header",
+            KernelError::Resume(_) => "cannot resume",
+            KernelError::Seed(_) => "stored log is invalid",
+            KernelError::Fork(_) => "cannot fork",
+            KernelError::Append(e) => return fmt::Display::fmt(e, f),
+            #[cfg(not(feature = "plugins"))]
+            KernelError::NoPluginChain => "this build has no plugin chain",
+        })
+    }
+}
+
 impl core::error::Error for KernelError {}
 
 impl From<InputError> for KernelError {
     fn from(e: InputError) -> Self {
         KernelError::Input(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KernelError;
+    use alloc::string::ToString;
+    use dsh_core::agent::InputError;
+
+    /// The default build's texts wrap the inner error's text; with
+    /// `error-texts` off, a fixed text per variant (the core's input errors
+    /// print their own).
+    #[test]
+    fn kernel_error_texts() {
+        let input = KernelError::Input(InputError::UnknownHook { id: 7 });
+        assert_eq!(
+            KernelError::WrongReply.to_string(),
+            "the reply does not match the pending ask"
+        );
+        #[cfg(feature = "error-texts")]
+        assert_eq!(input.to_string(), "no pending hook has id 7");
+        #[cfg(not(feature = "error-texts"))]
+        assert_eq!(input.to_string(), "unknown hook");
     }
 }

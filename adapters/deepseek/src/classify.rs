@@ -100,6 +100,17 @@ impl ProviderError {
     }
 }
 
+/// The classifier input ([`ProviderError::detail`]) for the CL-1 / CL-2
+/// patterns; without feature `error-patterns` they match nothing, so it is
+/// not built.
+fn pattern_input(provider: &ProviderError) -> String {
+    if cfg!(feature = "error-patterns") {
+        provider.detail()
+    } else {
+        String::new()
+    }
+}
+
 /// H-3: the failure code for a non-2xx `status` with classifier input `detail`.
 pub fn http_error_code(status: u16, detail: &str) -> String {
     match status {
@@ -137,10 +148,14 @@ pub struct HttpErrorResponse<'a> {
 /// The status is kept when it is a valid LF-1 status (100–599).
 pub fn classify_http_error(response: &HttpErrorResponse<'_>) -> LlmError {
     let provider = ProviderError::parse(response.body);
-    let code = http_error_code(response.status, &provider.detail());
+    let code = http_error_code(response.status, &pattern_input(&provider));
     let message = match provider.message {
         Some(m) => m,
-        None => format!("DeepSeek API error (HTTP {})", response.status),
+        None => error_text!(
+            "DeepSeek API error",
+            "DeepSeek API error (HTTP {})",
+            response.status
+        ),
     };
     let mut failure = LlmFailure::new(code, message);
     if (100..=599).contains(&response.status) {
@@ -166,7 +181,6 @@ pub fn classify_http_error(response: &HttpErrorResponse<'_>) -> LlmError {
 /// otherwise `PROVIDER_ERROR`. The message is the server's `message`, or
 /// the start of the payload.
 pub fn classify_inband_error(text: &str) -> LlmError {
-    let excerpt: String = text.chars().take(200).collect();
     // `from_slice`: one serde_json reader on the device path.
     let value = serde_json::from_slice::<Value>(text.as_bytes()).ok();
     let object = match &value {
@@ -197,7 +211,7 @@ pub fn classify_inband_error(text: &str) -> LlmError {
         kind: field("type"),
         code: field("code"),
     };
-    let detail = provider.detail();
+    let detail = pattern_input(&provider);
     let code = if is_context_overflow(&detail) {
         String::from(codes::CONTEXT_WINDOW_EXCEEDED)
     } else if is_quota_exhausted(&detail) {
@@ -209,7 +223,11 @@ pub fn classify_inband_error(text: &str) -> LlmError {
     };
     let message = match provider.message {
         Some(m) => m,
-        None => format!("the server reported an error: {excerpt}"),
+        None => error_text!(
+            "the server reported an error",
+            "the server reported an error: {}",
+            text.chars().take(200).collect::<String>()
+        ),
     };
     let mut failure = LlmFailure::new(code, message);
     failure.status = status;

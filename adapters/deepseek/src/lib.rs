@@ -91,12 +91,17 @@
 //!   engine). Off, both are false and an error is classified by its status
 //!   alone (`CONTEXT_WINDOW_EXCEEDED` becomes `INVALID_REQUEST`, `QUOTA`
 //!   `RATE_LIMIT` or the status's code).
+//! - `error-texts` (default): an adapter error's message names the HTTP
+//!   status, quotes the server's text or the limit
+//!   (`dsh-core/error-texts`). Off, a fixed short text; the error code is
+//!   unchanged.
 //! - `std`: the blocking ureq 3 transport (`DeepSeekClient`), cancellation and
 //!   the idle watchdog.
 //! - `mock`: the scripted mock DeepSeek server, bound to 127.0.0.1 only
 //!   (implies `std`).
 //!
-//! `fast-reader`, `http-date` and `error-patterns` are on by default, and
+//! `fast-reader`, `http-date`, `error-patterns` and `error-texts` are on by
+//! default, and
 //! with them the core's default features
 //! (`dsh-core/default`): this crate names the core with its default features
 //! off, so a device build (`default-features = false`) leaves them out
@@ -108,6 +113,25 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+
+/// An error message: `format!` with feature `error-texts` (default), else
+/// the fixed `short` text (the arguments are neither evaluated nor
+/// formatted; the dead `format_args!` keeps them used).
+macro_rules! error_text {
+    ($short:literal, $($fmt:tt)+) => {{
+        #[cfg(feature = "error-texts")]
+        {
+            alloc::format!($($fmt)+)
+        }
+        #[cfg(not(feature = "error-texts"))]
+        {
+            if false {
+                let _ = core::format_args!($($fmt)+);
+            }
+            alloc::string::String::from($short)
+        }
+    }};
+}
 #[cfg(feature = "std")]
 extern crate std;
 

@@ -72,7 +72,10 @@ impl core::error::Error for SseLimitError {}
 
 impl From<SseLimitError> for dsh_core::LlmError {
     fn from(e: SseLimitError) -> Self {
-        dsh_core::LlmError::coded(crate::codes::RESPONSE_TOO_LARGE, &alloc::format!("{e}"))
+        dsh_core::LlmError::coded(
+            crate::codes::RESPONSE_TOO_LARGE,
+            &error_text!("response too large", "{e}"),
+        )
     }
 }
 

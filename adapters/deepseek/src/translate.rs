@@ -132,6 +132,10 @@ pub struct Translator {
 /// characters counted in UTF-16 code units as the reference does; a
 /// surrogate pair that would be split at the cut is left out whole.
 pub fn malformed(payload: &str) -> LlmError {
+    // Feature `error-texts` off: no excerpt.
+    if !cfg!(feature = "error-texts") {
+        return LlmError::coded(codes::MALFORMED_RESPONSE, "malformed SSE payload");
+    }
     let mut units = 0;
     let excerpt: String = payload
         .chars()
@@ -789,4 +793,19 @@ pub fn decode_body(body: &[u8]) -> Vec<StreamChunk> {
 /// `Value` serializer on a device instead of three).
 fn json_text(value: &serde_json::Value) -> String {
     serde_json::to_string(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    /// The default build quotes the payload; with `error-texts` off the
+    /// message is fixed (the code stays).
+    #[test]
+    fn malformed_text() {
+        let e = super::malformed("{oops");
+        #[cfg(feature = "error-texts")]
+        assert_eq!(e.failure().message, "malformed SSE payload: {oops");
+        #[cfg(not(feature = "error-texts"))]
+        assert_eq!(e.failure().message, "malformed SSE payload");
+        assert_eq!(e.failure().code, crate::codes::MALFORMED_RESPONSE);
+    }
 }

@@ -218,11 +218,12 @@ impl From<InboxError> for InputError {
     fn from(e: InboxError) -> Self {
         match e {
             InboxError::Duplicate(id) => InputError::DuplicateMessage(id),
-            other => InputError::InvalidMessage(alloc::format!("{other}")),
+            other => InputError::InvalidMessage(error_text!("invalid inbox splice", "{other}")),
         }
     }
 }
 
+#[cfg(feature = "error-texts")]
 impl fmt::Display for InputError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -255,4 +256,58 @@ impl fmt::Display for InputError {
     }
 }
 
+/// Feature `error-texts` off: a fixed text per variant (no attempt, token,
+/// id or message; the fields are still there to match on).
+#[cfg(not(feature = "error-texts"))]
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InputError::NoOpenStream => "no model stream is open",
+            InputError::StaleAttempt { .. } => "stale model attempt",
+            InputError::UnknownToolCall { .. } => "unknown tool call",
+            InputError::StaleToolCall { .. } => "stale tool call",
+            InputError::UnknownHook { .. } => "unknown hook",
+            InputError::StaleHook { .. } => "stale hook",
+            InputError::HookMismatch { .. } => "wrong hook answer",
+            InputError::NoTimer => "no timer is armed",
+            InputError::DuplicateMessage(_) => "message already pending",
+            InputError::InvalidMessage(_) => "invalid message",
+            InputError::Append(e) => return fmt::Display::fmt(e, f),
+            InputError::LoopOwnedType(_) => "event type written only by the agent loop",
+            InputError::NotAllowedNow(why) => why,
+        })
+    }
+}
+
 impl core::error::Error for InputError {}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::InputError;
+    use crate::session::AppendError;
+    use alloc::string::ToString;
+
+    /// The default build's texts name the id and wrap the append error's
+    /// text; with `error-texts` off, a fixed text per variant.
+    #[test]
+    fn input_error_texts() {
+        let hook = InputError::UnknownHook { id: 7 };
+        let append = InputError::Append(AppendError::SeqMismatch {
+            expected: 3,
+            got: 5,
+        });
+        #[cfg(feature = "error-texts")]
+        {
+            assert_eq!(hook.to_string(), "no pending hook has id 7");
+            assert_eq!(
+                append.to_string(),
+                "the session refused the event: S1: expected seq 3, got 5"
+            );
+        }
+        #[cfg(not(feature = "error-texts"))]
+        {
+            assert_eq!(hook.to_string(), "unknown hook");
+            assert_eq!(append.to_string(), "S1: seq mismatch");
+        }
+    }
+}

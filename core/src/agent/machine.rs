@@ -3,7 +3,6 @@
 use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
-use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
@@ -102,13 +101,17 @@ pub struct AgentConfig {
     pub options: AgentOptions,
     /// System-prompt sections of the default assembly (SP-2).
     pub sections: Vec<PromptSection>,
-    /// Dynamic context sections of the default assembly (LC-12, SP-5).
+    /// Dynamic context sections of the default assembly (LC-12, SP-5). Not
+    /// sent without feature `runtime-context` (default).
     pub contexts: Vec<PromptSection>,
     /// Extra template variables (`provider`, `model` and `cwd` are added).
+    /// Not read without feature `prompt-templates` (default), which leaves
+    /// interpolation out.
     pub variables: BTreeMap<String, Option<String>>,
     /// The tools visible to this agent.
     pub tools: ToolRegistry,
-    /// `toolOrder` (SP-4); `None` orders tools by name.
+    /// `toolOrder` (SP-4); `None` orders tools by name. Not read without
+    /// feature `tool-order` (default).
     pub tool_order: Option<Vec<String>>,
     /// Run the `llm-retry` executor (streaming.md 6) at the request-error
     /// seam, logging `llm/retry` and `llm/retry-started`. Needs feature
@@ -686,7 +689,8 @@ impl Agent {
         match self.session.append(data, intent, now.as_millis()) {
             Ok(e) => Some(e.seq()),
             Err(e) => {
-                self.faults.push(format!("append refused: {e}"));
+                self.faults
+                    .push(error_text!("append refused", "append refused: {e}"));
                 None
             }
         }
@@ -747,7 +751,7 @@ impl Agent {
             .with_surface(crate::session::SurfaceOp::Append, None);
         self.session
             .check(&probe)
-            .map_err(|e| InputError::InvalidMessage(format!("{e}")))
+            .map_err(|e| InputError::InvalidMessage(error_text!("invalid message", "{e}")))
     }
 
     fn open_stream(&self, attempt: AttemptId) -> Result<(u64, u64), InputError> {

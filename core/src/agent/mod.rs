@@ -151,41 +151,42 @@ pub(crate) fn sort_stable_by<T: Copy>(
     *items = sorted;
 }
 
-/// `0..n` stably sorted by `cmp` (see [`sort_stable_by`]): a bottom-up
-/// merge sort (stable, O(n log n)), the same order as `sort_by` for a total
-/// order, in far less code than the standard sort.
-fn stable_order(
+/// `0..n` stably sorted by `cmp` (see [`sort_stable_by`]): the standard
+/// unstable sort on (key, original index). The indexes are distinct, so for
+/// a total order `cmp` ties are broken by position: exactly the order of the
+/// standard stable sort, from the smaller unstable sort.
+#[cfg(any(feature = "std-sort", test))]
+fn stable_order_std(
     n: usize,
     cmp: &mut dyn FnMut(usize, usize) -> core::cmp::Ordering,
 ) -> alloc::vec::Vec<usize> {
     let mut order: alloc::vec::Vec<usize> = (0..n).collect();
-    if n < 2 {
-        return order;
-    }
-    let mut merged: alloc::vec::Vec<usize> = alloc::vec::Vec::with_capacity(n);
-    let mut width = 1;
-    while width < n {
-        merged.clear();
-        for run in order.chunks(width.saturating_mul(2)) {
-            let (mut left, mut right) = run.split_at(width.min(run.len()));
-            // Take from the right run only when strictly less: stable.
-            while let (Some(&a), Some(&b)) = (left.first(), right.first()) {
-                if cmp(b, a) == core::cmp::Ordering::Less {
-                    merged.push(b);
-                    right = &right[1..];
-                } else {
-                    merged.push(a);
-                    left = &left[1..];
-                }
-            }
-            merged.extend_from_slice(left);
-            merged.extend_from_slice(right);
-        }
-        core::mem::swap(&mut order, &mut merged);
-        width = width.saturating_mul(2);
+    order.sort_unstable_by(|&a, &b| cmp(a, b).then(a.cmp(&b)));
+    order
+}
+
+/// `0..n` stably sorted by `cmp`, without the standard sort (feature
+/// `std-sort` off): each index goes in after every index not greater than
+/// it (`partition_point`, `Vec::insert`), so equal keys keep their order.
+/// The same order as [`stable_order_std`], in about 2 KB less code; O(n log
+/// n) comparisons but O(n^2) moves, for the few items the core sorts.
+#[cfg(any(not(feature = "std-sort"), test))]
+fn stable_order_small(
+    n: usize,
+    cmp: &mut dyn FnMut(usize, usize) -> core::cmp::Ordering,
+) -> alloc::vec::Vec<usize> {
+    let mut order: alloc::vec::Vec<usize> = alloc::vec::Vec::with_capacity(n);
+    for i in 0..n {
+        let at = order.partition_point(|&j| cmp(j, i) != core::cmp::Ordering::Greater);
+        order.insert(at, i);
     }
     order
 }
+
+#[cfg(not(feature = "std-sort"))]
+use stable_order_small as stable_order;
+#[cfg(feature = "std-sort")]
+use stable_order_std as stable_order;
 
 #[cfg(test)]
 mod tests {
@@ -213,9 +214,18 @@ mod tests {
                     .collect();
                 let mut ours = items.clone();
                 super::sort_stable_by(&mut ours, |x, y| x.0.cmp(&y.0));
-                let mut std = items;
+                let mut std = items.clone();
                 std.sort_by_key(|x| x.0);
                 assert_eq!(ours, std, "n = {n}, range = {range}");
+                // Both variants, whichever this build uses.
+                for order in [super::stable_order_std, super::stable_order_small] {
+                    let sorted: alloc::vec::Vec<(u32, usize)> =
+                        order(n, &mut |a, b| items[a].0.cmp(&items[b].0))
+                            .into_iter()
+                            .map(|i| items[i])
+                            .collect();
+                    assert_eq!(sorted, std, "n = {n}, range = {range}");
+                }
             }
         }
     }

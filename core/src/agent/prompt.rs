@@ -28,7 +28,8 @@ pub struct PromptSection {
     pub name: String,
     /// Sort key; equal orders keep insertion order (SP-2).
     pub order: i64,
-    /// Template text; `{{name}}` references are interpolated strictly (SP-3).
+    /// Template text; `{{name}}` references are interpolated strictly (SP-3;
+    /// without feature `prompt-templates` the text is used as it is).
     pub text: String,
 }
 
@@ -94,14 +95,27 @@ impl Assembly {
     }
 }
 
+#[cfg(feature = "prompt-templates")]
 fn valid_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some('a'..='z'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
 }
 
+/// Feature `prompt-templates` off: a section's text as it is, `{{name}}`
+/// included (nothing is interpolated, so nothing is refused).
+#[cfg(not(feature = "prompt-templates"))]
+pub(crate) fn interpolate(
+    text: &str,
+    _section: &str,
+    _variables: &BTreeMap<String, Option<String>>,
+) -> Result<String, String> {
+    Ok(String::from(text))
+}
+
 /// Strict `{{name}}` interpolation (SP-3). Substituted values are not
 /// rescanned.
+#[cfg(feature = "prompt-templates")]
 pub(crate) fn interpolate(
     text: &str,
     section: &str,
@@ -216,6 +230,7 @@ pub(crate) fn is_runtime_context_source(source: &MessageSource) -> bool {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "prompt-templates")]
     #[test]
     fn sp3_render() {
         let mut a = Assembly::default();
@@ -240,6 +255,24 @@ mod tests {
         assert_eq!(
             a.render().unwrap_err(),
             "unknown prompt variable \"{{x}}\" in section \"q\"; registered variables: cwd, model"
+        );
+    }
+
+    /// Feature `prompt-templates` off: sections are sorted and joined, their
+    /// text taken as it is.
+    #[cfg(not(feature = "prompt-templates"))]
+    #[test]
+    fn sp3_render_without_templates() {
+        let mut a = Assembly::default();
+        a.sections
+            .push(PromptSection::new("b", 100, "tool {{model}}"));
+        a.sections
+            .push(PromptSection::new("a", -100, HARNESS_IDENTITY));
+        a.sections.push(PromptSection::new("empty", 0, ""));
+        a.variables.insert("model".into(), Some("mock".into()));
+        assert_eq!(
+            a.render().unwrap(),
+            alloc::format!("{HARNESS_IDENTITY}\n\ntool {{{{model}}}}")
         );
     }
 

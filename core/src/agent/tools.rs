@@ -244,6 +244,7 @@ impl ToolRegistry {
     /// the rest at the single [`UNLISTED_TOOLS`] entry in name order. A listed
     /// name no tool has, or an order without exactly one marker, is an
     /// assembly error.
+    #[cfg(feature = "tool-order")]
     pub(crate) fn ordered_schemas(&self, order: &[String]) -> Result<Vec<ToolSchema>, String> {
         let markers = order.iter().filter(|n| *n == UNLISTED_TOOLS).count();
         if markers != 1 {
@@ -443,7 +444,7 @@ impl ToolOutcome {
     /// TL-8: no tool of this name.
     pub fn unknown_tool(name: &str) -> Self {
         ToolOutcome::coded_error(
-            format!("unknown tool \"{name}\""),
+            error_text!("unknown tool", "unknown tool \"{name}\""),
             "ToolNotFoundError",
             "UNKNOWN_TOOL",
         )
@@ -452,7 +453,11 @@ impl ToolOutcome {
     /// TL-6: argument violations, joined with `"; "`.
     pub fn invalid_arguments(violations: &[String]) -> Self {
         ToolOutcome::coded_error(
-            format!("invalid arguments: {}", violations.join("; ")),
+            error_text!(
+                "invalid arguments",
+                "invalid arguments: {}",
+                violations.join("; ")
+            ),
             "ToolArgsError",
             "INVALID_ARGS",
         )
@@ -461,7 +466,8 @@ impl ToolOutcome {
     /// TL-9 step 9: the body's value failed the output schema.
     pub(crate) fn invalid_output(name: &str, violations: &[String]) -> Self {
         ToolOutcome::coded_error(
-            format!(
+            error_text!(
+                "tool returned invalid output",
                 "tool \"{name}\" returned invalid output: {}",
                 violations.join("; ")
             ),
@@ -523,6 +529,19 @@ pub(crate) fn feedback_text(feedback: &[ContentBlock]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The default build names the tool; with `error-texts` off the
+    /// message is fixed (the code stays).
+    #[test]
+    fn unknown_tool_text() {
+        let outcome = ToolOutcome::unknown_tool("x");
+        let error = outcome.error.unwrap();
+        #[cfg(feature = "error-texts")]
+        assert_eq!(error.message, "unknown tool \"x\"");
+        #[cfg(not(feature = "error-texts"))]
+        assert_eq!(error.message, "unknown tool");
+        assert_eq!(error.info.unwrap().code, "UNKNOWN_TOOL");
+    }
 
     fn echo() -> ToolDefinition {
         ToolDefinition::typed(

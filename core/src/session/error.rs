@@ -170,6 +170,7 @@ impl AppendError {
     }
 }
 
+#[cfg(feature = "error-texts")]
 fn join(seqs: &[u64]) -> String {
     let mut s = String::new();
     for (i, n) in seqs.iter().enumerate() {
@@ -181,6 +182,7 @@ fn join(seqs: &[u64]) -> String {
     s
 }
 
+#[cfg(feature = "error-texts")]
 impl fmt::Display for AppendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: ", self.rule())?;
@@ -261,6 +263,43 @@ impl fmt::Display for AppendError {
     }
 }
 
+/// Feature `error-texts` off: the rule and a fixed text per variant (no
+/// seqs, keys or details; the fields are still there to match on).
+#[cfg(not(feature = "error-texts"))]
+impl fmt::Display for AppendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.rule())?;
+        f.write_str(match self {
+            AppendError::NotLosslessJson { .. } => ": non-JSON-serializable data",
+            AppendError::InvalidEnvelope { .. }
+            | AppendError::UnknownEnvelopeKey { .. }
+            | AppendError::InvalidIgnorable => ": invalid envelope",
+            AppendError::InvalidSurfaceOp { .. } => ": invalid surfaceOp",
+            AppendError::InvalidSources { .. }
+            | AppendError::EmptySources
+            | AppendError::SourceNotSafeInteger { .. }
+            | AppendError::DuplicateSource { .. }
+            | AppendError::SourceNotEarlier { .. } => ": invalid sourceEventSeqs",
+            AppendError::InvalidPayload { .. } => ": invalid data",
+            AppendError::InvalidRequestHeader { .. } => ": invalid request/header",
+            AppendError::InvalidMessage { .. } => ": invalid message",
+            AppendError::Retired { .. } => ": retired format",
+            AppendError::SeqMismatch { .. } => ": seq mismatch",
+            AppendError::MarkerOnLogOnly { .. } | AppendError::SourcesOnLogOnly { .. } => {
+                ": log-only type with a surface field"
+            }
+            AppendError::MissingMarker { .. } => ": surfaceOp missing",
+            AppendError::RangeNotFound { .. } | AppendError::RangeReversed { .. } => {
+                ": invalid replace range"
+            }
+            AppendError::MissingCoverage { .. } => ": shadowed nodes not cited",
+            AppendError::RewriteNotSingle { .. }
+            | AppendError::RewriteTargetNotToolResult { .. }
+            | AppendError::RewriteChangesMoreThanContent { .. } => ": invalid tool/result rewrite",
+        })
+    }
+}
+
 impl core::error::Error for AppendError {}
 
 /// A seed, restore or load failed validation (5.4): which event and why.
@@ -280,10 +319,58 @@ impl SeedError {
     }
 }
 
+#[cfg(feature = "error-texts")]
 impl fmt::Display for SeedError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "seed event at index {}: {}", self.index, self.error)
     }
 }
 
+/// Feature `error-texts` off: the error's short text, without the index.
+#[cfg(not(feature = "error-texts"))]
+impl fmt::Display for SeedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("seed event: ")?;
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
 impl core::error::Error for SeedError {}
+
+#[cfg(test)]
+mod tests {
+    use super::{AppendError, SeedError};
+    use alloc::string::ToString;
+
+    /// The default build's texts name the seqs; with `error-texts` off, a
+    /// fixed text per variant (still behind the rule).
+    #[test]
+    fn append_error_texts() {
+        let mismatch = AppendError::SeqMismatch {
+            expected: 3,
+            got: 5,
+        };
+        let coverage = AppendError::MissingCoverage {
+            missing: alloc::vec![4, 6],
+        };
+        let seed = SeedError::new(2, mismatch.clone());
+        #[cfg(feature = "error-texts")]
+        {
+            assert_eq!(mismatch.to_string(), "S1: expected seq 3, got 5");
+            assert_eq!(
+                coverage.to_string(),
+                "S7: replace sourceEventSeqs must cite every shadowed node; missing 4, 6"
+            );
+            assert_eq!(
+                seed.to_string(),
+                "seed event at index 2: S1: expected seq 3, got 5"
+            );
+        }
+        #[cfg(not(feature = "error-texts"))]
+        {
+            assert_eq!(mismatch.to_string(), "S1: seq mismatch");
+            assert_eq!(coverage.to_string(), "S7: shadowed nodes not cited");
+            assert_eq!(seed.to_string(), "seed event: S1: seq mismatch");
+        }
+    }
+}

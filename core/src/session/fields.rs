@@ -1,6 +1,5 @@
 //! Small helpers to read strict payload objects from collected fields.
 
-use alloc::format;
 use alloc::string::String;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -21,7 +20,10 @@ impl<'a> Strict<'a> {
             .iter()
             .find(|(k, _)| !allowed.contains(&k.as_str()))
         {
-            return Err(format!("{what} has an unknown key \"{k}\""));
+            return Err(error_text!(
+                "unknown key",
+                "{what} has an unknown key \"{k}\""
+            ));
         }
         Ok(Strict { fields, what })
     }
@@ -33,13 +35,14 @@ impl<'a> Strict<'a> {
     pub(crate) fn req(&mut self, key: &str) -> Result<Value, String> {
         self.fields
             .take(key)
-            .ok_or_else(|| format!("{} is missing \"{key}\"", self.what))
+            .ok_or_else(|| error_text!("missing key", "{} is missing \"{key}\"", self.what))
     }
 
     pub(crate) fn u64(&mut self, key: &str) -> Result<u64, String> {
         let v = self.req(key)?;
         as_safe_u64(&v).ok_or_else(|| {
-            format!(
+            error_text!(
+                "must be a non-negative safe integer",
                 "{} \"{key}\" must be a non-negative safe integer",
                 self.what
             )
@@ -50,7 +53,8 @@ impl<'a> Strict<'a> {
         match self.opt(key) {
             None => Ok(None),
             Some(v) => as_safe_u64(&v).map(Some).ok_or_else(|| {
-                format!(
+                error_text!(
+                    "must be a non-negative safe integer",
                     "{} \"{key}\" must be a non-negative safe integer",
                     self.what
                 )
@@ -61,7 +65,11 @@ impl<'a> Strict<'a> {
     pub(crate) fn string(&mut self, key: &str) -> Result<String, String> {
         match self.req(key)? {
             Value::String(s) => Ok(s),
-            _ => Err(format!("{} \"{key}\" must be a string", self.what)),
+            _ => Err(error_text!(
+                "must be a string",
+                "{} \"{key}\" must be a string",
+                self.what
+            )),
         }
     }
 
@@ -69,13 +77,18 @@ impl<'a> Strict<'a> {
         match self.opt(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(format!("{} \"{key}\" must be a string", self.what)),
+            Some(_) => Err(error_text!(
+                "must be a string",
+                "{} \"{key}\" must be a string",
+                self.what
+            )),
         }
     }
 
     pub(crate) fn typed<T: DeserializeOwned>(&mut self, key: &str) -> Result<T, String> {
         let v = self.req(key)?;
-        serde_json::from_value(v).map_err(|e| format!("{} \"{key}\": {e}", self.what))
+        serde_json::from_value(v)
+            .map_err(|e| error_text!("invalid field", "{} \"{key}\": {e}", self.what))
     }
 
     pub(crate) fn opt_typed<T: DeserializeOwned>(
@@ -86,7 +99,7 @@ impl<'a> Strict<'a> {
             None => Ok(None),
             Some(v) => serde_json::from_value(v)
                 .map(Some)
-                .map_err(|e| format!("{} \"{key}\": {e}", self.what)),
+                .map_err(|e| error_text!("invalid field", "{} \"{key}\": {e}", self.what)),
         }
     }
 }

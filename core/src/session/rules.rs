@@ -1,7 +1,6 @@
 //! Stateless per-event rules: lossless JSON (J1/J2), message shapes (M1–M6),
 //! request-header config (V4), retired formats (A2/V6), envelope ranges (V3).
 
-use alloc::format;
 use alloc::string::String;
 use serde_json::Value;
 
@@ -35,12 +34,20 @@ pub(crate) fn check_event(e: &SessionEvent) -> Result<(), AppendError> {
 pub(crate) fn check_envelope(e: &SessionEvent) -> Result<(), AppendError> {
     if e.seq() > MAX_SAFE_INTEGER {
         return Err(AppendError::InvalidEnvelope {
-            detail: format!("seq {} is not a non-negative safe integer", e.seq()),
+            detail: error_text!(
+                "seq is not a safe integer",
+                "seq {} is not a non-negative safe integer",
+                e.seq()
+            ),
         });
     }
     if e.time().unsigned_abs() > MAX_SAFE_INTEGER {
         return Err(AppendError::InvalidEnvelope {
-            detail: format!("time {} is not a safe integer", e.time()),
+            detail: error_text!(
+                "time is not a safe integer",
+                "time {} is not a safe integer",
+                e.time()
+            ),
         });
     }
     Ok(())
@@ -72,7 +79,10 @@ pub(crate) fn check_message(event_type: &str, msg: &Message) -> Result<(), Appen
     if msg.id.as_str().is_empty() {
         return Err(invalid(
             "M1",
-            format!("{event_type} lacks an identified message (empty id)"),
+            error_text!(
+                "message without id",
+                "{event_type} lacks an identified message (empty id)"
+            ),
         ));
     }
     let want = if event_type == types::ASSISTANT_MESSAGE {
@@ -88,13 +98,19 @@ pub(crate) fn check_message(event_type: &str, msg: &Message) -> Result<(), Appen
         };
         return Err(invalid(
             "M2",
-            format!("{event_type} message must have role \"{name}\""),
+            error_text!(
+                "message with the wrong role",
+                "{event_type} message must have role \"{name}\""
+            ),
         ));
     }
     if msg.source.kind().is_empty() {
         return Err(invalid(
             "M3",
-            format!("{event_type} message source needs a non-empty kind"),
+            error_text!(
+                "message source without kind",
+                "{event_type} message source needs a non-empty kind"
+            ),
         ));
     }
     if event_type == types::ASSISTANT_MESSAGE {
@@ -146,7 +162,8 @@ pub(crate) fn check_message(event_type: &str, msg: &Message) -> Result<(), Appen
         if !block_ok {
             return Err(invalid(
                 "M6",
-                format!(
+                error_text!(
+                    "tool/result must hold one tool-result block",
                     "tool/result message must hold exactly one tool-result block answering \"{call_id}\""
                 ),
             ));
@@ -169,10 +186,16 @@ fn lossless_err(detail: &str) -> AppendError {
 
 fn check_f64(v: f64, what: &str) -> Result<(), AppendError> {
     if !v.is_finite() {
-        return Err(lossless_err(&format!("{what} is not a finite number")));
+        return Err(lossless_err(&error_text!(
+            "not a finite number",
+            "{what} is not a finite number"
+        )));
     }
     if v == 0.0 && v.is_sign_negative() {
-        return Err(lossless_err(&format!("{what} is negative zero")));
+        return Err(lossless_err(&error_text!(
+            "negative zero",
+            "{what} is negative zero"
+        )));
     }
     Ok(())
 }

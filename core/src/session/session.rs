@@ -291,6 +291,14 @@ impl Session {
         let range = match op {
             SurfaceOp::Append => None,
             SurfaceOp::Replace { start, end } => {
+                // Feature `surface-replace` off: no replacement is built.
+                if !cfg!(feature = "surface-replace") {
+                    return Err(AppendError::InvalidSurfaceOp {
+                        detail: alloc::string::String::from(
+                            "surfaceOp replace is not in this build (feature surface-replace)",
+                        ),
+                    });
+                }
                 let i = self.position(start).ok_or(AppendError::RangeNotFound {
                     which: "start",
                     seq: start,
@@ -484,4 +492,39 @@ pub fn fold_request_header(
         EventData::RequestHeader(h) => Some(h.header.canonical()),
         _ => state,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::content::ContentBlock;
+    use crate::message::Message;
+    use crate::session::{Session, SessionHeader, SurfaceIntent};
+
+    /// A surface replacement is appended in the default build; with
+    /// feature `surface-replace` off it is refused (S5), the log unchanged.
+    #[test]
+    fn replace_needs_surface_replace() {
+        let mut s = Session::new(SessionHeader::new("s1", 1000));
+        let user = |id: &str| Message::user(id, alloc::vec![ContentBlock::text("hello")]);
+        s.append(user("u0"), Some(SurfaceIntent::append()), 1)
+            .unwrap();
+        let r = s.append(
+            user("u1"),
+            Some(SurfaceIntent::replace(0, 0, alloc::vec![0])),
+            2,
+        );
+        #[cfg(feature = "surface-replace")]
+        {
+            assert!(r.is_ok(), "{r:?}");
+            assert_eq!(s.surface().nodes, &[1]);
+        }
+        #[cfg(not(feature = "surface-replace"))]
+        {
+            assert!(
+                matches!(r, Err(crate::session::AppendError::InvalidSurfaceOp { .. })),
+                "{r:?}"
+            );
+            assert_eq!((s.len(), s.surface().nodes), (1, &[0][..]));
+        }
+    }
 }

@@ -70,7 +70,10 @@ impl Kernel {
             self.effects.push_back(Effect::CancelModel { attempt });
             let error = HookError::llm(
                 "RESPONSE_TOO_LARGE",
-                format!("the model response exceeded {max} bytes"),
+                error_text!(
+                    "the model response is too large",
+                    "the model response exceeded {max} bytes"
+                ),
             );
             return self.model_error(now, attempt, error);
         }
@@ -89,7 +92,10 @@ impl Kernel {
                 self.effects.push_back(Effect::CancelModel { attempt });
                 let error = HookError::llm(
                     "INVARIANT",
-                    format!("provider stream broke rule {violation}"),
+                    error_text!(
+                        "provider stream broke a rule",
+                        "provider stream broke rule {violation}"
+                    ),
                 );
                 return self.model_error(now, attempt, error);
             }
@@ -158,7 +164,10 @@ impl Kernel {
         };
         for data in events {
             if let Err(e) = self.core.append_event(now, data, None) {
-                self.publish(AgentEvent::Error(format!("tool event refused: {e}")));
+                self.publish(AgentEvent::Error(error_text!(
+                    "tool event refused",
+                    "tool event refused: {e}"
+                )));
             }
         }
         let outcome = match running.phase {
@@ -187,10 +196,13 @@ impl Kernel {
             Err(e) => {
                 self.failed_at = Some(end);
                 let at = match checkpoint {
-                    Some(cp) => format!(" at {cp:?}"),
+                    Some(cp) => error_text!("", " at {cp:?}"),
                     None => String::new(),
                 };
-                let message = format!("session store write failed{at}: {e}");
+                let message = error_text!(
+                    "session store write failed",
+                    "session store write failed{at}: {e}"
+                );
                 self.publish(AgentEvent::Error(message.clone()));
                 self.store_error = Some(message.clone());
                 match self.model {
@@ -202,7 +214,10 @@ impl Kernel {
                         let error = HookError::llm("FLUSH_FAILED", message);
                         let now = self.now;
                         if let Err(e) = self.model_error(now, attempt, error) {
-                            self.publish(AgentEvent::Error(e.to_string()));
+                            self.publish(AgentEvent::Error(error_text!(
+                                "model error refused",
+                                "{e}"
+                            )));
                         }
                     }
                     None if matches!(
@@ -332,7 +347,10 @@ impl Kernel {
             self.tools.remove(&token);
             // The call is in flight in the core: it was started by it.
             if let Err(e) = self.core.handle_tool_result(now, token, outcome) {
-                self.publish(AgentEvent::Error(format!("tool answer refused: {e}")));
+                self.publish(AgentEvent::Error(error_text!(
+                    "tool answer refused",
+                    "tool answer refused: {e}"
+                )));
             }
         }
     }

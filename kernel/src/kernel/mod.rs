@@ -11,7 +11,6 @@ use alloc::boxed::Box;
 #[cfg(feature = "plugins")]
 use alloc::collections::BTreeMap;
 use alloc::collections::VecDeque;
-use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -366,7 +365,7 @@ fn ceil_ms(ms: f64) -> u64 {
 /// The TL-14 timeout result.
 pub(crate) fn timeout_outcome(ms: u64) -> ToolOutcome {
     ToolOutcome::coded_error(
-        format!("tool call timed out after {ms}ms"),
+        error_text!("tool call timed out", "tool call timed out after {ms}ms"),
         "ToolTimeoutError",
         "TOOL_TIMEOUT",
     )
@@ -593,5 +592,20 @@ impl Kernel {
     #[must_use]
     pub fn now(&self) -> Time {
         self.now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The default build says how long; with `error-texts` off the message
+    /// is fixed (the code stays).
+    #[test]
+    fn timeout_text() {
+        let error = super::timeout_outcome(250).error.unwrap();
+        #[cfg(feature = "error-texts")]
+        assert_eq!(error.message, "tool call timed out after 250ms");
+        #[cfg(not(feature = "error-texts"))]
+        assert_eq!(error.message, "tool call timed out");
+        assert_eq!(error.info.unwrap().code, "TOOL_TIMEOUT");
     }
 }

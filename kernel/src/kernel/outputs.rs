@@ -126,7 +126,10 @@ impl Kernel {
                     self.model = Some(call.attempt);
                     let error = HookError::llm("FLUSH_FAILED", message);
                     if let Err(e) = self.model_error(now, call.attempt, error) {
-                        self.publish(AgentEvent::Error(e.to_string()));
+                        self.publish(AgentEvent::Error(error_text!(
+                            "store failure refused",
+                            "{e}"
+                        )));
                     }
                 }
                 None => {
@@ -147,7 +150,10 @@ impl Kernel {
                         self.core
                             .handle_tool_result(now, exec.token, ToolOutcome::error(message))
                     {
-                        self.publish(AgentEvent::Error(e.to_string()));
+                        self.publish(AgentEvent::Error(error_text!(
+                            "store failure refused",
+                            "{e}"
+                        )));
                     }
                 }
                 None => self.execute(exec),
@@ -214,7 +220,10 @@ impl Kernel {
         let now = self.now;
         for (data, intent) in appends {
             if let Err(e) = self.core.append_event(now, data, intent) {
-                self.publish(AgentEvent::Error(format!("plugin event refused: {e}")));
+                self.publish(AgentEvent::Error(error_text!(
+                    "plugin event refused",
+                    "plugin event refused: {e}"
+                )));
             }
         }
         for a in actions {
@@ -225,7 +234,10 @@ impl Kernel {
                     wakeup,
                 } => {
                     if let Err(e) = self.core.send(now, message, target, wakeup) {
-                        self.publish(AgentEvent::Error(format!("plugin send refused: {e}")));
+                        self.publish(AgentEvent::Error(error_text!(
+                            "plugin send refused",
+                            "plugin send refused: {e}"
+                        )));
                     }
                 }
                 Action::Cancel { cause, keep_inbox } => self.core.cancel(now, cause, keep_inbox),

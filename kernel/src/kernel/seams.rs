@@ -176,7 +176,10 @@ impl Kernel {
                             Err(e) => call.fail(e),
                         };
                         if let Err(e) = self.core.complete_hook(now, id, answer) {
-                            self.publish(AgentEvent::Error(format!("seam answer refused: {e}")));
+                            self.publish(AgentEvent::Error(error_text!(
+                                "seam answer refused",
+                                "seam answer refused: {e}"
+                            )));
                         }
                     }
                     Seat::Kernel {
@@ -185,7 +188,8 @@ impl Kernel {
                     } => {
                         let result = result.map(|()| value).map_err(|e| e.to_string());
                         if let Err(e) = self.core.end_maintenance(now) {
-                            self.publish(AgentEvent::Error(format!(
+                            self.publish(AgentEvent::Error(error_text!(
+                                "maintenance end refused",
                                 "maintenance end refused: {e}"
                             )));
                         }
@@ -210,7 +214,10 @@ impl Kernel {
                                 self.core
                                     .handle_tool_result(now, ToolToken::new(token), outcome)
                         {
-                            self.publish(AgentEvent::Error(format!("tool answer refused: {e}")));
+                            self.publish(AgentEvent::Error(error_text!(
+                                "tool answer refused",
+                                "tool answer refused: {e}"
+                            )));
                         }
                     }
                 }

@@ -102,6 +102,27 @@
 //! - `error-patterns` (default): the CL-1 / CL-2 error message patterns
 //!   (`dsh-deepseek/error-patterns`); off, an HTTP error is classified by
 //!   its status alone.
+//! - `std-sort` (default): the standard sort for the core's stable sort
+//!   (`dsh-core/std-sort`); off, a binary insertion: the same order, for
+//!   the few prompt sections and retry codes.
+//! - `error-texts` (default): the `Display` of [`ShellError`] and the core's
+//!   and kernel's errors it wraps, and the messages the shell, kernel,
+//!   adapter and core build (a transport failure, a tool error result, a
+//!   turn error), name seqs, ids, hosts, tools and details
+//!   (`dsh-runtime/error-texts`, `dsh-deepseek/error-texts`,
+//!   `dsh-core/error-texts`); off, a fixed short text: the errors stay
+//!   typed and their codes unchanged, only the messages are shorter.
+//! - `prompt-templates` (default): `{{name}}` references in system-prompt
+//!   sections interpolated (`dsh-core/prompt-templates`); the shell sets no
+//!   sections or variables, so off changes nothing at run time.
+//! - `runtime-context` (default): the runtime-context snapshot
+//!   (`dsh-core/runtime-context`); the shell sets no contexts, so off
+//!   changes nothing at run time.
+//! - `surface-replace` (default): surface replacements
+//!   (`dsh-core/surface-replace`: compaction, tool-result rewrites), which
+//!   only plugins write; off, an event with a replace is refused.
+//! - `tool-order` (default): `toolOrder` (`dsh-core/tool-order`); the shell
+//!   sets none, so off changes nothing at run time.
 //! - `defmt`: logs through `defmt` and derives `defmt::Format` on the core's
 //!   types.
 //!
@@ -113,6 +134,25 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+
+/// An error message: `format!` with feature `error-texts` (default), else
+/// the fixed `short` text (the arguments are neither evaluated nor
+/// formatted; the dead `format_args!` keeps them used).
+macro_rules! error_text {
+    ($short:literal, $($fmt:tt)+) => {{
+        #[cfg(feature = "error-texts")]
+        {
+            alloc::format!($($fmt)+)
+        }
+        #[cfg(not(feature = "error-texts"))]
+        {
+            if false {
+                let _ = core::format_args!($($fmt)+);
+            }
+            alloc::string::String::from($short)
+        }
+    }};
+}
 
 pub mod http;
 mod tools;
@@ -259,6 +299,7 @@ pub enum ShellError {
     Command(String),
 }
 
+#[cfg(feature = "error-texts")]
 impl fmt::Display for ShellError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -277,6 +318,23 @@ impl fmt::Display for ShellError {
     }
 }
 
+/// Feature `error-texts` off: a fixed text per variant; wrapped errors
+/// print their own (short) texts.
+#[cfg(not(feature = "error-texts"))]
+impl fmt::Display for ShellError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShellError::ToolSchema { .. } => "tool parameters are not valid JSON",
+            ShellError::Tool(e) => return fmt::Display::fmt(e, f),
+            ShellError::Resume(e) => return fmt::Display::fmt(e, f),
+            ShellError::Input(e) => return fmt::Display::fmt(e, f),
+            ShellError::Sink(_) => "the session log sink failed",
+            ShellError::Stalled => "the agent waits for an answer the shell cannot give",
+            ShellError::Command(_) => "command failed",
+        })
+    }
+}
+
 impl core::error::Error for ShellError {}
 
 impl From<InputError> for ShellError {
@@ -291,7 +349,10 @@ impl From<KernelError> for ShellError {
             KernelError::Input(e) => ShellError::Input(e),
             KernelError::Resume(e) => ShellError::Resume(e),
             KernelError::Tools(e) => ShellError::Tool(e),
-            other => ShellError::Input(InputError::InvalidMessage(other.to_string())),
+            other => ShellError::Input(InputError::InvalidMessage(error_text!(
+                "the kernel refused the input",
+                "{other}"
+            ))),
         }
     }
 }
@@ -651,21 +712,25 @@ impl<O: LinkOpener, S: Write> Shell<O, S> {
         self.fed(r);
     }
 
-    fn base_url(&self) -> String {
-        format!("http://{}", self.config.host)
-    }
-
     fn transport(&self, what: &str) -> LlmError {
         LlmError::coded(
             codes::TRANSPORT,
-            &format!("DeepSeek API {what} {} failed", self.base_url()),
+            &error_text!(
+                "DeepSeek API transport failed",
+                "DeepSeek API {what} http://{} failed",
+                self.config.host
+            ),
         )
     }
 
     fn bad_http(&self, e: HttpError) -> LlmError {
         LlmError::coded(
             codes::TRANSPORT,
-            &format!("DeepSeek API response from {}: {e}", self.base_url()),
+            &error_text!(
+                "DeepSeek API response is not valid HTTP",
+                "DeepSeek API response from http://{}: {e}",
+                self.config.host
+            ),
         )
     }
 
@@ -924,7 +989,10 @@ impl<S: Write> Dispatch for Io<'_, S> {
     /// a failure nothing more is written.
     fn persist(&mut self, events: &[SessionEvent]) -> Option<Result<(), String>> {
         if let Some(kind) = *self.sink_error {
-            return Some(Err(format!("the log sink failed: {kind:?}")));
+            return Some(Err(error_text!(
+                "the log sink failed",
+                "the log sink failed: {kind:?}"
+            )));
         }
         let mut result = Ok(());
         for event in events {
@@ -942,7 +1010,7 @@ impl<S: Write> Dispatch for Io<'_, S> {
         }
         Some(result.map_err(|kind| {
             *self.sink_error = Some(kind);
-            format!("the log sink failed: {kind:?}")
+            error_text!("the log sink failed", "the log sink failed: {kind:?}")
         }))
     }
 
@@ -1000,5 +1068,35 @@ fn spin(clock: fn() -> i64, ms: u64) {
         let now = clock();
         left = left.saturating_sub(now.saturating_sub(last).max(0).unsigned_abs());
         last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShellError;
+    use alloc::string::ToString;
+
+    /// The default build's texts name the tool; with `error-texts` off, a
+    /// fixed text per variant.
+    #[test]
+    fn shell_error_texts() {
+        let schema = ShellError::ToolSchema { name: "led" };
+        #[cfg(feature = "error-texts")]
+        assert_eq!(
+            schema.to_string(),
+            "tool \"led\": parameters is not valid JSON"
+        );
+        #[cfg(not(feature = "error-texts"))]
+        assert_eq!(schema.to_string(), "tool parameters are not valid JSON");
+        // A kernel refusal becomes an invalid input with its text.
+        let refused = ShellError::from(dsh_runtime::KernelError::WrongReply);
+        #[cfg(feature = "error-texts")]
+        let text = "the reply does not match the pending ask";
+        #[cfg(not(feature = "error-texts"))]
+        let text = "the kernel refused the input";
+        assert_eq!(
+            refused,
+            ShellError::Input(dsh_core::agent::InputError::InvalidMessage(text.into()))
+        );
     }
 }

@@ -11,7 +11,6 @@ use crate::chunk::StreamChunk;
 use crate::message::Message;
 use crate::session::{AssistantChunk, EventData, LlmRetryStarted, SurfaceIntent};
 use crate::time::Time;
-use alloc::format;
 use alloc::vec::Vec;
 
 impl Agent {
@@ -200,7 +199,10 @@ impl Agent {
                     s.chunk_seqs.push(seq);
                 }
             }
-            Err(e) => self.faults.push(format!("assistant/chunk refused: {e}")),
+            Err(e) => self.faults.push(error_text!(
+                "assistant/chunk refused",
+                "assistant/chunk refused: {e}"
+            )),
         }
         Ok(())
     }

@@ -75,19 +75,29 @@ impl Agent {
 
     pub(super) fn default_assembly(&self) -> Result<Assembly, String> {
         let tools = match &self.config.tool_order {
-            None => self.config.tools.schemas(),
+            #[cfg(feature = "tool-order")]
             Some(order) => self.config.tools.ordered_schemas(order)?,
+            // Feature `tool-order` off: tools in name order, always.
+            _ => self.config.tools.schemas(),
         };
+        #[cfg(feature = "prompt-templates")]
         let mut variables = self.config.variables.clone();
+        #[cfg(feature = "prompt-templates")]
         variables
             .entry(String::from("provider"))
             .or_insert_with(|| self.config.options.provider.clone());
+        #[cfg(feature = "prompt-templates")]
         variables
             .entry(String::from("model"))
             .or_insert_with(|| self.config.options.model.clone());
+        #[cfg(feature = "prompt-templates")]
         variables
             .entry(String::from("cwd"))
             .or_insert_with(|| self.session.header().cwd.clone());
+        // Feature `prompt-templates` off: sections are not interpolated,
+        // so the assembly carries no variables.
+        #[cfg(not(feature = "prompt-templates"))]
+        let variables = alloc::collections::BTreeMap::new();
         Ok(Assembly {
             sections: self.config.sections.clone(),
             contexts: self.config.contexts.clone(),
@@ -117,8 +127,10 @@ impl Agent {
         };
         let turn = self.coords().0;
         let mut default = claimed.clone();
-        if let Some((text, source)) =
-            runtime_context_candidate(&self.retained_context(), &assembly.context_sections())
+        // Feature `runtime-context` off: no snapshot message (LC-12).
+        if cfg!(feature = "runtime-context")
+            && let Some((text, source)) =
+                runtime_context_candidate(&self.retained_context(), &assembly.context_sections())
         {
             let id = self.ids.message_id(IdPurpose::RuntimeContext {
                 turn,
@@ -140,7 +152,10 @@ impl Agent {
         {
             // A runaway turn is stopped the way loop.md SM-10 d says a
             // plugin stops one, before the step opens.
-            let reason = format!("max steps per turn ({max}) reached");
+            let reason = error_text!(
+                "max steps per turn reached",
+                "max steps per turn ({max}) reached"
+            );
             self.cancel_inner(now, CancelCause::Hook { reason }, true);
             self.pre_step_done(now, proposed, assembly, Ok(default));
             return;
@@ -198,7 +213,13 @@ impl Agent {
         // rather than write an event the session would reject.
         for m in &messages {
             if let Err(e) = self.check_user_message(m) {
-                self.turn_error(now, HookError::msg(format!("pre-step entered an {e}")));
+                self.turn_error(
+                    now,
+                    HookError::msg(error_text!(
+                        "pre-step entered an invalid message",
+                        "pre-step entered an {e}"
+                    )),
+                );
                 return;
             }
         }
@@ -302,7 +323,8 @@ impl Agent {
             }
         };
         if config.provider.is_empty() || config.model.is_empty() {
-            let msg = format!(
+            let msg = error_text!(
+                "agent has no provider/model",
                 "agent \"{}\" has no provider/model: set AgentOptions.provider and AgentOptions.model or supply both via the agent/request waterfall",
                 self.id
             );
@@ -437,7 +459,10 @@ impl Agent {
         let mut content = match stream.assembler.blocks() {
             Ok(c) => c,
             Err(e) => {
-                self.turn_error(now, HookError::msg(format!("{e}")));
+                self.turn_error(
+                    now,
+                    HookError::msg(error_text!("invalid response blocks", "{e}")),
+                );
                 return;
             }
         };

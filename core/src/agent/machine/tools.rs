@@ -25,7 +25,6 @@ use crate::session::{SurfaceIntent, ToolCall, ToolError, ToolResult};
 use crate::time::Time;
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
-use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -471,18 +470,30 @@ impl Agent {
         let name = self.exec_of(i).map(|e| e.name).unwrap_or_default();
         let denial = match outcome {
             ApprovalOutcome::AllowedOnce => return self.after_allow(now, i),
-            ApprovalOutcome::Rejected => format!("the user rejected tool \"{name}\""),
+            ApprovalOutcome::Rejected => error_text!(
+                "the user rejected the tool",
+                "the user rejected tool \"{name}\""
+            ),
             ApprovalOutcome::Cancelled => {
                 if self.aborted() {
                     return Next::Post(ToolOutcome::aborted_before_dispatch());
                 }
-                format!("approval for tool \"{name}\" was cancelled")
+                error_text!(
+                    "tool approval was cancelled",
+                    "approval for tool \"{name}\" was cancelled"
+                )
             }
             ApprovalOutcome::Unavailable => {
-                format!("tool \"{name}\" requires approval, but no approval channel is available")
+                error_text!(
+                    "tool requires approval, but no approval channel is available",
+                    "tool \"{name}\" requires approval, but no approval channel is available"
+                )
             }
             ApprovalOutcome::NoService => reason.unwrap_or_else(|| {
-                format!("tool \"{name}\" requires approval (not yet supported)")
+                error_text!(
+                    "tool requires approval (not yet supported)",
+                    "tool \"{name}\" requires approval (not yet supported)"
+                )
             }),
         };
         Next::Post(ToolOutcome::error(denial))
@@ -666,7 +677,10 @@ impl Agent {
         }
         for context in outcome.additional_contexts {
             if let Err(e) = self.send_queued(now, context, InboxTarget::NextStep, false) {
-                self.faults.push(format!("a tool context was refused: {e}"));
+                self.faults.push(error_text!(
+                    "a tool context was refused",
+                    "a tool context was refused: {e}"
+                ));
             }
         }
     }
