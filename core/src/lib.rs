@@ -137,7 +137,11 @@ extern crate alloc;
 
 /// An error message: `format!` with feature `error-texts` (default), else
 /// the fixed `short` text (the arguments are neither evaluated nor
-/// formatted; the dead `format_args!` keeps them used).
+/// formatted; the dead `format_args!` keeps them used). Shared by dsh's
+/// own crates (not an API): the feature tested is the one of the crate
+/// where it expands, which must have `extern crate alloc`.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! error_text {
     ($short:literal, $($fmt:tt)+) => {{
         #[cfg(feature = "error-texts")]

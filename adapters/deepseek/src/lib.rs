@@ -114,24 +114,9 @@
 
 extern crate alloc;
 
-/// An error message: `format!` with feature `error-texts` (default), else
-/// the fixed `short` text (the arguments are neither evaluated nor
-/// formatted; the dead `format_args!` keeps them used).
-macro_rules! error_text {
-    ($short:literal, $($fmt:tt)+) => {{
-        #[cfg(feature = "error-texts")]
-        {
-            alloc::format!($($fmt)+)
-        }
-        #[cfg(not(feature = "error-texts"))]
-        {
-            if false {
-                let _ = core::format_args!($($fmt)+);
-            }
-            alloc::string::String::from($short)
-        }
-    }};
-}
+// `error_text!`: dsh-core's, expanded with this crate's `error-texts`.
+#[macro_use]
+extern crate dsh_core;
 #[cfg(feature = "std")]
 extern crate std;
 

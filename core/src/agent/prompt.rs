@@ -230,7 +230,8 @@ pub(crate) fn is_runtime_context_source(source: &MessageSource) -> bool {
 mod tests {
     use super::*;
 
-    #[cfg(feature = "prompt-templates")]
+    /// SP-3; with feature `prompt-templates` off, sections are sorted and
+    /// joined, their text taken as it is.
     #[test]
     fn sp3_render() {
         let mut a = Assembly::default();
@@ -240,40 +241,30 @@ mod tests {
             .push(PromptSection::new("a", -100, HARNESS_IDENTITY));
         a.sections.push(PromptSection::new("empty", 0, ""));
         a.variables.insert("model".into(), Some("mock".into()));
-        assert_eq!(
-            a.render().unwrap(),
-            alloc::format!("{HARNESS_IDENTITY}\n\ntool mock")
-        );
-        a.sections.push(PromptSection::new("p", 0, "{{cwd}}"));
-        a.variables.insert("cwd".into(), None);
-        assert_eq!(
-            a.render().unwrap_err(),
-            "prompt variable \"{{cwd}}\" has no value for this assembly (section \"p\")"
-        );
-        a.sections.pop();
-        a.sections.push(PromptSection::new("q", 0, "{{x}}"));
-        assert_eq!(
-            a.render().unwrap_err(),
-            "unknown prompt variable \"{{x}}\" in section \"q\"; registered variables: cwd, model"
-        );
-    }
-
-    /// Feature `prompt-templates` off: sections are sorted and joined, their
-    /// text taken as it is.
-    #[cfg(not(feature = "prompt-templates"))]
-    #[test]
-    fn sp3_render_without_templates() {
-        let mut a = Assembly::default();
-        a.sections
-            .push(PromptSection::new("b", 100, "tool {{model}}"));
-        a.sections
-            .push(PromptSection::new("a", -100, HARNESS_IDENTITY));
-        a.sections.push(PromptSection::new("empty", 0, ""));
-        a.variables.insert("model".into(), Some("mock".into()));
+        #[cfg(not(feature = "prompt-templates"))]
         assert_eq!(
             a.render().unwrap(),
             alloc::format!("{HARNESS_IDENTITY}\n\ntool {{{{model}}}}")
         );
+        #[cfg(feature = "prompt-templates")]
+        {
+            assert_eq!(
+                a.render().unwrap(),
+                alloc::format!("{HARNESS_IDENTITY}\n\ntool mock")
+            );
+            a.sections.push(PromptSection::new("p", 0, "{{cwd}}"));
+            a.variables.insert("cwd".into(), None);
+            assert_eq!(
+                a.render().unwrap_err(),
+                "prompt variable \"{{cwd}}\" has no value for this assembly (section \"p\")"
+            );
+            a.sections.pop();
+            a.sections.push(PromptSection::new("q", 0, "{{x}}"));
+            assert_eq!(
+                a.render().unwrap_err(),
+                "unknown prompt variable \"{{x}}\" in section \"q\"; registered variables: cwd, model"
+            );
+        }
     }
 
     #[test]
