@@ -117,6 +117,9 @@ impl Backend for Memory {
     fn kind(&self) -> &'static str {
         "memory"
     }
+    fn blocks(&self) -> bool {
+        false
+    }
     fn locate(&self, _header: &SessionHeader) -> Option<Location> {
         None
     }

@@ -402,6 +402,10 @@ impl<B: Backend> SessionStore for Coordinator<B> {
         self.backend.kind()
     }
 
+    fn append_blocks(&self) -> bool {
+        self.backend.blocks()
+    }
+
     fn locate(&self, header: &SessionHeader) -> Option<Location> {
         self.backend.locate(header)
     }

@@ -168,6 +168,14 @@ pub trait SessionStore: Send + Sync {
     /// visible and the cursor does not move.
     fn append(&self, id: &SessionId, events: &[SessionEvent]) -> Result<(), StoreError>;
 
+    /// Whether [`append`](Self::append) may block on I/O (a file, a
+    /// database, the network). An async runtime calls a store that says
+    /// `false` (one in memory) in place instead of on a thread pool, which
+    /// saves two thread hand-offs per write. The default is `true`.
+    fn append_blocks(&self) -> bool {
+        true
+    }
+
     /// Loads a balanced log (OP5, 6.5): reads, validates, closes an
     /// interrupted turn, **commits** the repair (torn tail removed, closers
     /// appended) and returns the repaired events. Tracks the id for writing
@@ -241,6 +249,12 @@ pub trait Backend: Send + Sync {
 
     /// A short name (`"jsonl"`, `"redb"`).
     fn kind(&self) -> &'static str;
+
+    /// Whether writing may block on I/O ([`SessionStore::append_blocks`]);
+    /// `true` unless the backend keeps its logs in memory.
+    fn blocks(&self) -> bool {
+        true
+    }
 
     /// Where the artifact of `header` is or would be (OP1).
     fn locate(&self, header: &SessionHeader) -> Option<Location>;

@@ -167,11 +167,15 @@ impl Driver {
     async fn carry(&mut self) {
         while exec::carry(&mut self.kernel, &mut self.io) == Carry::Writing {
             let batch = self.io.batch.take().unwrap_or_default();
-            let store = self.io.store.clone();
-            let id = self.io.id.clone();
-            let r = smol::unblock(move || store.append(&id, &batch))
-                .await
-                .map_err(|e| e.to_string());
+            let r = if self.io.store.append_blocks() {
+                let store = self.io.store.clone();
+                let id = self.io.id.clone();
+                smol::unblock(move || store.append(&id, &batch)).await
+            } else {
+                // A store in memory: written in place, no hand-off.
+                self.io.store.append(&self.io.id, &batch)
+            };
+            let r = r.map_err(|e| e.to_string());
             exec::written(&mut self.kernel, &mut self.io, r);
         }
         if !self.io.callers.has_subscribers() {
@@ -284,8 +288,8 @@ impl Dispatch for Io {
         Some(&mut self.jobs)
     }
 
-    /// The store is blocking: the batch is written by the driver on the
-    /// blocking pool ([`Driver::carry`]).
+    /// The batch is written by the driver ([`Driver::carry`]): on the
+    /// blocking pool, or in place for a store that does not block.
     fn persist(&mut self, events: &[SessionEvent]) -> Option<Result<(), String>> {
         self.batch = Some(events.to_vec());
         None

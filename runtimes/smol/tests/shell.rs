@@ -510,6 +510,10 @@ struct Recording {
     inner: Arc<dyn dsh_store::SessionStore>,
     batches: std::sync::Mutex<Vec<Vec<String>>>,
     fail: std::sync::atomic::AtomicBool,
+    /// What `append_blocks` answers.
+    blocks: bool,
+    /// The name of the thread each append ran on.
+    threads: std::sync::Mutex<Vec<String>>,
 }
 
 impl dsh_store::SessionStore for Recording {
@@ -529,7 +533,12 @@ impl dsh_store::SessionStore for Recording {
             });
         }
         self.batches.lock().unwrap().push(types(events));
+        let thread = std::thread::current().name().unwrap_or("").to_string();
+        self.threads.lock().unwrap().push(thread);
         self.inner.append(id, events)
+    }
+    fn append_blocks(&self) -> bool {
+        self.blocks
     }
     fn load(&self, id: &SessionId) -> Result<dsh_store::Inspection, dsh_store::StoreError> {
         self.inner.load(id)
@@ -577,6 +586,8 @@ fn store_writes_are_batched_at_the_checkpoints() {
         inner: store(dir.path()),
         batches: std::sync::Mutex::new(Vec::new()),
         fail: std::sync::atomic::AtomicBool::new(false),
+        blocks: true,
+        threads: std::sync::Mutex::new(Vec::new()),
     });
     let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
     smol::block_on(async {
@@ -608,6 +619,40 @@ fn store_writes_are_batched_at_the_checkpoints() {
     assert_eq!(total, stored(&recording.inner, "batched").len());
 }
 
+/// A store that may block is written on the blocking pool; one that says
+/// it does not (`append_blocks` false: in memory) is written in place by
+/// the agent task, with no hand-off.
+#[test]
+fn a_store_that_does_not_block_is_written_in_place() {
+    for blocks in [true, false] {
+        let server = server(tool_turn_script());
+        let dir = tempfile::tempdir().unwrap();
+        let recording = Arc::new(Recording {
+            inner: store(dir.path()),
+            batches: std::sync::Mutex::new(Vec::new()),
+            fail: std::sync::atomic::AtomicBool::new(false),
+            blocks,
+            threads: std::sync::Mutex::new(Vec::new()),
+        });
+        let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
+        smol::block_on(async {
+            let agent = Agent::create(config(&server), as_store, SessionId::new("inline"))
+                .await
+                .unwrap();
+            agent.send("hi").await.unwrap();
+            agent.wait_idle(WAIT).await.unwrap();
+            agent.dispose().await;
+        });
+        let threads = recording.threads.lock().unwrap().clone();
+        assert_eq!(threads.len(), 4, "{threads:?}");
+        // The `blocking` crate names its pool's threads `blocking-<n>`.
+        let on_pool = threads.iter().filter(|t| t.starts_with("blocking")).count();
+        let expected = if blocks { threads.len() } else { 0 };
+        assert_eq!(on_pool, expected, "append_blocks {blocks}: {threads:?}");
+        check_invariants(&stored(&recording.inner, "inline"));
+    }
+}
+
 #[test]
 fn a_failed_write_before_the_model_stops_the_request() {
     let server = server(tool_turn_script());
@@ -616,6 +661,8 @@ fn a_failed_write_before_the_model_stops_the_request() {
         inner: store(dir.path()),
         batches: std::sync::Mutex::new(Vec::new()),
         fail: std::sync::atomic::AtomicBool::new(true),
+        blocks: true,
+        threads: std::sync::Mutex::new(Vec::new()),
     });
     let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
     let (summary, live) = smol::block_on(async {
