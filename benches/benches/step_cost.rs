@@ -92,6 +92,9 @@ fn script(steps: u64) -> Vec<Vec<StreamChunk>> {
 struct Scripted(Mutex<std::vec::IntoIter<Vec<StreamChunk>>>);
 
 impl dsh_std::ModelProvider for Scripted {
+    fn blocks(&self) -> bool {
+        false
+    }
     fn stream(
         &self,
         _opts: &GenerateOptions,

@@ -88,6 +88,15 @@ pub trait ModelProvider: Send + Sync {
     fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
         Ok(PreparedCall::plain(config))
     }
+
+    /// Whether [`stream`](Self::stream) and reading its chunks may block
+    /// (on the network, a file, a timer). A provider that answers from
+    /// memory (a script, a recorded replay) returns `false`, and the hosted
+    /// runtimes then read its stream in place on the agent's own thread or
+    /// task instead of handing it to another thread. The default is `true`.
+    fn blocks(&self) -> bool {
+        true
+    }
 }
 
 /// Reads one model attempt to its end, handing each chunk to `send`
@@ -238,6 +247,11 @@ impl ScriptedProvider {
 }
 
 impl ModelProvider for ScriptedProvider {
+    /// Replies come from memory.
+    fn blocks(&self) -> bool {
+        false
+    }
+
     fn prepare(&self, config: LlmCallConfig) -> Result<PreparedCall, LlmError> {
         let mut prepared = PreparedCall::plain(config);
         prepared.context_window = self.context_window;

@@ -232,6 +232,15 @@ impl Dispatch for Io {
 
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
         let cancel = job_token(&mut self.jobs, Job::Model(call.attempt));
+        if !self.provider.blocks() {
+            // A provider answering from memory: read in place, its inputs
+            // queued for the driver (the channel is unbounded), no hand-off.
+            let tx = &self.tx;
+            run_model(&*self.provider, &call, &cancel, |input| {
+                tx.try_send(Msg::Work(Box::new(input))).is_ok()
+            });
+            return Ok(());
+        }
         let tx = self.tx.clone();
         let provider = self.provider.clone();
         smol::unblock(move || {

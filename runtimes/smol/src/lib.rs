@@ -13,11 +13,14 @@
 //!   the DeepSeek client) are read on the blocking pool
 //!   (`smol::unblock`); a cancelled attempt cancels the stream's
 //!   [`CancelToken`](dsh_host::CancelToken), which interrupts the
-//!   blocked read at once;
+//!   blocked read at once. A provider that answers from memory
+//!   ([`ModelProvider::blocks`] `false`, such as
+//!   [`dsh_host::ScriptedProvider`]) is read in place by the agent task;
 //! - tool bodies run on the blocking pool and are told to stop through
 //!   their own token;
 //! - store writes (one batch per durability checkpoint, SM-12 to SM-14)
-//!   run on the blocking pool;
+//!   run on the blocking pool, or in place for a store in memory
+//!   ([`SessionStore::append_blocks`] `false`);
 //! - the kernel's deadlines (`poll_timeout`) are `smol::Timer`s.
 //!
 //! Many agents share one executor: the test suite runs 200 in one process

@@ -882,3 +882,79 @@ fn cancel_during_a_retry_wait_ends_the_turn_at_once() {
     // a cancelled wait logs no llm/retry-started.
     assert!(!types(&events).contains(&"llm/retry-started".to_string()));
 }
+
+/// A scripted provider that reports the thread each stream is read on,
+/// and whether it says it blocks.
+struct Where {
+    inner: dsh_host::ScriptedProvider,
+    blocks: bool,
+    threads: std::sync::Mutex<Vec<String>>,
+}
+
+impl dsh_host::ModelProvider for Where {
+    fn stream(
+        &self,
+        opts: &dsh_core::GenerateOptions,
+        cancel: &CancelToken,
+    ) -> Result<dsh_host::ChunkStream, dsh_core::LlmError> {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.threads.lock().unwrap().push(name);
+        self.inner.stream(opts, cancel)
+    }
+    fn blocks(&self) -> bool {
+        self.blocks
+    }
+}
+
+/// A provider that may block is read on the blocking pool; one answering
+/// from memory (`blocks` false, as `ScriptedProvider`) in place by the
+/// agent task, with the same log.
+#[test]
+fn a_provider_that_does_not_block_is_read_in_place() {
+    let mut logs = Vec::new();
+    for blocks in [true, false] {
+        let text = vec![
+            StreamChunk::block_start(0, "text"),
+            StreamChunk::TextDelta {
+                index: 0,
+                text: "hi".into(),
+            },
+            StreamChunk::block_end(0, ContentBlock::text("hi")),
+            StreamChunk::finish(dsh_core::FinishReason::Stop),
+        ];
+        let provider = Arc::new(Where {
+            inner: dsh_host::ScriptedProvider::new([dsh_host::ScriptedReply::Chunks(text)]),
+            blocks,
+            threads: std::sync::Mutex::new(Vec::new()),
+        });
+        let mut cfg = dsh_smol::AgentConfig::new(
+            provider.clone(),
+            dsh_core::LlmCallConfig::new("deepseek", MODEL),
+            std::env::temp_dir(),
+        );
+        cfg.clock = dsh_host::Clock::Fixed(1_785_000_000_000);
+        cfg.ids = dsh_runtime::IdMode::Sequential;
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let log = smol::block_on(async {
+            let agent = Agent::create(cfg, store.clone(), SessionId::new("where"))
+                .await
+                .unwrap();
+            agent.send("go").await.unwrap();
+            let summary = agent.wait_idle(WAIT).await.unwrap();
+            assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+            agent.dispose().await;
+            stored(&store, "where")
+        });
+        logs.push(normalized(&log));
+        let threads = provider.threads.lock().unwrap().clone();
+        assert_eq!(threads.len(), 1, "{threads:?}");
+        // The `blocking` crate names its pool's threads `blocking-<n>`.
+        assert_eq!(
+            threads[0].starts_with("blocking"),
+            blocks,
+            "blocks {blocks}: read on {threads:?}"
+        );
+    }
+    assert_eq!(logs[0], logs[1], "the same log either way");
+}

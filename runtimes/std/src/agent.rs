@@ -628,6 +628,15 @@ impl Dispatch for Io {
     fn start_model(&mut self, call: ModelCall) -> Result<(), String> {
         let job = Job::Model(call.attempt);
         let cancel = job_token(&mut self.jobs, job);
+        if !self.provider.blocks() {
+            // A provider answering from memory: read in place on the
+            // driver thread, its inputs queued for it, no hand-off.
+            let tx = &self.tx;
+            run_model(&*self.provider, &call, &cancel, |input| {
+                tx.send(feed(input)).is_ok()
+            });
+            return Ok(());
+        }
         let provider = self.provider.clone();
         let tx = self.tx.clone();
         self.spawn(job, move || {

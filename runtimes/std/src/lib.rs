@@ -6,10 +6,11 @@
 //! gate and checkpoint batching, tool deadlines and abort, approvals,
 //! create / resume / fork) is the kernel's, the same in every runtime.
 //!
-//! - each model attempt is read on its own thread from a [`ModelProvider`]
-//!   (the DeepSeek client, or a [`ScriptedProvider`]); chunks are tagged
-//!   with the attempt, so chunks of a cancelled attempt are refused as
-//!   stale and dropped;
+//! - each model attempt is read on a worker thread from a [`ModelProvider`]
+//!   (the DeepSeek client), or in place on the driver thread when the
+//!   provider answers from memory ([`ModelProvider::blocks`] `false`, as a
+//!   [`ScriptedProvider`]); chunks are tagged with the attempt, so chunks
+//!   of a cancelled attempt are refused as stale and dropped;
 //! - tool bodies (`dsh_tools::ToolSet`) run on worker threads with
 //!   cooperative cancellation; events a body logs itself (`todo/write`)
 //!   are appended before its result;

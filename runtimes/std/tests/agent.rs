@@ -918,3 +918,74 @@ fn ids_continue_after_two_resumes_with_sequential_ids() {
         .collect();
     assert_eq!(ids, ["U1", "A1", "U2", "A2", "U3", "A3"]);
 }
+
+/// A scripted provider that reports the thread each stream is read on,
+/// and whether it says it blocks.
+struct Where {
+    inner: ScriptedProvider,
+    blocks: bool,
+    threads: std::sync::Mutex<Vec<String>>,
+}
+
+impl ModelProvider for Where {
+    fn stream(
+        &self,
+        opts: &GenerateOptions,
+        cancel: &CancelToken,
+    ) -> Result<dsh_host::ChunkStream, dsh_core::LlmError> {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.threads.lock().unwrap().push(name);
+        self.inner.stream(opts, cancel)
+    }
+    fn blocks(&self) -> bool {
+        self.blocks
+    }
+}
+
+/// A provider that may block is read on a worker thread; one answering
+/// from memory (`blocks` false, as `ScriptedProvider`) in place on the
+/// agent's driver thread, with the same log.
+#[test]
+fn a_provider_that_does_not_block_is_read_in_place() {
+    let mut logs = Vec::new();
+    for blocks in [true, false] {
+        let text = vec![
+            StreamChunk::block_start(0, "text"),
+            StreamChunk::TextDelta {
+                index: 0,
+                text: "hi".into(),
+            },
+            StreamChunk::block_end(0, ContentBlock::text("hi")),
+            StreamChunk::finish(dsh_core::FinishReason::Stop),
+        ];
+        let provider = Arc::new(Where {
+            inner: ScriptedProvider::new([ScriptedReply::Chunks(text)]),
+            blocks,
+            threads: std::sync::Mutex::new(Vec::new()),
+        });
+        let work = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(provider.clone(), work.path());
+        deterministic(&mut cfg);
+        let agent = Agent::create(cfg, store(dir.path()), SessionId::from("where")).unwrap();
+        agent
+            .send_message(
+                Message::user("u1", vec![ContentBlock::text("go")]),
+                InboxTarget::NextTurn,
+                true,
+            )
+            .unwrap();
+        let summary = agent.wait_idle(Some(Duration::from_secs(20))).unwrap();
+        assert_eq!(summary.reason, Some(TurnEndReason::Completed));
+        logs.push(lines(&agent.events().unwrap()));
+        agent.dispose();
+        let threads = provider.threads.lock().unwrap().clone();
+        assert_eq!(threads.len(), 1, "{threads:?}");
+        assert_eq!(
+            threads[0].starts_with("dsh-agent-"),
+            !blocks,
+            "blocks {blocks}: read on {threads:?}"
+        );
+    }
+    assert_eq!(logs[0], logs[1], "the same log either way");
+}
