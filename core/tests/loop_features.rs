@@ -272,6 +272,18 @@ fn lc13_reasoning_effort_comes_from_the_folded_header() {
     ));
 }
 
+/// The tool names the first model request carried, in order.
+fn first_request_tools(t: &T) -> Vec<&str> {
+    t.calls[0]
+        .request
+        .tools
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect()
+}
+
 /// Feature `tool-order` off: the order is not read, tools by name.
 #[cfg(not(feature = "tool-order"))]
 #[test]
@@ -280,14 +292,7 @@ fn lc16_without_tool_order() {
     config.tool_order = Some(vec!["missing".into(), UNLISTED_TOOLS.into()]);
     let mut t = T::with(config);
     t.followup(&m1());
-    let names: Vec<&str> = t.calls[0]
-        .request
-        .tools
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
+    let names = first_request_tools(&t);
     assert_eq!(names, ["alpha", "echo", "zeta"]);
 }
 
@@ -297,14 +302,7 @@ fn lc16_tool_order() {
     let mut config = f0_config(vec![plain_tool("zeta"), plain_tool("alpha"), echo()]);
     let mut t = T::with(config.clone());
     t.followup(&m1());
-    let names: Vec<&str> = t.calls[0]
-        .request
-        .tools
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
+    let names = first_request_tools(&t);
     assert_eq!(
         names,
         ["alpha", "echo", "zeta"],
@@ -313,14 +311,7 @@ fn lc16_tool_order() {
     config.tool_order = Some(vec!["zeta".into(), UNLISTED_TOOLS.into()]);
     let mut t = T::with(config.clone());
     t.followup(&m1());
-    let names: Vec<&str> = t.calls[0]
-        .request
-        .tools
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
+    let names = first_request_tools(&t);
     assert_eq!(names, ["zeta", "alpha", "echo"]);
     // An unknown listed tool fails assembly: turn error before any step.
     config.tool_order = Some(vec!["missing".into(), UNLISTED_TOOLS.into()]);

@@ -516,6 +516,20 @@ struct Recording {
     threads: std::sync::Mutex<Vec<String>>,
 }
 
+impl Recording {
+    /// Records the batches written to `inner`, failing every write when
+    /// `fail`; `append_blocks` answers `blocks`.
+    fn over(inner: Arc<dyn dsh_store::SessionStore>, fail: bool, blocks: bool) -> Arc<Self> {
+        Arc::new(Recording {
+            inner,
+            batches: std::sync::Mutex::new(Vec::new()),
+            fail: std::sync::atomic::AtomicBool::new(fail),
+            blocks,
+            threads: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+}
+
 impl dsh_store::SessionStore for Recording {
     fn kind(&self) -> &'static str {
         self.inner.kind()
@@ -582,13 +596,7 @@ impl dsh_store::SessionStore for Recording {
 fn store_writes_are_batched_at_the_checkpoints() {
     let server = server(tool_turn_script());
     let dir = tempfile::tempdir().unwrap();
-    let recording = Arc::new(Recording {
-        inner: store(dir.path()),
-        batches: std::sync::Mutex::new(Vec::new()),
-        fail: std::sync::atomic::AtomicBool::new(false),
-        blocks: true,
-        threads: std::sync::Mutex::new(Vec::new()),
-    });
+    let recording = Recording::over(store(dir.path()), false, true);
     let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
     smol::block_on(async {
         let agent = Agent::create(config(&server), as_store, SessionId::new("batched"))
@@ -627,13 +635,7 @@ fn a_store_that_does_not_block_is_written_in_place() {
     for blocks in [true, false] {
         let server = server(tool_turn_script());
         let dir = tempfile::tempdir().unwrap();
-        let recording = Arc::new(Recording {
-            inner: store(dir.path()),
-            batches: std::sync::Mutex::new(Vec::new()),
-            fail: std::sync::atomic::AtomicBool::new(false),
-            blocks,
-            threads: std::sync::Mutex::new(Vec::new()),
-        });
+        let recording = Recording::over(store(dir.path()), false, blocks);
         let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
         smol::block_on(async {
             let agent = Agent::create(config(&server), as_store, SessionId::new("inline"))
@@ -657,13 +659,7 @@ fn a_store_that_does_not_block_is_written_in_place() {
 fn a_failed_write_before_the_model_stops_the_request() {
     let server = server(tool_turn_script());
     let dir = tempfile::tempdir().unwrap();
-    let recording = Arc::new(Recording {
-        inner: store(dir.path()),
-        batches: std::sync::Mutex::new(Vec::new()),
-        fail: std::sync::atomic::AtomicBool::new(true),
-        blocks: true,
-        threads: std::sync::Mutex::new(Vec::new()),
-    });
+    let recording = Recording::over(store(dir.path()), true, true);
     let as_store: Arc<dyn dsh_store::SessionStore> = recording.clone();
     let (summary, live) = smol::block_on(async {
         let agent = Agent::create(config(&server), as_store, SessionId::new("failing"))
