@@ -12,6 +12,10 @@
 //!   appends, with room reserved for those appends so that the copy's exact
 //!   capacity does not put a reallocation of the whole log into the timed
 //!   region) (target ≤ 1 µs, flat in n);
+//! - `session/load_long_text/<escapes>`: the same load of a synthetic log
+//!   of 500 turns, each a user message of 16,000 characters (8 MB), with no
+//!   escape (`plain`) or a `\n` every 80 or every 20 characters: the string
+//!   scan of long texts (tool results, messages) in bytes per second;
 //! - the heap held by the loaded 100k-event session, measured with a counting
 //!   global allocator and printed (target ≤ 1.2× the file's bytes).
 
@@ -90,6 +94,38 @@ fn synthetic(n: u64) -> Session {
     s
 }
 
+/// The log of 500 turns, each one user message of 16,000 characters with a
+/// `\n` every `escape_every` characters (none when 0).
+fn long_text_log(escape_every: usize) -> Vec<u8> {
+    let text: String = (0..16_000)
+        .map(|i| {
+            if escape_every > 0 && i % escape_every == 0 {
+                '\n'
+            } else {
+                char::from(b'a' + (i % 26) as u8)
+            }
+        })
+        .collect();
+    let mut s = Session::new(SessionHeader::new("bench", 0));
+    for turn in 1..=500 {
+        s.append(TurnStart::new(turn), None, 1).unwrap();
+        let m = Message::user(format!("u{turn}"), vec![ContentBlock::text(text.clone())]);
+        s.append(m, Some(SurfaceIntent::append()), 1).unwrap();
+        s.append(
+            dsh_core::session::TurnEnd::new(turn, dsh_core::session::TurnEndReason::Completed),
+            None,
+            1,
+        )
+        .unwrap();
+    }
+    let mut out = Vec::new();
+    jsonl::encode_header_line(s.header(), &mut out);
+    for e in s.events() {
+        jsonl::encode_event_line(e, &mut out);
+    }
+    out
+}
+
 fn benches(c: &mut Criterion) {
     let workloads = Workloads::generate(1, 2000, 100_000);
     let bytes = std::fs::read(workloads.session_jsonl()).expect("session.jsonl");
@@ -113,6 +149,14 @@ fn benches(c: &mut Criterion) {
     g.bench_function("load_validate_derive", |b| {
         b.iter_with_large_drop(|| load(black_box(&bytes)))
     });
+    g.finish();
+
+    let mut g = c.benchmark_group("session/load_long_text");
+    for (name, every) in [("plain", 0), ("nl-every-80", 80), ("nl-every-20", 20)] {
+        let log = long_text_log(every);
+        g.throughput(Throughput::Bytes(log.len() as u64));
+        g.bench_function(name, |b| b.iter_with_large_drop(|| load(black_box(&log))));
+    }
     g.finish();
 
     let mut g = c.benchmark_group("session/append_derive");
