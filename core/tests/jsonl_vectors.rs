@@ -743,6 +743,10 @@ fn tp14_read_from_is_the_scanned_prefix_without_closers() {
 /// text. serde_json's default float parsing may miss by one ulp; found by
 /// the fault soak (`runtimes/smol/tests/soak.rs`) on this `llm/retry`.
 #[test]
+#[cfg_attr(
+    not(feature = "float-roundtrip"),
+    ignore = "needs the `float-roundtrip` feature"
+)]
 fn j6_a_float_reads_back_as_the_number_written() {
     let line = r#"{"type":"llm/retry","seq":43,"time":1796139397703,"data":{"retryId":"r","turn":1,"step":3,"provider":"deepseek","mode":"always","policyKey":"[\"always\",20,1500,0.1]","retry":2,"delayMs":43.447018567088804,"failure":{"message":"Service unavailable","code":"SERVER","status":503}}}"#;
     let e = match Decoder::new().decode_line(line.as_bytes()) {

@@ -138,6 +138,10 @@ fn check_lenient(
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn an_extra_key_in_every_core_payload_loads_and_round_trips() {
     let extra = json!({"note": "added by a newer producer", "n": [1, 2.5]});
     for t in [
@@ -163,6 +167,10 @@ fn an_extra_key_in_every_core_payload_loads_and_round_trips() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn older_and_newer_shapes_load_and_round_trip() {
     // The examples: a `trigger` object on turn/start, and tools
     // logged as names instead of schemas.
@@ -226,6 +234,10 @@ fn older_and_newer_shapes_load_and_round_trip() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn what_dsh_owns_is_still_validated() {
     // A turn number of the wrong type or missing: the event stays invalid
     // and the log is refused (structural, not a shape detail).
@@ -276,6 +288,10 @@ fn what_dsh_owns_is_still_validated() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "surface-replace"),
+    ignore = "needs the `surface-replace` feature"
+)]
 fn every_conformance_log_is_in_the_strict_shape() {
     // The sample recordings need no lenience: `--strict` passes on them, so
     // a change that made the reader lenient by accident would show here.

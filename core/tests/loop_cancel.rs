@@ -126,6 +126,10 @@ fn finish_pending(t: &mut T, point: Point) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "retry-executor"),
+    ignore = "needs the `retry-executor` feature"
+)]
 fn every_cause_every_point_both_inbox_modes() {
     for point in POINTS {
         for (cause, cause_json) in causes() {

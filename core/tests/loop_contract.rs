@@ -37,6 +37,10 @@ fn timeout(t: &mut T, now: Time) -> (u64, usize) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "retry-executor"),
+    ignore = "needs the `retry-executor` feature"
+)]
 fn r14_handle_timeout_is_idempotent_on_spurious_wake_ups() {
     let mut t = retry_wait();
     let deadline = t.agent.poll_timeout().expect("a retry timer");

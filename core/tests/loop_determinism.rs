@@ -61,6 +61,14 @@ fn script() -> (Vec<String>, Vec<String>) {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(
+        feature = "tool-schema",
+        feature = "retry-executor",
+        feature = "head-deltas"
+    )),
+    ignore = "needs the `tool-schema`, `retry-executor`, `head-deltas` features"
+)]
 fn same_script_same_bytes() {
     let (a, trace_a) = script();
     let (b, trace_b) = script();

@@ -241,6 +241,10 @@ fn lc23_exclusive_calls_are_barriers_and_the_default_for_unmarked_tools() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "tool-schema"),
+    ignore = "needs the `tool-schema` feature"
+)]
 fn tl15_a_call_whose_arguments_do_not_validate_is_exclusive() {
     // The second `read` lacks `file_path`: not parallel (TL-15), so it
     // waits for `a` and ends the group; `c` waits for it in turn.

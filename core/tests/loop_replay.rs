@@ -87,6 +87,10 @@ fn expected(name: &str) -> Expect {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(feature = "head-deltas", feature = "surface-replace")),
+    ignore = "needs the `head-deltas`, `surface-replace` features"
+)]
 fn conformance_recordings_replay_as_pinned() {
     let dir = testdata_dir().join("conformance/sessions");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)

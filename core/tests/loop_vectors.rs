@@ -645,6 +645,10 @@ fn v11_cancel_while_streaming() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "head-deltas"),
+    ignore = "needs the `head-deltas` feature"
+)]
 fn v11_head_interrupted_prefix() {
     let mut t = cancel_while_streaming(false, true);
     t.take_trace();
@@ -704,6 +708,10 @@ fn v12_cancel_with_keep_inbox_then_later_wake() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "head-deltas"),
+    ignore = "needs the `head-deltas` feature"
+)]
 fn v12_head_wake_latch() {
     let mut config = f0_config(vec![]);
     config.wake_latch = true;
@@ -1017,6 +1025,10 @@ fn v19_model_error_retried_in_the_same_step() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "retry-executor"),
+    ignore = "needs the `retry-executor` feature"
+)]
 fn v19_with_the_retry_executor() {
     let mut config = f0_config(vec![]);
     config.retry_executor = true;
@@ -1247,6 +1259,10 @@ fn v24_pre_step_rewrites_the_prompt_and_adds_context() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn v25_unknown_tool() {
     let mut t = T::f0();
     t.followup(&m1());
@@ -1278,6 +1294,10 @@ fn v25_unknown_tool() {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(feature = "tool-schema", feature = "error-texts")),
+    ignore = "needs the `tool-schema`, `error-texts` features"
+)]
 fn v26_invalid_json_arguments() {
     let mut t = T::with_tools(vec![echo()]);
     t.followup(&m1());
@@ -1339,6 +1359,10 @@ fn v27_pre_execute_deny() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn v27_approval_outcomes() {
     let cases = [
         (

@@ -92,6 +92,10 @@ fn tv2_marker_on_a_log_only_type_is_rejected() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn tv3_missing_marker_is_rejected() {
     let mut s = session();
     let err = s.append(user("u"), None, 1).unwrap_err();
@@ -136,6 +140,10 @@ fn three_users() -> Session {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(feature = "error-texts", feature = "surface-replace")),
+    ignore = "needs the `error-texts`, `surface-replace` features"
+)]
 fn tv5_range_replace() {
     let mut s = three_users();
     let missing_one = s
@@ -174,6 +182,10 @@ fn tv5_range_replace() {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(feature = "error-texts", feature = "surface-replace")),
+    ignore = "needs the `error-texts`, `surface-replace` features"
+)]
 fn tv6_surface_order_not_numeric_order() {
     let mut s = three_users();
     s.append(
@@ -262,6 +274,10 @@ fn tool_result_with(id: &str, text: &str, is_error: bool, meta: Option<&str>) ->
 }
 
 #[test]
+#[cfg_attr(
+    not(all(feature = "error-texts", feature = "surface-replace")),
+    ignore = "needs the `error-texts`, `surface-replace` features"
+)]
 fn tv8_tool_result_rewrite() {
     let mut s = session();
     s.append(
@@ -303,6 +319,10 @@ fn tv8_tool_result_rewrite() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn tv9_seed_contiguity_and_envelope() {
     let seed = vec![
         SessionEvent::new(0, 1, TurnStart::new(1)),
@@ -615,6 +635,10 @@ fn m_rules_apply_to_live_appends() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn v4_and_retired_formats() {
     let mut s = session();
     let mut h = header("", None, None);
@@ -766,6 +790,10 @@ fn append_error_leaves_state_and_check_is_a_dry_run() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "surface-replace"),
+    ignore = "needs the `surface-replace` feature"
+)]
 fn fold_surface_records_replacements() {
     let mut s = three_users();
     s.append(
@@ -808,6 +836,10 @@ fn h1_fold_request_header_is_pure() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "error-texts"),
+    ignore = "needs the `error-texts` feature"
+)]
 fn decode_errors_name_their_rules() {
     let base = r#"{"type":"user/message","seq":0,"time":1,"data":{"content":[],"source":{"kind":"user"},"role":"user","id":"u"}"#;
     for (tail, rule) in [
