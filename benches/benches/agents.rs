@@ -26,8 +26,10 @@
 //! - `DSH_AGENTS_MODELS`: `scripted` (an in-process provider serving the
 //!   chunks the DeepSeek client decodes from the mock's script) and `http`
 //!   (the DeepSeek client over loopback to the mock server, run in another
-//!   child process so its threads and descriptors are not counted here);
-//!   default both;
+//!   child process so its threads and descriptors are not counted here),
+//!   each agent with a client of its own (so a pooled keep-alive connection
+//!   each), and `http-shared`, the same with one client cloned into every
+//!   agent (one pool for all); default `scripted,http`;
 //! - `DSH_AGENTS_NOFILE`: when set, the soft `RLIMIT_NOFILE` of the agent
 //!   process (the hard limit stays); unset: left as inherited.
 //!
@@ -234,6 +236,10 @@ fn case(model: &str, store_kind: &str, n: usize, url: Option<String>) {
         set_nofile(Some(s));
     }
     let replies = (model == "scripted").then(|| Arc::new(decoded_replies()));
+    let shared = (model == "http-shared").then(|| {
+        DeepSeekClient::with_options(deepseek(url.clone().unwrap_or_default()), client_options())
+            .expect("client")
+    });
     let dir = tempfile::tempdir().expect("tempdir");
     let cwd = dir.path().join("ws");
     std::fs::create_dir_all(&cwd).expect("workspace");
@@ -255,13 +261,19 @@ fn case(model: &str, store_kind: &str, n: usize, url: Option<String>) {
                     providers.push(p.clone());
                     p
                 }
-                None => Arc::new(
-                    DeepSeekClient::with_options(
-                        deepseek(url.clone().unwrap_or_default()),
-                        client_options(),
-                    )
-                    .map_err(|e| format!("client {i}: {e}"))?,
-                ),
+                // `http-shared`: one client, cloned into every agent (its
+                // pool keeps one idle connection for them all); `http`: a
+                // client, and so a pooled connection, per agent.
+                None => match &shared {
+                    Some(client) => Arc::new(DeepSeekClient::clone(client)),
+                    None => Arc::new(
+                        DeepSeekClient::with_options(
+                            deepseek(url.clone().unwrap_or_default()),
+                            client_options(),
+                        )
+                        .map_err(|e| format!("client {i}: {e}"))?,
+                    ),
+                },
             };
             let call = LlmCallConfig::new("deepseek", "deepseek-v4-flash");
             let mut c = AgentConfig::new(provider, call, &cwd);
@@ -399,7 +411,7 @@ fn main() {
             for n in &counts {
                 let mut server = None;
                 let mut url = None;
-                if model == "http" {
+                if model.starts_with("http") {
                     let mut child = Command::new(&exe)
                         .env(ROLE, "server")
                         .stdin(Stdio::piped())
